@@ -1,0 +1,84 @@
+//! The one mapping from errors to process exit codes (DESIGN §9): 0 ok · 1 a task failed ·
+//! 2 usage or bad input · 3 cannot reach agent or database · 4 permission denied.
+
+use leasehold_shared::StoreError;
+
+/// Exit codes of `leasehold-agent` and `leasehold`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    Ok = 0,
+    TaskFailed = 1,
+    Usage = 2,
+    Unreachable = 3,
+    PermissionDenied = 4,
+}
+
+impl ExitCode {
+    /// The exit code an error should end the process with.
+    pub fn for_error(error: &anyhow::Error) -> ExitCode {
+        for cause in error.chain() {
+            if let Some(store) = cause.downcast_ref::<StoreError>() {
+                return match store {
+                    StoreError::Invalid(_)
+                    | StoreError::NotFound(_)
+                    | StoreError::Transition { .. }
+                    | StoreError::UnsupportedUrl(_) => ExitCode::Usage,
+                    StoreError::PermissionDenied { .. } => ExitCode::PermissionDenied,
+                    StoreError::Database { .. } if store.is_connection() => ExitCode::Unreachable,
+                    StoreError::Database {
+                        source: sqlx::Error::Database(_),
+                        ..
+                    } => ExitCode::TaskFailed,
+                    StoreError::Database { .. } => ExitCode::Unreachable,
+                    StoreError::Migrate(_) | StoreError::Corrupt { .. } => ExitCode::TaskFailed,
+                };
+            }
+            if cause.downcast_ref::<clap::Error>().is_some() {
+                return ExitCode::Usage;
+            }
+        }
+        ExitCode::TaskFailed
+    }
+}
+
+impl From<ExitCode> for std::process::ExitCode {
+    fn from(code: ExitCode) -> Self {
+        std::process::ExitCode::from(code as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_shared::ValidationError;
+
+    #[test]
+    fn bad_input_is_a_usage_error() {
+        let e = anyhow::Error::new(StoreError::Invalid(ValidationError::Invalid {
+            field: "x",
+            detail: "y".into(),
+        }));
+        assert_eq!(ExitCode::for_error(&e), ExitCode::Usage);
+        let e =
+            anyhow::Error::new(StoreError::UnsupportedUrl("mysql://".into())).context("connecting");
+        assert_eq!(ExitCode::for_error(&e), ExitCode::Usage);
+    }
+
+    #[test]
+    fn connection_failures_are_unreachable() {
+        let e = anyhow::Error::new(StoreError::Database {
+            op: "connect",
+            source: sqlx::Error::PoolTimedOut,
+        });
+        assert_eq!(ExitCode::for_error(&e), ExitCode::Unreachable);
+    }
+
+    #[test]
+    fn denials_are_permission_errors() {
+        let e = anyhow::Error::new(StoreError::PermissionDenied {
+            action: "cancel".into(),
+            actor: "v".into(),
+        });
+        assert_eq!(ExitCode::for_error(&e), ExitCode::PermissionDenied);
+    }
+}

@@ -1,0 +1,14 @@
+//! Domain types shared by every part of Leasehold: ids, task types, statuses and the state
+//! machine, tasks and attempts, policies, and input validation.
+
+pub mod ids;
+pub mod policy;
+pub mod status;
+pub mod task;
+pub mod validate;
+
+pub use ids::{AgentId, LeaseEpoch, LeaseKey, TaskId, TaskType};
+pub use policy::{Policy, PolicyPatch, PolicyScope, RetryPolicy};
+pub use status::{TaskAction, TaskStatus, TransitionError};
+pub use task::{Actor, Attempt, AttemptOutcome, Progress, Role, Task, TaskError};
+pub use validate::{InputLimits, ValidationError};

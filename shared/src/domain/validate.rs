@@ -1,0 +1,198 @@
+//! Input validation: every value that comes from outside (CLI, gRPC, config, library callers)
+//! is checked here before any statement runs, so bad input gets a clear error and changes
+//! nothing. The database CHECK constraints repeat the hard limits as a last line.
+
+use thiserror::Error;
+
+/// Default largest payload, in bytes of its JSON text (1 MiB, also the database's hard cap).
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// Largest payload the database accepts, whatever the configuration says.
+pub const HARD_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// Largest result a handler may store, in bytes of its JSON text.
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+/// Longest idempotency key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+/// Most attempts a task may be given.
+pub const MAX_ATTEMPTS_LIMIT: i32 = 1000;
+/// Longest per-attempt timeout (7 days).
+pub const MAX_TIMEOUT_MS: i64 = 7 * 24 * 3600 * 1000;
+/// Longest enqueue delay (366 days).
+pub const MAX_DELAY_MS: i64 = 366 * 24 * 3600 * 1000;
+/// Most tasks in one bulk enqueue.
+pub const MAX_BULK_ENQUEUE: usize = 100_000;
+/// Largest page of a listing.
+pub const MAX_PAGE_SIZE: u32 = 1000;
+/// Most tasks claimed in one batch.
+pub const MAX_CLAIM_BATCH: u32 = 10_000;
+
+/// Limits an operator may tighten (never loosen past the hard caps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputLimits {
+    /// Largest payload accepted, in bytes of JSON text.
+    pub max_payload_bytes: usize,
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+        }
+    }
+}
+
+impl InputLimits {
+    /// Limits with a payload cap of `bytes`, refused when above the hard cap or zero.
+    pub fn with_max_payload_bytes(bytes: usize) -> Result<Self, ValidationError> {
+        if bytes == 0 || bytes > HARD_MAX_PAYLOAD_BYTES {
+            return Err(ValidationError::OutOfRange {
+                field: "max_payload_bytes",
+                detail: format!("{bytes} is not within 1..={HARD_MAX_PAYLOAD_BYTES}"),
+            });
+        }
+        Ok(Self {
+            max_payload_bytes: bytes,
+        })
+    }
+}
+
+/// Why an input was refused. Every variant names the field and what was wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ValidationError {
+    #[error(
+        "invalid task type {given:?}: use 1-64 characters of a-z 0-9 _ . : - starting with a letter or digit"
+    )]
+    TaskType { given: String },
+    #[error("invalid agent name {given:?}: use 1-128 characters of A-Z a-z 0-9 _ . : -")]
+    AgentName { given: String },
+    #[error("invalid agent id {given:?}")]
+    AgentId { given: String },
+    #[error("payload is {size} bytes, above the limit of {limit} bytes")]
+    PayloadTooLarge { size: usize, limit: usize },
+    #[error("result is {size} bytes, above the limit of {limit} bytes")]
+    ResultTooLarge { size: usize, limit: usize },
+    #[error("payload is not valid JSON: {detail}")]
+    PayloadNotJson { detail: String },
+    #[error("{field} out of range: {detail}")]
+    OutOfRange { field: &'static str, detail: String },
+    #[error("{field} is invalid: {detail}")]
+    Invalid { field: &'static str, detail: String },
+}
+
+/// Parses JSON text from an untrusted source, bounded by `limits` before parsing.
+pub fn parse_payload(
+    text: &str,
+    limits: &InputLimits,
+) -> Result<serde_json::Value, ValidationError> {
+    if text.len() > limits.max_payload_bytes {
+        return Err(ValidationError::PayloadTooLarge {
+            size: text.len(),
+            limit: limits.max_payload_bytes,
+        });
+    }
+    serde_json::from_str(text).map_err(|e| ValidationError::PayloadNotJson {
+        detail: e.to_string(),
+    })
+}
+
+/// Checks a payload's encoded size against `limits` and returns its JSON text.
+pub fn payload_text(
+    payload: &serde_json::Value,
+    limits: &InputLimits,
+) -> Result<String, ValidationError> {
+    let text = payload.to_string();
+    if text.len() > limits.max_payload_bytes {
+        return Err(ValidationError::PayloadTooLarge {
+            size: text.len(),
+            limit: limits.max_payload_bytes,
+        });
+    }
+    Ok(text)
+}
+
+/// Checks a handler result's encoded size.
+pub fn check_result(result: &serde_json::Value) -> Result<(), ValidationError> {
+    let size = result.to_string().len();
+    if size > MAX_RESULT_BYTES {
+        return Err(ValidationError::ResultTooLarge {
+            size,
+            limit: MAX_RESULT_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// Checks an idempotency key: 1-255 bytes, no control characters.
+pub fn check_idempotency_key(key: &str) -> Result<(), ValidationError> {
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN || key.chars().any(char::is_control) {
+        return Err(ValidationError::Invalid {
+            field: "idempotency_key",
+            detail: format!("must be 1-{MAX_IDEMPOTENCY_KEY_LEN} bytes without control characters"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks an integer lies in `range`, naming the field when it does not.
+pub fn check_range<T>(
+    field: &'static str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, ValidationError>
+where
+    T: PartialOrd + std::fmt::Display + Copy,
+{
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(ValidationError::OutOfRange {
+            field,
+            detail: format!("{value} is not within {}..={}", range.start(), range.end()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_limit_is_checked_before_parsing() {
+        let limits = InputLimits::with_max_payload_bytes(10).unwrap();
+        assert!(matches!(
+            parse_payload(&format!("\"{}\"", "a".repeat(20)), &limits),
+            Err(ValidationError::PayloadTooLarge { .. })
+        ));
+        assert!(matches!(
+            parse_payload("{nope", &InputLimits::default()),
+            Err(ValidationError::PayloadNotJson { .. })
+        ));
+        assert_eq!(
+            parse_payload("{\"a\":1}", &InputLimits::default()).unwrap()["a"],
+            1
+        );
+    }
+
+    #[test]
+    fn limits_cannot_exceed_the_hard_cap() {
+        assert!(InputLimits::with_max_payload_bytes(0).is_err());
+        assert!(InputLimits::with_max_payload_bytes(HARD_MAX_PAYLOAD_BYTES + 1).is_err());
+        assert!(InputLimits::with_max_payload_bytes(512).is_ok());
+    }
+
+    #[test]
+    fn idempotency_keys_are_bounded() {
+        assert!(check_idempotency_key("order-42").is_ok());
+        assert!(check_idempotency_key("").is_err());
+        assert!(check_idempotency_key(&"k".repeat(256)).is_err());
+        assert!(check_idempotency_key("a\u{1b}b").is_err());
+    }
+
+    #[test]
+    fn ranges_name_the_field() {
+        let err = check_range("max_attempts", 0, 1..=MAX_ATTEMPTS_LIMIT).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "max_attempts out of range: 0 is not within 1..=1000"
+        );
+    }
+}

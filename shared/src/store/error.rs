@@ -1,0 +1,69 @@
+//! Errors of store operations. A fenced holder write is *not* here: it is an outcome
+//! ([`super::HolderWrite::Fenced`]) the caller counts and carries on from.
+
+use thiserror::Error;
+
+use crate::domain::{TaskId, TransitionError, ValidationError};
+
+/// Why a store operation failed.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The input was refused before anything was written.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// No task with that id.
+    #[error("task {0} does not exist")]
+    NotFound(TaskId),
+    /// The task is in a state the action cannot leave; nothing changed.
+    #[error("task {id}: {source}")]
+    Transition {
+        id: TaskId,
+        #[source]
+        source: TransitionError,
+    },
+    /// The actor's role does not allow the action; nothing changed (the denial is audited).
+    #[error("permission denied: {actor} may not {action} (viewer tokens may watch and list only)")]
+    PermissionDenied { action: String, actor: String },
+    /// The database refused or failed the statement of `op`.
+    #[error("database error in {op}: {source}")]
+    Database {
+        op: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Applying migrations failed.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The database holds a value this version cannot read (bad database state).
+    #[error("unreadable {what} in the database: {detail}")]
+    Corrupt { what: &'static str, detail: String },
+    /// The URL names a database this build has no store for.
+    #[error("unsupported database URL {0:?}: use postgres://… (or postgresql://…)")]
+    UnsupportedUrl(String),
+}
+
+impl StoreError {
+    /// Wraps a database error with the operation that met it.
+    pub fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+        move |source| StoreError::Database { op, source }
+    }
+
+    /// True when the database could not be reached or the connection broke (worth retrying),
+    /// as opposed to a refused statement.
+    pub fn is_connection(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database {
+                source: sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::WorkerCrashed,
+                ..
+            }
+        )
+    }
+}
+
+/// Result of a store operation.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

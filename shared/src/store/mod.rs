@@ -1,0 +1,108 @@
+//! The [`Store`] trait: the seam between the runtime and the databases.
+//!
+//! Every method is one statement or one short transaction. Methods are named noun-first, take
+//! one `…Params` struct and return typed outcomes. Holder writes carry a
+//! [`LeaseKey`](crate::LeaseKey) and are *fenced*: when the row's owner, epoch or status no
+//! longer match, nothing changes and the outcome says `Fenced`.
+//!
+//! ```text
+//!            claim (epoch+1, lease_until = now()+ttl)
+//!   queued ───────────────────────────────────────────▶ running(owner, epoch)
+//!                                                         │  renew: lease_until = now()+ttl
+//!                                                         │  (owner, epoch, status must match)
+//!       heartbeat_at older than revoke threshold ──▶ suspect (listed, not taken)
+//!       lease_until + grace < now()             ──▶ recovered: epoch+1, retry_wait|dead|cancelled
+//!       holder write with old (owner, epoch)    ──▶ Fenced, nothing changes
+//! ```
+//!
+//! Every lease time is the database's `now()`; no host clock is ever written into a lease.
+//!
+//! When things fail: a statement error is a [`StoreError`] and changed nothing (each
+//! operation is atomic). A completion whose reply was lost can be repeated: the same
+//! (task, epoch, owner, outcome) reports `Repeated`. Recovery re-checks status, owner, epoch and
+//! expiry in the statement that changes the row, so it never touches a finished or newer row.
+
+mod error;
+pub mod outcomes;
+pub mod params;
+pub mod postgres;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+pub use error::{Result, StoreError};
+pub use outcomes::*;
+pub use params::*;
+
+use crate::domain::{AgentId, Policy, PolicyScope, TaskId};
+
+/// Storage of tasks, leases, policies, agents, the leader and the audit log.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The database's current time.
+    async fn db_now(&self) -> Result<DateTime<Utc>>;
+
+    /// Enqueue one task (an existing task when its idempotency key is known).
+    async fn task_enqueue(&self, task: NewTask) -> Result<Enqueued>;
+    /// Enqueue many tasks in one statement; results in input order.
+    async fn task_enqueue_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Enqueued>>;
+    /// Claim up to `batch` due tasks (DESIGN §4 order), within every concurrency limit.
+    async fn task_claim(&self, params: ClaimParams) -> Result<ClaimBatch>;
+    /// Renew a batch of leases; reports lost and cancel-requested ones.
+    async fn lease_renew_many(&self, params: RenewParams) -> Result<RenewOutcome>;
+    /// Record progress (fenced).
+    async fn task_progress(&self, params: ProgressParams) -> Result<HolderWrite>;
+    /// End an attempt (fenced, idempotent per (task, epoch)); writes the attempt row.
+    async fn task_complete(&self, params: CompleteParams) -> Result<CompleteOutcome>;
+    /// End many attempts in one statement (each fenced on its own); results in input order.
+    async fn task_complete_many(&self, batch: Vec<CompleteParams>) -> Result<Vec<CompleteOutcome>>;
+    /// Give leases back so they run again at once (fenced).
+    async fn lease_release_many(&self, params: ReleaseParams) -> Result<ReleaseOutcome>;
+
+    /// Operator cancel (audited).
+    async fn task_cancel(&self, params: CancelParams) -> Result<CancelOutcome>;
+    /// Operator requeue of a finished task (audited).
+    async fn task_requeue(&self, params: RequeueParams) -> Result<RequeueOutcome>;
+    /// Requeue (or count, when `dry_run`) dead tasks matching a filter (audited).
+    async fn task_requeue_dead(&self, params: RequeueDeadParams) -> Result<u64>;
+
+    /// Take expired leases after grace.
+    async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>>;
+    /// Dead-letter waiting tasks whose deadline passed.
+    async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>>;
+    /// Leases whose renewals are overdue.
+    async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>>;
+
+    /// Every policy row (the global one first).
+    async fn policy_list(&self) -> Result<Vec<Policy>>;
+    /// One policy row (a type without a row inherits everything).
+    async fn policy_get(&self, scope: PolicyScope) -> Result<Policy>;
+    /// Change a policy row (audited); takes effect at the next claim.
+    async fn policy_set(&self, params: PolicySetParams) -> Result<Policy>;
+
+    /// Register a starting agent process and give it its per-start id.
+    async fn agent_register(&self, params: AgentRegisterParams) -> Result<AgentRecord>;
+    /// Registry heartbeat; false when the agent is unknown or marked stopped.
+    async fn agent_heartbeat(&self, params: AgentHeartbeatParams) -> Result<bool>;
+    /// Agents that are not stopped, plus those stopped within the last hour.
+    async fn agent_list(&self) -> Result<Vec<AgentRecord>>;
+    /// Mark an agent stopped.
+    async fn agent_mark_stopped(&self, id: AgentId) -> Result<()>;
+
+    /// Become or stay leader.
+    async fn leader_attempt_elect(&self, params: LeaderElectParams) -> Result<LeaderOutcome>;
+    /// Renew leadership (fenced by term).
+    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<HolderWrite>;
+    /// Give leadership up (fenced by term).
+    async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite>;
+
+    /// Write an audit row on its own (e.g. a denied call).
+    async fn audit_record(&self, entry: AuditEntry) -> Result<()>;
+    /// A page of the audit log, newest first.
+    async fn audit_list(&self, params: AuditListParams) -> Result<Vec<AuditRecord>>;
+
+    /// A page of tasks, newest first.
+    async fn task_list(&self, params: TaskListParams) -> Result<TaskPage>;
+    /// One task with its attempts.
+    async fn task_get(&self, id: TaskId) -> Result<Option<TaskDetail>>;
+}

@@ -1,0 +1,183 @@
+//! Typed results of store operations. A fenced holder write is [`HolderWrite::Fenced`] or
+//! [`CompleteOutcome::Fenced`]: counted, logged and streamed by the caller, never an error.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::params::AgentState;
+use crate::domain::{AgentId, Attempt, LeaseEpoch, Task, TaskId, TaskStatus, TaskType};
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueued {
+    pub id: TaskId,
+    /// False when the idempotency key matched an existing task, which is returned instead.
+    pub created: bool,
+}
+
+/// Tasks claimed by one claim statement, with the database time of the claim.
+#[derive(Debug, Clone)]
+pub struct ClaimBatch {
+    pub now: DateTime<Utc>,
+    pub tasks: Vec<Task>,
+    /// A limited scope was being claimed by another claimer and was skipped: claim again soon.
+    pub contended: bool,
+}
+
+/// A holder write that can be fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HolderWrite {
+    /// The key matched: the write landed.
+    Held,
+    /// The lease moved on (other owner, newer epoch, or no longer leased): nothing changed.
+    Fenced,
+}
+
+/// A lease that was renewed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewedLease {
+    pub id: TaskId,
+    pub epoch: LeaseEpoch,
+    pub lease_until: DateTime<Utc>,
+    /// An operator asked to cancel: the holder should stop and report `Cancelled`.
+    pub cancel_requested: bool,
+}
+
+/// Result of one batch renewal.
+#[derive(Debug, Clone)]
+pub struct RenewOutcome {
+    pub now: DateTime<Utc>,
+    pub renewed: Vec<RenewedLease>,
+    /// Leases no longer held: the holder must stop these executions at once.
+    pub lost: Vec<(TaskId, LeaseEpoch)>,
+}
+
+/// Result of a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompleteOutcome {
+    /// Recorded now; the task is in `status` (`retry_at` set when a retry was scheduled).
+    Applied {
+        status: TaskStatus,
+        retry_at: Option<DateTime<Utc>>,
+    },
+    /// The same (task, epoch, owner) already recorded this outcome: a repeat whose first reply
+    /// was lost. Success, and nothing changed.
+    Repeated { status: TaskStatus },
+    /// The lease moved on before this completion: nothing changed.
+    Fenced,
+}
+
+/// Result of a batch release.
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseOutcome {
+    pub released: Vec<TaskId>,
+    pub fenced: Vec<TaskId>,
+}
+
+/// What an operator cancel did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// It was waiting: cancelled at once.
+    Cancelled,
+    /// It is running: its holder was asked to stop (it reports `Cancelled` when it has).
+    Requested { owner: AgentId, epoch: LeaseEpoch },
+    /// Cancellation had already been requested.
+    AlreadyRequested { owner: AgentId, epoch: LeaseEpoch },
+}
+
+/// What an operator requeue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequeueOutcome {
+    pub id: TaskId,
+    pub previous: TaskStatus,
+}
+
+/// One lease taken by recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    pub id: TaskId,
+    pub task_type: TaskType,
+    pub owner: AgentId,
+    /// The epoch that was revoked.
+    pub revoked_epoch: LeaseEpoch,
+    /// The status it was moved to (retry_wait, dead or cancelled).
+    pub status: TaskStatus,
+}
+
+/// A lease whose renewal is overdue but which recovery may not take yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuspectLease {
+    pub id: TaskId,
+    pub task_type: TaskType,
+    pub owner: AgentId,
+    pub epoch: LeaseEpoch,
+    pub heartbeat_at: DateTime<Utc>,
+    pub lease_until: DateTime<Utc>,
+    pub now: DateTime<Utc>,
+}
+
+/// A registered agent process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    pub id: AgentId,
+    pub name: String,
+    pub host: String,
+    pub pid: u32,
+    pub grpc_address: Option<String>,
+    pub version: String,
+    pub task_types: Vec<String>,
+    pub local_concurrency: u32,
+    pub active: u32,
+    pub state: AgentState,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+    pub stopped_at: Option<DateTime<Utc>>,
+    /// Database time when the row was read (to age the heartbeat without a host clock).
+    pub now: DateTime<Utc>,
+}
+
+/// Result of a leader election attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderOutcome {
+    /// This agent leads under `term` until `lease_until` (renewed if it already led).
+    Leader {
+        term: i64,
+        lease_until: DateTime<Utc>,
+    },
+    /// Someone else leads (or held it too recently to take over).
+    Follower {
+        leader: Option<AgentId>,
+        term: i64,
+        lease_until: Option<DateTime<Utc>>,
+    },
+}
+
+/// A task with every attempt.
+#[derive(Debug, Clone)]
+pub struct TaskDetail {
+    pub task: Task,
+    pub attempts: Vec<Attempt>,
+    pub now: DateTime<Utc>,
+}
+
+/// A page of tasks.
+#[derive(Debug, Clone)]
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    /// Cursor of the next page (None: this was the last).
+    pub next_before: Option<TaskId>,
+}
+
+/// One audit row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub role: String,
+    pub action: String,
+    pub target: String,
+    pub params: Option<serde_json::Value>,
+    pub result: String,
+    pub detail: Option<String>,
+}

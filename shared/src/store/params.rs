@@ -1,0 +1,485 @@
+//! Inputs of store operations: one `…Params` struct per method, validated before any
+//! statement runs.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::policy::{DEFAULT_MAX_ATTEMPTS, MAX_POLICY_DURATION};
+use crate::domain::validate::{
+    MAX_ATTEMPTS_LIMIT, MAX_BULK_ENQUEUE, MAX_CLAIM_BATCH, MAX_DELAY_MS, MAX_PAGE_SIZE,
+    MAX_TIMEOUT_MS, check_idempotency_key, check_range, check_result, payload_text,
+};
+use crate::domain::{
+    Actor, AgentId, InputLimits, LeaseEpoch, LeaseKey, PolicyPatch, PolicyScope, Progress,
+    TaskError, TaskId, TaskStatus, TaskType, ValidationError,
+};
+
+/// A task to enqueue. Build with [`NewTask::new`] and the `with_…` methods.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewTask {
+    pub task_type: TaskType,
+    pub payload: serde_json::Value,
+    /// Higher runs first.
+    pub priority: i16,
+    /// Due after this delay, measured from the database's `now()`.
+    pub delay: Option<Duration>,
+    /// Due at this time (exclusive with `delay`).
+    pub run_at: Option<DateTime<Utc>>,
+    /// Dead-lettered with `deadline_exceeded` if not finished by then.
+    pub deadline: Option<DateTime<Utc>>,
+    /// Max run time of one attempt (None: the type's policy).
+    pub timeout: Option<Duration>,
+    /// Attempts before the task is dead-lettered.
+    pub max_attempts: i32,
+    /// Enqueueing the same key again returns the existing task.
+    pub idempotency_key: Option<String>,
+}
+
+impl NewTask {
+    /// A task of `task_type` with `payload` and defaults for everything else.
+    pub fn new(task_type: TaskType, payload: serde_json::Value) -> Self {
+        Self {
+            task_type,
+            payload,
+            priority: 0,
+            delay: None,
+            run_at: None,
+            deadline: None,
+            timeout: None,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            idempotency_key: None,
+        }
+    }
+
+    pub fn with_priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    pub fn with_run_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+
+    pub fn with_deadline(mut self, at: DateTime<Utc>) -> Self {
+        self.deadline = Some(at);
+        self
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    pub fn with_max_attempts(mut self, attempts: i32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Checks every field and returns the values as bound to the insert statement.
+    pub fn validate(&self, limits: &InputLimits) -> Result<ValidTask, ValidationError> {
+        let payload = payload_text(&self.payload, limits)?;
+        check_range("max_attempts", self.max_attempts, 1..=MAX_ATTEMPTS_LIMIT)?;
+        if let Some(key) = &self.idempotency_key {
+            check_idempotency_key(key)?;
+        }
+        if self.delay.is_some() && self.run_at.is_some() {
+            return Err(ValidationError::Invalid {
+                field: "run_at",
+                detail: "give either a delay or a run-at time, not both".into(),
+            });
+        }
+        let delay_ms = match self.delay {
+            Some(d) => check_range("delay_ms", duration_ms(d), 0..=MAX_DELAY_MS)?,
+            None => 0,
+        };
+        let timeout_ms = match self.timeout {
+            Some(t) => Some(check_range(
+                "timeout_ms",
+                duration_ms(t),
+                1..=MAX_TIMEOUT_MS,
+            )?),
+            None => None,
+        };
+        if let (Some(deadline), Some(run_at)) = (self.deadline, self.run_at)
+            && deadline <= run_at
+        {
+            return Err(ValidationError::Invalid {
+                field: "deadline",
+                detail: format!("deadline {deadline} is not after run-at {run_at}"),
+            });
+        }
+        Ok(ValidTask {
+            task_type: self.task_type.as_str().to_string(),
+            payload,
+            priority: self.priority,
+            delay_ms,
+            run_at: self.run_at,
+            deadline: self.deadline,
+            timeout_ms,
+            max_attempts: self.max_attempts,
+            idempotency_key: self.idempotency_key.clone(),
+        })
+    }
+}
+
+/// A [`NewTask`] that passed validation, in the shape the insert statements bind.
+#[derive(Debug, Clone)]
+pub struct ValidTask {
+    pub task_type: String,
+    pub payload: String,
+    pub priority: i16,
+    pub delay_ms: i64,
+    pub run_at: Option<DateTime<Utc>>,
+    pub deadline: Option<DateTime<Utc>>,
+    pub timeout_ms: Option<i64>,
+    pub max_attempts: i32,
+    pub idempotency_key: Option<String>,
+}
+
+/// Validates a bulk enqueue: its size and every task.
+pub fn validate_bulk(
+    tasks: &[NewTask],
+    limits: &InputLimits,
+) -> Result<Vec<ValidTask>, ValidationError> {
+    if tasks.len() > MAX_BULK_ENQUEUE {
+        return Err(ValidationError::OutOfRange {
+            field: "tasks",
+            detail: format!(
+                "{} tasks in one call, above {MAX_BULK_ENQUEUE}",
+                tasks.len()
+            ),
+        });
+    }
+    tasks.iter().map(|t| t.validate(limits)).collect()
+}
+
+pub(crate) fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn check_ttl(field: &'static str, d: Duration) -> Result<(), ValidationError> {
+    if d < Duration::from_millis(100) || d > MAX_POLICY_DURATION {
+        return Err(ValidationError::OutOfRange {
+            field,
+            detail: format!("{} ms is not within 100 ms..=7 days", d.as_millis()),
+        });
+    }
+    Ok(())
+}
+
+/// Claim up to `batch` due tasks of `task_types` for `owner`.
+#[derive(Debug, Clone)]
+pub struct ClaimParams {
+    pub owner: AgentId,
+    pub task_types: Vec<TaskType>,
+    pub batch: u32,
+    pub lease_ttl: Duration,
+}
+
+impl ClaimParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_range("batch", self.batch, 1..=MAX_CLAIM_BATCH)?;
+        check_ttl("lease_ttl", self.lease_ttl)
+    }
+}
+
+/// Renew these leases of `owner` for another `lease_ttl` (database time).
+#[derive(Debug, Clone)]
+pub struct RenewParams {
+    pub owner: AgentId,
+    pub leases: Vec<(TaskId, LeaseEpoch)>,
+    pub lease_ttl: Duration,
+}
+
+impl RenewParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_ttl("lease_ttl", self.lease_ttl)
+    }
+}
+
+/// Record a holder's progress.
+#[derive(Debug, Clone)]
+pub struct ProgressParams {
+    pub key: LeaseKey,
+    pub progress: Progress,
+}
+
+/// How the holder says an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    Succeeded {
+        result: Option<serde_json::Value>,
+    },
+    PartiallySucceeded {
+        result: Option<serde_json::Value>,
+    },
+    /// Retried with backoff while attempts are left and the error is retryable; else dead.
+    Failed {
+        error: TaskError,
+    },
+    /// The holder stopped because cancellation was requested.
+    Cancelled,
+}
+
+impl Completion {
+    pub(crate) fn outcome_name(&self) -> &'static str {
+        match self {
+            Completion::Succeeded { .. } => "succeeded",
+            Completion::PartiallySucceeded { .. } => "partially_succeeded",
+            Completion::Failed { .. } => "failed",
+            Completion::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// End an attempt: the holder's final write.
+#[derive(Debug, Clone)]
+pub struct CompleteParams {
+    pub key: LeaseKey,
+    pub completion: Completion,
+}
+
+impl CompleteParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        match &self.completion {
+            Completion::Succeeded { result: Some(r) }
+            | Completion::PartiallySucceeded { result: Some(r) } => check_result(r),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Give leases back (graceful shutdown) so another agent starts them at once.
+#[derive(Debug, Clone)]
+pub struct ReleaseParams {
+    pub owner: AgentId,
+    pub leases: Vec<(TaskId, LeaseEpoch)>,
+}
+
+/// An operator cancels a task.
+#[derive(Debug, Clone)]
+pub struct CancelParams {
+    pub id: TaskId,
+    pub actor: Actor,
+}
+
+/// An operator requeues a finished task.
+#[derive(Debug, Clone)]
+pub struct RequeueParams {
+    pub id: TaskId,
+    pub actor: Actor,
+}
+
+/// Which dead tasks a bulk requeue takes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeadFilter {
+    pub task_type: Option<TaskType>,
+    pub error_code: Option<String>,
+    /// Died at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Died before.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// Requeue every dead task matching `filter`, or count them when `dry_run`.
+#[derive(Debug, Clone)]
+pub struct RequeueDeadParams {
+    pub filter: DeadFilter,
+    pub dry_run: bool,
+    pub actor: Actor,
+}
+
+impl RequeueDeadParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if let Some(code) = &self.filter.error_code
+            && (code.is_empty() || code.len() > 64)
+        {
+            return Err(ValidationError::Invalid {
+                field: "error_code",
+                detail: "must be 1-64 bytes".into(),
+            });
+        }
+        if let (Some(since), Some(until)) = (self.filter.since, self.filter.until)
+            && since >= until
+        {
+            return Err(ValidationError::Invalid {
+                field: "since",
+                detail: format!("since {since} is not before until {until}"),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Take leases whose `lease_until + grace` has passed.
+#[derive(Debug, Clone)]
+pub struct RecoverParams {
+    pub grace: Duration,
+    pub limit: u32,
+}
+
+/// Dead-letter waiting tasks whose deadline passed.
+#[derive(Debug, Clone)]
+pub struct ExpireDeadlinesParams {
+    pub limit: u32,
+}
+
+/// List leases whose last renewal is older than `threshold`.
+#[derive(Debug, Clone)]
+pub struct SuspectParams {
+    pub threshold: Duration,
+}
+
+/// Change a policy row.
+#[derive(Debug, Clone)]
+pub struct PolicySetParams {
+    pub scope: PolicyScope,
+    pub patch: PolicyPatch,
+    pub actor: Actor,
+}
+
+/// State an agent reports of itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentState {
+    Running,
+    Draining,
+    Stopped,
+}
+
+impl AgentState {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Running => "running",
+            AgentState::Draining => "draining",
+            AgentState::Stopped => "stopped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "running" => Some(AgentState::Running),
+            "draining" => Some(AgentState::Draining),
+            "stopped" => Some(AgentState::Stopped),
+            _ => None,
+        }
+    }
+}
+
+/// Register a starting agent process; the store gives it its per-start id.
+#[derive(Debug, Clone)]
+pub struct AgentRegisterParams {
+    /// `--id`, default the hostname.
+    pub name: String,
+    pub host: String,
+    pub pid: u32,
+    pub grpc_address: Option<String>,
+    pub version: String,
+    pub task_types: Vec<TaskType>,
+    pub local_concurrency: u32,
+}
+
+/// An agent's registry heartbeat.
+#[derive(Debug, Clone)]
+pub struct AgentHeartbeatParams {
+    pub id: AgentId,
+    pub state: AgentState,
+    pub active: u32,
+    pub local_concurrency: u32,
+}
+
+/// Become (or stay) leader for `ttl`; take over only after `lease_until + grace`.
+#[derive(Debug, Clone)]
+pub struct LeaderElectParams {
+    pub owner: AgentId,
+    pub ttl: Duration,
+    pub grace: Duration,
+}
+
+/// Renew leadership held under `term`.
+#[derive(Debug, Clone)]
+pub struct LeaderRenewParams {
+    pub owner: AgentId,
+    pub term: i64,
+    pub ttl: Duration,
+}
+
+/// Result of an audited action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditResult {
+    Applied,
+    Noop,
+    Denied,
+    Failed,
+}
+
+impl AuditResult {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AuditResult::Applied => "applied",
+            AuditResult::Noop => "noop",
+            AuditResult::Denied => "denied",
+            AuditResult::Failed => "failed",
+        }
+    }
+}
+
+/// One audit row to write.
+#[derive(Debug, Clone)]
+pub struct AuditEntry {
+    pub actor: Actor,
+    pub action: String,
+    pub target: String,
+    pub params: Option<serde_json::Value>,
+    pub result: AuditResult,
+    pub detail: Option<String>,
+}
+
+/// A page of tasks, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct TaskListParams {
+    /// Only these statuses (empty: all).
+    pub statuses: Vec<TaskStatus>,
+    pub task_type: Option<TaskType>,
+    /// Case-insensitive text in the type, the error code or the error message.
+    pub text: Option<String>,
+    /// Keyset cursor: ids below this.
+    pub before: Option<TaskId>,
+    pub limit: u32,
+}
+
+impl TaskListParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_range("limit", self.limit, 1..=MAX_PAGE_SIZE)?;
+        if let Some(text) = &self.text
+            && (text.len() > 200 || text.chars().any(char::is_control))
+        {
+            return Err(ValidationError::Invalid {
+                field: "text",
+                detail: "must be at most 200 bytes without control characters".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A page of the audit log, newest first.
+#[derive(Debug, Clone)]
+pub struct AuditListParams {
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}

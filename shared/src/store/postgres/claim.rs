@@ -1,0 +1,72 @@
+//! Claim: one statement per batch, inside a short transaction that first serialises the
+//! limited scopes it touches (DESIGN §5).
+//!
+//! ```text
+//!   BEGIN
+//!   task_claim_lock: pg_try_advisory_xact_lock per limited scope ('*' and each limited type)
+//!   task_claim:      count running per locked scope, pick due rows FOR UPDATE SKIP LOCKED,
+//!                    cap per type and globally, set running / owner / epoch+1 / lease_until
+//!   COMMIT           (locks released; the next claimer of the scope sees these rows counted)
+//! ```
+//!
+//! Unlimited scopes take no lock, so claimers of unlimited types never wait on each other. A
+//! limited scope whose lock is busy gets nothing this round and the batch says `contended`, so
+//! the caller retries soon rather than waiting for the next poll.
+//! When things fail: any error rolls the transaction back, so a claim either took its rows
+//! with their leases or took nothing.
+
+use sqlx::{PgPool, Row};
+
+use super::rows::{get, task};
+use super::{secs, sql};
+use crate::store::{ClaimBatch, ClaimParams, Result, StoreError};
+
+pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<ClaimBatch> {
+    params.validate()?;
+    let types: Vec<&str> = params.task_types.iter().map(|t| t.as_str()).collect();
+    let mut tx = pool.begin().await.map_err(StoreError::db("task_claim"))?;
+    let locked_rows = sqlx::query(sql::task_claim_lock)
+        .bind(&types)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_claim_lock"))?;
+    let mut locked = Vec::with_capacity(locked_rows.len());
+    let mut contended = false;
+    for row in &locked_rows {
+        if get::<bool>(row, "locked")? {
+            locked.push(get::<String>(row, "scope")?);
+        } else {
+            contended = true;
+        }
+    }
+    let rows = sqlx::query(sql::task_claim)
+        .bind(params.owner.as_str())
+        .bind(&types)
+        .bind(i64::from(params.batch))
+        .bind(secs(params.lease_ttl))
+        .bind(&locked)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_claim"))?;
+    let now = match rows.first() {
+        Some(row) => get(row, "db_now")?,
+        None => sqlx::query(sql::db_now)
+            .fetch_one(&mut *tx)
+            .await
+            .and_then(|row| row.try_get("now"))
+            .map_err(StoreError::db("task_claim"))?,
+    };
+    tx.commit().await.map_err(StoreError::db("task_claim"))?;
+    let mut tasks = rows.iter().map(task).collect::<Result<Vec<_>>>()?;
+    tasks.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.available_at.cmp(&b.available_at))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(ClaimBatch {
+        now,
+        tasks,
+        contended,
+    })
+}

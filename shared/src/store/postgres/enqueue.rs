@@ -1,0 +1,137 @@
+//! Enqueue, generic over the executor: pass a pool, a connection, or your own transaction to
+//! enqueue atomically with your business data (the task exists if and only if you commit).
+
+use sqlx::PgExecutor;
+
+use super::rows::get;
+use super::sql;
+use crate::domain::{InputLimits, TaskId};
+use crate::store::params::{ValidTask, validate_bulk};
+use crate::store::{Enqueued, NewTask, Result, StoreError};
+
+/// Enqueues one task through `executor`. With an idempotency key already used, returns the
+/// existing task (`created = false`).
+pub async fn task_enqueue<'e, E: PgExecutor<'e>>(
+    executor: E,
+    task: &NewTask,
+    limits: &InputLimits,
+) -> Result<Enqueued> {
+    let valid = task.validate(limits)?;
+    enqueue_valid(executor, &valid)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt {
+            what: "enqueue",
+            detail: "idempotency key conflicted with a row that is not visible yet; retry".into(),
+        })
+}
+
+/// Like [`task_enqueue`] on a pool, retrying once the rare case where the conflicting row of an
+/// idempotency key was committed by a concurrent transaction after this statement began.
+pub(super) async fn task_enqueue_with_retry(
+    pool: &sqlx::PgPool,
+    task: &NewTask,
+    limits: &InputLimits,
+) -> Result<Enqueued> {
+    let valid = task.validate(limits)?;
+    for _ in 0..3 {
+        if let Some(done) = enqueue_valid(pool, &valid).await? {
+            return Ok(done);
+        }
+    }
+    Err(StoreError::Corrupt {
+        what: "enqueue",
+        detail: "idempotency key kept conflicting with an invisible row".into(),
+    })
+}
+
+async fn enqueue_valid<'e, E: PgExecutor<'e>>(
+    executor: E,
+    v: &ValidTask,
+) -> Result<Option<Enqueued>> {
+    let row = sqlx::query(sql::task_enqueue)
+        .bind(&v.task_type)
+        .bind(&v.payload)
+        .bind(v.priority)
+        .bind(v.delay_ms as f64)
+        .bind(v.run_at)
+        .bind(v.deadline)
+        .bind(v.timeout_ms)
+        .bind(v.max_attempts)
+        .bind(&v.idempotency_key)
+        .fetch_optional(executor)
+        .await
+        .map_err(StoreError::db("task_enqueue"))?;
+    row.map(|row| {
+        Ok(Enqueued {
+            id: TaskId(get(&row, "id")?),
+            created: get(&row, "created")?,
+        })
+    })
+    .transpose()
+}
+
+/// Enqueues many tasks in one statement through `executor`; results come back in input order.
+pub async fn task_enqueue_many<'e, E: PgExecutor<'e>>(
+    executor: E,
+    tasks: &[NewTask],
+    limits: &InputLimits,
+) -> Result<Vec<Enqueued>> {
+    let valid = validate_bulk(tasks, limits)?;
+    if valid.is_empty() {
+        return Ok(Vec::new());
+    }
+    let n = valid.len();
+    let mut types = Vec::with_capacity(n);
+    let mut payloads = Vec::with_capacity(n);
+    let mut priorities = Vec::with_capacity(n);
+    let mut delays = Vec::with_capacity(n);
+    let mut run_ats = Vec::with_capacity(n);
+    let mut deadlines = Vec::with_capacity(n);
+    let mut timeouts = Vec::with_capacity(n);
+    let mut max_attempts = Vec::with_capacity(n);
+    let mut keys = Vec::with_capacity(n);
+    for v in valid {
+        types.push(v.task_type);
+        payloads.push(v.payload);
+        priorities.push(v.priority);
+        delays.push(v.delay_ms);
+        run_ats.push(v.run_at);
+        deadlines.push(v.deadline);
+        timeouts.push(v.timeout_ms);
+        max_attempts.push(v.max_attempts);
+        keys.push(v.idempotency_key);
+    }
+    let rows = sqlx::query(sql::task_enqueue_many)
+        .bind(types)
+        .bind(payloads)
+        .bind(priorities)
+        .bind(delays)
+        .bind(run_ats)
+        .bind(deadlines)
+        .bind(timeouts)
+        .bind(max_attempts)
+        .bind(keys)
+        .fetch_all(executor)
+        .await
+        .map_err(StoreError::db("task_enqueue_many"))?;
+    if rows.len() != n {
+        return Err(StoreError::Corrupt {
+            what: "bulk enqueue",
+            detail: format!("{} results for {n} tasks", rows.len()),
+        });
+    }
+    rows.iter()
+        .map(|row| {
+            let id: Option<i64> = get(row, "id")?;
+            let id = id.ok_or_else(|| StoreError::Corrupt {
+                what: "bulk enqueue",
+                detail: "idempotency key conflicted with a row that is not visible yet; retry"
+                    .into(),
+            })?;
+            Ok(Enqueued {
+                id: TaskId(id),
+                created: get(row, "created")?,
+            })
+        })
+        .collect()
+}

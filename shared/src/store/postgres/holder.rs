@@ -1,0 +1,188 @@
+//! Holder writes: renew, progress, complete, release. Each carries the lease key (task, owner,
+//! epoch) and changes nothing when it no longer matches: the outcome says `Fenced`.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use sqlx::types::Json;
+
+use super::rows::{get, status};
+use super::{secs, sql};
+use crate::domain::{LeaseEpoch, TaskId};
+use crate::store::{
+    CompleteOutcome, CompleteParams, Completion, HolderWrite, ProgressParams, ReleaseOutcome,
+    ReleaseParams, RenewOutcome, RenewParams, RenewedLease, Result, StoreError,
+};
+
+fn split(leases: &[(TaskId, LeaseEpoch)]) -> (Vec<i64>, Vec<i64>) {
+    let mut sorted = leases.to_vec();
+    sorted.sort();
+    sorted
+        .into_iter()
+        .map(|(id, epoch)| (id.0, epoch.0))
+        .unzip()
+}
+
+pub(super) async fn lease_renew_many(pool: &PgPool, params: &RenewParams) -> Result<RenewOutcome> {
+    params.validate()?;
+    let (ids, epochs) = split(&params.leases);
+    let rows = sqlx::query(sql::lease_renew_many)
+        .bind(params.owner.as_str())
+        .bind(&ids)
+        .bind(&epochs)
+        .bind(secs(params.lease_ttl))
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db("lease_renew_many"))?;
+    let mut now: Option<DateTime<Utc>> = None;
+    let mut renewed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        now = Some(get(row, "now")?);
+        if let Some(id) = get::<Option<i64>>(row, "id")? {
+            renewed.push(RenewedLease {
+                id: TaskId(id),
+                epoch: LeaseEpoch(get(row, "lease_epoch")?),
+                lease_until: get(row, "lease_until")?,
+                cancel_requested: get(row, "cancel_requested")?,
+            });
+        }
+    }
+    let held: HashSet<(TaskId, LeaseEpoch)> = renewed.iter().map(|r| (r.id, r.epoch)).collect();
+    let lost = params
+        .leases
+        .iter()
+        .copied()
+        .filter(|key| !held.contains(key))
+        .collect();
+    let now = now.ok_or_else(|| StoreError::Corrupt {
+        what: "renewal",
+        detail: "no row returned".into(),
+    })?;
+    Ok(RenewOutcome { now, renewed, lost })
+}
+
+pub(super) async fn task_progress(pool: &PgPool, params: &ProgressParams) -> Result<HolderWrite> {
+    let key = &params.key;
+    let row = sqlx::query(sql::task_progress)
+        .bind(key.id.0)
+        .bind(key.owner.as_str())
+        .bind(key.epoch.0)
+        .bind(Json(&params.progress))
+        .fetch_optional(pool)
+        .await
+        .map_err(StoreError::db("task_progress"))?;
+    Ok(if row.is_some() {
+        HolderWrite::Held
+    } else {
+        HolderWrite::Fenced
+    })
+}
+
+pub(super) async fn task_complete_many(
+    pool: &PgPool,
+    batch: &[CompleteParams],
+) -> Result<Vec<CompleteOutcome>> {
+    let n = batch.len();
+    let (mut ids, mut owners, mut epochs, mut outcomes) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut results, mut errors) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut seen = HashSet::with_capacity(n);
+    for params in batch {
+        params.validate()?;
+        if !seen.insert(params.key.id) {
+            return Err(StoreError::Invalid(crate::ValidationError::Invalid {
+                field: "completions",
+                detail: format!("task {} appears twice in one batch", params.key.id),
+            }));
+        }
+        let (result, error) = match &params.completion {
+            Completion::Succeeded { result } | Completion::PartiallySucceeded { result } => {
+                (result.clone().map(Json), None)
+            }
+            Completion::Failed { error } => {
+                let value = serde_json::to_value(error.clone().bounded()).map_err(|e| {
+                    StoreError::Corrupt {
+                        what: "task error",
+                        detail: e.to_string(),
+                    }
+                })?;
+                (None, Some(Json(value)))
+            }
+            Completion::Cancelled => (None, None),
+        };
+        ids.push(params.key.id.0);
+        owners.push(params.key.owner.as_str());
+        epochs.push(params.key.epoch.0);
+        outcomes.push(params.completion.outcome_name());
+        results.push(result);
+        errors.push(error);
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(sql::task_complete_many)
+        .bind(&ids)
+        .bind(&owners)
+        .bind(&epochs)
+        .bind(&outcomes)
+        .bind(&results)
+        .bind(&errors)
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db("task_complete"))?;
+    let mut by_id = std::collections::HashMap::with_capacity(n);
+    for row in &rows {
+        let id: i64 = get(row, "id")?;
+        let kind: String = get(row, "kind")?;
+        let outcome = match kind.as_str() {
+            "applied" => CompleteOutcome::Applied {
+                status: status(get::<&str>(row, "status")?)?,
+                retry_at: get(row, "retry_at")?,
+            },
+            "repeated" => CompleteOutcome::Repeated {
+                status: status(get::<&str>(row, "status")?)?,
+            },
+            _ => CompleteOutcome::Fenced,
+        };
+        by_id.insert(id, outcome);
+    }
+    ids.iter()
+        .map(|id| {
+            by_id.get(id).copied().ok_or_else(|| StoreError::Corrupt {
+                what: "completion",
+                detail: format!("no result for task {id}"),
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn lease_release_many(
+    pool: &PgPool,
+    params: &ReleaseParams,
+) -> Result<ReleaseOutcome> {
+    let (ids, epochs) = split(&params.leases);
+    let rows = sqlx::query(sql::lease_release_many)
+        .bind(params.owner.as_str())
+        .bind(&ids)
+        .bind(&epochs)
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db("lease_release_many"))?;
+    let released: Vec<TaskId> = rows
+        .iter()
+        .map(|row| get::<i64>(row, "id").map(TaskId))
+        .collect::<Result<_>>()?;
+    let done: HashSet<TaskId> = released.iter().copied().collect();
+    let fenced = params
+        .leases
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| !done.contains(id))
+        .collect();
+    Ok(ReleaseOutcome { released, fenced })
+}

@@ -1,0 +1,335 @@
+//! The PostgreSQL store: production storage, the only one for several hosts.
+//!
+//! SQL lives in `sql/*.sql`, one statement per file named after its operation, loaded with
+//! `include_str!`. Claims of limited scopes run in a short transaction that first takes one
+//! advisory lock per limited scope; everything else is a single statement.
+//!
+//! Enqueue is also offered generic over the executor ([`enqueue::task_enqueue`],
+//! [`enqueue::task_enqueue_many`]) so applications enqueue in the same transaction as their
+//! business data; audit rows likewise ([`operator::audit_write`]).
+
+mod claim;
+pub mod enqueue;
+mod holder;
+mod maintenance;
+pub mod operator;
+mod query;
+mod registry;
+mod rows;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use super::{
+    AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
+    AuditRecord, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
+    CompleteParams, Enqueued, ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome,
+    LeaderRenewParams, NewTask, PolicySetParams, ProgressParams, RecoverParams, Recovered,
+    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
+    RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
+    TaskListParams, TaskPage,
+};
+use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId};
+
+/// The embedded PostgreSQL migrations (`migrations/postgres/`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// The NOTIFY channel enqueues and requeues signal (a hint: agents poll as well).
+pub const NOTIFY_CHANNEL: &str = "leasehold_tasks";
+
+/// Default size of the store's connection pool.
+pub const DEFAULT_POOL_SIZE: u32 = 10;
+/// Default time to wait for a pooled connection.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) mod sql {
+    macro_rules! statements {
+        ($($name:ident),* $(,)?) => {
+            $(pub const $name: &str = include_str!(concat!("sql/", stringify!($name), ".sql"));)*
+        };
+    }
+    #[allow(non_upper_case_globals)]
+    mod names {
+        statements!(
+            db_now,
+            notify_tasks,
+            task_enqueue,
+            task_enqueue_many,
+            task_claim_lock,
+            task_claim,
+            lease_renew_many,
+            task_progress,
+            task_complete_many,
+            lease_release_many,
+            task_cancel,
+            task_requeue,
+            task_requeue_dead,
+            task_count_dead,
+            lease_recover_expired,
+            task_expire_deadlines,
+            lease_list_suspect,
+            policy_list,
+            policy_get_for_update,
+            policy_upsert,
+            agent_register,
+            agent_heartbeat,
+            agent_list,
+            agent_mark_stopped,
+            leader_attempt_elect,
+            leader_renew,
+            leader_resign,
+            audit_insert,
+            audit_list,
+            task_list,
+            task_get,
+            task_attempts,
+        );
+    }
+    pub use names::*;
+}
+
+/// Options for connecting a [`PgStore`].
+#[derive(Debug, Clone)]
+pub struct PgStoreOptions {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+    pub limits: InputLimits,
+    /// `application_name` shown in `pg_stat_activity`.
+    pub application_name: String,
+}
+
+impl Default for PgStoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_POOL_SIZE,
+            acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
+            limits: InputLimits::default(),
+            application_name: "leasehold".to_string(),
+        }
+    }
+}
+
+/// The PostgreSQL implementation of [`Store`].
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    limits: InputLimits,
+}
+
+impl PgStore {
+    /// Connects a pool to `url` (`postgres://…`).
+    pub async fn connect(url: &str, options: PgStoreOptions) -> Result<Self> {
+        let connect = connect_options(url)?.application_name(&options.application_name);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(StoreError::db("connect"))?;
+        Ok(Self {
+            pool,
+            limits: options.limits,
+        })
+    }
+
+    /// Wraps an existing pool.
+    pub fn from_pool(pool: PgPool, limits: InputLimits) -> Self {
+        Self { pool, limits }
+    }
+
+    /// The pool, for callers that enqueue inside their own transactions.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The input limits this store enforces.
+    pub fn limits(&self) -> &InputLimits {
+        &self.limits
+    }
+
+    /// Applies pending migrations. Safe to run twice and from several hosts at once (the
+    /// migrator holds an advisory lock while it works).
+    pub async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn notify(&self) {
+        // A hint only: agents poll as well, so a lost notification delays, never loses, work.
+        if let Err(error) = sqlx::query(sql::notify_tasks).execute(&self.pool).await {
+            tracing::debug!(%error, "notify failed");
+        }
+    }
+}
+
+/// Parses a PostgreSQL URL, refusing other schemes with a clear message.
+pub fn connect_options(url: &str) -> Result<PgConnectOptions> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(StoreError::UnsupportedUrl(
+            crate::domain::ids::truncate_for_error(url),
+        ));
+    }
+    PgConnectOptions::from_str(url).map_err(StoreError::db("parse database URL"))
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn db_now(&self) -> Result<DateTime<Utc>> {
+        let row = sqlx::query(sql::db_now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("db_now"))?;
+        row.try_get("now").map_err(StoreError::db("db_now"))
+    }
+
+    async fn task_enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        enqueue::task_enqueue_with_retry(&self.pool, &task, &self.limits).await
+    }
+
+    async fn task_enqueue_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Enqueued>> {
+        enqueue::task_enqueue_many(&self.pool, &tasks, &self.limits).await
+    }
+
+    async fn task_claim(&self, params: ClaimParams) -> Result<ClaimBatch> {
+        claim::task_claim(&self.pool, &params).await
+    }
+
+    async fn lease_renew_many(&self, params: RenewParams) -> Result<RenewOutcome> {
+        holder::lease_renew_many(&self.pool, &params).await
+    }
+
+    async fn task_progress(&self, params: ProgressParams) -> Result<HolderWrite> {
+        holder::task_progress(&self.pool, &params).await
+    }
+
+    async fn task_complete(&self, params: CompleteParams) -> Result<CompleteOutcome> {
+        let mut outcomes =
+            holder::task_complete_many(&self.pool, std::slice::from_ref(&params)).await?;
+        outcomes.pop().ok_or_else(|| StoreError::Corrupt {
+            what: "completion",
+            detail: "no result".into(),
+        })
+    }
+
+    async fn task_complete_many(&self, batch: Vec<CompleteParams>) -> Result<Vec<CompleteOutcome>> {
+        holder::task_complete_many(&self.pool, &batch).await
+    }
+
+    async fn lease_release_many(&self, params: ReleaseParams) -> Result<ReleaseOutcome> {
+        let outcome = holder::lease_release_many(&self.pool, &params).await?;
+        if !outcome.released.is_empty() {
+            self.notify().await;
+        }
+        Ok(outcome)
+    }
+
+    async fn task_cancel(&self, params: CancelParams) -> Result<CancelOutcome> {
+        operator::task_cancel(&self.pool, &params).await
+    }
+
+    async fn task_requeue(&self, params: RequeueParams) -> Result<RequeueOutcome> {
+        let outcome = operator::task_requeue(&self.pool, &params).await?;
+        self.notify().await;
+        Ok(outcome)
+    }
+
+    async fn task_requeue_dead(&self, params: RequeueDeadParams) -> Result<u64> {
+        let count = operator::task_requeue_dead(&self.pool, &params).await?;
+        if count > 0 && !params.dry_run {
+            self.notify().await;
+        }
+        Ok(count)
+    }
+
+    async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>> {
+        let recovered = maintenance::lease_recover_expired(&self.pool, &params).await?;
+        if !recovered.is_empty() {
+            self.notify().await;
+        }
+        Ok(recovered)
+    }
+
+    async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>> {
+        maintenance::task_expire_deadlines(&self.pool, &params).await
+    }
+
+    async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>> {
+        maintenance::lease_list_suspect(&self.pool, &params).await
+    }
+
+    async fn policy_list(&self) -> Result<Vec<Policy>> {
+        query::policy_list(&self.pool).await
+    }
+
+    async fn policy_get(&self, scope: PolicyScope) -> Result<Policy> {
+        let all = query::policy_list(&self.pool).await?;
+        Ok(all
+            .into_iter()
+            .find(|p| p.scope == scope)
+            .unwrap_or_else(|| Policy::inherit(scope)))
+    }
+
+    async fn policy_set(&self, params: PolicySetParams) -> Result<Policy> {
+        let policy = operator::policy_set(&self.pool, &params).await?;
+        self.notify().await;
+        Ok(policy)
+    }
+
+    async fn agent_register(&self, params: AgentRegisterParams) -> Result<AgentRecord> {
+        registry::agent_register(&self.pool, &params).await
+    }
+
+    async fn agent_heartbeat(&self, params: AgentHeartbeatParams) -> Result<bool> {
+        registry::agent_heartbeat(&self.pool, &params).await
+    }
+
+    async fn agent_list(&self) -> Result<Vec<AgentRecord>> {
+        registry::agent_list(&self.pool).await
+    }
+
+    async fn agent_mark_stopped(&self, id: AgentId) -> Result<()> {
+        registry::agent_mark_stopped(&self.pool, &id).await
+    }
+
+    async fn leader_attempt_elect(&self, params: LeaderElectParams) -> Result<LeaderOutcome> {
+        registry::leader_attempt_elect(&self.pool, &params).await
+    }
+
+    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<HolderWrite> {
+        registry::leader_renew(&self.pool, &params).await
+    }
+
+    async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite> {
+        registry::leader_resign(&self.pool, &owner, term).await
+    }
+
+    async fn audit_record(&self, entry: AuditEntry) -> Result<()> {
+        operator::audit_write(&self.pool, &entry).await
+    }
+
+    async fn audit_list(&self, params: AuditListParams) -> Result<Vec<AuditRecord>> {
+        query::audit_list(&self.pool, &params).await
+    }
+
+    async fn task_list(&self, params: TaskListParams) -> Result<TaskPage> {
+        query::task_list(&self.pool, &params).await
+    }
+
+    async fn task_get(&self, id: TaskId) -> Result<Option<TaskDetail>> {
+        query::task_get(&self.pool, id).await
+    }
+}

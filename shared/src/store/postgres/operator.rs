@@ -1,0 +1,317 @@
+//! Operator actions: cancel, requeue, bulk requeue of dead letters, policy changes. Each runs
+//! in one short transaction that also writes its audit row, so the change and its record
+//! commit together; an action refused by the state machine still commits its audit row (result
+//! `failed`) and changes nothing else.
+
+use serde_json::json;
+use sqlx::types::Json;
+use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
+
+use super::rows::{agent_id, get, policy, status};
+use super::sql;
+use crate::domain::{
+    Actor, LeaseEpoch, Policy, PolicyPatch, PolicyScope, Role, TaskAction, TaskStatus,
+};
+use crate::store::params::duration_ms;
+use crate::store::{
+    AuditEntry, AuditResult, CancelOutcome, CancelParams, PolicySetParams, RequeueDeadParams,
+    RequeueOutcome, RequeueParams, Result, StoreError,
+};
+
+/// Writes one audit row through `executor` (pass the transaction of the change it records).
+pub async fn audit_write<'e, E: PgExecutor<'e>>(executor: E, entry: &AuditEntry) -> Result<()> {
+    sqlx::query(sql::audit_insert)
+        .bind(&entry.actor.name)
+        .bind(entry.actor.role.as_str())
+        .bind(&entry.action)
+        .bind(&entry.target)
+        .bind(entry.params.clone().map(Json))
+        .bind(entry.result.as_str())
+        .bind(&entry.detail)
+        .execute(executor)
+        .await
+        .map_err(StoreError::db("audit_write"))?;
+    Ok(())
+}
+
+/// Refuses a viewer before anything changes, recording the denial.
+async fn authorize(pool: &PgPool, actor: &Actor, action: &str, target: String) -> Result<()> {
+    if actor.role != Role::Viewer {
+        return Ok(());
+    }
+    let entry = AuditEntry {
+        actor: actor.clone(),
+        action: action.to_string(),
+        target,
+        params: None,
+        result: AuditResult::Denied,
+        detail: Some("viewer tokens may watch and list only".into()),
+    };
+    audit_write(pool, &entry).await?;
+    Err(StoreError::PermissionDenied {
+        action: action.to_string(),
+        actor: actor.name.clone(),
+    })
+}
+
+async fn begin(pool: &PgPool, op: &'static str) -> Result<Transaction<'static, Postgres>> {
+    pool.begin().await.map_err(StoreError::db(op))
+}
+
+async fn commit(tx: Transaction<'static, Postgres>, op: &'static str) -> Result<()> {
+    tx.commit().await.map_err(StoreError::db(op))
+}
+
+pub(super) async fn task_cancel(pool: &PgPool, params: &CancelParams) -> Result<CancelOutcome> {
+    authorize(pool, &params.actor, "cancel", format!("task:{}", params.id)).await?;
+    let mut tx = begin(pool, "task_cancel").await?;
+    let row = sqlx::query(sql::task_cancel)
+        .bind(params.id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_cancel"))?;
+    let mut entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: "cancel".into(),
+        target: format!("task:{}", params.id),
+        params: None,
+        result: AuditResult::Failed,
+        detail: None,
+    };
+    let Some(row) = row else {
+        entry.detail = Some("no such task".into());
+        audit_write(&mut *tx, &entry).await?;
+        commit(tx, "task_cancel").await?;
+        return Err(StoreError::NotFound(params.id));
+    };
+    let before = status(get::<&str>(&row, "before")?)?;
+    let after: Option<String> = get(&row, "after")?;
+    let owner = get::<Option<String>>(&row, "lease_owner")?
+        .map(agent_id)
+        .transpose()?;
+    let epoch = LeaseEpoch(get(&row, "lease_epoch")?);
+    let outcome = match (before, after.as_deref(), owner) {
+        (TaskStatus::CancelRequested, None, Some(owner)) => {
+            entry.result = AuditResult::Noop;
+            entry.detail = Some("cancellation already requested".into());
+            Ok(CancelOutcome::AlreadyRequested { owner, epoch })
+        }
+        (_, Some("cancelled"), _) => {
+            entry.result = AuditResult::Applied;
+            entry.detail = Some(format!("{before} -> cancelled"));
+            Ok(CancelOutcome::Cancelled)
+        }
+        (_, Some("cancel_requested"), Some(owner)) => {
+            entry.result = AuditResult::Applied;
+            entry.detail = Some(format!(
+                "{before} -> cancel_requested; holder {owner} asked to stop"
+            ));
+            Ok(CancelOutcome::Requested { owner, epoch })
+        }
+        _ => {
+            let refusal = before
+                .apply(TaskAction::RequestCancel)
+                .err()
+                .map(|source| StoreError::Transition {
+                    id: params.id,
+                    source,
+                })
+                .unwrap_or_else(|| StoreError::Corrupt {
+                    what: "cancel",
+                    detail: format!("task {} in {before} was not cancelled", params.id),
+                });
+            entry.detail = Some(refusal.to_string());
+            Err(refusal)
+        }
+    };
+    audit_write(&mut *tx, &entry).await?;
+    commit(tx, "task_cancel").await?;
+    outcome
+}
+
+pub(super) async fn task_requeue(pool: &PgPool, params: &RequeueParams) -> Result<RequeueOutcome> {
+    authorize(
+        pool,
+        &params.actor,
+        "requeue",
+        format!("task:{}", params.id),
+    )
+    .await?;
+    let mut tx = begin(pool, "task_requeue").await?;
+    let row = sqlx::query(sql::task_requeue)
+        .bind(params.id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_requeue"))?;
+    let mut entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: "requeue".into(),
+        target: format!("task:{}", params.id),
+        params: None,
+        result: AuditResult::Failed,
+        detail: None,
+    };
+    let outcome = match row {
+        None => Err(StoreError::NotFound(params.id)),
+        Some(row) => {
+            let before = status(get::<&str>(&row, "before")?)?;
+            if get::<bool>(&row, "changed")? {
+                entry.result = AuditResult::Applied;
+                Ok(RequeueOutcome {
+                    id: params.id,
+                    previous: before,
+                })
+            } else {
+                Err(before
+                    .apply(TaskAction::Requeue)
+                    .err()
+                    .map(|source| StoreError::Transition {
+                        id: params.id,
+                        source,
+                    })
+                    .unwrap_or_else(|| StoreError::Corrupt {
+                        what: "requeue",
+                        detail: format!("task {} in {before} was not requeued", params.id),
+                    }))
+            }
+        }
+    };
+    entry.detail = Some(match &outcome {
+        Ok(done) => format!("{} -> queued", done.previous),
+        Err(e) => e.to_string(),
+    });
+    audit_write(&mut *tx, &entry).await?;
+    commit(tx, "task_requeue").await?;
+    outcome
+}
+
+pub(super) async fn task_requeue_dead(pool: &PgPool, params: &RequeueDeadParams) -> Result<u64> {
+    params.validate()?;
+    if !params.dry_run {
+        authorize(
+            pool,
+            &params.actor,
+            "requeue_dead",
+            "dead-letter queue".into(),
+        )
+        .await?;
+    }
+    let f = &params.filter;
+    let statement = if params.dry_run {
+        sql::task_count_dead
+    } else {
+        sql::task_requeue_dead
+    };
+    let mut tx = begin(pool, "task_requeue_dead").await?;
+    let row = sqlx::query(statement)
+        .bind(f.task_type.as_ref().map(|t| t.as_str()))
+        .bind(f.error_code.as_deref())
+        .bind(f.since)
+        .bind(f.until)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_requeue_dead"))?;
+    let count = u64::try_from(get::<i64>(&row, "count")?).unwrap_or(0);
+    let filter = serde_json::to_value(f).unwrap_or(serde_json::Value::Null);
+    let entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: if params.dry_run {
+            "requeue_dead_dry_run".into()
+        } else {
+            "requeue_dead".into()
+        },
+        target: "dead-letter queue".into(),
+        params: Some(json!({ "filter": filter, "dry_run": params.dry_run })),
+        result: if params.dry_run || count == 0 {
+            AuditResult::Noop
+        } else {
+            AuditResult::Applied
+        },
+        detail: Some(format!("{count} matching")),
+    };
+    audit_write(&mut *tx, &entry).await?;
+    commit(tx, "task_requeue_dead").await?;
+    Ok(count)
+}
+
+/// Applies a patch to a policy row.
+fn apply_patch(mut p: Policy, patch: &PolicyPatch) -> Policy {
+    if let Some(v) = patch.max_concurrency {
+        p.max_concurrency = v;
+    }
+    if let Some(v) = patch.paused {
+        p.paused = v;
+    }
+    if let Some(v) = patch.retry_base {
+        p.retry_base = v;
+    }
+    if let Some(v) = patch.retry_multiplier {
+        p.retry_multiplier = v;
+    }
+    if let Some(v) = patch.retry_max {
+        p.retry_max = v;
+    }
+    if let Some(v) = patch.retry_jitter {
+        p.retry_jitter = v;
+    }
+    if let Some(v) = patch.timeout {
+        p.timeout = v;
+    }
+    if let Some(v) = patch.slow_threshold {
+        p.slow_threshold = v;
+    }
+    p
+}
+
+pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Result<Policy> {
+    params.patch.validate(&params.scope)?;
+    let key = params.scope.key().to_string();
+    authorize(pool, &params.actor, "policy_set", format!("policy:{key}")).await?;
+    let mut tx = begin(pool, "policy_set").await?;
+    let current = sqlx::query(sql::policy_get_for_update)
+        .bind(&key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db("policy_set"))?;
+    let before = match current {
+        Some(row) => policy(&row)?,
+        None => Policy::inherit(params.scope.clone()),
+    };
+    let next = apply_patch(before.clone(), &params.patch);
+    let ms = |d: Option<std::time::Duration>| d.map(duration_ms);
+    let row = sqlx::query(sql::policy_upsert)
+        .bind(&key)
+        .bind(
+            next.max_concurrency
+                .map(|l| i32::try_from(l).unwrap_or(i32::MAX)),
+        )
+        .bind(next.paused)
+        .bind(ms(next.retry_base))
+        .bind(next.retry_multiplier)
+        .bind(ms(next.retry_max))
+        .bind(next.retry_jitter)
+        .bind(ms(next.timeout))
+        .bind(ms(next.slow_threshold))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::db("policy_set"))?;
+    let stored = policy(&row)?;
+    let entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: "policy_set".into(),
+        target: match &params.scope {
+            PolicyScope::Global => "policy:*".into(),
+            PolicyScope::Type(t) => format!("policy:{t}"),
+        },
+        params: serde_json::to_value(&params.patch).ok(),
+        result: if stored == before {
+            AuditResult::Noop
+        } else {
+            AuditResult::Applied
+        },
+        detail: None,
+    };
+    audit_write(&mut *tx, &entry).await?;
+    commit(tx, "policy_set").await?;
+    Ok(stored)
+}

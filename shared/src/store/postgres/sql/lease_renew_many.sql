@@ -1,0 +1,14 @@
+-- Renew owner $1's leases ($2 ids, $3 epochs) for $4 seconds of database time. A lease that
+-- expired but was not yet recovered is still held and is renewed (the debounce). Rows that do
+-- not come back are lost. Always returns at least one row (with now()).
+WITH renewed AS (
+    UPDATE tasks t
+    SET lease_until = now() + make_interval(secs => $4),
+        heartbeat_at = now()
+    FROM unnest($2::bigint[], $3::bigint[]) AS l(id, epoch)
+    WHERE t.id = l.id AND t.lease_epoch = l.epoch AND t.lease_owner = $1
+      AND t.status IN ('running', 'cancel_requested')
+    RETURNING t.id, t.lease_epoch, t.lease_until, t.status = 'cancel_requested' AS cancel_requested
+)
+SELECT now() AS now, r.id, r.lease_epoch, r.lease_until, r.cancel_requested
+FROM (SELECT 1) one LEFT JOIN renewed r ON true

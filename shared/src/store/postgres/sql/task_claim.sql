@@ -1,0 +1,74 @@
+-- Claim up to $3 due tasks of types $2 for owner $1 with a lease of $4 seconds.
+-- $5: the limited scopes whose advisory locks this transaction holds (task_claim_lock.sql).
+-- A limited scope not in $5 (locked by another claimer, or limited after the lock statement)
+-- gets nothing this round, so no interleaving of claimers can exceed a limit. Running counts
+-- are read after the locks were taken, so they include every committed claim of the scope.
+-- Lease times use statement_timestamp(): database time at this statement, after the locks.
+WITH pol AS (
+    SELECT scope, max_concurrency, paused FROM policies
+    WHERE scope = '*' OR scope = ANY($2::text[])
+),
+global_cap AS (
+    SELECT CASE
+        WHEN coalesce(g.paused, false) THEN 0
+        WHEN g.max_concurrency IS NULL THEN $3::bigint
+        WHEN NOT ('*' = ANY($5::text[])) THEN 0
+        ELSE least($3::bigint, greatest(g.max_concurrency - (
+            SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested')), 0))
+    END AS cap
+    FROM (SELECT 1) one LEFT JOIN pol g ON g.scope = '*'
+),
+type_cap AS (
+    SELECT t.task_type,
+           CASE
+               WHEN p.max_concurrency IS NULL THEN NULL
+               WHEN NOT (t.task_type = ANY($5::text[])) THEN 0
+               ELSE greatest(p.max_concurrency - (
+                   SELECT count(*) FROM tasks r
+                   WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type), 0)
+           END AS cap
+    FROM unnest($2::text[]) AS t(task_type)
+    LEFT JOIN pol p ON p.scope = t.task_type
+    WHERE NOT coalesce(p.paused, false)
+),
+open_types AS (
+    SELECT array_agg(task_type) AS types FROM type_cap WHERE cap IS NULL OR cap > 0
+),
+candidates AS (
+    SELECT id, task_type, priority, available_at
+    FROM tasks
+    WHERE status IN ('queued', 'retry_wait')
+      AND available_at <= now()
+      AND (deadline_at IS NULL OR deadline_at > now())
+      AND task_type = ANY((SELECT types FROM open_types)::text[])
+    ORDER BY priority DESC, available_at, id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+),
+ranked AS (
+    SELECT c.id, c.task_type, c.priority, c.available_at,
+           row_number() OVER (PARTITION BY c.task_type ORDER BY c.priority DESC, c.available_at, c.id) AS type_rank
+    FROM candidates c
+),
+within_type AS (
+    SELECT r.* FROM ranked r JOIN type_cap tc ON tc.task_type = r.task_type
+    WHERE tc.cap IS NULL OR r.type_rank <= tc.cap
+),
+chosen AS (
+    SELECT id FROM within_type
+    ORDER BY priority DESC, available_at, id
+    LIMIT (SELECT cap FROM global_cap)
+)
+UPDATE tasks t
+SET status = 'running',
+    lease_owner = $1,
+    lease_epoch = t.lease_epoch + 1,
+    lease_until = statement_timestamp() + make_interval(secs => $4),
+    heartbeat_at = statement_timestamp(),
+    attempt = t.attempt + 1,
+    started_at = statement_timestamp(),
+    progress = NULL,
+    updated_at = now()
+FROM chosen
+WHERE t.id = chosen.id
+RETURNING t.*, statement_timestamp() AS db_now

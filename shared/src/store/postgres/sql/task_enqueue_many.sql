@@ -1,0 +1,30 @@
+-- Many tasks in one statement, from parallel arrays; one result row per input, in input order.
+-- Ids are drawn first so rows without an idempotency key can be matched to their input.
+WITH input AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('tasks', 'id')) AS id, i.*
+    FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], $5::timestamptz[],
+                $6::timestamptz[], $7::bigint[], $8::integer[], $9::text[])
+         WITH ORDINALITY AS i(task_type, payload, priority, delay_ms, run_at, deadline_at,
+                              timeout_ms, max_attempts, idempotency_key, ord)
+),
+ins AS (
+    INSERT INTO tasks (id, task_type, payload, priority, available_at, deadline_at, timeout_ms,
+                       max_attempts, idempotency_key)
+    SELECT id, task_type, payload::jsonb, priority,
+           coalesce(run_at, now() + make_interval(secs => delay_ms / 1000.0)),
+           deadline_at, timeout_ms, max_attempts, idempotency_key
+    FROM input
+    ORDER BY ord
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, idempotency_key
+)
+SELECT i.ord,
+       coalesce(mine.id, same_batch.id, existing.id) AS id,
+       mine.id IS NOT NULL AS created
+FROM input i
+LEFT JOIN ins mine ON mine.id = i.id
+LEFT JOIN ins same_batch ON mine.id IS NULL AND i.idempotency_key IS NOT NULL
+                        AND same_batch.idempotency_key = i.idempotency_key
+LEFT JOIN tasks existing ON mine.id IS NULL AND same_batch.id IS NULL
+                        AND i.idempotency_key IS NOT NULL AND existing.idempotency_key = i.idempotency_key
+ORDER BY i.ord

@@ -1,0 +1,30 @@
+//! Leasehold's test harness: a PostgreSQL server found or started once per test process
+//! ([`server`]), a fresh database per test cloned from a migrated template ([`db`]), polling
+//! waits ([`wait`]) and task factories that write rows in any state directly ([`factory`]).
+//!
+//! The harness returns [`anyhow::Result`] everywhere and never unwraps, so it follows the
+//! workspace lints; the tests built on it may unwrap freely.
+//!
+//! A typical test:
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use leasehold_tests::{TaskSpec, TestDb, insert_task};
+//! let db = TestDb::new().await?;
+//! let id = insert_task(&db.pool, TaskSpec::new("email.send", "running")).await?;
+//! let store = db.store();
+//! # let _ = (id, store);
+//! db.drop_db().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod db;
+pub mod factory;
+pub mod server;
+pub mod wait;
+
+pub use db::TestDb;
+pub use factory::{TaskSpec, backdate_lease, insert_task};
+pub use server::admin_url;
+pub use wait::wait_until;
