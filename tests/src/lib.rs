@@ -21,10 +21,12 @@
 
 pub mod db;
 pub mod factory;
+pub mod inspect;
 pub mod server;
 pub mod wait;
 
 pub use db::TestDb;
 pub use factory::{TaskSpec, backdate_lease, insert_task};
+pub use inspect::{attempt_rows, audit_rows, count, task_row, task_status};
 pub use server::admin_url;
 pub use wait::wait_until;

@@ -1,0 +1,615 @@
+//! Store conformance: claiming. Exclusivity under concurrent claimers, exact global and per-type
+//! limits (proved by a ledger of lease intervals in database time), claim order, paused types,
+//! policies taking effect at the next claim, and an index-backed claim plan at 1,000,000 rows.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use leasehold_shared::domain::{PolicyPatch, PolicyScope};
+use leasehold_shared::store::postgres::PgStore;
+use leasehold_shared::store::{ClaimParams, CompleteParams, Completion, NewTask, PolicySetParams};
+use leasehold_shared::{Actor, AgentId, LeaseKey, Store, TaskType};
+use leasehold_tests::{TaskSpec, TestDb, count, insert_task};
+use serde_json::json;
+use sqlx::Row;
+
+fn tt(name: &str) -> TaskType {
+    TaskType::new(name).unwrap()
+}
+
+fn claim(owner: &str, types: &[&str], batch: u32) -> ClaimParams {
+    ClaimParams {
+        owner: AgentId::new(owner).unwrap(),
+        task_types: types.iter().map(|t| tt(t)).collect(),
+        batch,
+        lease_ttl: Duration::from_secs(60),
+    }
+}
+
+async fn complete_all(store: &PgStore, owner: &str, tasks: &[leasehold_shared::domain::Task]) {
+    let batch = tasks
+        .iter()
+        .map(|t| CompleteParams {
+            key: LeaseKey {
+                id: t.id,
+                owner: AgentId::new(owner).unwrap(),
+                epoch: t.lease_epoch,
+            },
+            completion: Completion::Succeeded { result: None },
+        })
+        .collect();
+    let outcomes = store.task_complete_many(batch).await.unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, leasehold_shared::store::CompleteOutcome::Applied { .. }))
+    );
+}
+
+async fn set_policy(store: &PgStore, scope: PolicyScope, patch: PolicyPatch) {
+    store
+        .policy_set(PolicySetParams {
+            scope,
+            patch,
+            actor: Actor::operator("test"),
+        })
+        .await
+        .unwrap();
+}
+
+fn limit(n: u32) -> PolicyPatch {
+    PolicyPatch {
+        max_concurrency: Some(Some(n)),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_claimers_over_twenty_thousand_tasks_hold_each_exactly_once() {
+    const TASKS: usize = 20_000;
+    const CLAIMERS: usize = 8;
+    let db = TestDb::new().await.unwrap();
+    let pool = db.pool_with(CLAIMERS as u32 + 2).await.unwrap();
+    let store = PgStore::from_pool(pool.clone(), Default::default());
+    let tasks: Vec<NewTask> = (0..TASKS)
+        .map(|n| NewTask::new(tt("excl"), json!({ "n": n })))
+        .collect();
+    let enqueued = store.task_enqueue_many(tasks).await.unwrap();
+    assert_eq!(enqueued.len(), TASKS);
+
+    let mut claimers = tokio::task::JoinSet::new();
+    for c in 0..CLAIMERS {
+        let store = store.clone();
+        claimers.spawn(async move {
+            let owner = format!("claimer#{c}");
+            let mut ledger = Vec::new();
+            loop {
+                let batch = store
+                    .task_claim(claim(&owner, &["excl"], 1 + (c as u32 * 7) % 50))
+                    .await
+                    .unwrap();
+                if batch.tasks.is_empty() {
+                    return ledger;
+                }
+                for t in &batch.tasks {
+                    assert_eq!(
+                        t.lease_owner.as_ref().map(|o| o.as_str()),
+                        Some(owner.as_str())
+                    );
+                    ledger.push((t.id, t.lease_epoch, owner.clone()));
+                }
+                complete_all(&store, &owner, &batch.tasks).await;
+            }
+        });
+    }
+    let mut ledger = Vec::new();
+    let mut per_claimer = Vec::new();
+    while let Some(joined) = claimers.join_next().await {
+        let part = joined.unwrap();
+        per_claimer.push(part.len());
+        ledger.extend(part);
+    }
+    // No task held twice, none lost or skipped.
+    assert_eq!(ledger.len(), TASKS, "claims: {per_claimer:?}");
+    let distinct: HashSet<_> = ledger.iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(distinct.len(), TASKS);
+    let expected: HashSet<_> = enqueued.iter().map(|e| e.id).collect();
+    assert_eq!(distinct, expected);
+    assert!(
+        ledger.iter().all(|(_, epoch, _)| epoch.0 == 1),
+        "each task claimed by exactly one epoch"
+    );
+    assert!(
+        per_claimer.iter().filter(|&&n| n > 0).count() > 1,
+        "work was shared: {per_claimer:?}"
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM tasks WHERE status = 'succeeded'"
+        )
+        .await
+        .unwrap(),
+        TASKS as i64
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM task_attempts")
+            .await
+            .unwrap(),
+        TASKS as i64
+    );
+    pool.close().await;
+    db.drop_db().await.unwrap();
+}
+
+/// Largest number of intervals open at one instant (end is exclusive).
+fn max_overlap(intervals: &[(i64, i64)]) -> usize {
+    let mut events: Vec<(i64, i32)> = intervals
+        .iter()
+        .flat_map(|&(s, e)| [(s, 1), (e, -1)])
+        .collect();
+    events.sort_by_key(|&(t, delta)| (t, delta));
+    let (mut open, mut max) = (0i32, 0i32);
+    for (_, delta) in events {
+        open += delta;
+        max = max.max(open);
+    }
+    max as usize
+}
+
+#[test]
+fn overlap_counts_instants() {
+    assert_eq!(max_overlap(&[(0, 10), (5, 15), (10, 20)]), 2);
+    assert_eq!(max_overlap(&[(0, 10), (10, 20)]), 1);
+    assert_eq!(max_overlap(&[]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_claimers_never_exceed_type_limit_three_or_global_limit_five() {
+    const CLAIMERS: usize = 16;
+    let db = TestDb::new().await.unwrap();
+    let pool = db.pool_with(CLAIMERS as u32 + 2).await.unwrap();
+    let store = PgStore::from_pool(pool.clone(), Default::default());
+    set_policy(&store, PolicyScope::Type(tt("lim.a")), limit(3)).await;
+    set_policy(&store, PolicyScope::Global, limit(5)).await;
+    let mut tasks = Vec::new();
+    for n in 0..300 {
+        tasks.push(NewTask::new(tt("lim.a"), json!({ "n": n })));
+        tasks.push(NewTask::new(tt("lim.b"), json!({ "n": n })));
+    }
+    store.task_enqueue_many(tasks).await.unwrap();
+
+    let mut claimers = tokio::task::JoinSet::new();
+    for c in 0..CLAIMERS {
+        let store = store.clone();
+        claimers.spawn(async move {
+            let owner = format!("limited#{c}");
+            let mut idle_rounds = 0;
+            let mut max_seen_batch = 0;
+            while idle_rounds < 200 {
+                let batch = store
+                    .task_claim(claim(&owner, &["lim.a", "lim.b"], 4))
+                    .await
+                    .unwrap();
+                if batch.tasks.is_empty() {
+                    idle_rounds += 1;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                idle_rounds = 0;
+                max_seen_batch = max_seen_batch.max(batch.tasks.len());
+                // Hold the leases a moment so claimers really overlap.
+                tokio::time::sleep(Duration::from_millis(3 + (c as u64 % 4))).await;
+                complete_all(&store, &owner, &batch.tasks).await;
+            }
+            max_seen_batch
+        });
+    }
+    while let Some(joined) = claimers.join_next().await {
+        assert!(joined.unwrap() <= 5);
+    }
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM tasks WHERE status <> 'succeeded'"
+        )
+        .await
+        .unwrap(),
+        0
+    );
+
+    // The ledger: every lease interval in database time, from claim to completion.
+    let rows = sqlx::query(
+        "SELECT t.task_type, (extract(epoch FROM a.started_at) * 1e6)::bigint AS s,
+                (extract(epoch FROM a.finished_at) * 1e6)::bigint AS e
+         FROM task_attempts a JOIN tasks t ON t.id = a.task_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 600);
+    let mut by_type: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    let mut all = Vec::new();
+    for row in &rows {
+        let interval = (row.get::<i64, _>("s"), row.get::<i64, _>("e"));
+        assert!(interval.0 <= interval.1);
+        by_type
+            .entry(row.get("task_type"))
+            .or_default()
+            .push(interval);
+        all.push(interval);
+    }
+    let a = max_overlap(&by_type["lim.a"]);
+    let total = max_overlap(&all);
+    assert!(a <= 3, "type limit 3 exceeded: {a} at once");
+    assert!(total <= 5, "global limit 5 exceeded: {total} at once");
+    // Positive control: the limits were actually reached, so the test could have failed.
+    assert_eq!(
+        total, 5,
+        "claimers never filled the global limit; the test proves nothing"
+    );
+    assert!(
+        a >= 2,
+        "type a never ran concurrently; the test proves nothing"
+    );
+    pool.close().await;
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_limit_one_and_a_claim_held_open_a_second_claimer_gets_nothing() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    set_policy(&store, PolicyScope::Type(tt("single")), limit(1)).await;
+    store
+        .task_enqueue_many(vec![
+            NewTask::new(tt("single"), json!({})),
+            NewTask::new(tt("single"), json!({})),
+        ])
+        .await
+        .unwrap();
+
+    // Claimer 1, mid-claim: holds the scope's advisory lock in an open transaction.
+    let mut open = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(19528, hashtext('single'))")
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    let first_claim = sqlx::query(
+        "UPDATE tasks SET status = 'running', lease_owner = 'one#1', lease_epoch = lease_epoch + 1,
+                attempt = attempt + 1, lease_until = now() + interval '1 minute', heartbeat_at = now()
+         WHERE id = (SELECT min(id) FROM tasks WHERE task_type = 'single')",
+    )
+    .execute(&mut *open)
+    .await
+    .unwrap();
+    assert_eq!(first_claim.rows_affected(), 1);
+
+    let second = store
+        .task_claim(claim("two#1", &["single"], 10))
+        .await
+        .unwrap();
+    assert!(
+        second.tasks.is_empty(),
+        "second claimer must get nothing while the first claim is open"
+    );
+    assert!(
+        second.contended,
+        "the busy scope is reported so the caller retries soon"
+    );
+
+    open.commit().await.unwrap();
+    let third = store
+        .task_claim(claim("two#1", &["single"], 10))
+        .await
+        .unwrap();
+    assert!(
+        third.tasks.is_empty(),
+        "limit 1 is taken by the committed claim"
+    );
+    assert!(!third.contended);
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn claim_order_is_priority_then_due_time_then_id() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let low_old = insert_task(
+        &db.pool,
+        TaskSpec {
+            available_in_secs: -30.0,
+            ..TaskSpec::new("order", "queued")
+        },
+    )
+    .await
+    .unwrap();
+    let high_new = insert_task(
+        &db.pool,
+        TaskSpec {
+            priority: 5,
+            available_in_secs: -1.0,
+            ..TaskSpec::new("order", "queued")
+        },
+    )
+    .await
+    .unwrap();
+    let high_old = insert_task(
+        &db.pool,
+        TaskSpec {
+            priority: 5,
+            available_in_secs: -10.0,
+            ..TaskSpec::new("order", "queued")
+        },
+    )
+    .await
+    .unwrap();
+    let retry_due = insert_task(
+        &db.pool,
+        TaskSpec {
+            available_in_secs: -20.0,
+            ..TaskSpec::new("order", "retry_wait")
+        },
+    )
+    .await
+    .unwrap();
+    let future = insert_task(
+        &db.pool,
+        TaskSpec {
+            priority: 9,
+            available_in_secs: 3600.0,
+            ..TaskSpec::new("order", "queued")
+        },
+    )
+    .await
+    .unwrap();
+    let past_deadline = insert_task(
+        &db.pool,
+        TaskSpec {
+            priority: 9,
+            deadline_in_secs: Some(-1.0),
+            ..TaskSpec::new("order", "queued")
+        },
+    )
+    .await
+    .unwrap();
+    let other_type = insert_task(
+        &db.pool,
+        TaskSpec {
+            priority: 9,
+            ..TaskSpec::new("other", "queued")
+        },
+    )
+    .await
+    .unwrap();
+
+    let mut order = Vec::new();
+    loop {
+        let batch = store
+            .task_claim(claim("order#1", &["order"], 1))
+            .await
+            .unwrap();
+        let Some(t) = batch.tasks.first() else { break };
+        order.push(t.id.0);
+    }
+    assert_eq!(order, vec![high_old, high_new, low_old, retry_due]);
+    for untouched in [future, past_deadline, other_type] {
+        assert_eq!(
+            leasehold_tests::task_status(&db.pool, untouched)
+                .await
+                .unwrap(),
+            "queued"
+        );
+    }
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn policies_take_effect_at_the_next_claim() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let tasks: Vec<NewTask> = (0..10)
+        .map(|_| NewTask::new(tt("pol"), json!({})))
+        .collect();
+    store.task_enqueue_many(tasks).await.unwrap();
+
+    set_policy(
+        &store,
+        PolicyScope::Type(tt("pol")),
+        PolicyPatch {
+            paused: Some(true),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        store
+            .task_claim(claim("p#1", &["pol"], 10))
+            .await
+            .unwrap()
+            .tasks
+            .is_empty(),
+        "paused type"
+    );
+
+    set_policy(
+        &store,
+        PolicyScope::Type(tt("pol")),
+        PolicyPatch {
+            paused: Some(false),
+            max_concurrency: Some(Some(2)),
+            ..Default::default()
+        },
+    )
+    .await;
+    let first = store.task_claim(claim("p#1", &["pol"], 10)).await.unwrap();
+    assert_eq!(first.tasks.len(), 2, "type limit 2");
+
+    set_policy(&store, PolicyScope::Type(tt("pol")), limit(5)).await;
+    let second = store.task_claim(claim("p#1", &["pol"], 10)).await.unwrap();
+    assert_eq!(second.tasks.len(), 3, "raised live to 5, 2 already running");
+
+    set_policy(
+        &store,
+        PolicyScope::Global,
+        PolicyPatch {
+            paused: Some(true),
+            ..Default::default()
+        },
+    )
+    .await;
+    set_policy(
+        &store,
+        PolicyScope::Type(tt("pol")),
+        PolicyPatch {
+            max_concurrency: Some(None),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        store
+            .task_claim(claim("p#1", &["pol"], 10))
+            .await
+            .unwrap()
+            .tasks
+            .is_empty(),
+        "global pause"
+    );
+
+    set_policy(
+        &store,
+        PolicyScope::Global,
+        PolicyPatch {
+            paused: Some(false),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        store
+            .task_claim(claim("p#1", &["pol"], 10))
+            .await
+            .unwrap()
+            .tasks
+            .len(),
+        5,
+        "limit removed"
+    );
+
+    let global = store.policy_get(PolicyScope::Global).await.unwrap();
+    assert!(!global.paused);
+    assert_eq!(
+        global.retry_base,
+        Some(Duration::from_secs(30)),
+        "migration defaults match the Rust defaults"
+    );
+    assert_eq!(
+        global.retry_multiplier,
+        Some(leasehold_shared::domain::policy::DEFAULT_RETRY_MULTIPLIER)
+    );
+    assert_eq!(
+        global.retry_max,
+        Some(leasehold_shared::domain::policy::DEFAULT_RETRY_MAX)
+    );
+    assert_eq!(
+        global.retry_jitter,
+        Some(leasehold_shared::domain::policy::DEFAULT_RETRY_JITTER)
+    );
+    assert_eq!(
+        global.timeout,
+        Some(leasehold_shared::domain::policy::DEFAULT_TIMEOUT)
+    );
+    assert_eq!(
+        global.slow_threshold,
+        Some(leasehold_shared::domain::policy::DEFAULT_SLOW_THRESHOLD)
+    );
+    db.drop_db().await.unwrap();
+}
+
+fn plan_nodes(plan: &serde_json::Value, out: &mut Vec<(String, String)>) {
+    let node = plan["Node Type"].as_str().unwrap_or_default().to_string();
+    let relation = plan["Relation Name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let index = plan["Index Name"].as_str().unwrap_or_default().to_string();
+    out.push((node, if index.is_empty() { relation } else { index }));
+    if let Some(children) = plan["Plans"].as_array() {
+        for child in children {
+            plan_nodes(child, out);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    sqlx::query(
+        "INSERT INTO tasks (task_type, payload, priority, available_at)
+         SELECT CASE WHEN n % 10 = 0 THEN 'big.b' ELSE 'big.a' END, jsonb_build_object('n', n), (n % 3)::smallint,
+                now() - make_interval(secs => n % 1000)
+         FROM generate_series(1, 1000000) AS n",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Some running and finished rows too, as in production.
+    sqlx::query("UPDATE tasks SET status = 'succeeded', finished_at = now() WHERE id % 50 = 0")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query("ANALYZE tasks")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let claim_sql = include_str!("../../shared/src/store/postgres/sql/task_claim.sql");
+    let explain = format!("EXPLAIN (FORMAT JSON) {claim_sql}");
+    // Explain both the custom plan and the generic plan a prepared statement settles on.
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        let mut conn = db.pool.acquire().await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("SET plan_cache_mode = {mode}")))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let row = sqlx::query(sqlx::AssertSqlSafe(explain.clone()))
+            .bind("bench#1")
+            .bind(vec!["big.a", "big.b"])
+            .bind(100i64)
+            .bind(30.0f64)
+            .bind(Vec::<String>::new())
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        let sqlx::types::Json(plan): sqlx::types::Json<serde_json::Value> = row.get(0);
+        let mut nodes = Vec::new();
+        plan_nodes(&plan[0]["Plan"], &mut nodes);
+        assert!(
+            nodes
+                .iter()
+                .any(|(node, name)| node.starts_with("Index") && name == "tasks_claim_idx"),
+            "{mode}: claim must scan tasks_claim_idx: {nodes:?}"
+        );
+        assert!(
+            !nodes
+                .iter()
+                .any(|(node, name)| node == "Seq Scan" && name == "tasks"),
+            "{mode}: no sequential scan of tasks: {nodes:?}"
+        );
+    }
+    // And the claim itself works and is quick enough to report.
+    let started = std::time::Instant::now();
+    let batch = store
+        .task_claim(claim("big#1", &["big.a", "big.b"], 100))
+        .await
+        .unwrap();
+    eprintln!(
+        "claim of 100 from 1,000,000 queued: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(batch.tasks.len(), 100);
+    db.drop_db().await.unwrap();
+}

@@ -1,0 +1,523 @@
+//! Store conformance: the state machine and fencing, against a real PostgreSQL.
+//!
+//! Every (status, action) pair is driven through the store on a row the factory put in that
+//! status; the result must be what `TaskStatus::apply` says, and a refused action must leave
+//! the row byte-for-byte unchanged (holder writes report `Fenced`, operator actions a typed
+//! transition error).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use leasehold_shared::domain::{TaskAction, TaskStatus};
+use leasehold_shared::store::postgres::PgStore;
+use leasehold_shared::store::{
+    CancelOutcome, CancelParams, ClaimParams, CompleteOutcome, CompleteParams, Completion,
+    ExpireDeadlinesParams, HolderWrite, ProgressParams, RecoverParams, ReleaseParams, RenewParams,
+    RequeueParams,
+};
+use leasehold_shared::{
+    Actor, AgentId, LeaseEpoch, LeaseKey, Progress, Store, StoreError, TaskError, TaskId, TaskType,
+};
+use leasehold_tests::factory::FACTORY_OWNER;
+use leasehold_tests::{TaskSpec, TestDb, attempt_rows, insert_task, task_row, task_status};
+use serde_json::json;
+
+fn owner() -> AgentId {
+    AgentId::new(FACTORY_OWNER).unwrap()
+}
+
+fn key(id: i64, owner: &str, epoch: i64) -> LeaseKey {
+    LeaseKey {
+        id: TaskId(id),
+        owner: AgentId::new(owner).unwrap(),
+        epoch: LeaseEpoch(epoch),
+    }
+}
+
+async fn epoch_of(db: &TestDb, id: i64) -> i64 {
+    task_row(&db.pool, id).await.unwrap()["lease_epoch"]
+        .as_i64()
+        .unwrap()
+}
+
+/// Drives `action` on task `id` through the store; returns true when the store says it applied.
+async fn perform(
+    store: &PgStore,
+    db: &TestDb,
+    id: i64,
+    task_type: &str,
+    action: TaskAction,
+) -> bool {
+    let epoch = epoch_of(db, id).await;
+    let complete = |completion| CompleteParams {
+        key: key(id, FACTORY_OWNER, epoch),
+        completion,
+    };
+    let applied = |outcome: CompleteOutcome| match outcome {
+        CompleteOutcome::Applied { .. } => true,
+        CompleteOutcome::Fenced => false,
+        CompleteOutcome::Repeated { .. } => panic!("first completion reported as a repeat"),
+    };
+    match action {
+        TaskAction::Claim => {
+            let batch = store
+                .task_claim(ClaimParams {
+                    owner: AgentId::new("claimer#1").unwrap(),
+                    task_types: vec![TaskType::new(task_type).unwrap()],
+                    batch: 10,
+                    lease_ttl: Duration::from_secs(30),
+                })
+                .await
+                .unwrap();
+            batch.tasks.iter().any(|t| t.id.0 == id)
+        }
+        TaskAction::Succeed => applied(
+            store
+                .task_complete(complete(Completion::Succeeded {
+                    result: Some(json!({"ok": 1})),
+                }))
+                .await
+                .unwrap(),
+        ),
+        TaskAction::PartiallySucceed => applied(
+            store
+                .task_complete(complete(Completion::PartiallySucceeded { result: None }))
+                .await
+                .unwrap(),
+        ),
+        TaskAction::FailRetry => applied(
+            store
+                .task_complete(complete(Completion::Failed {
+                    error: TaskError::retryable("flaky", "try again"),
+                }))
+                .await
+                .unwrap(),
+        ),
+        TaskAction::FailDead => applied(
+            store
+                .task_complete(complete(Completion::Failed {
+                    error: TaskError::permanent("bad", "never works"),
+                }))
+                .await
+                .unwrap(),
+        ),
+        TaskAction::AckCancel => applied(
+            store
+                .task_complete(complete(Completion::Cancelled))
+                .await
+                .unwrap(),
+        ),
+        TaskAction::Release => {
+            let out = store
+                .lease_release_many(ReleaseParams {
+                    owner: owner(),
+                    leases: vec![(TaskId(id), LeaseEpoch(epoch))],
+                })
+                .await
+                .unwrap();
+            assert_eq!(out.released.len() + out.fenced.len(), 1);
+            !out.released.is_empty()
+        }
+        TaskAction::RecoverRetry | TaskAction::RecoverDead => {
+            let out = store
+                .lease_recover_expired(RecoverParams {
+                    grace: Duration::from_secs(5),
+                    limit: 1000,
+                })
+                .await
+                .unwrap();
+            out.iter().any(|r| r.id.0 == id)
+        }
+        TaskAction::RequestCancel => {
+            match store
+                .task_cancel(CancelParams {
+                    id: TaskId(id),
+                    actor: Actor::operator("op"),
+                })
+                .await
+            {
+                Ok(
+                    CancelOutcome::Cancelled
+                    | CancelOutcome::Requested { .. }
+                    | CancelOutcome::AlreadyRequested { .. },
+                ) => true,
+                Err(StoreError::Transition { source, .. }) => {
+                    assert_eq!(source.action, TaskAction::RequestCancel);
+                    false
+                }
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        TaskAction::ExpireDeadline => {
+            let out = store
+                .task_expire_deadlines(ExpireDeadlinesParams { limit: 1000 })
+                .await
+                .unwrap();
+            out.contains(&TaskId(id))
+        }
+        TaskAction::Requeue => match store
+            .task_requeue(RequeueParams {
+                id: TaskId(id),
+                actor: Actor::operator("op"),
+            })
+            .await
+        {
+            Ok(_) => true,
+            Err(StoreError::Transition { source, .. }) => {
+                assert_eq!(source.action, TaskAction::Requeue);
+                false
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        },
+    }
+}
+
+fn spec_for(task_type: &str, from: TaskStatus, action: TaskAction) -> TaskSpec {
+    let mut spec = TaskSpec::new(task_type, from_static(from));
+    match action {
+        // Recovery needs an expired lease (beyond grace); the row keeps its status.
+        TaskAction::RecoverRetry | TaskAction::RecoverDead if from.is_leased() => {
+            spec.lease_ttl_secs = Some(-60.0);
+            spec.heartbeat_age_secs = Some(90.0);
+            if action == TaskAction::RecoverDead {
+                spec.attempt = 3;
+                spec.max_attempts = 3;
+            }
+        }
+        TaskAction::ExpireDeadline => spec.deadline_in_secs = Some(-1.0),
+        TaskAction::FailRetry => spec.max_attempts = 25,
+        _ => {}
+    }
+    if action == TaskAction::RecoverDead && !from.is_leased() {
+        spec.attempt = spec.attempt.max(1);
+        spec.max_attempts = spec.attempt;
+    }
+    spec
+}
+
+fn from_static(status: TaskStatus) -> &'static str {
+    status.as_str()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_status_action_pair_matches_the_state_machine() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let mut checked = 0;
+    for from in TaskStatus::ALL {
+        for action in TaskAction::ALL {
+            let task_type = format!("sm.{}.{}", from.as_str(), action.as_str());
+            let id = insert_task(&db.pool, spec_for(&task_type, from, action))
+                .await
+                .unwrap();
+            let before = task_row(&db.pool, id).await.unwrap();
+            let applied = perform(&store, &db, id, &task_type, action).await;
+            let status: TaskStatus = task_status(&db.pool, id).await.unwrap().parse().unwrap();
+            match from.apply(action) {
+                Ok(to) => {
+                    assert!(applied, "{from} --{}--> should apply", action.as_str());
+                    assert_eq!(status, to, "{from} --{}-->", action.as_str());
+                }
+                Err(_) => {
+                    assert!(!applied, "{from} --{}--> must be refused", action.as_str());
+                    let after = task_row(&db.pool, id).await.unwrap();
+                    assert_eq!(
+                        before,
+                        after,
+                        "{from} --{}--> changed the row",
+                        action.as_str()
+                    );
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, TaskStatus::ALL.len() * TaskAction::ALL.len());
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn stale_epoch_or_owner_is_fenced_and_changes_nothing() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let id = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_epoch: 5,
+            ..TaskSpec::new("fence", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let before = task_row(&db.pool, id).await.unwrap();
+    for (who, epoch) in [
+        (FACTORY_OWNER, 4),
+        (FACTORY_OWNER, 6),
+        ("factory-agent#2", 5),
+        ("other#1", 5),
+    ] {
+        let stale = key(id, who, epoch);
+        let renew = store
+            .lease_renew_many(RenewParams {
+                owner: stale.owner.clone(),
+                leases: vec![(stale.id, stale.epoch)],
+                lease_ttl: Duration::from_secs(30),
+            })
+            .await
+            .unwrap();
+        assert!(renew.renewed.is_empty());
+        assert_eq!(renew.lost, vec![(stale.id, stale.epoch)]);
+        let progress = store
+            .task_progress(ProgressParams {
+                key: stale.clone(),
+                progress: Progress {
+                    total: 9,
+                    ..Default::default()
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(progress, HolderWrite::Fenced);
+        for completion in [
+            Completion::Succeeded { result: None },
+            Completion::Failed {
+                error: TaskError::retryable("x", "y"),
+            },
+            Completion::Cancelled,
+        ] {
+            let out = store
+                .task_complete(CompleteParams {
+                    key: stale.clone(),
+                    completion,
+                })
+                .await
+                .unwrap();
+            assert_eq!(out, CompleteOutcome::Fenced);
+        }
+        let release = store
+            .lease_release_many(ReleaseParams {
+                owner: stale.owner.clone(),
+                leases: vec![(stale.id, stale.epoch)],
+            })
+            .await
+            .unwrap();
+        assert_eq!(release.fenced, vec![stale.id]);
+        assert_eq!(
+            task_row(&db.pool, id).await.unwrap(),
+            before,
+            "a stale write by {who}/{epoch} changed the row"
+        );
+    }
+    assert!(attempt_rows(&db.pool, id).await.unwrap().is_empty());
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_repeated_completion_reports_success_once_and_changes_nothing() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let id = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_epoch: 3,
+            ..TaskSpec::new("repeat", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let done = CompleteParams {
+        key: key(id, FACTORY_OWNER, 3),
+        completion: Completion::Succeeded {
+            result: Some(json!(7)),
+        },
+    };
+    let first = store.task_complete(done.clone()).await.unwrap();
+    assert!(matches!(
+        first,
+        CompleteOutcome::Applied {
+            status: TaskStatus::Succeeded,
+            retry_at: None
+        }
+    ));
+    let after_first = task_row(&db.pool, id).await.unwrap();
+    assert_eq!(after_first["result"], json!(7));
+    assert_eq!(
+        after_first["lease_owner"],
+        json!(FACTORY_OWNER),
+        "the row says who finished it"
+    );
+    assert_eq!(after_first["lease_epoch"], json!(3));
+    assert!(after_first["lease_until"].is_null());
+    for _ in 0..3 {
+        let again = store.task_complete(done.clone()).await.unwrap();
+        assert_eq!(
+            again,
+            CompleteOutcome::Repeated {
+                status: TaskStatus::Succeeded
+            }
+        );
+        assert_eq!(task_row(&db.pool, id).await.unwrap(), after_first);
+    }
+    // A different outcome for the same epoch is not a repeat: it is refused.
+    let contradiction = CompleteParams {
+        key: key(id, FACTORY_OWNER, 3),
+        completion: Completion::Failed {
+            error: TaskError::permanent("late", "too late"),
+        },
+    };
+    assert_eq!(
+        store.task_complete(contradiction).await.unwrap(),
+        CompleteOutcome::Fenced
+    );
+    // Another owner claiming to have finished it is refused too.
+    let impostor = CompleteParams {
+        key: key(id, "impostor#1", 3),
+        completion: Completion::Succeeded { result: None },
+    };
+    assert_eq!(
+        store.task_complete(impostor).await.unwrap(),
+        CompleteOutcome::Fenced
+    );
+    assert_eq!(task_row(&db.pool, id).await.unwrap(), after_first);
+    assert_eq!(
+        attempt_rows(&db.pool, id).await.unwrap(),
+        vec![(3, FACTORY_OWNER.to_string(), "succeeded".to_string())]
+    );
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_new_process_under_the_same_name_cannot_touch_the_old_leases() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let id = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_owner: Some("web-1#7".into()),
+            ..TaskSpec::new("t06", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let before = task_row(&db.pool, id).await.unwrap();
+    let restarted = key(id, "web-1#8", 1);
+    let renew = store
+        .lease_renew_many(RenewParams {
+            owner: restarted.owner.clone(),
+            leases: vec![(TaskId(id), LeaseEpoch(1))],
+            lease_ttl: Duration::from_secs(30),
+        })
+        .await
+        .unwrap();
+    assert_eq!(renew.lost.len(), 1);
+    let out = store
+        .task_complete(CompleteParams {
+            key: restarted,
+            completion: Completion::Succeeded { result: None },
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, CompleteOutcome::Fenced);
+    assert_eq!(task_row(&db.pool, id).await.unwrap(), before);
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn renewal_extends_in_database_time_and_reports_cancel_requests() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let running = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_ttl_secs: Some(1.0),
+            ..TaskSpec::new("renew", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let cancelling = insert_task(&db.pool, TaskSpec::new("renew", "cancel_requested"))
+        .await
+        .unwrap();
+    // Expired but not yet recovered: still held, so renewal rescues it (the debounce).
+    let expired = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_ttl_secs: Some(-3.0),
+            ..TaskSpec::new("renew", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let gone = insert_task(&db.pool, TaskSpec::new("renew", "succeeded"))
+        .await
+        .unwrap();
+    let leases: Vec<_> = [running, cancelling, expired, gone]
+        .iter()
+        .map(|&id| (TaskId(id), LeaseEpoch(1)))
+        .collect();
+    let out = store
+        .lease_renew_many(RenewParams {
+            owner: owner(),
+            leases,
+            lease_ttl: Duration::from_secs(60),
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.lost, vec![(TaskId(gone), LeaseEpoch(1))]);
+    assert_eq!(out.renewed.len(), 3);
+    for lease in &out.renewed {
+        let ahead = (lease.lease_until - out.now).num_milliseconds();
+        assert!(
+            (59_000..=60_500).contains(&ahead),
+            "lease_until is now()+ttl in database time, got {ahead} ms"
+        );
+        assert_eq!(lease.cancel_requested, lease.id.0 == cancelling);
+    }
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_requeues_at_once_with_the_attempt_refunded() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let id = insert_task(
+        &db.pool,
+        TaskSpec {
+            attempt: 2,
+            lease_epoch: 4,
+            ..TaskSpec::new("release", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let out = store
+        .lease_release_many(ReleaseParams {
+            owner: owner(),
+            leases: vec![(TaskId(id), LeaseEpoch(4))],
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.released, vec![TaskId(id)]);
+    let row = task_row(&db.pool, id).await.unwrap();
+    assert_eq!(row["status"], "queued");
+    assert_eq!(row["attempt"], 1);
+    assert!(row["lease_until"].is_null());
+    assert_eq!(
+        attempt_rows(&db.pool, id).await.unwrap(),
+        vec![(4, FACTORY_OWNER.to_string(), "released".to_string())]
+    );
+    // Claimable again at once, with a new epoch.
+    let batch = store
+        .task_claim(ClaimParams {
+            owner: AgentId::new("next#1").unwrap(),
+            task_types: vec![TaskType::new("release").unwrap()],
+            batch: 1,
+            lease_ttl: Duration::from_secs(30),
+        })
+        .await
+        .unwrap();
+    assert_eq!(batch.tasks.len(), 1);
+    assert_eq!(batch.tasks[0].lease_epoch, LeaseEpoch(5));
+    assert_eq!(batch.tasks[0].attempt, 2);
+    db.drop_db().await.unwrap();
+}
