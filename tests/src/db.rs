@@ -62,7 +62,21 @@ impl TestDb {
             .await
             .context("preparing the template database")?
             .clone();
+        Self::create(&admin_url, admin, Some(&template)).await
+    }
 
+    /// Creates a fresh, empty database (no schema): for testing migrations themselves.
+    pub async fn new_empty() -> anyhow::Result<TestDb> {
+        let admin_url = server::admin_url().await?;
+        let admin = connect_options(&admin_url)?;
+        Self::create(&admin_url, admin, None).await
+    }
+
+    async fn create(
+        admin_url: &str,
+        admin: PgConnectOptions,
+        template: Option<&str>,
+    ) -> anyhow::Result<TestDb> {
         let name = format!(
             "lh_t_{}_{}_{:08x}",
             std::process::id(),
@@ -72,7 +86,17 @@ impl TestDb {
         let mut conn = PgConnection::connect_with(&admin)
             .await
             .context("connecting to the admin database")?;
-        let created = create_from_template(&mut conn, &name, &template).await;
+        let created = match template {
+            Some(template) => create_from_template(&mut conn, &name, template).await,
+            None => sqlx::raw_sql(AssertSqlSafe(format!(
+                "CREATE DATABASE {}",
+                quote_ident(&name)
+            )))
+            .execute(&mut conn)
+            .await
+            .map(drop)
+            .with_context(|| format!("creating empty database {name}")),
+        };
         let _ = conn.close().await;
         created?;
 
@@ -82,7 +106,7 @@ impl TestDb {
             .await
             .with_context(|| format!("connecting to test database {name}"))?;
         Ok(TestDb {
-            url: url_with_database(&admin_url, &name),
+            url: url_with_database(admin_url, &name),
             pool,
             name,
             admin,

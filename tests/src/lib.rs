@@ -19,12 +19,14 @@
 //! # }
 //! ```
 
+pub mod bin;
 pub mod db;
 pub mod factory;
 pub mod inspect;
 pub mod server;
 pub mod wait;
 
+pub use bin::binary;
 pub use db::TestDb;
 pub use factory::{TaskSpec, backdate_lease, insert_task};
 pub use inspect::{attempt_rows, audit_rows, count, task_row, task_status};

@@ -1,0 +1,317 @@
+//! Store conformance: bad input of every kind gets a clear, typed error and writes nothing —
+//! malformed type names, oversized payloads (store limit and database CHECK), invalid JSON,
+//! negative and absurd numbers — and bad database state is reported, never a panic.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use leasehold_shared::domain::validate::{HARD_MAX_PAYLOAD_BYTES, parse_payload};
+use leasehold_shared::domain::{PolicyPatch, PolicyScope};
+use leasehold_shared::store::postgres::PgStore;
+use leasehold_shared::store::{
+    ClaimParams, CompleteParams, Completion, NewTask, PolicySetParams, RenewParams, TaskListParams,
+};
+use leasehold_shared::{
+    Actor, AgentId, InputLimits, LeaseKey, Store, StoreError, TaskType, ValidationError,
+};
+use leasehold_tests::factory::FACTORY_OWNER;
+use leasehold_tests::{TaskSpec, TestDb, audit_rows, count, insert_task, task_row};
+use serde_json::json;
+
+fn tt(name: &str) -> TaskType {
+    TaskType::new(name).unwrap()
+}
+
+async fn nothing_written(db: &TestDb) {
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM tasks").await.unwrap(),
+        0,
+        "bad input wrote a task"
+    );
+}
+
+fn invalid(result: Result<impl std::fmt::Debug, StoreError>) -> ValidationError {
+    match result {
+        Err(StoreError::Invalid(e)) => e,
+        other => panic!("expected a validation error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn malformed_type_names_are_refused_by_the_type_and_by_the_database() {
+    let db = TestDb::new().await.unwrap();
+    for bad in [
+        "",
+        "Upper",
+        "with space",
+        "-lead",
+        "ünï",
+        &"x".repeat(65),
+        "semi;colon",
+        "new\nline",
+    ] {
+        let err = TaskType::new(bad).unwrap_err();
+        assert!(err.to_string().starts_with("invalid task type"), "{err}");
+        let raw = sqlx::query("INSERT INTO tasks (task_type) VALUES ($1)")
+            .bind(bad)
+            .execute(&db.pool)
+            .await;
+        assert!(raw.is_err(), "the database accepted type {bad:?}");
+    }
+    assert!(serde_json::from_value::<TaskType>(json!("Bad Type")).is_err());
+    nothing_written(&db).await;
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn oversized_payloads_are_refused_by_the_store_and_by_the_database() {
+    let db = TestDb::new().await.unwrap();
+    let tight = PgStore::from_pool(
+        db.pool.clone(),
+        InputLimits::with_max_payload_bytes(1024).unwrap(),
+    );
+    let big = json!({ "blob": "x".repeat(2000) });
+    let err = invalid(tight.task_enqueue(NewTask::new(tt("p"), big.clone())).await);
+    assert!(
+        matches!(err, ValidationError::PayloadTooLarge { limit: 1024, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("above the limit of 1024 bytes"));
+
+    // Default limit, 1 MiB: one byte over is refused; a bulk call with one bad task writes none.
+    let store = db.store();
+    let over = json!("y".repeat(HARD_MAX_PAYLOAD_BYTES));
+    invalid(
+        store
+            .task_enqueue(NewTask::new(tt("p"), over.clone()))
+            .await,
+    );
+    let mixed = vec![
+        NewTask::new(tt("p"), json!({})),
+        NewTask::new(tt("p"), over.clone()),
+        NewTask::new(tt("p"), json!({})),
+    ];
+    invalid(store.task_enqueue_many(mixed).await);
+
+    // The database's CHECK holds even for writers that bypass the store.
+    let raw = sqlx::query("INSERT INTO tasks (task_type, payload) VALUES ('p', $1::jsonb)")
+        .bind(over.to_string())
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(raw.to_string().contains("tasks_payload_size"), "{raw}");
+    nothing_written(&db).await;
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn invalid_json_is_refused_before_and_at_the_database() {
+    let db = TestDb::new().await.unwrap();
+    for bad in [
+        "{nope",
+        "",
+        "{\"a\":1",
+        "[1,2",
+        "nan",
+        "{'single': 'quotes'}",
+    ] {
+        let err = parse_payload(bad, &InputLimits::default()).unwrap_err();
+        assert!(
+            matches!(err, ValidationError::PayloadNotJson { .. }),
+            "{bad}: {err}"
+        );
+        let raw = sqlx::query("INSERT INTO tasks (task_type, payload) VALUES ('j', $1::jsonb)")
+            .bind(bad)
+            .execute(&db.pool)
+            .await;
+        assert!(raw.is_err(), "the database accepted {bad:?}");
+    }
+    nothing_written(&db).await;
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn negative_and_absurd_numbers_are_refused_and_change_nothing() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let base = || NewTask::new(tt("n"), json!({}));
+    let bad_tasks = [
+        ("max_attempts", base().with_max_attempts(0)),
+        ("max_attempts", base().with_max_attempts(-3)),
+        ("max_attempts", base().with_max_attempts(1_000_001)),
+        ("timeout_ms", base().with_timeout(Duration::ZERO)),
+        (
+            "timeout_ms",
+            base().with_timeout(Duration::from_secs(8 * 24 * 3600)),
+        ),
+        (
+            "delay_ms",
+            base().with_delay(Duration::from_secs(400 * 24 * 3600)),
+        ),
+        (
+            "run_at",
+            base()
+                .with_delay(Duration::from_secs(1))
+                .with_run_at(chrono::Utc::now()),
+        ),
+        (
+            "deadline",
+            base()
+                .with_run_at(chrono::Utc::now())
+                .with_deadline(chrono::Utc::now() - chrono::Duration::hours(1)),
+        ),
+        ("idempotency_key", base().with_idempotency_key("")),
+        (
+            "idempotency_key",
+            base().with_idempotency_key("k".repeat(300)),
+        ),
+    ];
+    for (field, task) in bad_tasks {
+        let err = invalid(store.task_enqueue(task).await);
+        assert!(err.to_string().contains(field), "{field}: {err}");
+    }
+    nothing_written(&db).await;
+
+    let owner = AgentId::new("n#1").unwrap();
+    for (batch, ttl) in [(0, 30), (10_001, 30), (1, 0), (1, 8 * 24 * 3600)] {
+        let params = ClaimParams {
+            owner: owner.clone(),
+            task_types: vec![tt("n")],
+            batch,
+            lease_ttl: Duration::from_secs(ttl),
+        };
+        invalid(store.task_claim(params).await);
+    }
+    invalid(
+        store
+            .lease_renew_many(RenewParams {
+                owner: owner.clone(),
+                leases: vec![],
+                lease_ttl: Duration::ZERO,
+            })
+            .await,
+    );
+    for limit in [0, 1001] {
+        invalid(
+            store
+                .task_list(TaskListParams {
+                    limit,
+                    ..Default::default()
+                })
+                .await,
+        );
+    }
+    invalid(
+        store
+            .task_list(TaskListParams {
+                limit: 10,
+                text: Some("a\u{1b}[2J".into()),
+                ..Default::default()
+            })
+            .await,
+    );
+
+    // Policies: absurd values are refused and the row and audit log stay as they were.
+    let before = store.policy_list().await.unwrap();
+    let audits = audit_rows(&db.pool).await.unwrap().len();
+    let absurd = [
+        PolicyPatch {
+            max_concurrency: Some(Some(5_000_000)),
+            ..Default::default()
+        },
+        PolicyPatch {
+            retry_jitter: Some(Some(-0.1)),
+            ..Default::default()
+        },
+        PolicyPatch {
+            retry_multiplier: Some(Some(f64::INFINITY)),
+            ..Default::default()
+        },
+        PolicyPatch {
+            timeout: Some(None),
+            ..Default::default()
+        },
+    ];
+    for patch in absurd {
+        invalid(
+            store
+                .policy_set(PolicySetParams {
+                    scope: PolicyScope::Global,
+                    patch,
+                    actor: Actor::operator("o"),
+                })
+                .await,
+        );
+    }
+    assert_eq!(store.policy_list().await.unwrap(), before);
+    assert_eq!(audit_rows(&db.pool).await.unwrap().len(), audits);
+
+    // A result over the limit is refused and the lease stays held.
+    let id = insert_task(&db.pool, TaskSpec::new("n", "running"))
+        .await
+        .unwrap();
+    let row = task_row(&db.pool, id).await.unwrap();
+    let key = LeaseKey {
+        id: leasehold_shared::TaskId(id),
+        owner: AgentId::new(FACTORY_OWNER).unwrap(),
+        epoch: leasehold_shared::LeaseEpoch(1),
+    };
+    let huge = Completion::Succeeded {
+        result: Some(json!("r".repeat(2 * 1024 * 1024))),
+    };
+    invalid(
+        store
+            .task_complete(CompleteParams {
+                key,
+                completion: huge,
+            })
+            .await,
+    );
+    assert_eq!(task_row(&db.pool, id).await.unwrap(), row);
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_database_state_is_reported_not_panicked_on() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let id = insert_task(&db.pool, TaskSpec::new("corrupt", "queued"))
+        .await
+        .unwrap();
+    sqlx::query("UPDATE tasks SET progress = '\"not counters\"'::jsonb, last_error = '[1,2]'::jsonb WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let err = store
+        .task_get(leasehold_shared::TaskId(id))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert!(
+        err.to_string().starts_with("unreadable task progress"),
+        "{err}"
+    );
+    // The database refuses states the state machine cannot produce.
+    let no_lease = sqlx::query("UPDATE tasks SET status = 'running' WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await;
+    assert!(
+        no_lease
+            .unwrap_err()
+            .to_string()
+            .contains("tasks_leased_has_lease")
+    );
+    let unknown = sqlx::query("UPDATE tasks SET status = 'paused' WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await;
+    assert!(
+        unknown
+            .unwrap_err()
+            .to_string()
+            .contains("tasks_status_known")
+    );
+    db.drop_db().await.unwrap();
+}
