@@ -613,3 +613,51 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
     assert_eq!(batch.tasks.len(), 100);
     db.drop_db().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_limit_waits_for_claims_in_flight_that_read_the_old_policy() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let tasks: Vec<NewTask> = (0..10)
+        .map(|_| NewTask::new(tt("fresh"), json!({})))
+        .collect();
+    store.task_enqueue_many(tasks).await.unwrap();
+
+    // Claimer X, mid-claim while "fresh" is unlimited: it holds the policy guard shared and has
+    // taken 3 rows, uncommitted.
+    let mut x = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock_shared(19529, 0)")
+        .execute(&mut *x)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE tasks SET status = 'running', lease_owner = 'x#1', lease_epoch = lease_epoch + 1, attempt = 1,
+                lease_until = now() + interval '1 minute', heartbeat_at = now()
+         WHERE id IN (SELECT id FROM tasks WHERE task_type = 'fresh' ORDER BY id LIMIT 3)",
+    )
+    .execute(&mut *x)
+    .await
+    .unwrap();
+
+    let setting = {
+        let store = store.clone();
+        tokio::spawn(
+            async move { set_policy(&store, PolicyScope::Type(tt("fresh")), limit(2)).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !setting.is_finished(),
+        "the new limit must wait for the claim in flight"
+    );
+    x.commit().await.unwrap();
+    setting.await.unwrap();
+
+    // Now the limit is in force and counts X's claims: nobody gets more.
+    let y = store
+        .task_claim(claim("y#1", &["fresh"], 10))
+        .await
+        .unwrap();
+    assert!(y.tasks.is_empty(), "3 running against a new limit of 2");
+    db.drop_db().await.unwrap();
+}

@@ -303,7 +303,7 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         }
     );
 
-    // A retry that would start after the deadline dead-letters instead.
+    // A retry that would start after the deadline dead-letters as deadline_exceeded instead.
     let late = insert_task(
         &db.pool,
         TaskSpec {
@@ -329,6 +329,86 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
             retry_at: None
         }
     );
+    let err = &task_row(&db.pool, late).await.unwrap()["last_error"];
+    assert_eq!(err["code"], "deadline_exceeded");
+    assert!(
+        err["message"].as_str().unwrap().contains("last error x: y"),
+        "{err}"
+    );
+
+    // Huge attempt numbers with a steep multiplier cap at the max delay instead of overflowing.
+    store
+        .policy_set(PolicySetParams {
+            scope: PolicyScope::Type(tt("steep")),
+            patch: PolicyPatch {
+                retry_multiplier: Some(Some(100.0)),
+                retry_max: Some(Some(Duration::from_secs(60))),
+                ..Default::default()
+            },
+            actor: Actor::operator("test"),
+        })
+        .await
+        .unwrap();
+    for attempt in [1, 3, 200, 999] {
+        let id = insert_task(
+            &db.pool,
+            TaskSpec {
+                attempt,
+                max_attempts: 1000,
+                ..TaskSpec::new("steep", "running")
+            },
+        )
+        .await
+        .unwrap();
+        let out = store
+            .task_complete(CompleteParams {
+                key: key(id, FACTORY_OWNER, 1),
+                completion: Completion::Failed {
+                    error: TaskError::retryable("s", "s"),
+                },
+            })
+            .await
+            .unwrap();
+        let CompleteOutcome::Applied {
+            status: TaskStatus::RetryWait,
+            retry_at: Some(at),
+        } = out
+        else {
+            panic!("attempt {attempt}: {out:?}")
+        };
+        let delay = (at - store.db_now().await.unwrap()).num_milliseconds();
+        assert!(
+            delay <= 72_500,
+            "attempt {attempt}: {delay} ms above max 60 s + 20 %"
+        );
+        let ok = insert_task(
+            &db.pool,
+            TaskSpec {
+                attempt,
+                max_attempts: 1000,
+                ..TaskSpec::new("steep", "running")
+            },
+        )
+        .await
+        .unwrap();
+        let out = store
+            .task_complete(CompleteParams {
+                key: key(ok, FACTORY_OWNER, 1),
+                completion: Completion::Succeeded { result: None },
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                out,
+                CompleteOutcome::Applied {
+                    status: TaskStatus::Succeeded,
+                    ..
+                }
+            ),
+            "attempt {attempt}"
+        );
+    }
 
     // A huge error message is stored truncated, never refused.
     let huge = insert_task(&db.pool, TaskSpec::new("flaky", "running"))
@@ -857,6 +937,64 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run() {
             "requeue_dead:applied",
             "requeue_dead:denied"
         ]
+    );
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_that_waited_on_the_original_completion_reports_a_repeat() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let id = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_epoch: 2,
+            ..TaskSpec::new("lost-reply", "running")
+        },
+    )
+    .await
+    .unwrap();
+    // The original completion, still in flight: it holds the row lock.
+    let mut original = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM tasks WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *original)
+        .await
+        .unwrap();
+    let repeat = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .task_complete(CompleteParams {
+                    key: key(id, FACTORY_OWNER, 2),
+                    completion: Completion::Succeeded { result: None },
+                })
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !repeat.is_finished(),
+        "the repeat must wait on the original's row lock"
+    );
+    sqlx::query("UPDATE tasks SET status = 'succeeded', lease_until = NULL, finished_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *original)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, outcome) VALUES ($1, 2, 1, $2, now(), 'succeeded')")
+        .bind(id)
+        .bind(FACTORY_OWNER)
+        .execute(&mut *original)
+        .await
+        .unwrap();
+    original.commit().await.unwrap();
+    assert_eq!(
+        repeat.await.unwrap(),
+        CompleteOutcome::Repeated {
+            status: TaskStatus::Succeeded
+        }
     );
     db.drop_db().await.unwrap();
 }

@@ -19,7 +19,7 @@ use leasehold_shared::{
     Actor, AgentId, LeaseEpoch, LeaseKey, Progress, Store, StoreError, TaskError, TaskId, TaskType,
 };
 use leasehold_tests::factory::FACTORY_OWNER;
-use leasehold_tests::{TaskSpec, TestDb, attempt_rows, insert_task, task_row, task_status};
+use leasehold_tests::{TaskSpec, TestDb, attempt_rows, count, insert_task, task_row, task_status};
 use serde_json::json;
 
 fn owner() -> AgentId {
@@ -519,5 +519,179 @@ async fn release_requeues_at_once_with_the_attempt_refunded() {
     assert_eq!(batch.tasks.len(), 1);
     assert_eq!(batch.tasks[0].lease_epoch, LeaseEpoch(5));
     assert_eq!(batch.tasks[0].attempt, 2);
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn progress_lands_for_the_holder_and_is_read_back() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let id = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_epoch: 2,
+            ..TaskSpec::new("prog", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let progress = Progress {
+        total: 100,
+        processed: 40,
+        succeeded: 38,
+        failed: 1,
+        skipped: 1,
+    };
+    let out = store
+        .task_progress(ProgressParams {
+            key: key(id, FACTORY_OWNER, 2),
+            progress,
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, HolderWrite::Held);
+    let detail = store.task_get(TaskId(id)).await.unwrap().unwrap();
+    assert_eq!(detail.task.progress, Some(progress));
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_of_completions_is_fenced_row_by_row() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let ok = insert_task(&db.pool, TaskSpec::new("batch", "running"))
+        .await
+        .unwrap();
+    let stale = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_epoch: 4,
+            ..TaskSpec::new("batch", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let retry = insert_task(&db.pool, TaskSpec::new("batch", "running"))
+        .await
+        .unwrap();
+    let done = insert_task(&db.pool, TaskSpec::new("batch", "running"))
+        .await
+        .unwrap();
+    let first = CompleteParams {
+        key: key(done, FACTORY_OWNER, 1),
+        completion: Completion::Succeeded { result: None },
+    };
+    store.task_complete(first.clone()).await.unwrap();
+    let stale_before = task_row(&db.pool, stale).await.unwrap();
+
+    let outcomes = store
+        .task_complete_many(vec![
+            CompleteParams {
+                key: key(ok, FACTORY_OWNER, 1),
+                completion: Completion::PartiallySucceeded {
+                    result: Some(json!({"skipped": 2})),
+                },
+            },
+            CompleteParams {
+                key: key(stale, FACTORY_OWNER, 3),
+                completion: Completion::Succeeded { result: None },
+            },
+            CompleteParams {
+                key: key(retry, FACTORY_OWNER, 1),
+                completion: Completion::Failed {
+                    error: TaskError::retryable("later", "busy"),
+                },
+            },
+            first,
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(
+        outcomes[0],
+        CompleteOutcome::Applied {
+            status: TaskStatus::PartiallySucceeded,
+            ..
+        }
+    ));
+    assert_eq!(outcomes[1], CompleteOutcome::Fenced);
+    assert!(matches!(
+        outcomes[2],
+        CompleteOutcome::Applied {
+            status: TaskStatus::RetryWait,
+            retry_at: Some(_)
+        }
+    ));
+    assert_eq!(
+        outcomes[3],
+        CompleteOutcome::Repeated {
+            status: TaskStatus::Succeeded
+        }
+    );
+    assert_eq!(task_row(&db.pool, stale).await.unwrap(), stale_before);
+
+    // The same task twice in one batch is refused whole.
+    let twice = vec![
+        CompleteParams {
+            key: key(stale, FACTORY_OWNER, 4),
+            completion: Completion::Succeeded { result: None },
+        },
+        CompleteParams {
+            key: key(stale, FACTORY_OWNER, 4),
+            completion: Completion::Cancelled,
+        },
+    ];
+    assert!(matches!(
+        store.task_complete_many(twice).await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(task_row(&db.pool, stale).await.unwrap(), stale_before);
+    db.drop_db().await.unwrap();
+}
+
+#[tokio::test]
+async fn heartbeat_renewals_are_hot_updates_that_rewrite_no_index() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let mut leases = Vec::new();
+    for _ in 0..50 {
+        let id = insert_task(&db.pool, TaskSpec::new("hot", "running"))
+            .await
+            .unwrap();
+        leases.push((TaskId(id), LeaseEpoch(1)));
+    }
+    let stats = "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'tasks'";
+    let hot_stats = "SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tasks'";
+    let (upd_before, hot_before) = (
+        count(&db.pool, stats).await.unwrap(),
+        count(&db.pool, hot_stats).await.unwrap(),
+    );
+    for _ in 0..5 {
+        let out = store
+            .lease_renew_many(RenewParams {
+                owner: owner(),
+                leases: leases.clone(),
+                lease_ttl: Duration::from_secs(30),
+            })
+            .await
+            .unwrap();
+        assert_eq!(out.renewed.len(), 50);
+    }
+    // Statistics reach the shared counters when the backends that did the work flush them
+    // (within about ten seconds of going idle).
+    leasehold_tests::wait_until(
+        "renewal statistics flushed",
+        Duration::from_secs(30),
+        || async { Ok(count(&db.pool, stats).await? - upd_before >= 250) },
+    )
+    .await
+    .unwrap();
+    let hot = count(&db.pool, hot_stats).await.unwrap() - hot_before;
+    eprintln!("{hot} of 250 renewals were HOT updates");
+    // Fresh pages have 20 % free (fillfactor 80) and later rounds prune the old versions; an
+    // indexed lease column would make this 0.
+    assert!(
+        hot >= 125,
+        "only {hot} of 250 renewals were HOT: a lease column is indexed?"
+    );
     db.drop_db().await.unwrap();
 }

@@ -206,11 +206,11 @@ impl PolicyPatch {
                 });
             }
             if matches!(field, "timeout" | "slow_threshold")
-                && matches!(value, Some(Some(d)) if d.is_zero())
+                && matches!(value, Some(Some(d)) if d.as_millis() == 0)
             {
                 return Err(ValidationError::OutOfRange {
                     field,
-                    detail: "must be above 0".into(),
+                    detail: "must be at least 1 ms".into(),
                 });
             }
         }

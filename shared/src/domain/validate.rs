@@ -94,24 +94,28 @@ pub fn parse_payload(
     })
 }
 
-/// Checks a payload's encoded size against `limits` and returns its JSON text.
+/// Checks a payload's size against `limits` and returns its compact JSON text.
+///
+/// The size is measured the way the database's CHECK measures it (`payload::text`, which
+/// writes `", "` and `": "` between items), so a payload this accepts is never refused by the
+/// database for its size.
 pub fn payload_text(
     payload: &serde_json::Value,
     limits: &InputLimits,
 ) -> Result<String, ValidationError> {
-    let text = payload.to_string();
-    if text.len() > limits.max_payload_bytes {
+    let size = db_text_len(payload);
+    if size > limits.max_payload_bytes {
         return Err(ValidationError::PayloadTooLarge {
-            size: text.len(),
+            size,
             limit: limits.max_payload_bytes,
         });
     }
-    Ok(text)
+    Ok(payload.to_string())
 }
 
-/// Checks a handler result's encoded size.
+/// Checks a handler result's size (measured as the database measures it).
 pub fn check_result(result: &serde_json::Value) -> Result<(), ValidationError> {
-    let size = result.to_string().len();
+    let size = db_text_len(result);
     if size > MAX_RESULT_BYTES {
         return Err(ValidationError::ResultTooLarge {
             size,
@@ -119,6 +123,48 @@ pub fn check_result(result: &serde_json::Value) -> Result<(), ValidationError> {
         });
     }
     Ok(())
+}
+
+/// Length of a value's JSON text as PostgreSQL prints `jsonb` (a space after every `,` and `:`).
+pub fn db_text_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    struct Spaced;
+    impl serde_json::ser::Formatter for Spaced {
+        fn begin_array_value<W: ?Sized + std::io::Write>(
+            &mut self,
+            w: &mut W,
+            first: bool,
+        ) -> std::io::Result<()> {
+            if first { Ok(()) } else { w.write_all(b", ") }
+        }
+        fn begin_object_key<W: ?Sized + std::io::Write>(
+            &mut self,
+            w: &mut W,
+            first: bool,
+        ) -> std::io::Result<()> {
+            if first { Ok(()) } else { w.write_all(b", ") }
+        }
+        fn begin_object_value<W: ?Sized + std::io::Write>(
+            &mut self,
+            w: &mut W,
+        ) -> std::io::Result<()> {
+            w.write_all(b": ")
+        }
+    }
+    let mut count = Count(0);
+    let mut serializer = serde_json::Serializer::with_formatter(&mut count, Spaced);
+    // Writing to a counter cannot fail; a value that cannot be serialised has no size to check.
+    let _ = serde::Serialize::serialize(value, &mut serializer);
+    count.0
 }
 
 /// Checks an idempotency key: 1-255 bytes, no control characters.
@@ -169,6 +215,22 @@ mod tests {
         assert_eq!(
             parse_payload("{\"a\":1}", &InputLimits::default()).unwrap()["a"],
             1
+        );
+    }
+
+    #[test]
+    fn sizes_are_measured_as_the_database_prints_them() {
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{"a":[0,0,0],"b":{"c":"x, y"}}"#).unwrap();
+        // PostgreSQL prints it as {"a": [0, 0, 0], "b": {"c": "x, y"}}.
+        assert_eq!(
+            db_text_len(&v),
+            r#"{"a": [0, 0, 0], "b": {"c": "x, y"}}"#.len()
+        );
+        let zeros = serde_json::Value::Array(vec![serde_json::json!(0); 400_000]);
+        assert!(
+            payload_text(&zeros, &InputLimits::default()).is_err(),
+            "1.2 MB as the database sees it"
         );
     }
 

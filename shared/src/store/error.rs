@@ -5,6 +5,9 @@ use thiserror::Error;
 
 use crate::domain::{TaskId, TransitionError, ValidationError};
 
+/// SQLSTATE of a CHECK constraint violation.
+const CHECK_VIOLATION: &str = "23514";
+
 /// Why a store operation failed.
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -43,9 +46,21 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Wraps a database error with the operation that met it.
+    /// Wraps a database error with the operation that met it. A CHECK constraint the
+    /// database enforces (sizes, ranges, formats) is bad input, reported as such.
     pub fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-        move |source| StoreError::Database { op, source }
+        move |source| {
+            if let sqlx::Error::Database(e) = &source
+                && e.code().as_deref() == Some(CHECK_VIOLATION)
+            {
+                let constraint = e.constraint().unwrap_or("a check").to_string();
+                return StoreError::Invalid(ValidationError::Invalid {
+                    field: "input",
+                    detail: format!("refused by the database constraint {constraint} in {op}"),
+                });
+            }
+            StoreError::Database { op, source }
+        }
     }
 
     /// True when the database could not be reached or the connection broke (worth retrying),

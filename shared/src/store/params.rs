@@ -331,16 +331,45 @@ pub struct RecoverParams {
     pub limit: u32,
 }
 
+impl RecoverParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_duration("grace", self.grace)?;
+        check_range("limit", self.limit, 1..=MAX_CLAIM_BATCH).map(drop)
+    }
+}
+
+fn check_duration(field: &'static str, d: Duration) -> Result<(), ValidationError> {
+    if d > MAX_POLICY_DURATION {
+        return Err(ValidationError::OutOfRange {
+            field,
+            detail: format!("{} s is above 7 days", d.as_secs()),
+        });
+    }
+    Ok(())
+}
+
 /// Dead-letter waiting tasks whose deadline passed.
 #[derive(Debug, Clone)]
 pub struct ExpireDeadlinesParams {
     pub limit: u32,
 }
 
+impl ExpireDeadlinesParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_range("limit", self.limit, 1..=MAX_CLAIM_BATCH).map(drop)
+    }
+}
+
 /// List leases whose last renewal is older than `threshold`.
 #[derive(Debug, Clone)]
 pub struct SuspectParams {
     pub threshold: Duration,
+}
+
+impl SuspectParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_duration("threshold", self.threshold)
+    }
 }
 
 /// Change a policy row.

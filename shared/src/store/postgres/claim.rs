@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   BEGIN
-//!   task_claim_lock: pg_try_advisory_xact_lock per limited scope ('*' and each limited type)
+//!   task_claim_lock: policy guard (shared), then pg_try_advisory_xact_lock per limited scope
 //!   task_claim:      count running per locked scope, pick due rows FOR UPDATE SKIP LOCKED,
 //!                    cap per type and globally, set running / owner / epoch+1 / lease_until
 //!   COMMIT           (locks released; the next claimer of the scope sees these rows counted)
@@ -24,7 +24,10 @@ use crate::store::{ClaimBatch, ClaimParams, Result, StoreError};
 pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<ClaimBatch> {
     params.validate()?;
     let types: Vec<&str> = params.task_types.iter().map(|t| t.as_str()).collect();
-    let mut tx = pool.begin().await.map_err(StoreError::db("task_claim"))?;
+    let mut tx = pool
+        .begin_with(super::BEGIN_READ_COMMITTED)
+        .await
+        .map_err(StoreError::db("task_claim"))?;
     let locked_rows = sqlx::query(sql::task_claim_lock)
         .bind(&types)
         .fetch_all(&mut *tx)
@@ -33,8 +36,11 @@ pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<Cl
     let mut locked = Vec::with_capacity(locked_rows.len());
     let mut contended = false;
     for row in &locked_rows {
+        let Some(scope) = get::<Option<String>>(row, "scope")? else {
+            continue; // the policy guard, always granted (it may have waited)
+        };
         if get::<bool>(row, "locked")? {
-            locked.push(get::<String>(row, "scope")?);
+            locked.push(scope);
         } else {
             contended = true;
         }

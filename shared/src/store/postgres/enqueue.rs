@@ -71,14 +71,64 @@ async fn enqueue_valid<'e, E: PgExecutor<'e>>(
 }
 
 /// Enqueues many tasks in one statement through `executor`; results come back in input order.
+///
+/// If an idempotency key of the batch was committed by a concurrent transaction while this
+/// statement ran, its id cannot be seen yet and this returns an error: roll back and retry
+/// (the store's own [`crate::Store::task_enqueue_many`] does so by itself).
 pub async fn task_enqueue_many<'e, E: PgExecutor<'e>>(
     executor: E,
     tasks: &[NewTask],
     limits: &InputLimits,
 ) -> Result<Vec<Enqueued>> {
     let valid = validate_bulk(tasks, limits)?;
+    enqueue_many_valid(executor, &valid)
+        .await?
+        .ok_or_else(invisible_key)
+}
+
+fn invisible_key() -> StoreError {
+    StoreError::Corrupt {
+        what: "bulk enqueue",
+        detail: "an idempotency key was committed by a concurrent transaction during this one; roll back and retry".into(),
+    }
+}
+
+/// The pool's bulk enqueue: in its own transaction, retried when a concurrent transaction
+/// committed one of the batch's idempotency keys mid-statement (nothing is kept from a try
+/// that could not report every id).
+pub(super) async fn task_enqueue_many_with_retry(
+    pool: &sqlx::PgPool,
+    tasks: &[NewTask],
+    limits: &InputLimits,
+) -> Result<Vec<Enqueued>> {
+    let valid = validate_bulk(tasks, limits)?;
+    for _ in 0..3 {
+        let mut tx = pool
+            .begin_with(super::BEGIN_READ_COMMITTED)
+            .await
+            .map_err(StoreError::db("task_enqueue_many"))?;
+        match enqueue_many_valid(&mut *tx, &valid).await? {
+            Some(done) => {
+                tx.commit()
+                    .await
+                    .map_err(StoreError::db("task_enqueue_many"))?;
+                return Ok(done);
+            }
+            None => tx
+                .rollback()
+                .await
+                .map_err(StoreError::db("task_enqueue_many"))?,
+        }
+    }
+    Err(invisible_key())
+}
+
+async fn enqueue_many_valid<'e, E: PgExecutor<'e>>(
+    executor: E,
+    valid: &[ValidTask],
+) -> Result<Option<Vec<Enqueued>>> {
     if valid.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Some(Vec::new()));
     }
     let n = valid.len();
     let mut types = Vec::with_capacity(n);
@@ -91,15 +141,15 @@ pub async fn task_enqueue_many<'e, E: PgExecutor<'e>>(
     let mut max_attempts = Vec::with_capacity(n);
     let mut keys = Vec::with_capacity(n);
     for v in valid {
-        types.push(v.task_type);
-        payloads.push(v.payload);
+        types.push(v.task_type.as_str());
+        payloads.push(v.payload.as_str());
         priorities.push(v.priority);
         delays.push(v.delay_ms);
         run_ats.push(v.run_at);
         deadlines.push(v.deadline);
         timeouts.push(v.timeout_ms);
         max_attempts.push(v.max_attempts);
-        keys.push(v.idempotency_key);
+        keys.push(v.idempotency_key.as_deref());
     }
     let rows = sqlx::query(sql::task_enqueue_many)
         .bind(types)
@@ -120,18 +170,15 @@ pub async fn task_enqueue_many<'e, E: PgExecutor<'e>>(
             detail: format!("{} results for {n} tasks", rows.len()),
         });
     }
-    rows.iter()
-        .map(|row| {
-            let id: Option<i64> = get(row, "id")?;
-            let id = id.ok_or_else(|| StoreError::Corrupt {
-                what: "bulk enqueue",
-                detail: "idempotency key conflicted with a row that is not visible yet; retry"
-                    .into(),
-            })?;
-            Ok(Enqueued {
-                id: TaskId(id),
-                created: get(row, "created")?,
-            })
-        })
-        .collect()
+    let mut out = Vec::with_capacity(n);
+    for row in &rows {
+        let Some(id) = get::<Option<i64>>(row, "id")? else {
+            return Ok(None);
+        };
+        out.push(Enqueued {
+            id: TaskId(id),
+            created: get(row, "created")?,
+        });
+    }
+    Ok(Some(out))
 }

@@ -151,6 +151,28 @@ pub(super) async fn task_complete_many(
         };
         by_id.insert(id, outcome);
     }
+    let fenced: Vec<usize> = (0..n)
+        .filter(|&i| by_id.get(&ids[i]) == Some(&CompleteOutcome::Fenced))
+        .collect();
+    if !fenced.is_empty() {
+        // A repeat that waited on the original's row lock could not see the original's attempt
+        // row in its snapshot: look again in a new statement.
+        let pick = |v: &[i64]| fenced.iter().map(|&i| v[i]).collect::<Vec<_>>();
+        let rows = sqlx::query(sql::task_attempt_outcomes)
+            .bind(pick(&ids))
+            .bind(fenced.iter().map(|&i| owners[i]).collect::<Vec<_>>())
+            .bind(pick(&epochs))
+            .bind(fenced.iter().map(|&i| outcomes[i]).collect::<Vec<_>>())
+            .fetch_all(pool)
+            .await
+            .map_err(StoreError::db("task_complete"))?;
+        for row in &rows {
+            let repeated = CompleteOutcome::Repeated {
+                status: status(get::<&str>(row, "status")?)?,
+            };
+            by_id.insert(get(row, "id")?, repeated);
+        }
+    }
     ids.iter()
         .map(|id| {
             by_id.get(id).copied().ok_or_else(|| StoreError::Corrupt {

@@ -65,6 +65,7 @@ pub(crate) mod sql {
             lease_renew_many,
             task_progress,
             task_complete_many,
+            task_attempt_outcomes,
             lease_release_many,
             task_cancel,
             task_requeue,
@@ -76,6 +77,7 @@ pub(crate) mod sql {
             policy_list,
             policy_get_for_update,
             policy_upsert,
+            policy_guard_exclusive,
             agent_register,
             agent_heartbeat,
             agent_list,
@@ -93,6 +95,11 @@ pub(crate) mod sql {
     pub use names::*;
 }
 
+/// How every store transaction begins: the statements rely on READ COMMITTED semantics (each
+/// statement sees what committed before it; row locks re-check the latest row version), so
+/// they say so rather than inherit a server default.
+pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
 /// Options for connecting a [`PgStore`].
 #[derive(Debug, Clone)]
 pub struct PgStoreOptions {
@@ -101,6 +108,8 @@ pub struct PgStoreOptions {
     pub limits: InputLimits,
     /// `application_name` shown in `pg_stat_activity`.
     pub application_name: String,
+    /// Server-side limit on any one statement (None: the server's default).
+    pub statement_timeout: Option<Duration>,
 }
 
 impl Default for PgStoreOptions {
@@ -110,6 +119,7 @@ impl Default for PgStoreOptions {
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             limits: InputLimits::default(),
             application_name: "leasehold".to_string(),
+            statement_timeout: None,
         }
     }
 }
@@ -124,7 +134,19 @@ pub struct PgStore {
 impl PgStore {
     /// Connects a pool to `url` (`postgres://…`).
     pub async fn connect(url: &str, options: PgStoreOptions) -> Result<Self> {
-        let connect = connect_options(url)?.application_name(&options.application_name);
+        let mut settings = vec![(
+            "default_transaction_isolation",
+            "read committed".to_string(),
+        )];
+        if let Some(timeout) = options.statement_timeout {
+            settings.push((
+                "statement_timeout",
+                format!("{}ms", timeout.as_millis().max(1)),
+            ));
+        }
+        let connect = connect_options(url)?
+            .application_name(&options.application_name)
+            .options(settings);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -137,7 +159,8 @@ impl PgStore {
         })
     }
 
-    /// Wraps an existing pool.
+    /// Wraps an existing pool. Its connections should use READ COMMITTED (the server default)
+    /// for single statements; transactions the store opens set it themselves.
     pub fn from_pool(pool: PgPool, limits: InputLimits) -> Self {
         Self { pool, limits }
     }
@@ -201,7 +224,7 @@ impl Store for PgStore {
     }
 
     async fn task_enqueue_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Enqueued>> {
-        enqueue::task_enqueue_many(&self.pool, &tasks, &self.limits).await
+        enqueue::task_enqueue_many_with_retry(&self.pool, &tasks, &self.limits).await
     }
 
     async fn task_claim(&self, params: ClaimParams) -> Result<ClaimBatch> {

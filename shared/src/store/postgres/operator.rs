@@ -55,7 +55,9 @@ async fn authorize(pool: &PgPool, actor: &Actor, action: &str, target: String) -
 }
 
 async fn begin(pool: &PgPool, op: &'static str) -> Result<Transaction<'static, Postgres>> {
-    pool.begin().await.map_err(StoreError::db(op))
+    pool.begin_with(super::BEGIN_READ_COMMITTED)
+        .await
+        .map_err(StoreError::db(op))
 }
 
 async fn commit(tx: Transaction<'static, Postgres>, op: &'static str) -> Result<()> {
@@ -268,6 +270,10 @@ pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Resul
     let key = params.scope.key().to_string();
     authorize(pool, &params.actor, "policy_set", format!("policy:{key}")).await?;
     let mut tx = begin(pool, "policy_set").await?;
+    sqlx::query(sql::policy_guard_exclusive)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("policy_set"))?;
     let current = sqlx::query(sql::policy_get_for_update)
         .bind(&key)
         .fetch_optional(&mut *tx)

@@ -20,7 +20,11 @@ upd AS (
             WHEN t.attempt >= t.max_attempts THEN 'dead'
             ELSE 'retry_wait'
         END,
-        lease_epoch = t.lease_epoch + 1,
+        -- A task that will run again gets a new epoch now, fencing the old holder before anyone
+        -- claims it; one that ends here keeps the epoch of the attempt it ended (the row says
+        -- who held it last; its status already fences every late write).
+        lease_epoch = CASE WHEN t.status = 'running' AND t.attempt < t.max_attempts
+                           THEN t.lease_epoch + 1 ELSE t.lease_epoch END,
         lease_until = NULL,
         available_at = now(),
         last_error = CASE WHEN t.status = 'cancel_requested' THEN t.last_error ELSE jsonb_build_object(

@@ -1,7 +1,17 @@
--- Serialise claims of limited scopes: for each scope with a concurrency limit that this claim
--- touches (global '*' and each requested type), try a transaction-level advisory lock.
--- A scope whose lock another claimer holds is skipped this round (capacity 0), so claimers
--- never wait on each other and never deadlock. Unlimited scopes take no lock. $1 types.
+-- The first statement of a claim transaction.
+-- 1. A shared advisory lock on the policy guard (19529, 0), held to the end of the transaction:
+--    claims never block each other on it, but a policy change (which takes it exclusively)
+--    waits for claims in flight, so a limit never starts while a claim that ignored it is
+--    still uncommitted.
+-- 2. For each scope with a concurrency limit that this claim touches (global '*' and each
+--    requested type), try a transaction-level advisory lock (19528, hashtext(scope)). A scope
+--    whose lock another claimer holds is skipped this round (the claim gives it capacity 0), so
+--    claimers never wait on each other and never deadlock. Unlimited scopes take no lock.
+-- This statement's view of the policies may predate a change it waited for in step 1; the
+-- claim statement reads them afresh and gives any limited scope not locked here capacity 0.
+-- Returns one row with a null scope (the guard), then one row per limited scope. $1 types.
+SELECT NULL::text AS scope, (SELECT pg_advisory_xact_lock_shared(19529, 0)) IS NOT NULL AS locked
+UNION ALL
 SELECT scope, pg_try_advisory_xact_lock(19528, hashtext(scope)) AS locked
 FROM (
     SELECT scope FROM policies

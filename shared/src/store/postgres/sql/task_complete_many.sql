@@ -4,7 +4,11 @@
 -- back with kind 'fenced'. A repeat of an outcome already recorded for the same (task, epoch,
 -- owner) comes back 'repeated' and changes nothing. A failure is retried with the type's
 -- backoff, min(max, base * mult^(attempt-1)) +/- jitter in database time, while attempts are
--- left, the error is retryable and the retry would start before the deadline; else dead.
+-- left, the error is retryable and the retry would start before the deadline; else dead
+-- (deadline_exceeded when only the deadline stood in the way).
+-- A repeat racing the original (waiting on its row lock) cannot see the original's attempt row
+-- in this statement's snapshot and comes back 'fenced'; the caller re-checks those rows with
+-- task_attempt_outcomes.sql in a new statement.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::jsonb[], $6::jsonb[])
         AS i(id, owner, epoch, outcome, result, error)
@@ -23,23 +27,48 @@ decision AS (
            CASE
                WHEN cur.outcome IN ('succeeded', 'partially_succeeded', 'cancelled') THEN cur.outcome
                WHEN cur.status = 'cancel_requested' THEN 'cancelled'
-               WHEN coalesce((cur.error ->> 'retryable')::boolean, false)
-                    AND cur.attempt < cur.max_attempts
-                    AND (cur.deadline_at IS NULL OR timing.retry_at < cur.deadline_at) THEN 'retry_wait'
+               WHEN retry.wanted AND retry.at < coalesce(cur.deadline_at, 'infinity') THEN 'retry_wait'
                ELSE 'dead'
            END AS next_status,
-           timing.retry_at
+           retry.at AS retry_at,
+           -- A retry that would start after the deadline ends the task as deadline_exceeded.
+           CASE
+               WHEN cur.outcome = 'failed' AND cur.status = 'running' AND retry.wanted
+                    AND retry.at >= coalesce(cur.deadline_at, 'infinity')
+               THEN jsonb_build_object(
+                   'code', 'deadline_exceeded',
+                   'message', format('the retry due at %s would start after the deadline %s; last error %s: %s',
+                                     retry.at, cur.deadline_at, cur.error ->> 'code', cur.error ->> 'message'),
+                   'retryable', false)
+               ELSE cur.error
+           END AS error
     FROM cur
     CROSS JOIN LATERAL (
-        SELECT now() + make_interval(secs =>
-                   least(coalesce(tp.retry_max_ms, g.retry_max_ms)::double precision,
-                         coalesce(tp.retry_base_ms, g.retry_base_ms)::double precision
-                         * power(coalesce(tp.retry_multiplier, g.retry_multiplier), greatest(cur.attempt - 1, 0)))
-                   * (1 + coalesce(tp.retry_jitter, g.retry_jitter) * (2 * random() - 1)) / 1000.0) AS retry_at
-        FROM policies g
-        LEFT JOIN policies tp ON tp.scope = cur.task_type
-        WHERE g.scope = '*'
-    ) timing
+        SELECT cur.outcome = 'failed'
+                   AND coalesce((cur.error ->> 'retryable')::boolean, false)
+                   AND cur.attempt < cur.max_attempts AS wanted,
+               now() + make_interval(secs => delay.ms * (1 + delay.jitter * (2 * random() - 1)) / 1000.0) AS at
+        FROM (
+            -- min(max, base * mult^(attempt-1)) without overflowing for large attempts: when the
+            -- power would pass max, the answer is max (compared in logarithms).
+            SELECT CASE
+                       WHEN cur.outcome <> 'failed' THEN 0
+                       WHEN p.max_ms <= p.base_ms OR p.base_ms <= 0 THEN least(p.max_ms, p.base_ms)
+                       WHEN greatest(cur.attempt - 1, 0) * ln(p.mult) >= ln(p.max_ms / p.base_ms) THEN p.max_ms
+                       ELSE p.base_ms * power(p.mult, greatest(cur.attempt - 1, 0))
+                   END AS ms,
+                   p.jitter
+            FROM (
+                SELECT coalesce(tp.retry_base_ms, g.retry_base_ms)::double precision AS base_ms,
+                       coalesce(tp.retry_multiplier, g.retry_multiplier) AS mult,
+                       coalesce(tp.retry_max_ms, g.retry_max_ms)::double precision AS max_ms,
+                       coalesce(tp.retry_jitter, g.retry_jitter) AS jitter
+                FROM policies g
+                LEFT JOIN policies tp ON tp.scope = cur.task_type
+                WHERE g.scope = '*'
+            ) p
+        ) delay
+    ) retry
 ),
 upd AS (
     UPDATE tasks t
@@ -47,7 +76,7 @@ upd AS (
         available_at = CASE WHEN d.next_status = 'retry_wait' THEN d.retry_at ELSE t.available_at END,
         lease_until = NULL,
         result = CASE WHEN cur.outcome IN ('succeeded', 'partially_succeeded') THEN cur.result ELSE t.result END,
-        last_error = CASE WHEN cur.outcome = 'failed' THEN cur.error ELSE t.last_error END,
+        last_error = CASE WHEN cur.outcome = 'failed' THEN d.error ELSE t.last_error END,
         finished_at = CASE WHEN d.next_status = 'retry_wait' THEN NULL ELSE now() END,
         updated_at = now()
     FROM decision d

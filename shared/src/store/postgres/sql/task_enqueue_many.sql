@@ -14,7 +14,8 @@ ins AS (
            coalesce(run_at, now() + make_interval(secs => delay_ms / 1000.0)),
            deadline_at, timeout_ms, max_attempts, idempotency_key
     FROM input
-    ORDER BY ord
+    -- Key order, so two batches sharing keys lock them in the same order and never deadlock.
+    ORDER BY idempotency_key, ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key
 )
