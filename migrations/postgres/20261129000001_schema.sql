@@ -49,13 +49,15 @@ CREATE TABLE tasks (
 -- Claim: due rows in claim order. Only claimable rows are in it, so it stays small.
 CREATE INDEX tasks_claim_idx ON tasks (priority DESC, available_at, id)
     WHERE status IN ('queued', 'retry_wait');
--- Leased rows: per-type running counts (limits), recovery scans, an agent's leases.
+-- Leased rows: per-type running counts (limits), recovery scans, an agent's leases. The leased
+-- set is bounded by the total concurrency, so one small index serves every lookup of it.
 CREATE INDEX tasks_leased_type_idx ON tasks (task_type) WHERE status IN ('running', 'cancel_requested');
-CREATE INDEX tasks_leased_owner_idx ON tasks (lease_owner) WHERE status IN ('running', 'cancel_requested');
--- Listing by status, keyset-paged by id.
-CREATE INDEX tasks_status_id_idx ON tasks (status, id);
--- Dead-letter queue by type and time of death (requeue by filter, console view).
-CREATE INDEX tasks_dead_idx ON tasks (task_type, finished_at) WHERE status = 'dead';
+-- The dead-letter queue, keyset-paged by id (console view, requeue by filter).
+CREATE INDEX tasks_dead_idx ON tasks (id) WHERE status = 'dead';
+-- Every status change writes an entry into each index whose predicate the new row version
+-- matches, so there is deliberately no general (status, id) index: a task's life costs two
+-- index entries per step (primary key plus the one partial index of its new state). Listings
+-- of other statuses walk the primary key backwards, newest first, and stop at a page.
 -- Deadline expiry of waiting rows.
 CREATE INDEX tasks_deadline_idx ON tasks (deadline_at)
     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'retry_wait');
@@ -75,8 +77,10 @@ CREATE TRIGGER tasks_notify_insert AFTER INSERT ON tasks
     FOR EACH STATEMENT EXECUTE FUNCTION leasehold_notify_tasks();
 
 -- One row per ended attempt, keyed by its fencing epoch: at most one outcome per holding.
+-- Rows are only ever inserted by the statement that ends the attempt on its (locked) task row,
+-- so no foreign key checks them on the hot path; deleting tasks deletes their attempts (below).
 CREATE TABLE task_attempts (
-    task_id     bigint      NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    task_id     bigint      NOT NULL,
     epoch       bigint      NOT NULL,
     attempt     integer     NOT NULL,
     agent       text        NOT NULL,
@@ -89,6 +93,16 @@ CREATE TABLE task_attempts (
         'cancelled', 'released', 'lease_expired')),
     CONSTRAINT task_attempts_error_size CHECK (error IS NULL OR octet_length(error::text) <= 65536)
 );
+
+CREATE FUNCTION leasehold_delete_attempts() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM task_attempts a USING deleted d WHERE a.task_id = d.id;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER tasks_delete_attempts AFTER DELETE ON tasks
+    REFERENCING OLD TABLE AS deleted
+    FOR EACH STATEMENT EXECUTE FUNCTION leasehold_delete_attempts();
 
 -- Limits and policies: scope '*' is global (always present), any other scope is a task type
 -- whose null columns inherit the global row.

@@ -998,3 +998,32 @@ async fn a_repeat_that_waited_on_the_original_completion_reports_a_repeat() {
     );
     db.drop_db().await.unwrap();
 }
+
+#[tokio::test]
+async fn deleting_tasks_deletes_their_attempts() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let keep = insert_task(&db.pool, TaskSpec::new("del", "running"))
+        .await
+        .unwrap();
+    let gone = insert_task(&db.pool, TaskSpec::new("del", "running"))
+        .await
+        .unwrap();
+    for id in [keep, gone] {
+        store
+            .task_complete(CompleteParams {
+                key: key(id, FACTORY_OWNER, 1),
+                completion: Completion::Succeeded { result: None },
+            })
+            .await
+            .unwrap();
+    }
+    sqlx::query("DELETE FROM tasks WHERE id = $1")
+        .bind(gone)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert!(attempt_rows(&db.pool, gone).await.unwrap().is_empty());
+    assert_eq!(attempt_rows(&db.pool, keep).await.unwrap().len(), 1);
+    db.drop_db().await.unwrap();
+}

@@ -134,10 +134,18 @@ pub struct PgStore {
 impl PgStore {
     /// Connects a pool to `url` (`postgres://…`).
     pub async fn connect(url: &str, options: PgStoreOptions) -> Result<Self> {
-        let mut settings = vec![(
-            "default_transaction_isolation",
-            "read committed".to_string(),
-        )];
+        let mut settings = vec![
+            (
+                "default_transaction_isolation",
+                "read committed".to_string(),
+            ),
+            // Short OLTP statements: JIT compilation would cost more than it could ever save.
+            ("jit", "off".to_string()),
+            // Every statement is prepared once per connection and keyed by ids or small arrays:
+            // plan it once (the claim's generic plan is checked to walk the claim index), not
+            // on every execution, which costs as much as running it.
+            ("plan_cache_mode", "force_generic_plan".to_string()),
+        ];
         if let Some(timeout) = options.statement_timeout {
             settings.push((
                 "statement_timeout",

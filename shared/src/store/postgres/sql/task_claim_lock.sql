@@ -7,10 +7,20 @@
 --    requested type), try a transaction-level advisory lock (19528, hashtext(scope)). A scope
 --    whose lock another claimer holds is skipped this round (the claim gives it capacity 0), so
 --    claimers never wait on each other and never deadlock. Unlimited scopes take no lock.
+-- 3. Planner settings for the claim statement, local to this transaction (see below).
 -- This statement's view of the policies may predate a change it waited for in step 1; the
 -- claim statement reads them afresh and gives any limited scope not locked here capacity 0.
 -- Returns one row with a null scope (the guard), then one row per limited scope. $1 types.
-SELECT NULL::text AS scope, (SELECT pg_advisory_xact_lock_shared(19529, 0)) IS NOT NULL AS locked
+SELECT NULL::text AS scope,
+       (SELECT pg_advisory_xact_lock_shared(19529, 0)) IS NOT NULL
+       -- The claim must walk tasks_claim_idx in claim order and stop after the batch. Right
+       -- after a bulk enqueue the statistics are stale and the planner would rather bitmap-scan
+       -- and sort the whole queue; for this transaction only, take those plans off the table.
+       AND set_config('enable_bitmapscan', 'off', true) = 'off'
+       AND set_config('enable_seqscan', 'off', true) = 'off'
+       -- Those disabled plans carry a huge nominal cost, which would otherwise trigger JIT
+       -- compilation (hundreds of milliseconds) for a statement that runs in one.
+       AND set_config('jit', 'off', true) = 'off' AS locked
 UNION ALL
 SELECT scope, pg_try_advisory_xact_lock(19528, hashtext(scope)) AS locked
 FROM (

@@ -23,7 +23,7 @@ cur AS (
     FOR UPDATE OF t
 ),
 decision AS (
-    SELECT cur.id,
+    SELECT cur.id, cur.outcome, cur.result,
            CASE
                WHEN cur.outcome IN ('succeeded', 'partially_succeeded', 'cancelled') THEN cur.outcome
                WHEN cur.status = 'cancel_requested' THEN 'cancelled'
@@ -75,12 +75,11 @@ upd AS (
     SET status = d.next_status,
         available_at = CASE WHEN d.next_status = 'retry_wait' THEN d.retry_at ELSE t.available_at END,
         lease_until = NULL,
-        result = CASE WHEN cur.outcome IN ('succeeded', 'partially_succeeded') THEN cur.result ELSE t.result END,
-        last_error = CASE WHEN cur.outcome = 'failed' THEN d.error ELSE t.last_error END,
+        result = CASE WHEN d.outcome IN ('succeeded', 'partially_succeeded') THEN d.result ELSE t.result END,
+        last_error = CASE WHEN d.outcome = 'failed' THEN d.error ELSE t.last_error END,
         finished_at = CASE WHEN d.next_status = 'retry_wait' THEN NULL ELSE now() END,
         updated_at = now()
     FROM decision d
-    JOIN cur ON cur.id = d.id
     WHERE t.id = d.id
     RETURNING t.id, t.status, t.available_at
 ),
@@ -90,12 +89,16 @@ attempt_row AS (
            CASE WHEN cur.outcome = 'failed' THEN cur.error END
     FROM cur
 )
+-- Applied rows come straight from the update; only the others are looked up (by index), so
+-- the statement stays linear in the batch size.
+SELECT u.id, 'applied' AS kind, u.status, CASE WHEN u.status = 'retry_wait' THEN u.available_at END AS retry_at
+FROM upd u
+UNION ALL
 SELECT i.id,
-       CASE WHEN u.id IS NOT NULL THEN 'applied' WHEN a.task_id IS NOT NULL THEN 'repeated' ELSE 'fenced' END AS kind,
-       coalesce(u.status, t.status) AS status,
-       CASE WHEN u.status = 'retry_wait' THEN u.available_at END AS retry_at
+       CASE WHEN a.task_id IS NOT NULL THEN 'repeated' ELSE 'fenced' END AS kind,
+       t.status,
+       NULL::timestamptz AS retry_at
 FROM input i
-LEFT JOIN upd u ON u.id = i.id
-LEFT JOIN task_attempts a ON u.id IS NULL AND a.task_id = i.id AND a.epoch = i.epoch AND a.agent = i.owner
-                          AND a.outcome = i.outcome
+LEFT JOIN task_attempts a ON a.task_id = i.id AND a.epoch = i.epoch AND a.agent = i.owner AND a.outcome = i.outcome
 LEFT JOIN tasks t ON t.id = i.id
+WHERE i.id <> ALL (ARRAY(SELECT id FROM cur))
