@@ -27,6 +27,16 @@ struct DatabaseArgs {
     database_url: Option<String>,
 }
 
+/// Bad input on the command line: reported plainly, exit code 2.
+fn usage_error(field: &'static str, detail: &str) -> anyhow::Error {
+    anyhow::Error::new(leasehold_shared::StoreError::Invalid(
+        leasehold_shared::ValidationError::Invalid {
+            field,
+            detail: detail.to_string(),
+        },
+    ))
+}
+
 impl DatabaseArgs {
     fn url(&self) -> Result<String> {
         self.database_url
@@ -34,13 +44,10 @@ impl DatabaseArgs {
             .or_else(|| std::env::var("DATABASE_URL").ok())
             .filter(|u| !u.is_empty())
             .ok_or_else(|| {
-                anyhow::Error::new(leasehold_shared::StoreError::Invalid(
-                    leasehold_shared::ValidationError::Invalid {
-                        field: "database_url",
-                        detail: "give --database-url, LEASEHOLD_DATABASE_URL or DATABASE_URL"
-                            .into(),
-                    },
-                ))
+                usage_error(
+                    "database_url",
+                    "give --database-url, LEASEHOLD_DATABASE_URL or DATABASE_URL",
+                )
             })
     }
 }
@@ -114,16 +121,10 @@ async fn main() -> ProcessExit {
 
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Run { db: _ } => {
-            anyhow::bail!(leasehold_shared::StoreError::Invalid(
-                leasehold_shared::ValidationError::Invalid {
-                    field: "command",
-                    detail:
-                        "`leasehold-agent run` is not available yet: the agent runtime lands next"
-                            .into(),
-                }
-            ))
-        }
+        Command::Run { db: _ } => Err(usage_error(
+            "command",
+            "`leasehold-agent run` is not available yet: the agent runtime lands next",
+        )),
         Command::Migrate { db } => {
             let url = db.url()?;
             let store = PgStore::connect(

@@ -22,6 +22,7 @@
 pub mod bin;
 pub mod db;
 pub mod factory;
+pub mod helpers;
 pub mod inspect;
 pub mod server;
 pub mod wait;

@@ -15,12 +15,9 @@ use leasehold_shared::{
     Actor, AgentId, InputLimits, LeaseKey, Store, StoreError, TaskType, ValidationError,
 };
 use leasehold_tests::factory::FACTORY_OWNER;
+use leasehold_tests::helpers::tt;
 use leasehold_tests::{TaskSpec, TestDb, audit_rows, count, insert_task, task_row};
 use serde_json::json;
-
-fn tt(name: &str) -> TaskType {
-    TaskType::new(name).unwrap()
-}
 
 async fn nothing_written(db: &TestDb) {
     assert_eq!(

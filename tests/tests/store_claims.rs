@@ -8,24 +8,12 @@ use std::time::Duration;
 
 use leasehold_shared::domain::{PolicyPatch, PolicyScope};
 use leasehold_shared::store::postgres::PgStore;
-use leasehold_shared::store::{ClaimParams, CompleteParams, Completion, NewTask, PolicySetParams};
-use leasehold_shared::{Actor, AgentId, LeaseKey, Store, TaskType};
+use leasehold_shared::store::{CompleteParams, Completion, NewTask, PolicySetParams};
+use leasehold_shared::{Actor, AgentId, LeaseKey, Store};
+use leasehold_tests::helpers::{claim, tt};
 use leasehold_tests::{TaskSpec, TestDb, count, insert_task};
 use serde_json::json;
 use sqlx::Row;
-
-fn tt(name: &str) -> TaskType {
-    TaskType::new(name).unwrap()
-}
-
-fn claim(owner: &str, types: &[&str], batch: u32) -> ClaimParams {
-    ClaimParams {
-        owner: AgentId::new(owner).unwrap(),
-        task_types: types.iter().map(|t| tt(t)).collect(),
-        batch,
-        lease_ttl: Duration::from_secs(60),
-    }
-}
 
 async fn complete_all(store: &PgStore, owner: &str, tasks: &[leasehold_shared::domain::Task]) {
     let batch = tasks

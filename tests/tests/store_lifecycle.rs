@@ -8,40 +8,18 @@ use std::time::Duration;
 use leasehold_shared::domain::{PolicyPatch, PolicyScope, Role, TaskStatus};
 use leasehold_shared::store::postgres::{NOTIFY_CHANNEL, enqueue};
 use leasehold_shared::store::{
-    CancelOutcome, CancelParams, ClaimParams, CompleteOutcome, CompleteParams, Completion,
-    DeadFilter, ExpireDeadlinesParams, NewTask, PolicySetParams, RecoverParams, RequeueDeadParams,
+    CancelOutcome, CancelParams, CompleteOutcome, CompleteParams, Completion, DeadFilter,
+    ExpireDeadlinesParams, NewTask, PolicySetParams, RecoverParams, RequeueDeadParams,
     RequeueParams, SuspectParams,
 };
-use leasehold_shared::{
-    Actor, AgentId, LeaseEpoch, LeaseKey, Store, StoreError, TaskError, TaskId, TaskType,
-};
+use leasehold_shared::{Actor, AgentId, LeaseEpoch, Store, StoreError, TaskError, TaskId};
 use leasehold_tests::factory::FACTORY_OWNER;
+use leasehold_tests::helpers::{claim, key, tt};
 use leasehold_tests::{
     TaskSpec, TestDb, attempt_rows, audit_rows, backdate_lease, count, insert_task, task_row,
     task_status,
 };
 use serde_json::json;
-
-fn tt(name: &str) -> TaskType {
-    TaskType::new(name).unwrap()
-}
-
-fn claim(owner: &str, types: &[&str], batch: u32) -> ClaimParams {
-    ClaimParams {
-        owner: AgentId::new(owner).unwrap(),
-        task_types: types.iter().map(|t| tt(t)).collect(),
-        batch,
-        lease_ttl: Duration::from_secs(30),
-    }
-}
-
-fn key(id: i64, owner: &str, epoch: i64) -> LeaseKey {
-    LeaseKey {
-        id: TaskId(id),
-        owner: AgentId::new(owner).unwrap(),
-        epoch: LeaseEpoch(epoch),
-    }
-}
 
 #[tokio::test]
 async fn a_plain_sql_insert_is_a_complete_enqueue_and_wakes_listeners_once_per_transaction() {

@@ -11,13 +11,10 @@ use leasehold_shared::store::{
     AgentHeartbeatParams, AgentRegisterParams, AgentState, ClaimParams, CompleteParams, Completion,
     HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, TaskListParams,
 };
-use leasehold_shared::{AgentId, LeaseKey, Store, TaskError, TaskType};
+use leasehold_shared::{AgentId, LeaseKey, Store, TaskError};
+use leasehold_tests::helpers::tt;
 use leasehold_tests::{TaskSpec, TestDb, binary, count, insert_task};
 use serde_json::json;
-
-fn tt(name: &str) -> TaskType {
-    TaskType::new(name).unwrap()
-}
 
 fn register(name: &str) -> AgentRegisterParams {
     AgentRegisterParams {

@@ -16,22 +16,15 @@ use leasehold_shared::store::{
     RequeueParams,
 };
 use leasehold_shared::{
-    Actor, AgentId, LeaseEpoch, LeaseKey, Progress, Store, StoreError, TaskError, TaskId, TaskType,
+    Actor, AgentId, LeaseEpoch, Progress, Store, StoreError, TaskError, TaskId, TaskType,
 };
 use leasehold_tests::factory::FACTORY_OWNER;
+use leasehold_tests::helpers::key;
 use leasehold_tests::{TaskSpec, TestDb, attempt_rows, count, insert_task, task_row, task_status};
 use serde_json::json;
 
 fn owner() -> AgentId {
     AgentId::new(FACTORY_OWNER).unwrap()
-}
-
-fn key(id: i64, owner: &str, epoch: i64) -> LeaseKey {
-    LeaseKey {
-        id: TaskId(id),
-        owner: AgentId::new(owner).unwrap(),
-        epoch: LeaseEpoch(epoch),
-    }
 }
 
 async fn epoch_of(db: &TestDb, id: i64) -> i64 {

@@ -144,18 +144,19 @@ impl AttemptOutcome {
         }
     }
 
+    /// Every outcome.
+    pub const ALL: [AttemptOutcome; 6] = [
+        AttemptOutcome::Succeeded,
+        AttemptOutcome::PartiallySucceeded,
+        AttemptOutcome::Failed,
+        AttemptOutcome::Cancelled,
+        AttemptOutcome::Released,
+        AttemptOutcome::LeaseExpired,
+    ];
+
     /// Parses a stored name.
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            AttemptOutcome::Succeeded,
-            AttemptOutcome::PartiallySucceeded,
-            AttemptOutcome::Failed,
-            AttemptOutcome::Cancelled,
-            AttemptOutcome::Released,
-            AttemptOutcome::LeaseExpired,
-        ]
-        .into_iter()
-        .find(|o| o.as_str() == s)
+        Self::ALL.into_iter().find(|o| o.as_str() == s)
     }
 }
 
@@ -245,14 +246,7 @@ mod tests {
 
     #[test]
     fn attempt_outcomes_round_trip() {
-        for o in [
-            AttemptOutcome::Succeeded,
-            AttemptOutcome::PartiallySucceeded,
-            AttemptOutcome::Failed,
-            AttemptOutcome::Cancelled,
-            AttemptOutcome::Released,
-            AttemptOutcome::LeaseExpired,
-        ] {
+        for o in AttemptOutcome::ALL {
             assert_eq!(AttemptOutcome::parse(o.as_str()), Some(o));
         }
         assert_eq!(AttemptOutcome::parse("won"), None);

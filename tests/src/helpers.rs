@@ -1,0 +1,41 @@
+//! Small constructors the store tests share: a task type from a literal, claim parameters, a
+//! lease key. They panic with a clear message on a malformed literal, which in a test is the
+//! right failure.
+#![allow(clippy::expect_used)]
+
+use std::time::Duration;
+
+use leasehold_shared::store::ClaimParams;
+use leasehold_shared::{AgentId, LeaseEpoch, LeaseKey, TaskId, TaskType};
+
+/// Lease time the shared claim parameters ask for.
+pub const TEST_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// A task type from a literal known to be valid.
+pub fn tt(name: &str) -> TaskType {
+    TaskType::new(name).expect("test task type literal must be valid")
+}
+
+/// An agent id from a literal known to be valid.
+pub fn agent(id: &str) -> AgentId {
+    AgentId::new(id).expect("test agent id literal must be valid")
+}
+
+/// Claim up to `batch` tasks of `types` for `owner`, with a [`TEST_LEASE_TTL`] lease.
+pub fn claim(owner: &str, types: &[&str], batch: u32) -> ClaimParams {
+    ClaimParams {
+        owner: agent(owner),
+        task_types: types.iter().map(|t| tt(t)).collect(),
+        batch,
+        lease_ttl: TEST_LEASE_TTL,
+    }
+}
+
+/// The lease key of task `id` held by `owner` under `epoch`.
+pub fn key(id: i64, owner: &str, epoch: i64) -> LeaseKey {
+    LeaseKey {
+        id: TaskId(id),
+        owner: agent(owner),
+        epoch: LeaseEpoch(epoch),
+    }
+}
