@@ -1005,3 +1005,44 @@ async fn deleting_tasks_deletes_their_attempts() {
     assert_eq!(attempt_rows(&db.pool, keep).await.unwrap().len(), 1);
     db.drop_db().await.unwrap();
 }
+
+#[tokio::test]
+async fn audit_rows_written_in_the_callers_transaction_commit_with_it() {
+    use leasehold_shared::store::postgres::operator::audit_write;
+    use leasehold_shared::store::{AuditEntry, AuditResult};
+    let db = TestDb::new().await.unwrap();
+    let entry = AuditEntry {
+        actor: Actor::operator("app"),
+        action: "refund".into(),
+        target: "order:7".into(),
+        params: Some(json!({"amount": 12})),
+        result: AuditResult::Applied,
+        detail: None,
+    };
+    let mut tx = db.pool.begin().await.unwrap();
+    audit_write(&mut *tx, &entry).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert!(audit_rows(&db.pool).await.unwrap().is_empty());
+    let mut tx = db.pool.begin().await.unwrap();
+    audit_write(&mut *tx, &entry).await.unwrap();
+    tx.commit().await.unwrap();
+    let rows = db
+        .store()
+        .audit_list(leasehold_shared::store::AuditListParams {
+            before_id: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].actor.as_str(),
+            rows[0].action.as_str(),
+            rows[0].result.as_str()
+        ),
+        ("app", "refund", "applied")
+    );
+    assert_eq!(rows[0].params, Some(json!({"amount": 12})));
+    db.drop_db().await.unwrap();
+}
