@@ -20,7 +20,7 @@ use anyhow::{Context, bail};
 use leasehold_shared::InputLimits;
 use leasehold_shared::store::postgres::{MIGRATOR, PgStore};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row};
 use tokio::sync::OnceCell;
 
 use crate::server;
@@ -212,9 +212,54 @@ async fn ensure_template(admin: &PgConnectOptions) -> anyhow::Result<String> {
         .await
         .context("connecting to the admin database")?;
     let result = ensure_template_on(&mut conn, admin, &name).await;
+    // Once per process: drop databases left by test processes that died before dropping them
+    // (a failed assertion skips `drop_db`), so a long-lived server does not fill up.
+    if let Err(error) = drop_orphans(&mut conn, &name).await {
+        eprintln!("leasehold-tests: could not drop leftover test databases: {error:#}");
+    }
     // Closing the session also releases the advisory lock, on success and error alike.
     let _ = conn.close().await;
     result.map(|()| name)
+}
+
+/// Drops `lh_t_<pid>_…` databases whose process is gone (on this host) and templates of older
+/// schemas, when nobody uses them.
+async fn drop_orphans(conn: &mut PgConnection, template: &str) -> anyhow::Result<()> {
+    let rows = sqlx::query(
+        "SELECT d.datname FROM pg_database d
+         WHERE (d.datname LIKE 'lh\\_t\\_%' OR d.datname LIKE 'lh\\_tpl\\_%')
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = d.datname)",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .context("listing test databases")?;
+    for row in rows {
+        let name: String = row.try_get("datname")?;
+        if name.starts_with("lh_tpl_") {
+            if !name.starts_with(template) {
+                sqlx::raw_sql(AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    quote_ident(&name)
+                )))
+                .execute(&mut *conn)
+                .await
+                .with_context(|| format!("dropping old template {name}"))?;
+            }
+            continue;
+        }
+        let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_none_or(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                quote_ident(&name)
+            )))
+            .execute(&mut *conn)
+            .await
+            .with_context(|| format!("dropping leftover {name}"))?;
+        }
+    }
+    Ok(())
 }
 
 async fn ensure_template_on(
