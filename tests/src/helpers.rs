@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use leasehold_shared::store::ClaimParams;
+use leasehold_shared::store::{ClaimParams, CompleteParams, Completion};
+
+use crate::factory::FACTORY_OWNER;
 use leasehold_shared::{AgentId, LeaseEpoch, LeaseKey, TaskId, TaskType};
 
 /// Lease time the shared claim parameters ask for.
@@ -37,5 +39,13 @@ pub fn key(id: i64, owner: &str, epoch: i64) -> LeaseKey {
         id: TaskId(id),
         owner: agent(owner),
         epoch: LeaseEpoch(epoch),
+    }
+}
+
+/// A completion of task `id` by the factory's lease owner under `epoch`.
+pub fn by_factory(id: i64, epoch: i64, completion: Completion) -> CompleteParams {
+    CompleteParams {
+        key: key(id, FACTORY_OWNER, epoch),
+        completion,
     }
 }

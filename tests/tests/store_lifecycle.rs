@@ -8,13 +8,12 @@ use std::time::Duration;
 use leasehold_shared::domain::{PolicyPatch, PolicyScope, Role, TaskStatus};
 use leasehold_shared::store::postgres::{NOTIFY_CHANNEL, enqueue};
 use leasehold_shared::store::{
-    CancelOutcome, CancelParams, CompleteOutcome, CompleteParams, Completion, DeadFilter,
-    ExpireDeadlinesParams, NewTask, PolicySetParams, RecoverParams, RequeueDeadParams,
-    RequeueParams, SuspectParams,
+    CancelOutcome, CancelParams, CompleteOutcome, Completion, DeadFilter, ExpireDeadlinesParams,
+    NewTask, PolicySetParams, RecoverParams, RequeueDeadParams, RequeueParams, SuspectParams,
 };
 use leasehold_shared::{Actor, AgentId, LeaseEpoch, Store, StoreError, TaskError, TaskId};
 use leasehold_tests::factory::FACTORY_OWNER;
-use leasehold_tests::helpers::{claim, key, tt};
+use leasehold_tests::helpers::{by_factory, claim, tt};
 use leasehold_tests::{
     TaskSpec, TestDb, attempt_rows, audit_rows, backdate_lease, count, insert_task, task_row,
     task_status,
@@ -211,12 +210,13 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
     .await
     .unwrap();
     let out = store
-        .task_complete(CompleteParams {
-            key: key(id, FACTORY_OWNER, 1),
-            completion: Completion::Failed {
+        .task_complete(by_factory(
+            id,
+            1,
+            Completion::Failed {
                 error: TaskError::retryable("flaky", "try later"),
             },
-        })
+        ))
         .await
         .unwrap();
     let CompleteOutcome::Applied {
@@ -244,12 +244,13 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         .await
         .unwrap();
     let out = store
-        .task_complete(CompleteParams {
-            key: key(id, FACTORY_OWNER, 2),
-            completion: Completion::Failed {
+        .task_complete(by_factory(
+            id,
+            2,
+            Completion::Failed {
                 error: TaskError::retryable("flaky", "again"),
             },
-        })
+        ))
         .await
         .unwrap();
     assert_eq!(
@@ -265,12 +266,13 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         .await
         .unwrap();
     let out = store
-        .task_complete(CompleteParams {
-            key: key(perm, FACTORY_OWNER, 1),
-            completion: Completion::Failed {
+        .task_complete(by_factory(
+            perm,
+            1,
+            Completion::Failed {
                 error: TaskError::permanent("invalid", "bad payload"),
             },
-        })
+        ))
         .await
         .unwrap();
     assert_eq!(
@@ -292,12 +294,13 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
     .await
     .unwrap();
     let out = store
-        .task_complete(CompleteParams {
-            key: key(late, FACTORY_OWNER, 1),
-            completion: Completion::Failed {
+        .task_complete(by_factory(
+            late,
+            1,
+            Completion::Failed {
                 error: TaskError::retryable("x", "y"),
             },
-        })
+        ))
         .await
         .unwrap();
     assert_eq!(
@@ -339,12 +342,13 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         .await
         .unwrap();
         let out = store
-            .task_complete(CompleteParams {
-                key: key(id, FACTORY_OWNER, 1),
-                completion: Completion::Failed {
+            .task_complete(by_factory(
+                id,
+                1,
+                Completion::Failed {
                     error: TaskError::retryable("s", "s"),
                 },
-            })
+            ))
             .await
             .unwrap();
         let CompleteOutcome::Applied {
@@ -370,10 +374,7 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         .await
         .unwrap();
         let out = store
-            .task_complete(CompleteParams {
-                key: key(ok, FACTORY_OWNER, 1),
-                completion: Completion::Succeeded { result: None },
-            })
+            .task_complete(by_factory(ok, 1, Completion::Succeeded { result: None }))
             .await
             .unwrap();
         assert!(
@@ -393,12 +394,13 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         .await
         .unwrap();
     let out = store
-        .task_complete(CompleteParams {
-            key: key(huge, FACTORY_OWNER, 1),
-            completion: Completion::Failed {
+        .task_complete(by_factory(
+            huge,
+            1,
+            Completion::Failed {
                 error: TaskError::permanent("big", "x".repeat(5_000_000)),
             },
-        })
+        ))
         .await
         .unwrap();
     assert!(matches!(out, CompleteOutcome::Applied { .. }));
@@ -509,10 +511,11 @@ async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch() {
         vec![(expired, 9)]
     );
     let late = store
-        .task_complete(CompleteParams {
-            key: key(expired, FACTORY_OWNER, 7),
-            completion: Completion::Succeeded { result: None },
-        })
+        .task_complete(by_factory(
+            expired,
+            7,
+            Completion::Succeeded { result: None },
+        ))
         .await
         .unwrap();
     assert_eq!(late, CompleteOutcome::Fenced);
@@ -546,10 +549,7 @@ async fn recovery_racing_a_completing_holder_never_lets_both_win() {
             let store = store.clone();
             tokio::spawn(async move {
                 store
-                    .task_complete(CompleteParams {
-                        key: key(id, FACTORY_OWNER, 1),
-                        completion: Completion::Succeeded { result: None },
-                    })
+                    .task_complete(by_factory(id, 1, Completion::Succeeded { result: None }))
                     .await
                     .unwrap()
             })
@@ -943,10 +943,7 @@ async fn a_repeat_that_waited_on_the_original_completion_reports_a_repeat() {
         let store = store.clone();
         tokio::spawn(async move {
             store
-                .task_complete(CompleteParams {
-                    key: key(id, FACTORY_OWNER, 2),
-                    completion: Completion::Succeeded { result: None },
-                })
+                .task_complete(by_factory(id, 2, Completion::Succeeded { result: None }))
                 .await
                 .unwrap()
         })
@@ -989,10 +986,7 @@ async fn deleting_tasks_deletes_their_attempts() {
         .unwrap();
     for id in [keep, gone] {
         store
-            .task_complete(CompleteParams {
-                key: key(id, FACTORY_OWNER, 1),
-                completion: Completion::Succeeded { result: None },
-            })
+            .task_complete(by_factory(id, 1, Completion::Succeeded { result: None }))
             .await
             .unwrap();
     }

@@ -19,7 +19,7 @@ use leasehold_shared::{
     Actor, AgentId, LeaseEpoch, Progress, Store, StoreError, TaskError, TaskId, TaskType,
 };
 use leasehold_tests::factory::FACTORY_OWNER;
-use leasehold_tests::helpers::key;
+use leasehold_tests::helpers::{by_factory, key};
 use leasehold_tests::{TaskSpec, TestDb, attempt_rows, count, insert_task, task_row, task_status};
 use serde_json::json;
 
@@ -318,12 +318,13 @@ async fn a_repeated_completion_reports_success_once_and_changes_nothing() {
     )
     .await
     .unwrap();
-    let done = CompleteParams {
-        key: key(id, FACTORY_OWNER, 3),
-        completion: Completion::Succeeded {
+    let done = by_factory(
+        id,
+        3,
+        Completion::Succeeded {
             result: Some(json!(7)),
         },
-    };
+    );
     let first = store.task_complete(done.clone()).await.unwrap();
     assert!(matches!(
         first,
@@ -352,12 +353,13 @@ async fn a_repeated_completion_reports_success_once_and_changes_nothing() {
         assert_eq!(task_row(&db.pool, id).await.unwrap(), after_first);
     }
     // A different outcome for the same epoch is not a repeat: it is refused.
-    let contradiction = CompleteParams {
-        key: key(id, FACTORY_OWNER, 3),
-        completion: Completion::Failed {
+    let contradiction = by_factory(
+        id,
+        3,
+        Completion::Failed {
             error: TaskError::permanent("late", "too late"),
         },
-    };
+    );
     assert_eq!(
         store.task_complete(contradiction).await.unwrap(),
         CompleteOutcome::Fenced
@@ -570,31 +572,27 @@ async fn a_batch_of_completions_is_fenced_row_by_row() {
     let done = insert_task(&db.pool, TaskSpec::new("batch", "running"))
         .await
         .unwrap();
-    let first = CompleteParams {
-        key: key(done, FACTORY_OWNER, 1),
-        completion: Completion::Succeeded { result: None },
-    };
+    let first = by_factory(done, 1, Completion::Succeeded { result: None });
     store.task_complete(first.clone()).await.unwrap();
     let stale_before = task_row(&db.pool, stale).await.unwrap();
 
     let outcomes = store
         .task_complete_many(vec![
-            CompleteParams {
-                key: key(ok, FACTORY_OWNER, 1),
-                completion: Completion::PartiallySucceeded {
+            by_factory(
+                ok,
+                1,
+                Completion::PartiallySucceeded {
                     result: Some(json!({"skipped": 2})),
                 },
-            },
-            CompleteParams {
-                key: key(stale, FACTORY_OWNER, 3),
-                completion: Completion::Succeeded { result: None },
-            },
-            CompleteParams {
-                key: key(retry, FACTORY_OWNER, 1),
-                completion: Completion::Failed {
+            ),
+            by_factory(stale, 3, Completion::Succeeded { result: None }),
+            by_factory(
+                retry,
+                1,
+                Completion::Failed {
                     error: TaskError::retryable("later", "busy"),
                 },
-            },
+            ),
             first,
         ])
         .await
@@ -624,14 +622,8 @@ async fn a_batch_of_completions_is_fenced_row_by_row() {
 
     // The same task twice in one batch is refused whole.
     let twice = vec![
-        CompleteParams {
-            key: key(stale, FACTORY_OWNER, 4),
-            completion: Completion::Succeeded { result: None },
-        },
-        CompleteParams {
-            key: key(stale, FACTORY_OWNER, 4),
-            completion: Completion::Cancelled,
-        },
+        by_factory(stale, 4, Completion::Succeeded { result: None }),
+        by_factory(stale, 4, Completion::Cancelled),
     ];
     assert!(matches!(
         store.task_complete_many(twice).await,
