@@ -235,21 +235,16 @@ async fn drop_orphans(conn: &mut PgConnection, template: &str) -> anyhow::Result
     .context("listing test databases")?;
     for row in rows {
         let name: String = row.try_get("datname")?;
-        if name.starts_with("lh_tpl_") {
-            if !name.starts_with(template) {
-                sqlx::raw_sql(AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                    quote_ident(&name)
-                )))
-                .execute(&mut *conn)
-                .await
-                .with_context(|| format!("dropping old template {name}"))?;
+        let orphan = match name.strip_prefix("lh_t_") {
+            // lh_t_<pid>_…: orphaned when that process is gone.
+            Some(rest) => {
+                let pid = rest.split('_').next().and_then(|p| p.parse::<u32>().ok());
+                pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
             }
-            continue;
-        }
-        let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
-        let alive = pid.is_none_or(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
-        if !alive {
+            // lh_tpl_<hash>: stale when built from other migrations.
+            None => !name.starts_with(template),
+        };
+        if orphan {
             sqlx::raw_sql(AssertSqlSafe(format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",
                 quote_ident(&name)
