@@ -24,6 +24,7 @@ impl ExitCode {
                     | StoreError::Transition { .. }
                     | StoreError::UnsupportedUrl(_) => ExitCode::Usage,
                     StoreError::PermissionDenied { .. } => ExitCode::PermissionDenied,
+                    StoreError::Busy { .. } => ExitCode::Unreachable,
                     StoreError::Database { .. } if store.is_connection() => ExitCode::Unreachable,
                     StoreError::Database {
                         source: sqlx::Error::Database(_),

@@ -103,6 +103,14 @@ $$;
 CREATE TRIGGER tasks_delete_attempts AFTER DELETE ON tasks
     REFERENCING OLD TABLE AS deleted
     FOR EACH STATEMENT EXECUTE FUNCTION leasehold_delete_attempts();
+CREATE FUNCTION leasehold_truncate_attempts() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    TRUNCATE task_attempts;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER tasks_truncate_attempts BEFORE TRUNCATE ON tasks
+    FOR EACH STATEMENT EXECUTE FUNCTION leasehold_truncate_attempts();
 
 -- Limits and policies: scope '*' is global (always present), any other scope is a task type
 -- whose null columns inherit the global row.

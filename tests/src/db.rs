@@ -213,8 +213,8 @@ async fn ensure_template(admin: &PgConnectOptions) -> anyhow::Result<String> {
         .context("connecting to the admin database")?;
     let result = ensure_template_on(&mut conn, admin, &name).await;
     // Once per process: drop databases left by test processes that died before dropping them
-    // (a failed assertion skips `drop_db`), so a long-lived server does not fill up.
-    if let Err(error) = drop_orphans(&mut conn, &name).await {
+    // (a failed assertion skips `drop_db`), so the long-lived throwaway server does not fill up.
+    if let Err(error) = drop_orphans(&mut conn).await {
         eprintln!("leasehold-tests: could not drop leftover test databases: {error:#}");
     }
     // Closing the session also releases the advisory lock, on success and error alike.
@@ -222,12 +222,19 @@ async fn ensure_template(admin: &PgConnectOptions) -> anyhow::Result<String> {
     result.map(|()| name)
 }
 
-/// Drops `lh_t_<pid>_…` databases whose process is gone (on this host) and templates of older
-/// schemas, when nobody uses them.
-async fn drop_orphans(conn: &mut PgConnection, template: &str) -> anyhow::Result<()> {
+/// Drops `lh_t_<pid>_…` databases whose test process is gone, on the harness's own throwaway
+/// server only: that server lives in this host's temporary directory, so its test processes
+/// share this PID namespace. A server given by `DATABASE_URL` may be shared with other hosts
+/// and is left alone, as are templates (another checkout may be using its own). A database
+/// with a connection is never dropped (no FORCE).
+async fn drop_orphans(conn: &mut PgConnection) -> anyhow::Result<()> {
+    let own_server = std::env::var("DATABASE_URL").map_or(true, |url| url.is_empty());
+    if !own_server || !std::path::Path::new("/proc/self").exists() {
+        return Ok(());
+    }
     let rows = sqlx::query(
         "SELECT d.datname FROM pg_database d
-         WHERE (d.datname LIKE 'lh\\_t\\_%' OR d.datname LIKE 'lh\\_tpl\\_%')
+         WHERE d.datname LIKE 'lh\\_t\\_%'
            AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = d.datname)",
     )
     .fetch_all(&mut *conn)
@@ -235,23 +242,19 @@ async fn drop_orphans(conn: &mut PgConnection, template: &str) -> anyhow::Result
     .context("listing test databases")?;
     for row in rows {
         let name: String = row.try_get("datname")?;
-        let orphan = match name.strip_prefix("lh_t_") {
-            // lh_t_<pid>_…: orphaned when that process is gone.
-            Some(rest) => {
-                let pid = rest.split('_').next().and_then(|p| p.parse::<u32>().ok());
-                pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
-            }
-            // lh_tpl_<hash>: stale when built from other migrations.
-            None => !name.starts_with(template),
-        };
-        if orphan {
-            sqlx::raw_sql(AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+        let pid = name
+            .strip_prefix("lh_t_")
+            .and_then(|rest| rest.split('_').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        let gone = pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if gone {
+            // Fails harmlessly if someone connected since the listing.
+            let _ = sqlx::raw_sql(AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {}",
                 quote_ident(&name)
             )))
             .execute(&mut *conn)
-            .await
-            .with_context(|| format!("dropping leftover {name}"))?;
+            .await;
         }
     }
     Ok(())

@@ -665,3 +665,50 @@ async fn a_new_limit_waits_for_claims_in_flight_that_read_the_old_policy() {
     assert!(y.tasks.is_empty(), "3 running against a new limit of 2");
     db.drop_db().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_change_behind_a_stalled_claim_gives_up_instead_of_stopping_every_claimer() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    // A claim transaction that stalled after taking the guard.
+    let mut stalled = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock_shared(19529, 0)")
+        .execute(&mut *stalled)
+        .await
+        .unwrap();
+    let before = store.policy_list().await.unwrap();
+    let out = store
+        .policy_set(PolicySetParams {
+            scope: PolicyScope::Global,
+            patch: limit(3),
+            actor: Actor::operator("op"),
+        })
+        .await;
+    assert!(
+        matches!(out, Err(leasehold_shared::StoreError::Busy { .. })),
+        "{out:?}"
+    );
+    assert!(out.unwrap_err().to_string().contains("nothing changed"));
+    assert_eq!(store.policy_list().await.unwrap(), before);
+    let audit = leasehold_tests::audit_rows(&db.pool).await.unwrap();
+    assert_eq!(
+        audit.last().map(|r| (r.2.as_str(), r.4.as_str())),
+        Some(("policy_set", "failed"))
+    );
+    // Claims are not held up once the change gave up.
+    store
+        .task_enqueue(NewTask::new(tt("after"), json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .task_claim(claim("c#1", &["after"], 1))
+            .await
+            .unwrap()
+            .tasks
+            .len(),
+        1
+    );
+    stalled.rollback().await.unwrap();
+    db.drop_db().await.unwrap();
+}

@@ -1040,3 +1040,27 @@ async fn audit_rows_written_in_the_callers_transaction_commit_with_it() {
     assert_eq!(rows[0].params, Some(json!({"amount": 12})));
     db.drop_db().await.unwrap();
 }
+
+#[tokio::test]
+async fn truncating_tasks_truncates_their_attempts() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let id = insert_task(&db.pool, TaskSpec::new("trunc", "running"))
+        .await
+        .unwrap();
+    store
+        .task_complete(by_factory(id, 1, Completion::Succeeded { result: None }))
+        .await
+        .unwrap();
+    sqlx::query("TRUNCATE tasks")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM task_attempts")
+            .await
+            .unwrap(),
+        0
+    );
+    db.drop_db().await.unwrap();
+}

@@ -7,6 +7,8 @@ use crate::domain::{TaskId, TransitionError, ValidationError};
 
 /// SQLSTATE of a CHECK constraint violation.
 const CHECK_VIOLATION: &str = "23514";
+/// SQLSTATE of a lock that could not be had within `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// Why a store operation failed.
 #[derive(Debug, Error)]
@@ -34,6 +36,9 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    /// The operation waited too long for other work holding what it needs; nothing changed.
+    #[error("{op} is busy: other work held what it needs for too long; nothing changed, try again")]
+    Busy { op: &'static str },
     /// Applying migrations failed.
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -59,23 +64,29 @@ impl StoreError {
                     detail: format!("refused by the database constraint {constraint} in {op}"),
                 });
             }
+            if let sqlx::Error::Database(e) = &source
+                && e.code().as_deref() == Some(LOCK_NOT_AVAILABLE)
+            {
+                return StoreError::Busy { op };
+            }
             StoreError::Database { op, source }
         }
     }
 
-    /// True when the database could not be reached or the connection broke (worth retrying),
-    /// as opposed to a refused statement.
+    /// True when retrying may succeed: the database could not be reached, the connection
+    /// broke, or the operation was busy — as opposed to a refused statement.
     pub fn is_connection(&self) -> bool {
         matches!(
             self,
-            StoreError::Database {
-                source: sqlx::Error::Io(_)
-                    | sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::Tls(_)
-                    | sqlx::Error::WorkerCrashed,
-                ..
-            }
+            StoreError::Busy { .. }
+                | StoreError::Database {
+                    source: sqlx::Error::Io(_)
+                        | sqlx::Error::PoolTimedOut
+                        | sqlx::Error::PoolClosed
+                        | sqlx::Error::Tls(_)
+                        | sqlx::Error::WorkerCrashed,
+                    ..
+                }
         )
     }
 }

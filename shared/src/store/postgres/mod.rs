@@ -141,10 +141,9 @@ impl PgStore {
             ),
             // Short OLTP statements: JIT compilation would cost more than it could ever save.
             ("jit", "off".to_string()),
-            // Every statement is prepared once per connection and keyed by ids or small arrays:
-            // plan it once (the claim's generic plan is checked to walk the claim index), not
-            // on every execution, which costs as much as running it.
-            ("plan_cache_mode", "force_generic_plan".to_string()),
+            // No store transaction waits for a person: one left idle (a stalled process) is
+            // ended rather than left holding locks.
+            ("idle_in_transaction_session_timeout", "60s".to_string()),
         ];
         if let Some(timeout) = options.statement_timeout {
             settings.push((

@@ -270,10 +270,24 @@ pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Resul
     let key = params.scope.key().to_string();
     authorize(pool, &params.actor, "policy_set", format!("policy:{key}")).await?;
     let mut tx = begin(pool, "policy_set").await?;
-    sqlx::query(sql::policy_guard_exclusive)
+    let guard = sqlx::query(sql::policy_guard_exclusive)
         .execute(&mut *tx)
         .await
-        .map_err(StoreError::db("policy_set"))?;
+        .map_err(StoreError::db("policy_set"));
+    if let Err(error) = guard {
+        // The transaction is aborted; record the attempt on its own so no action goes unaudited.
+        drop(tx);
+        let entry = AuditEntry {
+            actor: params.actor.clone(),
+            action: "policy_set".into(),
+            target: format!("policy:{key}"),
+            params: serde_json::to_value(&params.patch).ok(),
+            result: AuditResult::Failed,
+            detail: Some(error.to_string()),
+        };
+        audit_write(pool, &entry).await?;
+        return Err(error);
+    }
     let current = sqlx::query(sql::policy_get_for_update)
         .bind(&key)
         .fetch_optional(&mut *tx)

@@ -1,4 +1,4 @@
 SELECT id, at, actor, role, action, target, params, result, detail FROM audit_log
-WHERE ($1::bigint IS NULL OR id < $1)
+WHERE id < coalesce($1::bigint, 9223372036854775807)
 ORDER BY id DESC
 LIMIT $2

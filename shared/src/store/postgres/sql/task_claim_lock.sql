@@ -20,7 +20,10 @@ SELECT NULL::text AS scope,
        AND set_config('enable_seqscan', 'off', true) = 'off'
        -- Those disabled plans carry a huge nominal cost, which would otherwise trigger JIT
        -- compilation (hundreds of milliseconds) for a statement that runs in one.
-       AND set_config('jit', 'off', true) = 'off' AS locked
+       AND set_config('jit', 'off', true) = 'off'
+       -- Plan it once per connection: the generic plan is checked to walk the claim index, and
+       -- planning this statement costs as much as running it.
+       AND set_config('plan_cache_mode', 'force_generic_plan', true) = 'force_generic_plan' AS locked
 UNION ALL
 SELECT scope, pg_try_advisory_xact_lock(19528, hashtext(scope)) AS locked
 FROM (

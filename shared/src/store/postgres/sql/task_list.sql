@@ -7,6 +7,7 @@ WHERE ($1::text[] IS NULL OR t.status = ANY($1::text[]))
        OR strpos(t.task_type, lower($3)) > 0
        OR strpos(lower(coalesce(t.last_error ->> 'code', '')), lower($3)) > 0
        OR strpos(lower(coalesce(t.last_error ->> 'message', '')), lower($3)) > 0)
-  AND ($4::bigint IS NULL OR t.id < $4)
+  -- A bound rather than an IS NULL test, so any plan can start the index scan at the cursor.
+  AND t.id < coalesce($4::bigint, 9223372036854775807)
 ORDER BY t.id DESC
 LIMIT $5
