@@ -604,6 +604,58 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
             );
         }
     }
+    // Listings under generic plans: the dead-letter page walks its own index from the cursor.
+    sqlx::query("UPDATE tasks SET status = 'dead', finished_at = now() WHERE id % 1000 = 7")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query("ANALYZE tasks")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let dead_sql = include_str!("../../shared/src/store/postgres/sql/task_list_dead.sql");
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (FORMAT JSON) {dead_sql}"
+    )))
+    .bind(vec!["dead"])
+    .bind(None::<String>)
+    .bind(None::<String>)
+    .bind(Some(500_000i64))
+    .bind(100i64)
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    drop(conn);
+    let sqlx::types::Json(plan): sqlx::types::Json<serde_json::Value> = row.get(0);
+    let mut nodes = Vec::new();
+    plan_nodes(&plan[0]["Plan"], &mut nodes);
+    assert!(
+        nodes
+            .iter()
+            .any(|(node, name)| node.starts_with("Index") && name == "tasks_dead_idx"),
+        "dead-letter page: {nodes:?}"
+    );
+    let page = store
+        .task_list(leasehold_shared::store::TaskListParams {
+            statuses: vec![leasehold_shared::domain::TaskStatus::Dead],
+            before: Some(leasehold_shared::TaskId(500_000)),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.tasks.len(), 100);
+    assert!(
+        page.tasks
+            .iter()
+            .all(|t| t.id.0 < 500_000 && t.id.0 % 1000 == 7)
+    );
+
     // And the claim itself works; its latency is reported, not asserted.
     let started = std::time::Instant::now();
     let batch = store

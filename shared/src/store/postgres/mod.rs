@@ -88,6 +88,8 @@ pub(crate) mod sql {
             audit_insert,
             audit_list,
             task_list,
+            task_list_dead,
+            task_list_leased,
             task_get,
             task_attempts,
         );
@@ -141,6 +143,10 @@ impl PgStore {
             ),
             // Short OLTP statements: JIT compilation would cost more than it could ever save.
             ("jit", "off".to_string()),
+            // Every statement is prepared once per connection and driven by ids, small arrays
+            // or constants: plan it once, not on every execution (which costs as much as running
+            // it). Listings name their indexed statuses as constants for this reason.
+            ("plan_cache_mode", "force_generic_plan".to_string()),
             // No store transaction waits for a person: one left idle (a stalled process) is
             // ended rather than left holding locks.
             ("idle_in_transaction_session_timeout", "60s".to_string()),

@@ -4,7 +4,7 @@ use sqlx::PgPool;
 
 use super::rows::{attempt, audit, get, policy, task};
 use super::sql;
-use crate::domain::{Policy, TaskId};
+use crate::domain::{Policy, TaskId, TaskStatus};
 use crate::store::{
     AuditListParams, AuditRecord, Result, StoreError, TaskDetail, TaskListParams, TaskPage,
 };
@@ -13,7 +13,16 @@ pub(super) async fn task_list(pool: &PgPool, params: &TaskListParams) -> Result<
     params.validate()?;
     let statuses: Option<Vec<&str>> =
         (!params.statuses.is_empty()).then(|| params.statuses.iter().map(|s| s.as_str()).collect());
-    let rows = sqlx::query(sql::task_list)
+    // Plans are generic, so the statuses that have their own partial index get a statement that
+    // names them as constants.
+    let statement = if params.statuses == [TaskStatus::Dead] {
+        sql::task_list_dead
+    } else if !params.statuses.is_empty() && params.statuses.iter().all(|s| s.is_leased()) {
+        sql::task_list_leased
+    } else {
+        sql::task_list
+    };
+    let rows = sqlx::query(statement)
         .bind(statuses)
         .bind(params.task_type.as_ref().map(|t| t.as_str()))
         .bind(params.text.as_deref())
