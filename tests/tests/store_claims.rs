@@ -613,7 +613,10 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let dead_sql = include_str!("../../shared/src/store/postgres/sql/task_list_dead.sql");
+    let dead_sql = concat!(
+        include_str!("../../shared/src/store/postgres/sql/task_list_dead.sql"),
+        include_str!("../../shared/src/store/postgres/sql/task_list_page.sql"),
+    );
     let mut conn = db.pool.acquire().await.unwrap();
     sqlx::query("SET plan_cache_mode = force_generic_plan")
         .execute(&mut *conn)

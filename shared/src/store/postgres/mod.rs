@@ -87,14 +87,26 @@ pub(crate) mod sql {
             leader_resign,
             audit_insert,
             audit_list,
-            task_list,
-            task_list_dead,
-            task_list_leased,
             task_get,
             task_attempts,
         );
     }
     pub use names::*;
+
+    /// Task listings: a head naming the statuses, then the shared filter, order and page.
+    macro_rules! paged {
+        ($($name:ident),* $(,)?) => {
+            $(pub const $name: &str = concat!(
+                include_str!(concat!("sql/", stringify!($name), ".sql")),
+                include_str!("sql/task_list_page.sql"),
+            );)*
+        };
+    }
+    #[allow(non_upper_case_globals)]
+    mod paged_names {
+        paged!(task_list, task_list_dead, task_list_leased);
+    }
+    pub use paged_names::*;
 }
 
 /// How every store transaction begins: the statements rely on READ COMMITTED semantics (each

@@ -1,13 +1,4 @@
--- A page of tasks, newest first, keyset-paged by id. $1 statuses (null: all), $2 type,
--- $3 text in type / error code / error message (case-insensitive), $4 ids below, $5 page size.
+-- A page of tasks, newest first, keyset-paged by id; the rest is task_list_page.sql.
+-- $1 statuses (null: all).
 SELECT t.*, now() AS db_now FROM tasks t
 WHERE ($1::text[] IS NULL OR t.status = ANY($1::text[]))
-  AND ($2::text IS NULL OR t.task_type = $2)
-  AND ($3::text IS NULL
-       OR strpos(t.task_type, lower($3)) > 0
-       OR strpos(lower(coalesce(t.last_error ->> 'code', '')), lower($3)) > 0
-       OR strpos(lower(coalesce(t.last_error ->> 'message', '')), lower($3)) > 0)
-  -- A bound rather than an IS NULL test, so any plan can start the index scan at the cursor.
-  AND t.id < coalesce($4::bigint, 9223372036854775807)
-ORDER BY t.id DESC
-LIMIT $5

@@ -1,14 +1,5 @@
 -- Leased tasks (running, cancel_requested): task_list.sql with the leased statuses as a
 -- constant, so the plan reads the small leased set through tasks_leased_type_idx.
--- $1 which of the leased statuses, $2 type, $3 text, $4 ids below, $5 page size.
+-- $1 which of the leased statuses; the rest is task_list_page.sql.
 SELECT t.*, now() AS db_now FROM tasks t
 WHERE t.status IN ('running', 'cancel_requested') AND t.status = ANY($1::text[])
-  AND ($2::text IS NULL OR t.task_type = $2)
-  AND ($3::text IS NULL
-       OR strpos(t.task_type, lower($3)) > 0
-       OR strpos(lower(coalesce(t.last_error ->> 'code', '')), lower($3)) > 0
-       OR strpos(lower(coalesce(t.last_error ->> 'message', '')), lower($3)) > 0)
-  -- A bound rather than an IS NULL test, so any plan can start the index scan at the cursor.
-  AND t.id < coalesce($4::bigint, 9223372036854775807)
-ORDER BY t.id DESC
-LIMIT $5
