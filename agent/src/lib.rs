@@ -1,6 +1,11 @@
-//! The Leasehold agent: the runtime that claims, runs and heartbeats tasks, the built-in
-//! handlers, and the gRPC server. This first cut carries the store benchmark and the exit-code
-//! mapping; the runtime loops arrive with the agent issue.
+//! The Leasehold agent: the runtime that claims, runs and heartbeats tasks ([`runtime`]), the
+//! [`Handler`] trait and the built-in handlers ([`handlers`]), configuration ([`config`]),
+//! logs and metrics, and the `leasehold-agent` command line ([`cli`]).
 
 pub mod bench;
 pub mod exit;
+pub mod handler;
+pub mod handlers;
+pub mod runtime;
+
+pub use handler::{ContextStopper, Handler, HandlerError, HandlerRegistry, Outcome, StopReason, TaskContext};

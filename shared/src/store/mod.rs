@@ -34,7 +34,7 @@ pub use error::{Result, StoreError};
 pub use outcomes::*;
 pub use params::*;
 
-use crate::domain::{AgentId, Policy, PolicyScope, TaskId};
+use crate::domain::{AgentId, Policy, PolicyScope, TaskId, TaskType};
 
 /// Storage of tasks, leases, policies, agents, the leader and the audit log.
 #[async_trait]
@@ -70,6 +70,12 @@ pub trait Store: Send + Sync + 'static {
     async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>>;
     /// Dead-letter waiting tasks whose deadline passed.
     async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>>;
+    /// Delete finished tasks past retention; returns how many went.
+    async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64>;
+    /// Dead-letter waiting tasks whose type no live agent serves (code `unknown_type`).
+    async fn task_dead_letter_unserved(&self, params: UnservedParams) -> Result<Vec<(TaskId, TaskType)>>;
+    /// Tasks of these types that a claim could take now (due, not paused).
+    async fn task_count_claimable(&self, task_types: Vec<TaskType>) -> Result<u64>;
     /// Leases whose renewals are overdue.
     async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>>;
 

@@ -361,6 +361,48 @@ impl ExpireDeadlinesParams {
 }
 
 /// List leases whose last renewal is older than `threshold`.
+/// Retention: delete finished tasks (and their attempts) older than `older_than`.
+#[derive(Debug, Clone)]
+pub struct PurgeParams {
+    /// Which finished statuses to delete (terminal statuses only).
+    pub statuses: Vec<TaskStatus>,
+    /// Age of `finished_at` (database time) beyond which a task is deleted.
+    pub older_than: Duration,
+    /// Most rows deleted by one call.
+    pub limit: u32,
+}
+
+impl PurgeParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if let Some(s) = self.statuses.iter().find(|s| !s.is_terminal()) {
+            return Err(ValidationError::Invalid {
+                field: "statuses",
+                detail: format!("{s} is not a finished status"),
+            });
+        }
+        check_duration("older_than", self.older_than)?;
+        check_range("limit", self.limit, 1..=MAX_CLAIM_BATCH).map(drop)
+    }
+}
+
+/// Dead-letter waiting tasks whose type no live agent serves.
+#[derive(Debug, Clone)]
+pub struct UnservedParams {
+    /// How long a task must have been due before it is judged unserved.
+    pub due_for: Duration,
+    /// An agent whose registry heartbeat is older than this is not live.
+    pub agent_stale_after: Duration,
+    pub limit: u32,
+}
+
+impl UnservedParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_duration("due_for", self.due_for)?;
+        check_duration("agent_stale_after", self.agent_stale_after)?;
+        check_range("limit", self.limit, 1..=MAX_CLAIM_BATCH).map(drop)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct SuspectParams {
     pub threshold: Duration,

@@ -15,10 +15,10 @@ use sqlx::PgPool;
 
 use super::rows::{agent_id, get, status, task_type};
 use super::{secs, sql};
-use crate::domain::{LeaseEpoch, TaskId};
+use crate::domain::{LeaseEpoch, TaskId, TaskType};
 use crate::store::{
-    ExpireDeadlinesParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
-    SuspectParams,
+    ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError,
+    SuspectLease, SuspectParams, UnservedParams,
 };
 
 pub(super) async fn lease_recover_expired(
@@ -80,4 +80,42 @@ pub(super) async fn lease_list_suspect(
             })
         })
         .collect()
+}
+
+pub(super) async fn task_purge_finished(pool: &PgPool, params: &PurgeParams) -> Result<u64> {
+    let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
+    let done = sqlx::query(sql::task_purge_finished)
+        .bind(statuses)
+        .bind(secs(params.older_than))
+        .bind(i64::from(params.limit))
+        .execute(pool)
+        .await
+        .map_err(StoreError::db("task_purge_finished"))?;
+    Ok(done.rows_affected())
+}
+
+pub(super) async fn task_dead_letter_unserved(
+    pool: &PgPool,
+    params: &UnservedParams,
+) -> Result<Vec<(TaskId, TaskType)>> {
+    let rows = sqlx::query(sql::task_dead_letter_unserved)
+        .bind(secs(params.due_for))
+        .bind(secs(params.agent_stale_after))
+        .bind(i64::from(params.limit))
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db("task_dead_letter_unserved"))?;
+    rows.iter()
+        .map(|row| Ok((TaskId(get(row, "id")?), task_type(get(row, "task_type")?)?)))
+        .collect()
+}
+
+pub(super) async fn task_count_claimable(pool: &PgPool, task_types: &[TaskType]) -> Result<u64> {
+    let types: Vec<&str> = task_types.iter().map(TaskType::as_str).collect();
+    let n: i64 = sqlx::query_scalar(sql::task_count_claimable)
+        .bind(types)
+        .fetch_one(pool)
+        .await
+        .map_err(StoreError::db("task_count_claimable"))?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }

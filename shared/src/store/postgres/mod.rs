@@ -29,12 +29,12 @@ use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
     CompleteParams, Enqueued, ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome,
-    LeaderRenewParams, NewTask, PolicySetParams, ProgressParams, RecoverParams, Recovered,
+    LeaderRenewParams, NewTask, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
     ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
     RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
-    TaskListParams, TaskPage,
+    TaskListParams, TaskPage, UnservedParams,
 };
-use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId};
+use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
 /// The embedded PostgreSQL migrations (`migrations/postgres/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -73,6 +73,9 @@ pub(crate) mod sql {
             task_count_dead,
             lease_recover_expired,
             task_expire_deadlines,
+            task_purge_finished,
+            task_dead_letter_unserved,
+            task_count_claimable,
             lease_list_suspect,
             policy_list,
             policy_get_for_update,
@@ -313,6 +316,23 @@ impl Store for PgStore {
 
     async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>> {
         maintenance::task_expire_deadlines(&self.pool, &params).await
+    }
+
+    async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64> {
+        params.validate()?;
+        maintenance::task_purge_finished(&self.pool, &params).await
+    }
+
+    async fn task_dead_letter_unserved(
+        &self,
+        params: UnservedParams,
+    ) -> Result<Vec<(TaskId, TaskType)>> {
+        params.validate()?;
+        maintenance::task_dead_letter_unserved(&self.pool, &params).await
+    }
+
+    async fn task_count_claimable(&self, task_types: Vec<TaskType>) -> Result<u64> {
+        maintenance::task_count_claimable(&self.pool, &task_types).await
     }
 
     async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>> {

@@ -1,0 +1,365 @@
+//! The [`Handler`] trait that runs one task type, the [`TaskContext`] it runs in, and the
+//! [`HandlerRegistry`] that maps task types to handlers.
+//!
+//! A handler gets a typed payload (deserialised from the task's JSON; a payload that does not
+//! deserialise or fails [`Handler::validate`] is a permanent failure, so the task goes to the
+//! dead-letter queue with the reason instead of being retried forever) and a context with the
+//! task id, attempt, fencing epoch, deadline, a throttled [`TaskContext::progress`] and a
+//! cancellation token.
+//!
+//! ```text
+//!   claim ─▶ deserialise ─▶ validate ─▶ run(ctx, payload) ─▶ Ok(Outcome)        ─▶ succeeded
+//!                │               │              │          └▶ Err(retryable)     ─▶ retry_wait | dead
+//!                └───────────────┴──────────────┴──────────▶ Err(permanent)/panic ─▶ dead
+//!   cancel requested / timeout / deadline / shutdown ─▶ ctx.cancelled() fires; the handler
+//!   should return soon. Lease lost ─▶ the execution is dropped at once.
+//! ```
+//!
+//! Side effects outside the database cannot be fenced: use [`TaskContext::idempotency_key`]
+//! (task id and epoch) as their idempotency key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use leasehold_shared::{LeaseEpoch, Progress, TaskError, TaskId, TaskType};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use crate::runtime::progress::ProgressSink;
+
+/// What a successful run returns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Done; an optional JSON result is stored on the task.
+    Succeeded(Option<serde_json::Value>),
+    /// Partly done (some items failed); the result says what.
+    PartiallySucceeded(Option<serde_json::Value>),
+}
+
+impl Outcome {
+    /// Success without a result.
+    pub fn done() -> Self {
+        Outcome::Succeeded(None)
+    }
+}
+
+/// A failed run: a code, a message, and whether trying again could help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerError {
+    pub code: String,
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl HandlerError {
+    /// A failure worth retrying (network, a busy dependency).
+    pub fn retryable(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            retryable: true,
+        }
+    }
+
+    /// A failure that no retry will fix (bad input, a bug): the task is dead-lettered.
+    pub fn permanent(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            retryable: false,
+        }
+    }
+
+    /// Wraps any error as retryable, with its whole chain of causes as the message.
+    pub fn from_error(code: &str, error: &(dyn std::error::Error + 'static)) -> Self {
+        let mut message = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Self::retryable(code, message)
+    }
+
+    pub(crate) fn into_task_error(self) -> TaskError {
+        TaskError {
+            code: self.code,
+            message: self.message,
+            retryable: self.retryable,
+            trace_id: None,
+        }
+        .bounded()
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for HandlerError {}
+
+/// Why an execution was asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// An operator cancelled the task.
+    Cancelled,
+    /// The attempt ran past its timeout.
+    Timeout,
+    /// The task's deadline passed.
+    Deadline,
+    /// The agent is shutting down; the lease will be released.
+    Shutdown,
+    /// The lease is gone (revoked, or not provable): the execution is dropped at once.
+    LeaseLost,
+}
+
+impl StopReason {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Cancelled => "cancelled",
+            StopReason::Timeout => "timeout",
+            StopReason::Deadline => "deadline_exceeded",
+            StopReason::Shutdown => "shutdown",
+            StopReason::LeaseLost => "lease_lost",
+        }
+    }
+}
+
+/// Shared between an execution and the runtime: the stop token and its reason.
+#[derive(Debug, Default)]
+pub(crate) struct StopSignal {
+    pub(crate) token: CancellationToken,
+    reason: std::sync::Mutex<Option<StopReason>>,
+}
+
+impl StopSignal {
+    /// Asks the execution to stop; the first reason wins.
+    pub(crate) fn stop(&self, reason: StopReason) {
+        if let Ok(mut r) = self.reason.lock()
+            && r.is_none()
+        {
+            *r = Some(reason);
+        }
+        self.token.cancel();
+    }
+
+    pub(crate) fn reason(&self) -> Option<StopReason> {
+        self.reason.lock().ok().and_then(|r| *r)
+    }
+}
+
+/// What a running handler knows about its task and how it talks back.
+#[derive(Clone)]
+pub struct TaskContext {
+    pub(crate) id: TaskId,
+    pub(crate) task_type: TaskType,
+    pub(crate) attempt: i32,
+    pub(crate) max_attempts: i32,
+    pub(crate) epoch: LeaseEpoch,
+    pub(crate) deadline: Option<DateTime<Utc>>,
+    pub(crate) stop_at: Option<Instant>,
+    pub(crate) stop: Arc<StopSignal>,
+    pub(crate) progress: Option<Arc<ProgressSink>>,
+}
+
+impl fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskContext")
+            .field("id", &self.id)
+            .field("task_type", &self.task_type)
+            .field("attempt", &self.attempt)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Stops a [`TaskContext`] made by [`TaskContext::standalone`].
+#[derive(Debug, Clone)]
+pub struct ContextStopper(Arc<StopSignal>);
+
+impl ContextStopper {
+    /// Asks the execution to stop for `reason` (the first reason wins).
+    pub fn stop(&self, reason: StopReason) {
+        self.0.stop(reason);
+    }
+}
+
+impl TaskContext {
+    /// A context outside any runtime, for testing handlers: task id 1, attempt 1 of 1, epoch 1,
+    /// no deadline, progress discarded. `time_left` counts down from `stop_after` when given.
+    pub fn standalone(task_type: TaskType, stop_after: Option<Duration>) -> (Self, ContextStopper) {
+        let stop = Arc::new(StopSignal::default());
+        let ctx = TaskContext {
+            id: TaskId(1),
+            task_type,
+            attempt: 1,
+            max_attempts: 1,
+            epoch: LeaseEpoch(1),
+            deadline: None,
+            stop_at: stop_after.map(|d| Instant::now() + d),
+            stop: Arc::clone(&stop),
+            progress: None,
+        };
+        (ctx, ContextStopper(stop))
+    }
+
+    /// The task's id.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// The task's type.
+    pub fn task_type(&self) -> &TaskType {
+        &self.task_type
+    }
+
+    /// This attempt's number (1 for the first run).
+    pub fn attempt(&self) -> i32 {
+        self.attempt
+    }
+
+    /// Attempts allowed in all.
+    pub fn max_attempts(&self) -> i32 {
+        self.max_attempts
+    }
+
+    /// The fencing epoch of this attempt's lease.
+    pub fn epoch(&self) -> LeaseEpoch {
+        self.epoch
+    }
+
+    /// `"<task id>:<epoch>"`: the idempotency key for side effects outside the database.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.id.0, self.epoch.0)
+    }
+
+    /// The task's absolute deadline (database time), if it has one.
+    pub fn deadline(&self) -> Option<DateTime<Utc>> {
+        self.deadline
+    }
+
+    /// Time left before the runtime stops this attempt (timeout or deadline, whichever is
+    /// first), measured on this host's monotonic clock from the claim.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.stop_at
+            .map(|at| at.saturating_duration_since(Instant::now()))
+    }
+
+    /// True once the execution has been asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.stop.token.is_cancelled()
+    }
+
+    /// Resolves when the execution is asked to stop (cancel, timeout, deadline, shutdown).
+    pub async fn cancelled(&self) {
+        self.stop.token.cancelled().await;
+    }
+
+    /// A token that is cancelled when the execution is asked to stop.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.stop.token.clone()
+    }
+
+    /// Why the execution was asked to stop, once it was.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop.reason()
+    }
+
+    /// Reports progress. Writes are throttled (by time and by count); the last value is always
+    /// written before the attempt ends. Never fails the task: a progress write that cannot land
+    /// is logged and retried with the next one.
+    pub async fn progress(&self, progress: Progress) {
+        if let Some(sink) = &self.progress {
+            sink.update(progress).await;
+        }
+    }
+}
+
+/// Runs tasks of one type.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// The task's payload, deserialised from its JSON.
+    type Payload: DeserializeOwned + Send + 'static;
+
+    /// Checks a payload before it runs; an error here is permanent (dead-letter).
+    fn validate(&self, _payload: &Self::Payload) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    /// Runs one attempt.
+    async fn run(&self, ctx: TaskContext, payload: Self::Payload) -> Result<Outcome, HandlerError>;
+}
+
+/// A handler with its payload type erased, as the runtime holds it.
+pub(crate) trait ErasedHandler: Send + Sync {
+    fn call(
+        &self,
+        ctx: TaskContext,
+        payload: serde_json::Value,
+    ) -> BoxFuture<'static, Result<Outcome, HandlerError>>;
+}
+
+struct Typed<H>(Arc<H>);
+
+impl<H: Handler> ErasedHandler for Typed<H> {
+    fn call(
+        &self,
+        ctx: TaskContext,
+        payload: serde_json::Value,
+    ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
+        let handler = Arc::clone(&self.0);
+        Box::pin(async move {
+            let payload: H::Payload = serde_json::from_value(payload).map_err(|e| {
+                HandlerError::permanent("bad_payload", format!("payload does not fit: {e}"))
+            })?;
+            handler.validate(&payload)?;
+            handler.run(ctx, payload).await
+        })
+    }
+}
+
+/// Task types and the handlers that run them.
+#[derive(Default, Clone)]
+pub struct HandlerRegistry {
+    handlers: BTreeMap<TaskType, Arc<dyn ErasedHandler>>,
+}
+
+impl fmt::Debug for HandlerRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.handlers.keys()).finish()
+    }
+}
+
+impl HandlerRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `handler` for `task_type` (replacing any earlier one).
+    pub fn register<H: Handler>(&mut self, task_type: TaskType, handler: H) -> &mut Self {
+        self.handlers
+            .insert(task_type, Arc::new(Typed(Arc::new(handler))));
+        self
+    }
+
+    /// The types this registry serves, sorted.
+    pub fn task_types(&self) -> Vec<TaskType> {
+        self.handlers.keys().cloned().collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.handlers.is_empty()
+    }
+
+    pub(crate) fn get(&self, task_type: &TaskType) -> Option<Arc<dyn ErasedHandler>> {
+        self.handlers.get(task_type).cloned()
+    }
+}

@@ -1,0 +1,1 @@
+//! Built-in handlers, each enabled by `--handlers`.

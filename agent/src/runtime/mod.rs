@@ -1,0 +1,3 @@
+//! The agent runtime.
+
+pub mod progress;

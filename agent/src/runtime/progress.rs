@@ -1,0 +1,116 @@
+//! Throttled progress writes for one execution.
+//!
+//! A handler may report progress as often as it likes; the sink writes at most once per
+//! `interval` or once every `every` updates, whichever comes first, and the runtime flushes the
+//! last value before the attempt ends. Every write is fenced by the lease key: a write after the
+//! lease moved on changes nothing and is remembered as fenced.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use leasehold_shared::store::{HolderWrite, ProgressParams};
+use leasehold_shared::{LeaseKey, Progress, Store};
+use tokio::sync::Mutex;
+
+/// Default: at most one progress write per second per execution…
+pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+/// …or one every this many updates.
+pub const DEFAULT_PROGRESS_EVERY: u32 = 1000;
+
+#[derive(Debug)]
+struct State {
+    latest: Option<Progress>,
+    written: Option<Progress>,
+    last_write: Option<Instant>,
+    updates: u32,
+}
+
+/// Where a handler's progress goes.
+pub struct ProgressSink {
+    key: LeaseKey,
+    store: Arc<dyn Store>,
+    interval: Duration,
+    every: u32,
+    state: Mutex<State>,
+    fenced: AtomicBool,
+}
+
+impl ProgressSink {
+    pub(crate) fn new(key: LeaseKey, store: Arc<dyn Store>, interval: Duration, every: u32) -> Self {
+        Self {
+            key,
+            store,
+            interval,
+            every: every.max(1),
+            state: Mutex::new(State {
+                latest: None,
+                written: None,
+                last_write: None,
+                updates: 0,
+            }),
+            fenced: AtomicBool::new(false),
+        }
+    }
+
+    /// Records `progress`; writes it when the time or count threshold is reached.
+    pub(crate) async fn update(&self, progress: Progress) {
+        let mut state = self.state.lock().await;
+        state.latest = Some(progress);
+        state.updates += 1;
+        let due = state.updates >= self.every
+            || state
+                .last_write
+                .is_none_or(|at| at.elapsed() >= self.interval);
+        if due {
+            self.write(&mut state).await;
+        }
+    }
+
+    /// Writes the latest value if it was not written yet (the forced final flush).
+    pub(crate) async fn flush(&self) {
+        let mut state = self.state.lock().await;
+        if state.latest.is_some() && state.latest != state.written {
+            self.write(&mut state).await;
+        }
+    }
+
+    /// The latest value reported, written or not.
+    pub(crate) async fn latest(&self) -> Option<Progress> {
+        self.state.lock().await.latest
+    }
+
+    /// True when a write found the lease gone.
+    pub(crate) fn was_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Relaxed)
+    }
+
+    async fn write(&self, state: &mut State) {
+        let Some(progress) = state.latest else {
+            return;
+        };
+        if self.fenced.load(Ordering::Relaxed) {
+            return;
+        }
+        let params = ProgressParams {
+            key: self.key.clone(),
+            progress,
+        };
+        match self.store.task_progress(params).await {
+            Ok(HolderWrite::Held) => {
+                state.written = Some(progress);
+                state.last_write = Some(Instant::now());
+                state.updates = 0;
+            }
+            Ok(HolderWrite::Fenced) => {
+                self.fenced.store(true, Ordering::Relaxed);
+                tracing::warn!(task.id = self.key.id.0, lease.epoch = self.key.epoch.0, "progress write fenced: the lease moved on");
+            }
+            Err(error) => {
+                // Kept as latest: the next update or the final flush tries again.
+                state.last_write = Some(Instant::now());
+                tracing::warn!(task.id = self.key.id.0, %error, "progress write failed");
+            }
+        }
+    }
+}
