@@ -2,6 +2,11 @@
 //! ([`server`]), a fresh database per test cloned from a migrated template ([`db`]), polling
 //! waits ([`wait`]) and task factories that write rows in any state directly ([`factory`]).
 //!
+//! For end-to-end and fault tests: real agent processes to signal ([`agent`]), a TCP proxy
+//! that resets, blackholes or delays connections ([`proxy`]), a private PostgreSQL server to
+//! restart or crash ([`cluster`]) and the ledger that proves nothing was lost or done twice
+//! ([`ledger`]).
+//!
 //! The harness returns [`anyhow::Result`] everywhere and never unwraps, so it follows the
 //! workspace lints; the tests built on it may unwrap freely.
 //!
@@ -19,17 +24,25 @@
 //! # }
 //! ```
 
+pub mod agent;
 pub mod bin;
+pub mod cluster;
 pub mod db;
 pub mod factory;
 pub mod helpers;
 pub mod inspect;
+pub mod ledger;
+pub mod proxy;
 pub mod server;
 pub mod wait;
 
+pub use agent::{AgentHandle, wait_registered};
 pub use bin::binary;
+pub use cluster::PgCluster;
 pub use db::TestDb;
 pub use factory::{TaskSpec, backdate_lease, insert_task};
 pub use inspect::{attempt_rows, audit_rows, count, task_row, task_status};
+pub use ledger::LedgerReport;
+pub use proxy::{ProxyMode, TcpProxy};
 pub use server::admin_url;
 pub use wait::wait_until;

@@ -75,7 +75,7 @@ async fn discover() -> anyhow::Result<String> {
 }
 
 /// Connects to `url` and runs a trivial query, within a few seconds.
-async fn check_answers(url: &str) -> anyhow::Result<()> {
+pub(crate) async fn check_answers(url: &str) -> anyhow::Result<()> {
     let options = PgConnectOptions::from_str(url)
         .with_context(|| format!("bad PostgreSQL URL {url}"))?
         .disable_statement_logging();
@@ -185,7 +185,7 @@ async fn start_locked(dir: &Path, url: &str) -> anyhow::Result<()> {
 }
 
 /// Runs `initdb` into `dir`, wiping whatever a crashed earlier attempt left there.
-async fn init_cluster(bin: &Path, dir: &Path, as_root: bool) -> anyhow::Result<()> {
+pub(crate) async fn init_cluster(bin: &Path, dir: &Path, as_root: bool) -> anyhow::Result<()> {
     if dir.exists() {
         std::fs::remove_dir_all(dir)
             .with_context(|| format!("removing half-made cluster directory {}", dir.display()))?;
@@ -222,14 +222,14 @@ async fn init_cluster(bin: &Path, dir: &Path, as_root: bool) -> anyhow::Result<(
         ],
     )
     .await
-    .with_context(|| format!("initdb of the throwaway cluster in {}", dir.display()))?;
+    .with_context(|| format!("initdb of a cluster in {}", dir.display()))?;
     std::fs::write(dir.join(INITDB_MARKER), b"initdb completed\n")
         .with_context(|| format!("marking {} as initialised", dir.display()))?;
     Ok(())
 }
 
 /// Runs one PostgreSQL program from `bin`, as `postgres` when we are root.
-async fn run_pg_tool(
+pub(crate) async fn run_pg_tool(
     bin: &Path,
     program: &str,
     as_root: bool,
@@ -268,7 +268,7 @@ async fn run_pg_tool(
 
 /// The directory holding `initdb` and `pg_ctl`: `pg_config --bindir`, else the newest
 /// `/usr/lib/postgresql/<version>/bin`.
-async fn find_bindir() -> anyhow::Result<PathBuf> {
+pub(crate) async fn find_bindir() -> anyhow::Result<PathBuf> {
     if let Ok(output) = Command::new("pg_config")
         .arg("--bindir")
         .stdin(Stdio::null())
@@ -304,7 +304,7 @@ async fn find_bindir() -> anyhow::Result<PathBuf> {
     }
 }
 
-async fn running_as_root() -> bool {
+pub(crate) async fn running_as_root() -> bool {
     match Command::new("id")
         .arg("-u")
         .stdin(Stdio::null())
@@ -319,7 +319,7 @@ async fn running_as_root() -> bool {
 }
 
 /// The last lines of the cluster's log, for error messages.
-fn log_tail(log: &Path) -> String {
+pub(crate) fn log_tail(log: &Path) -> String {
     match std::fs::read_to_string(log) {
         Ok(text) => {
             let lines: Vec<&str> = text.lines().collect();
