@@ -1,24 +1,33 @@
-//! `leasehold-agent bench`: store throughput and pickup latency on a real database.
+//! `leasehold-agent bench`: throughput and pickup latency of the real runtime on a real
+//! database.
 //!
-//! Phases, each on tasks of a task type unique to this run (deleted at the end, so the bench
-//! can share a database with real work without touching it):
+//! Phases, on tasks of a task type unique to this run (deleted at the end, so the bench can
+//! share a database with real work without touching it):
 //! 1. **enqueue** — `tasks` no-op tasks in bulk statements of 10,000 → `enqueue_per_s`;
-//! 2. **drain** — `agents` concurrent claimers, each claiming `batch` tasks per statement and
-//!    completing them with one batched completion → `processed_per_s`;
-//! 3. **pickup** — an idle claimer woken by LISTEN/NOTIFY; one task enqueued at a time; the
-//!    pickup latency is `started_at − created_at` in database time → `pickup_p50_ms`, `pickup_p99_ms`.
-//!
-//! `--matrix` repeats the drain for batch sizes 1, 10, 100 and 1, 2, 4 claimers.
+//! 2. **drain** — `agents` full agent runtimes (each with its own pool, heartbeat, completer and
+//!    LISTEN connection, default settings unless `--concurrency`/`--batch` are given) run them
+//!    with a no-op handler → `processed_per_s`, from the agents' start until the last
+//!    completion committed;
+//! 3. **pickup** — the same agents, now idle; one task enqueued at a time; the latency is the
+//!    task's `started_at − available_at` in database time → `pickup_p50_ms`, `pickup_p99_ms`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use leasehold_shared::store::postgres::{NOTIFY_CHANNEL, PgStore, PgStoreOptions};
-use leasehold_shared::store::{ClaimParams, CompleteParams, Completion, NewTask};
-use leasehold_shared::{AgentId, LeaseKey, Store, TaskType};
+use async_trait::async_trait;
+use leasehold_shared::store::NewTask;
+use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
+use leasehold_shared::{Store, TaskType};
 use serde::Serialize;
+use tokio::sync::{Notify, mpsc};
+
+use crate::handler::{Handler, HandlerError, HandlerRegistry, Outcome, TaskContext};
+use crate::runtime::{AgentBuilder, LifecycleEvent, RuntimeSettings, Shutdown};
+
+/// Agents the bench runs unless told otherwise.
+pub const DEFAULT_AGENTS: u32 = 2;
 
 /// Bench settings (the `bench` subcommand's flags).
 #[derive(Debug, Clone)]
@@ -26,20 +35,9 @@ pub struct BenchConfig {
     pub database_url: String,
     pub tasks: u64,
     pub agents: u32,
-    pub concurrency: u32,
-    pub batch: u32,
-    pub matrix: bool,
+    pub concurrency: Option<u32>,
+    pub batch: Option<u32>,
     pub latency_samples: u32,
-}
-
-/// One drain measurement.
-#[derive(Debug, Clone, Serialize)]
-pub struct DrainFigure {
-    pub claimers: u32,
-    pub batch: u32,
-    pub tasks: u64,
-    pub seconds: f64,
-    pub processed_per_s: f64,
 }
 
 /// What the bench prints.
@@ -47,18 +45,25 @@ pub struct DrainFigure {
 pub struct BenchReport {
     pub tasks: u64,
     pub agents: u32,
-    pub batch: u32,
     pub concurrency: u32,
+    pub batch: u32,
     pub enqueue_per_s: f64,
     pub processed_per_s: f64,
+    pub drain_seconds: f64,
     pub pickup_p50_ms: f64,
     pub pickup_p99_ms: f64,
-    pub matrix: Vec<DrainFigure>,
+    pub pickup_samples: u32,
 }
 
-struct Bench {
-    store: PgStore,
-    task_type: TaskType,
+struct Noop;
+
+#[async_trait]
+impl Handler for Noop {
+    type Payload = serde_json::Value;
+
+    async fn run(&self, _ctx: TaskContext, _payload: serde_json::Value) -> Result<Outcome, HandlerError> {
+        Ok(Outcome::done())
+    }
 }
 
 /// Runs the bench and returns its report.
@@ -68,208 +73,144 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport> {
         (1..=64).contains(&config.agents),
         "--agents must be within 1..=64"
     );
-    anyhow::ensure!(
-        config.batch >= 1 && config.concurrency >= 1,
-        "--batch and --concurrency must be above 0"
-    );
-    let options = PgStoreOptions {
-        max_connections: config.agents.max(4) + 4,
-        ..PgStoreOptions::default()
-    };
-    let store = PgStore::connect(&config.database_url, options)
-        .await
-        .context("connecting to the database")?;
+    let store = PgStore::connect(
+        &config.database_url,
+        PgStoreOptions {
+            max_connections: 4,
+            ..PgStoreOptions::default()
+        },
+    )
+    .await
+    .context("connecting to the database")?;
     store.migrate().await.context("applying migrations")?;
     let task_type = TaskType::new(format!(
         "bench.{}.{}",
         std::process::id(),
         chrono::Utc::now().timestamp_millis()
     ))?;
-    let bench = Bench { store, task_type };
-    let result = bench.run_all(config).await;
-    let cleanup = bench.cleanup().await;
+    let result = run_phases(config, &store, &task_type).await;
+    let cleanup = sqlx::query("DELETE FROM tasks WHERE task_type = $1")
+        .bind(task_type.as_str())
+        .execute(store.pool())
+        .await
+        .context("deleting bench tasks");
+    store.close().await;
     let report = result?;
     cleanup?;
     Ok(report)
 }
 
-impl Bench {
-    async fn run_all(&self, config: &BenchConfig) -> Result<BenchReport> {
-        let batch = config.batch.min(config.concurrency);
-        let enqueue_per_s = self.enqueue(config.tasks).await?;
-        let main = self.drain(config.agents, batch, config.tasks).await?;
-        let mut matrix = Vec::new();
-        if config.matrix {
-            for claimers in [1, 2, 4] {
-                for b in [1, 10, 100] {
-                    // Batch 1 is slow: keep its runs short so the matrix finishes in minutes.
-                    let n = if b == 1 {
-                        config.tasks.min(20_000)
-                    } else {
-                        config.tasks
-                    };
-                    self.enqueue(n).await?;
-                    matrix.push(self.drain(claimers, b, n).await?);
-                }
-            }
-        }
-        let (pickup_p50_ms, pickup_p99_ms) = self.pickup(config.latency_samples).await?;
-        Ok(BenchReport {
-            tasks: config.tasks,
-            agents: config.agents,
-            batch,
-            concurrency: config.concurrency,
-            enqueue_per_s,
-            processed_per_s: main.processed_per_s,
-            pickup_p50_ms,
-            pickup_p99_ms,
-            matrix,
-        })
-    }
-
-    fn new_task(&self) -> NewTask {
-        NewTask::new(self.task_type.clone(), serde_json::json!({}))
-    }
-
-    async fn enqueue(&self, tasks: u64) -> Result<f64> {
-        const CHUNK: u64 = 10_000;
-        let started = Instant::now();
-        let mut left = tasks;
-        while left > 0 {
-            let n = left.min(CHUNK);
-            let chunk: Vec<NewTask> = (0..n).map(|_| self.new_task()).collect();
-            self.store
-                .task_enqueue_many(chunk)
-                .await
-                .context("bulk enqueue")?;
-            left -= n;
-        }
-        Ok(tasks as f64 / started.elapsed().as_secs_f64())
-    }
-
-    async fn drain(&self, claimers: u32, batch: u32, tasks: u64) -> Result<DrainFigure> {
-        let done = Arc::new(AtomicU64::new(0));
-        let started = Instant::now();
-        let mut workers = tokio::task::JoinSet::new();
-        for n in 0..claimers {
-            let store = self.store.clone();
-            let task_type = self.task_type.clone();
-            let done = Arc::clone(&done);
-            let owner = AgentId::new(format!("bench-{}#{n}", std::process::id()))?;
-            workers.spawn(
-                async move { claim_loop(store, task_type, owner, batch, tasks, done).await },
-            );
-        }
-        while let Some(joined) = workers.join_next().await {
-            joined.context("claimer panicked")??;
-        }
-        let seconds = started.elapsed().as_secs_f64();
-        let processed = done.load(Ordering::Relaxed);
-        Ok(DrainFigure {
-            claimers,
-            batch,
-            tasks: processed,
-            seconds,
-            processed_per_s: processed as f64 / seconds,
-        })
-    }
-
-    async fn pickup(&self, samples: u32) -> Result<(f64, f64)> {
-        if samples == 0 {
-            return Ok((0.0, 0.0));
-        }
-        let mut listener = sqlx::postgres::PgListener::connect_with(self.store.pool()).await?;
-        listener.listen(NOTIFY_CHANNEL).await?;
-        let owner = AgentId::new(format!("bench-{}#pickup", std::process::id()))?;
-        let mut latencies = Vec::with_capacity(samples as usize);
-        for _ in 0..samples {
-            let enqueued = self.store.task_enqueue(self.new_task()).await?;
-            loop {
-                let claimed = self
-                    .store
-                    .task_claim(claim_params(&owner, &self.task_type, 1))
-                    .await?;
-                if let Some(task) = claimed.tasks.first() {
-                    let started = task.started_at.unwrap_or(claimed.now);
-                    latencies.push(
-                        (started - task.created_at).num_microseconds().unwrap_or(0) as f64 / 1000.0,
-                    );
-                    complete_all(&self.store, &owner, &claimed.tasks).await?;
-                    break;
-                }
-                // Idle: wait for the enqueue's NOTIFY (the poll fallback is 1 s).
-                let _ = tokio::time::timeout(Duration::from_secs(1), listener.recv()).await;
-            }
-            anyhow::ensure!(enqueued.created, "pickup task was not created");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        latencies.sort_by(f64::total_cmp);
-        Ok((percentile(&latencies, 0.50), percentile(&latencies, 0.99)))
-    }
-
-    async fn cleanup(&self) -> Result<()> {
-        sqlx::query("DELETE FROM tasks WHERE task_type = $1")
-            .bind(self.task_type.as_str())
-            .execute(self.store.pool())
+async fn run_phases(config: &BenchConfig, store: &PgStore, task_type: &TaskType) -> Result<BenchReport> {
+    let new_task = || NewTask::new(task_type.clone(), serde_json::json!({}));
+    // 1. Enqueue.
+    const CHUNK: u64 = 10_000;
+    let started = Instant::now();
+    let mut left = config.tasks;
+    while left > 0 {
+        let n = left.min(CHUNK);
+        store
+            .task_enqueue_many((0..n).map(|_| new_task()).collect())
             .await
-            .context("deleting bench tasks")?;
-        Ok(())
+            .context("bulk enqueue")?;
+        left -= n;
     }
-}
+    let enqueue_per_s = config.tasks as f64 / started.elapsed().as_secs_f64();
 
-fn claim_params(owner: &AgentId, task_type: &TaskType, batch: u32) -> ClaimParams {
-    ClaimParams {
-        owner: owner.clone(),
-        task_types: vec![task_type.clone()],
-        batch,
-        lease_ttl: Duration::from_secs(30),
+    // 2. Drain with real agents.
+    let done = Arc::new(AtomicU64::new(0));
+    let finished = Arc::new(Notify::new());
+    let (pickup_tx, mut pickup_rx) = mpsc::unbounded_channel::<Duration>();
+    let mut settings = RuntimeSettings {
+        unserved_after: None,
+        ..RuntimeSettings::default()
+    };
+    if let Some(c) = config.concurrency {
+        settings.concurrency = c;
     }
-}
-
-async fn complete_all(
-    store: &PgStore,
-    owner: &AgentId,
-    tasks: &[leasehold_shared::domain::Task],
-) -> Result<()> {
-    let batch: Vec<CompleteParams> = tasks
-        .iter()
-        .map(|t| CompleteParams {
-            key: LeaseKey {
-                id: t.id,
-                owner: owner.clone(),
-                epoch: t.lease_epoch,
+    if let Some(b) = config.batch {
+        settings.claim_batch = b;
+    }
+    let mut agents = Vec::new();
+    for n in 0..config.agents {
+        let mut handlers = HandlerRegistry::new();
+        handlers.register(task_type.clone(), Noop);
+        let done = Arc::clone(&done);
+        let finished = Arc::clone(&finished);
+        let pickup_tx = pickup_tx.clone();
+        let agent = AgentBuilder::new(
+            RuntimeSettings {
+                name: format!("bench-{}-{n}", std::process::id()),
+                ..settings.clone()
             },
-            completion: Completion::Succeeded { result: None },
+            handlers,
+        )
+        .listener(move |event: &LifecycleEvent| match event {
+            LifecycleEvent::Completed { .. } => {
+                done.fetch_add(1, Ordering::Relaxed);
+                finished.notify_one();
+            }
+            LifecycleEvent::Started { queue_wait, .. } => {
+                let _ = pickup_tx.send(*queue_wait);
+            }
+            _ => {}
         })
-        .collect();
-    store
-        .task_complete_many(batch)
+        .connect(store_url(config))
         .await
-        .context("completing")?;
-    Ok(())
+        .with_context(|| format!("starting bench agent {n}"))?;
+        agents.push(agent);
+    }
+    let shutdown = Shutdown::default();
+    let started = Instant::now();
+    let mut running = tokio::task::JoinSet::new();
+    for agent in agents {
+        running.spawn(agent.run(shutdown.clone()));
+    }
+    while done.load(Ordering::Relaxed) < config.tasks {
+        tokio::select! {
+            _ = finished.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        if let Some(ended) = running.try_join_next() {
+            ended.context("bench agent panicked")??;
+            anyhow::bail!("a bench agent stopped before the drain finished");
+        }
+    }
+    let drain_seconds = started.elapsed().as_secs_f64();
+    let processed_per_s = config.tasks as f64 / drain_seconds;
+
+    // 3. Idle pickup: one task at a time.
+    while pickup_rx.try_recv().is_ok() {}
+    let mut latencies = Vec::with_capacity(config.latency_samples as usize);
+    for _ in 0..config.latency_samples {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        store.task_enqueue(new_task()).await.context("enqueue for pickup")?;
+        let wait = tokio::time::timeout(Duration::from_secs(10), pickup_rx.recv())
+            .await
+            .context("no agent picked the task up within 10 s")?
+            .context("bench agents stopped")?;
+        latencies.push(wait.as_secs_f64() * 1000.0);
+    }
+    shutdown.graceful.cancel();
+    while let Some(ended) = running.join_next().await {
+        ended.context("bench agent panicked")??;
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok(BenchReport {
+        tasks: config.tasks,
+        agents: config.agents,
+        concurrency: settings.concurrency,
+        batch: settings.claim_batch,
+        enqueue_per_s,
+        processed_per_s,
+        drain_seconds,
+        pickup_p50_ms: percentile(&latencies, 0.50),
+        pickup_p99_ms: percentile(&latencies, 0.99),
+        pickup_samples: config.latency_samples,
+    })
 }
 
-async fn claim_loop(
-    store: PgStore,
-    task_type: TaskType,
-    owner: AgentId,
-    batch: u32,
-    target: u64,
-    done: Arc<AtomicU64>,
-) -> Result<()> {
-    let params = claim_params(&owner, &task_type, batch);
-    loop {
-        let claimed = store.task_claim(params.clone()).await.context("claiming")?;
-        if claimed.tasks.is_empty() {
-            if done.load(Ordering::Relaxed) >= target {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            continue;
-        }
-        complete_all(&store, &owner, &claimed.tasks).await?;
-        done.fetch_add(claimed.tasks.len() as u64, Ordering::Relaxed);
-    }
+fn store_url(config: &BenchConfig) -> &str {
+    &config.database_url
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -282,26 +223,19 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 /// Renders a report as text for people.
 pub fn render_text(report: &BenchReport) -> String {
-    let mut out = format!(
-        "enqueue   {:>10.0} tasks/s  (bulk, {} tasks)\nprocessed {:>10.0} tasks/s  ({} claimers, batch {})\npickup    p50 {:.2} ms  p99 {:.2} ms\n",
+    format!(
+        "enqueue   {:>10.0} tasks/s  (bulk, {} tasks)\nprocessed {:>10.0} tasks/s  ({} agents, concurrency {}, claim batch {}; {:.2} s)\npickup    p50 {:.2} ms  p99 {:.2} ms  ({} samples, idle agents)\n",
         report.enqueue_per_s,
         report.tasks,
         report.processed_per_s,
         report.agents,
+        report.concurrency,
         report.batch,
+        report.drain_seconds,
         report.pickup_p50_ms,
         report.pickup_p99_ms,
-    );
-    if !report.matrix.is_empty() {
-        out.push_str("\nclaimers  batch     tasks   seconds   tasks/s\n");
-        for f in &report.matrix {
-            out.push_str(&format!(
-                "{:>8} {:>6} {:>9} {:>9.2} {:>9.0}\n",
-                f.claimers, f.batch, f.tasks, f.seconds, f.processed_per_s
-            ));
-        }
-    }
-    out
+        report.pickup_samples,
+    )
 }
 
 #[cfg(test)]

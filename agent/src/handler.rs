@@ -134,21 +134,40 @@ impl StopReason {
 }
 
 /// Shared between an execution and the runtime: the stop token and its reason.
+///
+/// `token` asks the handler to stop (it gets a grace period to return); `hard` drops the
+/// execution at once. A lost lease fires both: the runtime never lets a handler run on a lease
+/// it cannot prove, and the reason becomes `LeaseLost` whatever was asked before.
 #[derive(Debug, Default)]
 pub(crate) struct StopSignal {
     pub(crate) token: CancellationToken,
+    pub(crate) hard: CancellationToken,
     reason: std::sync::Mutex<Option<StopReason>>,
 }
 
 impl StopSignal {
-    /// Asks the execution to stop; the first reason wins.
+    /// Asks the execution to stop; the first reason wins, except that a lost lease overrides.
     pub(crate) fn stop(&self, reason: StopReason) {
+        if let Ok(mut r) = self.reason.lock()
+            && (r.is_none() || reason == StopReason::LeaseLost)
+        {
+            *r = Some(reason);
+        }
+        self.token.cancel();
+        if reason == StopReason::LeaseLost {
+            self.hard.cancel();
+        }
+    }
+
+    /// Drops the execution now, keeping the first reason (used when a grace period ends).
+    pub(crate) fn force(&self, reason: StopReason) {
         if let Ok(mut r) = self.reason.lock()
             && r.is_none()
         {
             *r = Some(reason);
         }
         self.token.cancel();
+        self.hard.cancel();
     }
 
     pub(crate) fn reason(&self) -> Option<StopReason> {
@@ -353,6 +372,20 @@ impl HandlerRegistry {
     /// The types this registry serves, sorted.
     pub fn task_types(&self) -> Vec<TaskType> {
         self.handlers.keys().cloned().collect()
+    }
+
+    /// True when `task_type` has a handler.
+    pub fn contains(&self, task_type: &TaskType) -> bool {
+        self.handlers.contains_key(task_type)
+    }
+
+    /// Adds the handlers of `other` whose type is named in `enabled`.
+    pub fn merge_enabled(&mut self, other: HandlerRegistry, enabled: &[String]) {
+        for (task_type, handler) in other.handlers {
+            if enabled.iter().any(|e| e == task_type.as_str()) {
+                self.handlers.insert(task_type, handler);
+            }
+        }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -3,9 +3,12 @@
 //! logs and metrics, and the `leasehold-agent` command line ([`cli`]).
 
 pub mod bench;
+pub mod cli;
+pub mod config;
 pub mod exit;
 pub mod handler;
 pub mod handlers;
 pub mod runtime;
+pub mod telemetry;
 
 pub use handler::{ContextStopper, Handler, HandlerError, HandlerRegistry, Outcome, StopReason, TaskContext};

@@ -1,3 +1,24 @@
-//! The agent runtime.
+//! The agent runtime (DESIGN §4–§7): services that claim, execute, heartbeat, complete,
+//! recover and drain. Each service is a `run(self, CancellationToken)` future with a documented
+//! place in the start and stop order (see [`agent`]).
 
+pub mod agent;
+mod book;
+mod claimer;
+mod completer;
+mod core;
+pub mod events;
+mod executor;
+mod heartbeat;
+mod maintenance;
+pub mod metrics;
+mod notifier;
 pub mod progress;
+mod registry;
+pub mod settings;
+
+pub use agent::{Agent, AgentBuilder, AgentControl, Shutdown};
+pub use core::RunSummary;
+pub use events::{LifecycleEvent, LifecycleListener};
+pub use metrics::Metrics;
+pub use settings::RuntimeSettings;

@@ -75,11 +75,6 @@ impl ProgressSink {
         }
     }
 
-    /// The latest value reported, written or not.
-    pub(crate) async fn latest(&self) -> Option<Progress> {
-        self.state.lock().await.latest
-    }
-
     /// True when a write found the lease gone.
     pub(crate) fn was_fenced(&self) -> bool {
         self.fenced.load(Ordering::Relaxed)

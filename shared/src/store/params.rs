@@ -361,6 +361,9 @@ impl ExpireDeadlinesParams {
 }
 
 /// List leases whose last renewal is older than `threshold`.
+/// Longest retention accepted.
+pub const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
+
 /// Retention: delete finished tasks (and their attempts) older than `older_than`.
 #[derive(Debug, Clone)]
 pub struct PurgeParams {
@@ -380,7 +383,12 @@ impl PurgeParams {
                 detail: format!("{s} is not a finished status"),
             });
         }
-        check_duration("older_than", self.older_than)?;
+        if self.older_than > MAX_RETENTION {
+            return Err(ValidationError::OutOfRange {
+                field: "older_than",
+                detail: format!("{} s is above 10 years", self.older_than.as_secs()),
+            });
+        }
         check_range("limit", self.limit, 1..=MAX_CLAIM_BATCH).map(drop)
     }
 }

@@ -1,0 +1,411 @@
+//! The `leasehold-agent` command line: `run`, `migrate` and `bench`.
+//!
+//! [`main_with`] is the whole binary; a program that embeds extra handlers (an application's
+//! own worker binary, or the test agent) calls it with a function that registers them.
+
+use std::path::PathBuf;
+use std::process::ExitCode as ProcessExit;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
+
+use crate::bench::{self, BenchConfig};
+use crate::config::{AgentConfig, FileConfig, LogFormat, OutputFormat, Overrides};
+use crate::exit::ExitCode;
+use crate::handler::HandlerRegistry;
+use crate::runtime::{AgentBuilder, RunSummary, Shutdown};
+
+const RUN_ABOUT: &str = "Run the agent: claim tasks of the enabled handlers' types, run them, \
+renew their leases, and drain on SIGTERM/SIGINT (a second signal forces).";
+
+const RUN_AFTER: &str = "\
+Settings come from defaults, then the --config TOML file, then LEASEHOLD_* environment \
+variables, then flags (the later wins). Durations are human: 250ms, 30s, 5m, 1h.
+
+Leases: a lease lives --lease-ttl after its last renewal; renewals run every --heartbeat (at \
+most half the TTL). Another agent takes an expired lease only after --grace more. An agent that \
+cannot renew stops its executions before the lease could be taken.
+
+Exit codes: 0 ok · 1 a task failed (--exit-when-idle) · 2 bad flags or config · 3 database \
+unreachable.
+
+Example:
+  leasehold-agent run --database-url postgres://leasehold@db/leasehold \\
+      --handlers exec,sleep --concurrency 20 --metrics-listen 127.0.0.1:9464";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold-agent",
+    version,
+    about = "Leasehold agent: claims, runs and heartbeats tasks from a shared database"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Args)]
+struct DatabaseArgs {
+    /// Database URL (postgres://user@host:port/db). Also LEASEHOLD_DATABASE_URL or DATABASE_URL.
+    #[arg(long, env = "LEASEHOLD_DATABASE_URL", value_name = "URL")]
+    database_url: Option<String>,
+}
+
+impl DatabaseArgs {
+    fn url(&self) -> Result<String> {
+        self.database_url
+            .clone()
+            .or_else(|| std::env::var("DATABASE_URL").ok())
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| {
+                usage_error(
+                    "database_url",
+                    "give --database-url, LEASEHOLD_DATABASE_URL or DATABASE_URL",
+                )
+            })
+    }
+}
+
+/// Bad input on the command line: reported plainly, exit code 2.
+fn usage_error(field: &'static str, detail: &str) -> anyhow::Error {
+    anyhow::Error::new(leasehold_shared::StoreError::Invalid(
+        leasehold_shared::ValidationError::Invalid {
+            field,
+            detail: detail.to_string(),
+        },
+    ))
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+/// The `run` flags. Every one is optional here: unset ones fall back to the config file, then
+/// to the defaults.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Database URL (postgres://…). Also LEASEHOLD_DATABASE_URL or DATABASE_URL.
+    #[arg(long, env = "LEASEHOLD_DATABASE_URL", value_name = "URL")]
+    database_url: Option<String>,
+    /// TOML config file (keys as the flags, with underscores).
+    #[arg(long, env = "LEASEHOLD_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Agent name; the lease owner is NAME#<per-start number>. [default: the host name]
+    #[arg(long, env = "LEASEHOLD_ID", value_name = "NAME")]
+    id: Option<String>,
+    /// gRPC address recorded in the registry (the gRPC server arrives with the console's API).
+    #[arg(long, env = "LEASEHOLD_LISTEN", value_name = "ADDR")]
+    listen: Option<String>,
+    /// Serve Prometheus metrics on ADDR (GET /metrics). [default: off]
+    #[arg(long, env = "LEASEHOLD_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<String>,
+    /// Handlers to enable, comma-separated (built-in: exec, sleep, noop, fail). Each serves the
+    /// task type of its name.
+    #[arg(long, env = "LEASEHOLD_HANDLERS", value_name = "LIST")]
+    handlers: Option<String>,
+    /// Tasks this agent runs at once. [default: 100]
+    #[arg(long, env = "LEASEHOLD_CONCURRENCY", value_name = "N")]
+    concurrency: Option<u32>,
+    /// Lease time-to-live. [default: 20s]
+    #[arg(long, env = "LEASEHOLD_LEASE_TTL", value_name = "DURATION")]
+    lease_ttl: Option<String>,
+    /// Interval between batch renewals (at most half the TTL). [default: 4s]
+    #[arg(long, env = "LEASEHOLD_HEARTBEAT", value_name = "DURATION")]
+    heartbeat: Option<String>,
+    /// Extra time after expiry before a lease is taken over. [default: 5s]
+    #[arg(long, env = "LEASEHOLD_GRACE", value_name = "DURATION")]
+    grace: Option<String>,
+    /// Fallback poll interval for claims and maintenance. [default: 1s]
+    #[arg(long, env = "LEASEHOLD_POLL_INTERVAL", value_name = "DURATION")]
+    poll_interval: Option<String>,
+    /// How long a shutdown waits for running tasks before releasing them. [default: 30s]
+    #[arg(long, env = "LEASEHOLD_SHUTDOWN_TIMEOUT", value_name = "DURATION")]
+    shutdown_timeout: Option<String>,
+    /// How long a handler asked to stop may take before it is dropped. [default: 10s]
+    #[arg(long, env = "LEASEHOLD_STOP_GRACE", value_name = "DURATION")]
+    stop_grace: Option<String>,
+    /// Most tasks claimed per statement. [default: 100]
+    #[arg(long, env = "LEASEHOLD_CLAIM_BATCH", value_name = "N")]
+    claim_batch: Option<u32>,
+    /// Keep finished tasks this long (the leader deletes older ones). [default: 7days]
+    #[arg(long, env = "LEASEHOLD_RETENTION", value_name = "DURATION")]
+    retention: Option<String>,
+    /// Keep dead-lettered tasks this long. [default: 30days]
+    #[arg(long, env = "LEASEHOLD_DEAD_RETENTION", value_name = "DURATION")]
+    dead_retention: Option<String>,
+    /// Dead-letter waiting tasks whose type no live agent serves after this long, or `off`.
+    /// [default: 15m]
+    #[arg(long, env = "LEASEHOLD_UNSERVED_AFTER", value_name = "DURATION|off")]
+    unserved_after: Option<String>,
+    /// Connections in the agent's pool (the heartbeat has one more of its own). [default: 10]
+    #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", value_name = "N")]
+    max_connections: Option<u32>,
+    /// For CI: exit once no claimable task of our types remains and none runs; exit 1 if any
+    /// task this run ended did not succeed.
+    #[arg(long, env = "LEASEHOLD_EXIT_WHEN_IDLE")]
+    exit_when_idle: bool,
+    /// Summary format when the run ends. [default: text]
+    #[arg(long, env = "LEASEHOLD_OUTPUT", value_enum)]
+    output: Option<OutputFormat>,
+    /// Log format on stderr. [default: text]
+    #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+    /// Also write JSON logs to daily-rolling files in DIR.
+    #[arg(long, env = "LEASEHOLD_LOG_DIR", value_name = "DIR")]
+    log_dir: Option<PathBuf>,
+    /// Log filter (e.g. info, leasehold_agent=debug). RUST_LOG overrides it. [default: info]
+    #[arg(long, env = "LEASEHOLD_LOG_LEVEL", value_name = "FILTER")]
+    log_level: Option<String>,
+    /// Grace between SIGTERM and SIGKILL when `exec` stops a program. [default: 5s]
+    #[arg(long, env = "LEASEHOLD_EXEC_KILL_AFTER", value_name = "DURATION")]
+    exec_kill_after: Option<String>,
+}
+
+impl RunArgs {
+    fn into_config(self) -> Result<AgentConfig> {
+        let file = match &self.config {
+            Some(path) => FileConfig::load(path).map_err(config_error)?,
+            None => FileConfig::default(),
+        };
+        let overrides = Overrides {
+            database_url: self.database_url,
+            id: self.id,
+            listen: self.listen,
+            metrics_listen: self.metrics_listen,
+            handlers: self.handlers,
+            concurrency: self.concurrency,
+            lease_ttl: self.lease_ttl,
+            heartbeat: self.heartbeat,
+            grace: self.grace,
+            poll_interval: self.poll_interval,
+            shutdown_timeout: self.shutdown_timeout,
+            stop_grace: self.stop_grace,
+            claim_batch: self.claim_batch,
+            retention: self.retention,
+            dead_retention: self.dead_retention,
+            unserved_after: self.unserved_after,
+            max_connections: self.max_connections,
+            exit_when_idle: self.exit_when_idle,
+            output: self.output,
+            log_format: self.log_format,
+            log_dir: self.log_dir,
+            log_level: self.log_level,
+            exec_kill_after: self.exec_kill_after,
+        };
+        let env_url = std::env::var("DATABASE_URL").ok();
+        AgentConfig::resolve(file, overrides, env_url).map_err(config_error)
+    }
+}
+
+fn config_error(e: crate::config::ConfigError) -> anyhow::Error {
+    anyhow::Error::new(leasehold_shared::StoreError::Invalid(
+        leasehold_shared::ValidationError::Invalid {
+            field: "config",
+            detail: e.to_string(),
+        },
+    ))
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    #[command(about = RUN_ABOUT, after_help = RUN_AFTER)]
+    Run(Box<RunArgs>),
+    /// Apply database migrations. Safe to run twice and from several hosts at once.
+    Migrate {
+        #[command(flatten)]
+        db: DatabaseArgs,
+    },
+    /// Measure enqueue, drain throughput and idle pickup latency with the real runtime.
+    Bench {
+        #[command(flatten)]
+        db: DatabaseArgs,
+        /// Tasks to enqueue and drain.
+        #[arg(long, default_value_t = 100_000)]
+        tasks: u64,
+        /// Agents (each a full runtime with its own pool and heartbeat).
+        #[arg(long, default_value_t = bench::DEFAULT_AGENTS)]
+        agents: u32,
+        /// Local concurrency of each agent. [default: the agent's default]
+        #[arg(long)]
+        concurrency: Option<u32>,
+        /// Most tasks per claim statement. [default: the agent's default]
+        #[arg(long)]
+        batch: Option<u32>,
+        /// Idle pickup samples (one task at a time).
+        #[arg(long, default_value_t = 200)]
+        latency_samples: u32,
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+    },
+}
+
+/// Registers extra handlers (beyond the built-ins named by `--handlers`).
+pub type Extend = Box<dyn FnOnce(&mut HandlerRegistry, &AgentConfig) -> Result<()>>;
+
+/// The whole `leasehold-agent` binary.
+pub fn main_with(extend: Option<Extend>) -> ProcessExit {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::Usage.into()
+            } else {
+                ExitCode::Ok.into()
+            };
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("error: starting the async runtime: {error}");
+            return ExitCode::TaskFailed.into();
+        }
+    };
+    match runtime.block_on(dispatch(cli, extend)) {
+        Ok(code) => code.into(),
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::for_error(&error).into()
+        }
+    }
+}
+
+async fn dispatch(cli: Cli, extend: Option<Extend>) -> Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => run(*args, extend).await,
+        Command::Migrate { db } => {
+            let url = db.url()?;
+            let store = PgStore::connect(
+                &url,
+                PgStoreOptions {
+                    max_connections: 1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .context("connecting to the database")?;
+            store.migrate().await.context("applying migrations")?;
+            println!("migrations applied");
+            Ok(ExitCode::Ok)
+        }
+        Command::Bench {
+            db,
+            tasks,
+            agents,
+            concurrency,
+            batch,
+            latency_samples,
+            output,
+        } => {
+            let config = BenchConfig {
+                database_url: db.url()?,
+                tasks,
+                agents,
+                concurrency,
+                batch,
+                latency_samples,
+            };
+            let report = bench::run(&config).await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string(&report)?),
+                Output::Text => print!("{}", bench::render_text(&report)),
+            }
+            Ok(ExitCode::Ok)
+        }
+    }
+}
+
+async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
+    let config = args.into_config()?;
+    let _logs = crate::telemetry::init(
+        config.log_format,
+        &config.log_level,
+        config.log_dir.as_deref(),
+    )?;
+    let mut handlers = HandlerRegistry::new();
+    let mut extra = HandlerRegistry::new();
+    if let Some(extend) = extend {
+        extend(&mut extra, &config)?;
+    }
+    for name in &config.handlers {
+        match crate::handlers::register(&mut handlers, name, &config.builtin) {
+            Ok(()) => {}
+            Err(unknown) => {
+                let task_type = leasehold_shared::TaskType::new(name.as_str())?;
+                if !extra.contains(&task_type) {
+                    return Err(usage_error("handlers", &unknown.to_string()));
+                }
+            }
+        }
+    }
+    handlers.merge_enabled(extra, &config.handlers);
+    let mut builder = AgentBuilder::new(config.runtime.clone(), handlers);
+    if let Some(addr) = config.metrics_listen {
+        let listener = crate::runtime::metrics::bind_metrics(addr)
+            .await
+            .map_err(|e| usage_error("metrics_listen", &format!("cannot listen on {addr}: {e}")))?;
+        tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving metrics");
+        builder = builder.metrics_listener(listener);
+    }
+    let agent = builder.connect(&config.database_url).await?;
+    let shutdown = Shutdown::default();
+    spawn_signal_handler(shutdown.clone())?;
+    let summary = agent.run(shutdown).await?;
+    print_summary(&summary, config.output)?;
+    if config.runtime.exit_when_idle && !summary.all_succeeded() {
+        return Ok(ExitCode::TaskFailed);
+    }
+    Ok(ExitCode::Ok)
+}
+
+fn print_summary(summary: &RunSummary, output: OutputFormat) -> Result<()> {
+    match output {
+        OutputFormat::Json => println!("{}", serde_json::to_string(summary)?),
+        OutputFormat::Text => println!(
+            "agent {} stopped ({}): {} claimed, {} succeeded, {} partially succeeded, {} failed attempts ({} retried, {} dead), {} cancelled, {} released, {} leases lost, {} fenced writes",
+            summary.agent_id,
+            summary.ended_by,
+            summary.claimed,
+            summary.succeeded,
+            summary.partially_succeeded,
+            summary.failed,
+            summary.retried,
+            summary.dead,
+            summary.cancelled,
+            summary.released,
+            summary.lease_lost,
+            summary.fenced
+        ),
+    }
+    Ok(())
+}
+
+/// First SIGTERM/SIGINT: graceful shutdown; the second: forced.
+fn spawn_signal_handler(shutdown: Shutdown) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::spawn(async move {
+        let mut seen = 0;
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            seen += 1;
+            if seen == 1 {
+                tracing::info!("signal received: draining (send again to force)");
+                shutdown.graceful.cancel();
+            } else {
+                tracing::warn!("second signal: forcing shutdown");
+                shutdown.force.cancel();
+                return;
+            }
+        }
+    });
+    Ok(())
+}

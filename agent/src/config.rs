@@ -1,0 +1,396 @@
+//! `leasehold-agent run` configuration: a TOML file, then environment variables, then flags —
+//! the later wins — merged over the defaults of [`RuntimeSettings`].
+//!
+//! The file uses the flags' names with underscores; durations are human (`30s`, `5m`, `1h`).
+//! Unknown keys are errors (a typo must not silently fall back to a default):
+//!
+//! ```toml
+//! database_url = "postgres://leasehold@db/leasehold"
+//! id = "worker-1"
+//! handlers = ["exec", "sleep"]
+//! concurrency = 50
+//! lease_ttl = "20s"
+//! heartbeat = "4s"
+//! grace = "5s"
+//! shutdown_timeout = "30s"
+//! metrics_listen = "127.0.0.1:9464"
+//! log_format = "json"
+//! log_dir = "/var/log/leasehold"
+//!
+//! [exec]
+//! kill_after = "5s"
+//! output_tail = 4096
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::handlers::{BUILTIN, BuiltinOptions};
+use crate::runtime::RuntimeSettings;
+
+/// Bad configuration: which source, which setting, what is wrong.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{setting}: {detail}")]
+    Invalid { setting: String, detail: String },
+}
+
+fn invalid(setting: &str, detail: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        setting: setting.to_string(),
+        detail: detail.into(),
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Output of the run summary (`--exit-when-idle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// The `[exec]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecFile {
+    pub kill_after: Option<String>,
+    pub output_tail: Option<usize>,
+}
+
+/// The TOML file, every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub database_url: Option<String>,
+    pub id: Option<String>,
+    pub listen: Option<String>,
+    pub metrics_listen: Option<String>,
+    pub handlers: Option<Vec<String>>,
+    pub concurrency: Option<u32>,
+    pub lease_ttl: Option<String>,
+    pub heartbeat: Option<String>,
+    pub grace: Option<String>,
+    pub poll_interval: Option<String>,
+    pub shutdown_timeout: Option<String>,
+    pub stop_grace: Option<String>,
+    pub claim_batch: Option<u32>,
+    pub retention: Option<String>,
+    pub dead_retention: Option<String>,
+    pub unserved_after: Option<String>,
+    pub max_connections: Option<u32>,
+    pub exit_when_idle: Option<bool>,
+    pub output: Option<OutputFormat>,
+    pub log_format: Option<LogFormat>,
+    pub log_dir: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub exec: Option<ExecFile>,
+}
+
+impl FileConfig {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    }
+}
+
+/// Values given on the command line or in the environment (clap merges those two).
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub database_url: Option<String>,
+    pub id: Option<String>,
+    pub listen: Option<String>,
+    pub metrics_listen: Option<String>,
+    pub handlers: Option<String>,
+    pub concurrency: Option<u32>,
+    pub lease_ttl: Option<String>,
+    pub heartbeat: Option<String>,
+    pub grace: Option<String>,
+    pub poll_interval: Option<String>,
+    pub shutdown_timeout: Option<String>,
+    pub stop_grace: Option<String>,
+    pub claim_batch: Option<u32>,
+    pub retention: Option<String>,
+    pub dead_retention: Option<String>,
+    pub unserved_after: Option<String>,
+    pub max_connections: Option<u32>,
+    pub exit_when_idle: bool,
+    pub output: Option<OutputFormat>,
+    pub log_format: Option<LogFormat>,
+    pub log_dir: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub exec_kill_after: Option<String>,
+}
+
+/// Everything `run` needs, validated.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub database_url: String,
+    pub runtime: RuntimeSettings,
+    pub handlers: Vec<String>,
+    pub builtin: BuiltinOptions,
+    pub metrics_listen: Option<SocketAddr>,
+    pub output: OutputFormat,
+    pub log_format: LogFormat,
+    pub log_dir: Option<PathBuf>,
+    pub log_level: String,
+}
+
+/// Parses a human duration (`30s`, `250ms`, `5m`), naming the setting when it is not one.
+pub fn duration(setting: &str, text: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        invalid(
+            setting,
+            format!("{text:?} is not a duration ({e}); write e.g. 30s, 250ms, 5m"),
+        )
+    })
+}
+
+fn pick<T>(flag: Option<T>, file: Option<T>) -> Option<T> {
+    flag.or(file)
+}
+
+fn pick_duration(
+    setting: &str,
+    flag: Option<String>,
+    file: Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match pick(flag, file) {
+        Some(text) => duration(setting, &text),
+        None => Ok(default),
+    }
+}
+
+impl AgentConfig {
+    /// Merges defaults ← file ← environment/flags and validates the result.
+    pub fn resolve(
+        file: FileConfig,
+        cli: Overrides,
+        env_database_url: Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let d = RuntimeSettings::default();
+        let database_url = pick(cli.database_url, file.database_url)
+            .or(env_database_url)
+            .filter(|u| !u.trim().is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    "database_url",
+                    "give --database-url, LEASEHOLD_DATABASE_URL, DATABASE_URL or database_url in the config file",
+                )
+            })?;
+        if !(database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")) {
+            return Err(invalid(
+                "database_url",
+                "must start with postgres:// (the embedded sqlite:// store arrives with `leasehold demo`)",
+            ));
+        }
+        let handlers: Vec<String> = match (cli.handlers, file.handlers) {
+            (Some(list), _) => list
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            (None, Some(list)) => list,
+            (None, None) => Vec::new(),
+        };
+        if handlers.is_empty() {
+            return Err(invalid(
+                "handlers",
+                format!("name at least one handler to run (built-in: {})", BUILTIN.join(", ")),
+            ));
+        }
+        let unserved_after = match pick(cli.unserved_after, file.unserved_after) {
+            None => d.unserved_after,
+            Some(t) if t.trim() == "off" => None,
+            Some(t) => Some(duration("unserved_after", &t)?),
+        };
+        let metrics_listen = match pick(cli.metrics_listen, file.metrics_listen) {
+            None => None,
+            Some(a) if a.trim() == "off" => None,
+            Some(a) => Some(a.trim().parse::<SocketAddr>().map_err(|e| {
+                invalid("metrics_listen", format!("{a:?} is not host:port ({e})"))
+            })?),
+        };
+        let grpc_address = pick(cli.listen, file.listen);
+        if let Some(addr) = &grpc_address {
+            addr.trim().parse::<SocketAddr>().map_err(|e| {
+                invalid("listen", format!("{addr:?} is not host:port ({e})"))
+            })?;
+        }
+        let exec_file = file.exec.unwrap_or_default();
+        let builtin = BuiltinOptions {
+            exec_kill_after: pick_duration(
+                "exec.kill_after",
+                cli.exec_kill_after,
+                exec_file.kill_after,
+                BuiltinOptions::default().exec_kill_after,
+            )?,
+            exec_output_tail: exec_file
+                .output_tail
+                .unwrap_or(BuiltinOptions::default().exec_output_tail),
+        };
+        if !(64..=1024 * 1024).contains(&builtin.exec_output_tail) {
+            return Err(invalid("exec.output_tail", "must be within 64..=1048576 bytes"));
+        }
+        let runtime = RuntimeSettings {
+            name: pick(cli.id, file.id).unwrap_or(d.name),
+            concurrency: pick(cli.concurrency, file.concurrency).unwrap_or(d.concurrency),
+            lease_ttl: pick_duration("lease_ttl", cli.lease_ttl, file.lease_ttl, d.lease_ttl)?,
+            heartbeat: pick_duration("heartbeat", cli.heartbeat, file.heartbeat, d.heartbeat)?,
+            grace: pick_duration("grace", cli.grace, file.grace, d.grace)?,
+            poll_interval: pick_duration(
+                "poll_interval",
+                cli.poll_interval,
+                file.poll_interval,
+                d.poll_interval,
+            )?,
+            shutdown_timeout: pick_duration(
+                "shutdown_timeout",
+                cli.shutdown_timeout,
+                file.shutdown_timeout,
+                d.shutdown_timeout,
+            )?,
+            stop_grace: pick_duration("stop_grace", cli.stop_grace, file.stop_grace, d.stop_grace)?,
+            claim_batch: pick(cli.claim_batch, file.claim_batch).unwrap_or(d.claim_batch),
+            complete_batch: d.complete_batch,
+            complete_flush: d.complete_flush,
+            retention: pick_duration("retention", cli.retention, file.retention, d.retention)?,
+            dead_retention: pick_duration(
+                "dead_retention",
+                cli.dead_retention,
+                file.dead_retention,
+                d.dead_retention,
+            )?,
+            unserved_after,
+            max_connections: pick(cli.max_connections, file.max_connections)
+                .unwrap_or(d.max_connections),
+            exit_when_idle: cli.exit_when_idle || file.exit_when_idle.unwrap_or(false),
+            grpc_address,
+        };
+        runtime
+            .validate()
+            .map_err(|e| invalid(e.setting, e.detail))?;
+        for name in &handlers {
+            if !BUILTIN.contains(&name.as_str()) && leasehold_shared::TaskType::new(name.as_str()).is_err() {
+                return Err(invalid("handlers", format!("{name:?} is not a handler name")));
+            }
+        }
+        let log_level = pick(cli.log_level, file.log_level).unwrap_or_else(|| "info".to_string());
+        tracing_subscriber::EnvFilter::try_new(&log_level)
+            .map_err(|e| invalid("log_level", format!("{log_level:?}: {e}")))?;
+        Ok(AgentConfig {
+            database_url,
+            runtime,
+            handlers,
+            builtin,
+            metrics_listen,
+            output: pick(cli.output, file.output).unwrap_or(OutputFormat::Text),
+            log_format: pick(cli.log_format, file.log_format).unwrap_or(LogFormat::Text),
+            log_dir: pick(cli.log_dir, file.log_dir),
+            log_level,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn url() -> Overrides {
+        Overrides {
+            database_url: Some("postgres://x@y/z".into()),
+            handlers: Some("noop".into()),
+            ..Overrides::default()
+        }
+    }
+
+    fn file(text: &str) -> FileConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn flags_beat_the_file_and_the_file_beats_defaults() {
+        let f = file("concurrency = 7\nlease_ttl = \"40s\"\nheartbeat = \"5s\"\nhandlers = [\"sleep\"]");
+        let cli = Overrides {
+            concurrency: Some(9),
+            handlers: None,
+            ..url()
+        };
+        let c = AgentConfig::resolve(f, cli, None).unwrap();
+        assert_eq!(c.runtime.concurrency, 9);
+        assert_eq!(c.runtime.lease_ttl, Duration::from_secs(40));
+        assert_eq!(c.runtime.heartbeat, Duration::from_secs(5));
+        assert_eq!(c.handlers, vec!["sleep"]);
+        assert_eq!(c.runtime.grace, crate::runtime::settings::DEFAULT_GRACE);
+    }
+
+    #[test]
+    fn the_database_url_falls_back_to_database_url_env() {
+        let cli = Overrides {
+            database_url: None,
+            ..url()
+        };
+        let c = AgentConfig::resolve(FileConfig::default(), cli.clone(), Some("postgres://a/b".into())).unwrap();
+        assert_eq!(c.database_url, "postgres://a/b");
+        let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
+        assert!(e.to_string().starts_with("database_url:"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_setting() {
+        let cases: Vec<(Overrides, &str)> = vec![
+            (Overrides { lease_ttl: Some("soon".into()), ..url() }, "lease_ttl"),
+            (Overrides { heartbeat: Some("15s".into()), ..url() }, "heartbeat"),
+            (Overrides { concurrency: Some(0), ..url() }, "concurrency"),
+            (Overrides { handlers: Some(" , ".into()), ..url() }, "handlers"),
+            (Overrides { handlers: Some("Bad Name".into()), ..url() }, "handlers"),
+            (Overrides { metrics_listen: Some("nowhere".into()), ..url() }, "metrics_listen"),
+            (Overrides { id: Some("has space".into()), ..url() }, "id"),
+            (Overrides { database_url: Some("mysql://x".into()), ..url() }, "database_url"),
+            (Overrides { log_level: Some("[".into()), ..url() }, "log_level"),
+        ];
+        for (cli, setting) in cases {
+            let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{setting}:")), "{setting}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_types_in_the_file_are_refused() {
+        assert!(toml::from_str::<FileConfig>("concurency = 3").is_err());
+        assert!(toml::from_str::<FileConfig>("concurrency = \"three\"").is_err());
+        assert!(toml::from_str::<FileConfig>("[exec]\nkill = \"1s\"").is_err());
+        let f = file("unserved_after = \"off\"\nmetrics_listen = \"127.0.0.1:0\"");
+        let c = AgentConfig::resolve(f, url(), None).unwrap();
+        assert_eq!(c.runtime.unserved_after, None);
+        assert!(c.metrics_listen.is_some());
+    }
+}

@@ -1,0 +1,408 @@
+//! `exec`: runs a program and reports its exit code and the tails of its output.
+//!
+//! Payload `{"argv": [..], "env": {..}, "cwd": "..", "timeout": "30s"}`; only `argv` is
+//! required. `env` is added to the agent's environment; `timeout` is a humantime duration.
+//!
+//! ```text
+//!   spawn (own process group, stdin null) ─┬─ exit ───────────────────────▶ kill group ─▶ result
+//!   read stdout, stderr tails concurrently │
+//!                                          └─ cancel / timeout ─▶ SIGTERM group
+//!                                                 exits within kill_after ─▶ "sigterm" ─┐
+//!                                                 still running ─▶ SIGKILL ─▶ "sigkill" ─┴▶ stopped
+//! ```
+//!
+//! Invariants: memory is bounded whatever the program prints (only the last `exec_output_tail`
+//! bytes of stdout and of stderr are kept); no process of the group outlives the execution —
+//! after the leader exits the group is SIGKILLed (background children), and a guard SIGKILLs it
+//! if the handler's future is dropped mid-run (lease lost). A process that leaves the group
+//! (`setsid`, `setpgid`) is out of reach; the handler then stops waiting for its output after
+//! [`OUTPUT_DRAIN_GRACE`].
+//!
+//! When things fail: a program that cannot be started (not found, not executable, bad `cwd`) is
+//! a permanent `spawn_failed`; a non-zero exit is a retryable `exit_code` with the last line of
+//! stderr; death by a signal is a retryable `signal`; a stop is a retryable `timeout` (the
+//! payload's timeout) or `stopped` (cancel, deadline, shutdown; the runtime records which).
+
+mod group;
+mod tail;
+
+use std::collections::BTreeMap;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nix::sys::signal::Signal;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+use self::group::ProcessGroup;
+use self::tail::{Tail, read_tail};
+use super::BuiltinOptions;
+use crate::handler::{Handler, HandlerError, Outcome, TaskContext};
+
+/// How long to wait for the output pipes to close once the process group is gone.
+pub const OUTPUT_DRAIN_GRACE: Duration = Duration::from_secs(1);
+/// Longest stderr line quoted in an `exit_code` or `signal` error message, in bytes.
+pub const MAX_ERROR_LINE_BYTES: usize = 500;
+
+/// The payload of `exec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecPayload {
+    /// The program and its arguments; `argv[0]` is looked up in `PATH` unless it has a `/`.
+    pub argv: Vec<String>,
+    /// Variables added to the agent's environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory (default: the agent's).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// A humantime duration (`"30s"`, `"5m"`) after which the program is stopped.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+impl ExecPayload {
+    /// Checks the payload and returns its parsed timeout.
+    fn checked(&self) -> Result<Checked<'_>, HandlerError> {
+        let Some((program, args)) = self.argv.split_first() else {
+            return Err(bad_payload("argv must name a program"));
+        };
+        if program.is_empty() {
+            return Err(bad_payload("argv[0] must not be empty"));
+        }
+        if let Some(i) = self.argv.iter().position(|a| a.contains('\0')) {
+            return Err(bad_payload(format!("argv[{i}] contains a NUL byte")));
+        }
+        for (key, value) in &self.env {
+            if key.is_empty() || key.contains('=') || key.contains('\0') {
+                return Err(bad_payload(format!(
+                    "env name {key:?} must be non-empty without '=' or NUL"
+                )));
+            }
+            if value.contains('\0') {
+                return Err(bad_payload(format!("env {key} contains a NUL byte")));
+            }
+        }
+        if self.cwd.as_deref().is_some_and(|cwd| cwd.contains('\0')) {
+            return Err(bad_payload("cwd contains a NUL byte"));
+        }
+        let timeout = match self.timeout.as_deref() {
+            None => None,
+            Some(text) => match humantime::parse_duration(text) {
+                Ok(d) if d.is_zero() => return Err(bad_payload("timeout must be above zero")),
+                Ok(d) => Some(d),
+                Err(e) => {
+                    return Err(bad_payload(format!(
+                        "timeout {text:?} is not a duration like \"30s\" or \"5m\": {e}"
+                    )));
+                }
+            },
+        };
+        Ok(Checked {
+            program,
+            args,
+            timeout,
+        })
+    }
+}
+
+struct Checked<'a> {
+    program: &'a str,
+    args: &'a [String],
+    timeout: Option<Duration>,
+}
+
+fn bad_payload(message: impl Into<String>) -> HandlerError {
+    HandlerError::permanent("bad_payload", message)
+}
+
+/// Runs programs.
+#[derive(Debug, Clone)]
+pub struct ExecHandler {
+    kill_after: Duration,
+    output_tail: usize,
+}
+
+impl ExecHandler {
+    pub fn new(opts: &BuiltinOptions) -> Self {
+        Self {
+            kill_after: opts.exec_kill_after,
+            output_tail: opts.exec_output_tail,
+        }
+    }
+}
+
+impl Default for ExecHandler {
+    fn default() -> Self {
+        Self::new(&BuiltinOptions::default())
+    }
+}
+
+/// Why the program was stopped.
+#[derive(Debug, Clone, Copy)]
+enum StopCause {
+    /// The payload's timeout passed.
+    Timeout(Duration),
+    /// The execution was asked to stop, or ran out of the time the runtime gave it.
+    Asked,
+}
+
+/// How the wait for the program ended.
+#[derive(Debug)]
+enum Ending {
+    Exited(ExitStatus),
+    Stopped {
+        cause: StopCause,
+        signal: &'static str,
+    },
+    WaitFailed(std::io::Error),
+}
+
+#[async_trait]
+impl Handler for ExecHandler {
+    type Payload = ExecPayload;
+
+    fn validate(&self, payload: &ExecPayload) -> Result<(), HandlerError> {
+        payload.checked().map(|_| ())
+    }
+
+    #[tracing::instrument(name = "exec", skip_all, fields(program = tracing::field::Empty))]
+    async fn run(&self, ctx: TaskContext, payload: ExecPayload) -> Result<Outcome, HandlerError> {
+        let checked = payload.checked()?;
+        tracing::Span::current().record("program", checked.program);
+        if ctx.is_cancelled() {
+            return Err(HandlerError::retryable(
+                "stopped",
+                "asked to stop before the program started",
+            ));
+        }
+        let mut command = Command::new(checked.program);
+        command
+            .args(checked.args)
+            .envs(&payload.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(cwd) = &payload.cwd {
+            command.current_dir(cwd);
+        }
+
+        let started = Instant::now();
+        // Drop order matters (reverse of declaration): readers stop, the group is SIGKILLed
+        // while the leader is still unreaped, then tokio kills and reaps the leader.
+        let mut child = command.spawn().map_err(|e| {
+            let place = payload
+                .cwd
+                .as_deref()
+                .map(|cwd| format!(" in {cwd:?}"))
+                .unwrap_or_default();
+            HandlerError::permanent(
+                "spawn_failed",
+                format!("cannot start {:?}{place}: {e}", checked.program),
+            )
+        })?;
+        let mut group = ProcessGroup::led_by(child.id());
+        tracing::debug!(pid = child.id(), "program started");
+
+        let stop_reading = CancellationToken::new();
+        let stdout = child
+            .stdout
+            .take()
+            .map(|out| self.spawn_reader(out, &stop_reading));
+        let stderr = child
+            .stderr
+            .take()
+            .map(|err| self.spawn_reader(err, &stop_reading));
+
+        let ending = self.wait(&ctx, &mut child, &group, checked.timeout).await;
+        // Background children left by the program die with the group.
+        group.kill();
+        let (stdout_tail, stderr_tail) = drain(stdout, stderr, stop_reading).await;
+        let elapsed = started.elapsed();
+        let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        let took = humantime::format_duration(Duration::from_millis(duration_ms));
+
+        match ending {
+            Ending::Exited(status) => match (status.code(), exit_signal(status)) {
+                (Some(0), _) => {
+                    tracing::debug!(exit_code = 0, duration_ms, "program succeeded");
+                    Ok(Outcome::Succeeded(Some(json!({
+                        "exit_code": 0,
+                        "stdout_tail": stdout_tail,
+                        "stderr_tail": stderr_tail,
+                        "duration_ms": duration_ms,
+                    }))))
+                }
+                (Some(code), _) => {
+                    tracing::debug!(exit_code = code, duration_ms, "program failed");
+                    Err(HandlerError::retryable(
+                        "exit_code",
+                        with_last_line(format!("exited with code {code}"), &stderr_tail),
+                    ))
+                }
+                (None, signal) => {
+                    let name = signal.unwrap_or("an unknown signal");
+                    tracing::debug!(signal = name, duration_ms, "program killed by a signal");
+                    Err(HandlerError::retryable(
+                        "signal",
+                        with_last_line(format!("killed by {name}"), &stderr_tail),
+                    ))
+                }
+            },
+            Ending::Stopped { cause, signal } => {
+                let (code, why) = match cause {
+                    StopCause::Timeout(timeout) => (
+                        "timeout",
+                        format!(
+                            "ran past its timeout of {}",
+                            humantime::format_duration(timeout)
+                        ),
+                    ),
+                    StopCause::Asked => ("stopped", "asked to stop".to_owned()),
+                };
+                tracing::info!(code, signal, duration_ms, "program stopped");
+                Err(HandlerError::retryable(
+                    code,
+                    format!("{why}; stopped with {signal} after {took}"),
+                ))
+            }
+            Ending::WaitFailed(e) => {
+                tracing::warn!(error = %e, "waiting for the program failed");
+                Err(HandlerError::retryable(
+                    "wait_failed",
+                    format!("cannot wait for the program: {e}"),
+                ))
+            }
+        }
+    }
+}
+
+impl ExecHandler {
+    fn spawn_reader<R>(&self, reader: R, stop: &CancellationToken) -> AbortOnDropHandle<Tail>
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    {
+        AbortOnDropHandle::new(tokio::spawn(read_tail(
+            reader,
+            self.output_tail,
+            stop.clone(),
+        )))
+    }
+
+    /// Waits for the program to exit, or stops it on cancel or timeout. The payload's timeout
+    /// is capped by the time the runtime leaves this attempt.
+    async fn wait(
+        &self,
+        ctx: &TaskContext,
+        child: &mut Child,
+        group: &ProcessGroup,
+        timeout: Option<Duration>,
+    ) -> Ending {
+        let (limit, limit_is_timeout) = match (timeout, ctx.time_left()) {
+            (Some(timeout), Some(left)) => (Some(timeout.min(left)), timeout <= left),
+            (Some(timeout), None) => (Some(timeout), true),
+            (None, left) => (left, false),
+        };
+        let expired = async {
+            match limit {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
+        let cause = tokio::select! {
+            status = child.wait() => {
+                return match status {
+                    Ok(status) => Ending::Exited(status),
+                    Err(e) => Ending::WaitFailed(e),
+                };
+            }
+            () = ctx.cancelled() => StopCause::Asked,
+            () = expired => match (limit_is_timeout, timeout) {
+                (true, Some(timeout)) => StopCause::Timeout(timeout),
+                _ => StopCause::Asked,
+            },
+        };
+        let signal = self.terminate(child, group).await;
+        Ending::Stopped { cause, signal }
+    }
+
+    /// SIGTERMs the group, waits up to `kill_after` for the leader, then SIGKILLs the group.
+    /// Returns the signal that was needed.
+    async fn terminate(&self, child: &mut Child, group: &ProcessGroup) -> &'static str {
+        group.signal(Signal::SIGTERM);
+        if let Ok(Ok(_)) = tokio::time::timeout(self.kill_after, child.wait()).await {
+            return "sigterm";
+        }
+        group.signal(Signal::SIGKILL);
+        if let Err(e) = child.start_kill() {
+            tracing::debug!(error = %e, "leader already gone");
+        }
+        if let Err(e) = child.wait().await {
+            tracing::warn!(error = %e, "cannot reap the program after SIGKILL");
+        }
+        "sigkill"
+    }
+}
+
+/// Collects both tails, giving the pipes [`OUTPUT_DRAIN_GRACE`] to close.
+async fn drain(
+    stdout: Option<AbortOnDropHandle<Tail>>,
+    stderr: Option<AbortOnDropHandle<Tail>>,
+    stop_reading: CancellationToken,
+) -> (String, String) {
+    async fn text(reader: Option<AbortOnDropHandle<Tail>>) -> String {
+        match reader {
+            Some(reader) => reader.await.map(Tail::into_text).unwrap_or_default(),
+            None => String::new(),
+        }
+    }
+    let mut both = std::pin::pin!(async { tokio::join!(text(stdout), text(stderr)) });
+    match tokio::time::timeout(OUTPUT_DRAIN_GRACE, both.as_mut()).await {
+        Ok(tails) => tails,
+        Err(_) => {
+            tracing::warn!(
+                grace = %humantime::format_duration(OUTPUT_DRAIN_GRACE),
+                "output pipes still open after the program's group was killed (a process left the group?)"
+            );
+            stop_reading.cancel();
+            both.await
+        }
+    }
+}
+
+/// The name of the signal that killed the program, if one did.
+fn exit_signal(status: ExitStatus) -> Option<&'static str> {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .signal()
+        .and_then(|n| Signal::try_from(n).ok())
+        .map(Signal::as_str)
+}
+
+/// `head`, then `: ` and the last non-empty line of `stderr` (at most
+/// [`MAX_ERROR_LINE_BYTES`]) if there is one.
+fn with_last_line(head: String, stderr: &str) -> String {
+    let line = stderr
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or_default();
+    if line.is_empty() {
+        return head;
+    }
+    let mut end = line.len().min(MAX_ERROR_LINE_BYTES);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{head}: {}", &line[..end])
+}
+
+#[cfg(test)]
+mod tests;

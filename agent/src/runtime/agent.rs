@@ -1,0 +1,410 @@
+//! [`Agent`]: one running agent process — its services, their start and stop order, and the
+//! graceful shutdown of DESIGN §4.
+//!
+//! Start order: connect (main pool, heartbeat connection) → register in `agents` (the per-start
+//! lease owner id) → completer → heartbeat → registry → maintenance → notifier → claimer.
+//!
+//! Stop order (SIGTERM, `--exit-when-idle`, or the library's shutdown token):
+//! ```text
+//!   1. stop claiming (claimer, notifier); registry says `draining`
+//!   2. wait up to shutdown_timeout for executions, heartbeats still renewing
+//!   3. ask the rest to stop (ctx.cancelled()); after stop_grace drop them
+//!   4. completer writes the last completions and releases the unfinished leases, so another
+//!      agent starts them at once instead of after the TTL
+//!   5. stop heartbeat, maintenance (resign leadership) and registry; mark the agent stopped
+//! ```
+//! The force token (a second signal) skips the waits: executions are dropped at once and their
+//! leases released in one statement, bounded by a short timeout.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
+use leasehold_shared::store::{AgentRegisterParams, ReleaseParams};
+use leasehold_shared::{AgentId, InputLimits, Store};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::book::LeaseBook;
+use super::claimer::Claimer;
+use super::completer::Completer;
+use super::core::{Core, Finished, PolicyCache, RunSummary, Stats};
+use super::events::{LifecycleListener, Listeners};
+use super::heartbeat::{Connect, Heartbeat};
+use super::maintenance::Maintenance;
+use super::metrics::{Metrics, serve_metrics};
+use super::notifier::Notifier;
+use super::registry::Registry;
+use super::settings::RuntimeSettings;
+use crate::handler::{HandlerRegistry, StopReason};
+
+/// Builds an [`Agent`].
+pub struct AgentBuilder {
+    settings: RuntimeSettings,
+    handlers: HandlerRegistry,
+    listeners: Listeners,
+    metrics_listener: Option<TcpListener>,
+    limits: InputLimits,
+}
+
+impl AgentBuilder {
+    pub fn new(settings: RuntimeSettings, handlers: HandlerRegistry) -> Self {
+        Self {
+            settings,
+            handlers,
+            listeners: Listeners::default(),
+            metrics_listener: None,
+            limits: InputLimits::default(),
+        }
+    }
+
+    /// Adds a lifecycle listener.
+    pub fn listener(mut self, listener: impl LifecycleListener) -> Self {
+        self.listeners.push(Arc::new(listener));
+        self
+    }
+
+    /// Serves Prometheus metrics on this listener while the agent runs.
+    pub fn metrics_listener(mut self, listener: TcpListener) -> Self {
+        self.metrics_listener = Some(listener);
+        self
+    }
+
+    /// Connects to PostgreSQL at `url` and registers the agent.
+    pub async fn connect(self, url: &str) -> anyhow::Result<Agent> {
+        self.settings
+            .validate()
+            .map_err(|e| anyhow::Error::new(leasehold_shared::StoreError::Invalid(
+                leasehold_shared::ValidationError::Invalid {
+                    field: e.setting,
+                    detail: e.detail,
+                },
+            )))?;
+        anyhow::ensure!(!self.handlers.is_empty(), "no handlers registered: nothing to run");
+        let settings = self.settings;
+        let server_timeout = (settings.lease_ttl / 2).max(Duration::from_secs(1));
+        let main = PgStore::connect(
+            url,
+            PgStoreOptions {
+                max_connections: settings.max_connections,
+                acquire_timeout: server_timeout,
+                limits: self.limits.clone(),
+                application_name: format!("leasehold-agent {}", settings.name),
+                statement_timeout: Some(server_timeout),
+            },
+        )
+        .await
+        .context("connecting to the database")?;
+        let connect: Connect = {
+            let url = url.to_string();
+            let limits = self.limits.clone();
+            let name = settings.name.clone();
+            let timeout = settings.renew_timeout();
+            Arc::new(move || {
+                let url = url.clone();
+                let options = PgStoreOptions {
+                    max_connections: 1,
+                    acquire_timeout: timeout,
+                    limits: limits.clone(),
+                    application_name: format!("leasehold-agent {name} heartbeat"),
+                    statement_timeout: Some(timeout),
+                };
+                Box::pin(async move {
+                    let store = PgStore::connect(&url, options).await?;
+                    Ok(Arc::new(store) as Arc<dyn Store>)
+                })
+            })
+        };
+        let heartbeat_conn = (connect)()
+            .await
+            .context("opening the heartbeat connection")?;
+        let types = self.handlers.task_types();
+        let record = main
+            .agent_register(AgentRegisterParams {
+                name: settings.name.clone(),
+                host: super::settings::default_name(),
+                pid: std::process::id(),
+                grpc_address: settings.grpc_address.clone(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                task_types: types.clone(),
+                local_concurrency: settings.concurrency,
+            })
+            .await
+            .context("registering the agent")?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let pool = main.pool().clone();
+        let core = Arc::new(Core {
+            book: LeaseBook::new(settings.concurrency),
+            settings,
+            id: record.id,
+            store: Arc::new(main),
+            handlers: self.handlers,
+            types,
+            listeners: self.listeners,
+            metrics: Arc::new(Metrics::new()),
+            policies: PolicyCache::default(),
+            wake: tokio::sync::Notify::new(),
+            finished: tx,
+            stats: Stats::default(),
+            draining: std::sync::atomic::AtomicBool::new(false),
+        });
+        if let Ok(policies) = core.store.policy_list().await {
+            core.policies.replace(policies);
+        }
+        tracing::info!(agent.id = core.id.as_str(), types = ?core.types.iter().map(|t| t.as_str()).collect::<Vec<_>>(), concurrency = core.settings.concurrency, "agent registered");
+        Ok(Agent {
+            core,
+            rx,
+            connect,
+            heartbeat_conn,
+            pool,
+            metrics_listener: self.metrics_listener,
+        })
+    }
+}
+
+/// Changes a running agent: local concurrency, and what it reports.
+#[derive(Clone)]
+pub struct AgentControl {
+    core: Arc<Core>,
+}
+
+impl AgentControl {
+    /// The lease owner id of this process start.
+    pub fn id(&self) -> &AgentId {
+        &self.core.id
+    }
+
+    /// Resizes the local concurrency limit; takes effect at the next claim. Running
+    /// executions above a lowered limit finish normally.
+    pub fn set_concurrency(&self, limit: u32) -> anyhow::Result<()> {
+        anyhow::ensure!((1..=100_000).contains(&limit), "concurrency must be within 1..=100000");
+        self.core.book.set_limit(limit);
+        self.core.wake.notify_one();
+        Ok(())
+    }
+
+    /// The local concurrency limit.
+    pub fn concurrency(&self) -> usize {
+        self.core.book.limit()
+    }
+
+    /// Executions running now.
+    pub fn executing(&self) -> usize {
+        self.core.book.executing()
+    }
+
+    /// Leases held now (executing plus completing).
+    pub fn held(&self) -> usize {
+        self.core.book.len()
+    }
+
+    /// The agent's metrics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.core.metrics)
+    }
+}
+
+/// A connected, registered agent, ready to run.
+pub struct Agent {
+    core: Arc<Core>,
+    rx: mpsc::UnboundedReceiver<Finished>,
+    connect: Connect,
+    heartbeat_conn: Arc<dyn Store>,
+    pool: sqlx::PgPool,
+    metrics_listener: Option<TcpListener>,
+}
+
+/// Tokens that end [`Agent::run`].
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    /// Graceful: drain, then release.
+    pub graceful: CancellationToken,
+    /// Forced: drop executions now and release their leases.
+    pub force: CancellationToken,
+}
+
+impl Agent {
+    pub fn control(&self) -> AgentControl {
+        AgentControl {
+            core: Arc::clone(&self.core),
+        }
+    }
+
+    /// The lease owner id of this process start.
+    pub fn id(&self) -> &AgentId {
+        &self.core.id
+    }
+
+    /// Runs until `shutdown` (or, with `exit_when_idle`, until nothing is left), then drains.
+    pub async fn run(self, shutdown: Shutdown) -> anyhow::Result<RunSummary> {
+        let Agent {
+            core,
+            rx,
+            connect,
+            heartbeat_conn,
+            pool,
+            metrics_listener,
+        } = self;
+        let completer_stop = CancellationToken::new();
+        let heartbeat_stop = CancellationToken::new();
+        let background_stop = CancellationToken::new();
+        let claim_stop = CancellationToken::new();
+        let idle = CancellationToken::new();
+
+        let completer = tokio::spawn(
+            Completer {
+                core: Arc::clone(&core),
+                rx,
+            }
+            .run(completer_stop.clone()),
+        );
+        let heartbeat = tokio::spawn(
+            Heartbeat {
+                core: Arc::clone(&core),
+                connect,
+                conn: Some(heartbeat_conn),
+            }
+            .run(heartbeat_stop.clone()),
+        );
+        let registry = tokio::spawn(
+            Registry {
+                core: Arc::clone(&core),
+            }
+            .run(background_stop.clone()),
+        );
+        let maintenance = tokio::spawn(
+            Maintenance {
+                core: Arc::clone(&core),
+            }
+            .run(background_stop.clone()),
+        );
+        let metrics = metrics_listener.map(|listener| {
+            tokio::spawn(serve_metrics(
+                listener,
+                Arc::clone(&core.metrics),
+                background_stop.clone(),
+            ))
+        });
+        let notifier = tokio::spawn(
+            Notifier {
+                core: Arc::clone(&core),
+                pool: pool.clone(),
+            }
+            .run(claim_stop.clone()),
+        );
+        let claimer = tokio::spawn(
+            Claimer {
+                core: Arc::clone(&core),
+                idle: idle.clone(),
+            }
+            .run(claim_stop.clone()),
+        );
+
+        let ended_by = tokio::select! {
+            _ = shutdown.graceful.cancelled() => "signal",
+            _ = shutdown.force.cancelled() => "forced",
+            _ = idle.cancelled() => "idle",
+        };
+        let started = Instant::now();
+        tracing::info!(ended_by, executing = core.book.executing(), held = core.book.len(), "stopping: no more claims");
+
+        // 1. Stop claiming.
+        core.draining.store(true, Ordering::Relaxed);
+        claim_stop.cancel();
+        let _ = claimer.await;
+        let _ = notifier.await;
+        Registry::beat(&core).await;
+
+        // 2. Drain while heartbeating.
+        let forced = shutdown.force.clone();
+        if !wait_for(&forced, core.settings.shutdown_timeout, || core.book.executing() == 0).await
+            && !forced.is_cancelled()
+        {
+            tracing::warn!(executing = core.book.executing(), timeout = ?core.settings.shutdown_timeout, "shutdown timeout: stopping the remaining executions");
+        }
+
+        // 3. Ask what still runs to stop; handlers get stop_grace, then are dropped.
+        for stop in core.book.executing_stops() {
+            if forced.is_cancelled() {
+                stop.force(StopReason::Shutdown);
+            } else {
+                stop.stop(StopReason::Shutdown);
+            }
+        }
+        let stop_wait = core.settings.stop_grace + Duration::from_secs(1);
+        if !wait_for(&forced, stop_wait, || core.book.executing() == 0).await {
+            for stop in core.book.executing_stops() {
+                stop.force(StopReason::Shutdown);
+            }
+        }
+
+        // 4. Last completions and releases.
+        let write_wait = if forced.is_cancelled() {
+            Duration::from_secs(2)
+        } else {
+            core.settings.lease_ttl
+        };
+        let never = CancellationToken::new();
+        wait_for(&never, write_wait, || core.book.len() == 0).await;
+        completer_stop.cancel();
+        let _ = completer.await;
+        let leftover = core.book.drain_all();
+        if !leftover.is_empty() {
+            for (_, _, stop) in &leftover {
+                stop.force(StopReason::Shutdown);
+            }
+            let leases = leftover.iter().map(|(id, epoch, _)| (*id, *epoch)).collect();
+            let released = tokio::time::timeout(
+                Duration::from_secs(3),
+                core.store.lease_release_many(ReleaseParams {
+                    owner: core.id.clone(),
+                    leases,
+                }),
+            )
+            .await;
+            match released {
+                Ok(Ok(out)) => tracing::info!(released = out.released.len(), fenced = out.fenced.len(), "released the remaining leases"),
+                _ => tracing::warn!(leases = leftover.len(), "could not release the remaining leases; they are recovered after their TTL"),
+            }
+        }
+
+        // 5. Background services, then the registry row.
+        heartbeat_stop.cancel();
+        background_stop.cancel();
+        let _ = heartbeat.await;
+        let _ = maintenance.await;
+        let _ = registry.await;
+        if let Some(m) = metrics {
+            let _ = m.await;
+        }
+        match tokio::time::timeout(Duration::from_secs(3), core.store.agent_mark_stopped(core.id.clone())).await {
+            Ok(Ok(())) => {}
+            _ => tracing::warn!("could not mark the agent stopped"),
+        }
+        pool.close().await;
+        let summary = core.stats.summary(&core.id, ended_by);
+        tracing::info!(took = ?started.elapsed(), summary = ?summary, "agent stopped");
+        Ok(summary)
+    }
+}
+
+/// Polls `done` every 10 ms until it holds (true), `timeout` passes or `cancel` fires (false).
+async fn wait_for(cancel: &CancellationToken, timeout: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline || cancel.is_cancelled() {
+            return false;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The lease book: every lease this agent holds, from claim until its completion (or release)
+//! commits, and the local concurrency slots.
+//!
+//! ```text
+//!   claim ──▶ executing ──handler ends──▶ completing ──commit──▶ (removed)
+//!                 │                           │
+//!                 └── lease lost ─────────────┴──▶ (removed; execution dropped, writes fenced)
+//! ```
+//!
+//! A lease's *local safety deadline* is the monotonic instant of the last renewal that landed
+//! (taken before the statement was sent) plus the TTL minus a margin. The database computed the
+//! lease's expiry later than that instant, so past the local deadline the agent can no longer
+//! prove it holds the lease and stops the execution — whatever the host clock says.
+//!
+//! Slots count executing handlers (the local concurrency limit, resizable at run time). Leases
+//! waiting for their completion to commit do not hold a slot, so claims and completions overlap;
+//! the book as a whole is capped at twice the limit so completions can never pile up unbounded.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use leasehold_shared::{LeaseEpoch, TaskId, TaskType};
+
+use crate::handler::StopSignal;
+
+/// One held lease.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) epoch: LeaseEpoch,
+    pub(crate) task_type: TaskType,
+    pub(crate) started: Instant,
+    pub(crate) safe_until: Instant,
+    pub(crate) slow_after: Duration,
+    pub(crate) stop: Arc<StopSignal>,
+    pub(crate) executing: bool,
+    pub(crate) flagged_slow: bool,
+    pub(crate) cancel_seen: bool,
+}
+
+/// A lease that just became something the runtime must act on.
+#[derive(Debug)]
+pub(crate) struct Noted {
+    pub(crate) id: TaskId,
+    pub(crate) epoch: LeaseEpoch,
+    pub(crate) task_type: TaskType,
+    pub(crate) running_for: Duration,
+    pub(crate) stop: Arc<StopSignal>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct LeaseBook {
+    leases: Mutex<HashMap<TaskId, Lease>>,
+    limit: AtomicUsize,
+    executing: AtomicUsize,
+}
+
+impl LeaseBook {
+    pub(crate) fn new(limit: u32) -> Self {
+        Self {
+            leases: Mutex::new(HashMap::new()),
+            limit: AtomicUsize::new(limit as usize),
+            executing: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<TaskId, Lease>> {
+        // A panic while holding this lock cannot leave a half-made entry (every critical section
+        // is a single insert/remove/field write), so a poisoned lock is still consistent.
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_limit(&self, limit: u32) {
+        self.limit.store(limit as usize, Ordering::Relaxed);
+    }
+
+    pub(crate) fn executing(&self) -> usize {
+        self.executing.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// How many tasks a claim may take now.
+    pub(crate) fn free(&self) -> usize {
+        let limit = self.limit();
+        let held = self.len();
+        let executing = self.executing();
+        limit
+            .saturating_sub(executing)
+            .min((limit * 2).saturating_sub(held))
+    }
+
+    pub(crate) fn insert(&self, id: TaskId, lease: Lease) {
+        let executing = lease.executing;
+        self.lock().insert(id, lease);
+        if executing {
+            self.executing.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The handler ended: the slot is free; the lease stays until its completion commits.
+    /// Returns false when the lease is no longer in the book (lost meanwhile).
+    pub(crate) fn finish_execution(&self, id: TaskId, epoch: LeaseEpoch) -> bool {
+        let mut book = self.lock();
+        match book.get_mut(&id) {
+            Some(lease) if lease.epoch == epoch => {
+                if lease.executing {
+                    lease.executing = false;
+                    self.executing.fetch_sub(1, Ordering::Relaxed);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes an executing lease the database says is gone (a lease whose handler already
+    /// ended is left to the completer, whose own write says what became of it).
+    pub(crate) fn remove_lost(&self, id: TaskId, epoch: LeaseEpoch) -> Option<Lease> {
+        let mut book = self.lock();
+        if book
+            .get(&id)
+            .is_some_and(|l| l.epoch == epoch && l.executing)
+        {
+            let lease = book.remove(&id)?;
+            self.executing.fetch_sub(1, Ordering::Relaxed);
+            return Some(lease);
+        }
+        None
+    }
+
+    /// Removes a lease (completion committed, fenced, released or lost).
+    pub(crate) fn remove(&self, id: TaskId, epoch: LeaseEpoch) -> Option<Lease> {
+        let mut book = self.lock();
+        if book.get(&id).is_some_and(|l| l.epoch == epoch) {
+            let lease = book.remove(&id)?;
+            if lease.executing {
+                self.executing.fetch_sub(1, Ordering::Relaxed);
+            }
+            return Some(lease);
+        }
+        None
+    }
+
+    /// Every held lease, for the batch renewal.
+    pub(crate) fn keys(&self) -> Vec<(TaskId, LeaseEpoch)> {
+        self.lock().iter().map(|(id, l)| (*id, l.epoch)).collect()
+    }
+
+    /// Extends the local safety deadline of renewed leases; returns the ones newly found
+    /// cancel-requested.
+    pub(crate) fn renewed(
+        &self,
+        renewed: &[(TaskId, LeaseEpoch, bool)],
+        safe_until: Instant,
+    ) -> Vec<Noted> {
+        let now = Instant::now();
+        let mut book = self.lock();
+        let mut cancels = Vec::new();
+        for (id, epoch, cancel) in renewed {
+            if let Some(lease) = book.get_mut(id)
+                && lease.epoch == *epoch
+            {
+                lease.safe_until = lease.safe_until.max(safe_until);
+                if *cancel && !lease.cancel_seen {
+                    lease.cancel_seen = true;
+                    cancels.push(noted(*id, lease, now));
+                }
+            }
+        }
+        cancels
+    }
+
+    /// Removes and returns the executing leases whose local safety deadline has passed (a
+    /// lease whose handler already ended stays: its completion is fenced if it came too late).
+    pub(crate) fn take_unprovable(&self, now: Instant) -> Vec<Noted> {
+        let mut book = self.lock();
+        let gone: Vec<TaskId> = book
+            .iter()
+            .filter(|(_, l)| l.executing && l.safe_until <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut out = Vec::with_capacity(gone.len());
+        for id in gone {
+            if let Some(lease) = book.remove(&id) {
+                if lease.executing {
+                    self.executing.fetch_sub(1, Ordering::Relaxed);
+                }
+                out.push(noted(id, &lease, now));
+            }
+        }
+        out
+    }
+
+    /// Executions that just passed their slow threshold (each reported once).
+    pub(crate) fn newly_slow(&self, now: Instant) -> Vec<Noted> {
+        let mut book = self.lock();
+        let mut out = Vec::new();
+        for (id, lease) in book.iter_mut() {
+            if lease.executing
+                && !lease.flagged_slow
+                && now.saturating_duration_since(lease.started) >= lease.slow_after
+            {
+                lease.flagged_slow = true;
+                out.push(noted(*id, lease, now));
+            }
+        }
+        out
+    }
+
+    /// Stop signals of every executing lease (shutdown).
+    pub(crate) fn executing_stops(&self) -> Vec<Arc<StopSignal>> {
+        self.lock()
+            .values()
+            .filter(|l| l.executing)
+            .map(|l| Arc::clone(&l.stop))
+            .collect()
+    }
+
+    /// Every lease, for a forced shutdown's release.
+    pub(crate) fn drain_all(&self) -> Vec<(TaskId, LeaseEpoch, Arc<StopSignal>)> {
+        let mut book = self.lock();
+        let out = book
+            .drain()
+            .map(|(id, l)| (id, l.epoch, l.stop))
+            .collect();
+        self.executing.store(0, Ordering::Relaxed);
+        out
+    }
+}
+
+fn noted(id: TaskId, lease: &Lease, now: Instant) -> Noted {
+    Noted {
+        id,
+        epoch: lease.epoch,
+        task_type: lease.task_type.clone(),
+        running_for: now.saturating_duration_since(lease.started),
+        stop: Arc::clone(&lease.stop),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(epoch: i64, safe_in: Duration) -> Lease {
+        Lease {
+            epoch: LeaseEpoch(epoch),
+            task_type: TaskType::new("t").unwrap_or_else(|_| unreachable!()),
+            started: Instant::now(),
+            safe_until: Instant::now() + safe_in,
+            slow_after: Duration::from_secs(60),
+            stop: Arc::new(StopSignal::default()),
+            executing: true,
+            flagged_slow: false,
+            cancel_seen: false,
+        }
+    }
+
+    #[test]
+    fn slots_free_on_finish_and_the_book_caps_pending_completions() {
+        let book = LeaseBook::new(2);
+        assert_eq!(book.free(), 2);
+        book.insert(TaskId(1), lease(1, Duration::from_secs(10)));
+        book.insert(TaskId(2), lease(1, Duration::from_secs(10)));
+        assert_eq!(book.free(), 0);
+        assert!(book.finish_execution(TaskId(1), LeaseEpoch(1)));
+        assert!(book.finish_execution(TaskId(2), LeaseEpoch(1)));
+        assert_eq!(book.free(), 2);
+        book.insert(TaskId(3), lease(1, Duration::from_secs(10)));
+        book.insert(TaskId(4), lease(1, Duration::from_secs(10)));
+        // Four leases held (two completing): the cap of 2 × limit is reached.
+        assert_eq!(book.free(), 0);
+        assert!(book.remove(TaskId(1), LeaseEpoch(1)).is_some());
+        assert_eq!(book.free(), 0);
+        assert!(book.finish_execution(TaskId(3), LeaseEpoch(1)));
+        assert_eq!(book.free(), 1);
+    }
+
+    #[test]
+    fn a_stale_epoch_never_touches_the_current_lease() {
+        let book = LeaseBook::new(2);
+        book.insert(TaskId(1), lease(2, Duration::from_secs(10)));
+        assert!(!book.finish_execution(TaskId(1), LeaseEpoch(1)));
+        assert!(book.remove(TaskId(1), LeaseEpoch(1)).is_none());
+        assert_eq!(book.executing(), 1);
+    }
+
+    #[test]
+    fn unprovable_leases_are_taken_out() {
+        let book = LeaseBook::new(4);
+        book.insert(TaskId(1), lease(1, Duration::ZERO));
+        book.insert(TaskId(2), lease(1, Duration::from_secs(60)));
+        let gone = book.take_unprovable(Instant::now());
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].id, TaskId(1));
+        assert_eq!(book.executing(), 1);
+        let renewed = book.renewed(&[(TaskId(2), LeaseEpoch(1), true)], Instant::now());
+        assert_eq!(renewed.len(), 1, "cancel seen once");
+        assert!(book.renewed(&[(TaskId(2), LeaseEpoch(1), true)], Instant::now()).is_empty());
+    }
+}

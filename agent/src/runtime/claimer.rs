@@ -1,0 +1,164 @@
+//! The claimer service: claims up to the free slots in one statement and starts executions.
+//!
+//! It claims again at once while claims come back full, and otherwise sleeps until woken: by a
+//! NOTIFY (an enqueue), by a freed slot, or by the jittered poll interval (NOTIFY is a hint,
+//! polling always runs). Woken by a freed slot while nearly full, it waits a moment for more
+//! slots so claims stay batched.
+//!
+//! When things fail: a claim that fails or times out pauses claiming with exponential backoff
+//! (claims pause while the database is away; running tasks are unaffected). With
+//! `--exit-when-idle` the claimer ends the run once a claim comes back short, nothing is held,
+//! and no claimable task of the agent's types remains.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_shared::store::ClaimParams;
+use tokio_util::sync::CancellationToken;
+
+use super::core::{Core, bump};
+use super::executor;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Nearly-full wake-ups wait this long for more slots to free.
+const FILL_WAIT: Duration = Duration::from_millis(1);
+
+pub(crate) struct Claimer {
+    pub(crate) core: Arc<Core>,
+    /// Cancelled by the claimer when `--exit-when-idle` finds nothing left.
+    pub(crate) idle: CancellationToken,
+}
+
+fn jittered(d: Duration) -> Duration {
+    // ±10 % so agents started together do not poll in step.
+    let factor = 0.9 + fastrand::f64() * 0.2;
+    d.mul_f64(factor)
+}
+
+impl Claimer {
+    pub(crate) async fn run(self, stop: CancellationToken) {
+        let core = &self.core;
+        let mut backoff = BACKOFF_MIN;
+        let params = |batch: u32| ClaimParams {
+            owner: core.id.clone(),
+            task_types: core.types.clone(),
+            batch,
+            lease_ttl: core.settings.lease_ttl,
+        };
+        let claim_timeout = core.settings.lease_ttl / 2;
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            let limit = core.book.limit();
+            let mut free = core.book.free();
+            if free == 0 {
+                if self.wait(&stop, core.settings.poll_interval).await {
+                    return;
+                }
+                continue;
+            }
+            if free * 4 < limit.min(core.settings.claim_batch as usize) {
+                tokio::time::sleep(FILL_WAIT).await;
+                free = core.book.free();
+            }
+            let want = u32::try_from(free)
+                .unwrap_or(u32::MAX)
+                .min(core.settings.claim_batch);
+            let claimed_at = Instant::now();
+            let claimed = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = tokio::time::timeout(claim_timeout, core.store.task_claim(params(want))) => r,
+            };
+            let batch = match claimed {
+                Ok(Ok(batch)) => {
+                    core.metrics.claim_statement(true);
+                    core.metrics.database(true);
+                    backoff = BACKOFF_MIN;
+                    batch
+                }
+                Ok(Err(error)) => {
+                    core.metrics.claim_statement(false);
+                    if error.is_connection() {
+                        core.metrics.database(false);
+                    }
+                    tracing::warn!(%error, retry_in = ?backoff, "claim failed; claims paused");
+                    if self.pause(&stop, &mut backoff).await {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    core.metrics.claim_statement(false);
+                    core.metrics.database(false);
+                    tracing::warn!(timeout = ?claim_timeout, retry_in = ?backoff, "claim timed out; claims paused");
+                    if self.pause(&stop, &mut backoff).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let n = batch.tasks.len();
+            bump(&core.stats.claimed, n as u64);
+            let now = batch.now;
+            for task in batch.tasks {
+                executor::start(&self.core, task, claimed_at, now);
+            }
+            core.update_active();
+            if n as u32 >= want {
+                continue; // a full batch: more is probably waiting
+            }
+            if core.settings.exit_when_idle && self.idle_now().await {
+                tracing::info!("nothing left to claim and nothing running: exiting when idle");
+                self.idle.cancel();
+                return;
+            }
+            let wait = if batch.contended {
+                Duration::from_millis(20)
+            } else {
+                jittered(core.settings.poll_interval)
+            };
+            if self.wait(&stop, wait).await {
+                return;
+            }
+        }
+    }
+
+    /// Waits for a wake-up or `timeout`; true when stopped.
+    async fn wait(&self, stop: &CancellationToken, timeout: Duration) -> bool {
+        tokio::select! {
+            _ = stop.cancelled() => true,
+            _ = self.core.wake.notified() => false,
+            _ = tokio::time::sleep(timeout) => false,
+        }
+    }
+
+    async fn pause(&self, stop: &CancellationToken, backoff: &mut Duration) -> bool {
+        let d = jittered(*backoff);
+        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+        tokio::select! {
+            _ = stop.cancelled() => true,
+            _ = tokio::time::sleep(d) => false,
+        }
+    }
+
+    async fn idle_now(&self) -> bool {
+        if self.core.book.len() > 0 {
+            return false;
+        }
+        match self
+            .core
+            .store
+            .task_count_claimable(self.core.types.clone())
+            .await
+        {
+            Ok(0) => self.core.book.len() == 0,
+            Ok(_) => false,
+            Err(error) => {
+                tracing::warn!(%error, "could not count claimable tasks");
+                false
+            }
+        }
+    }
+}

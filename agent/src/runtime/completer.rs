@@ -1,0 +1,231 @@
+//! The completer service: batches ended attempts into one fenced statement.
+//!
+//! It waits for the first finished attempt, gathers whatever else arrives within
+//! `complete_flush` (or until `complete_batch` are pending), and writes them with one
+//! `task_complete_many` (and one `lease_release_many` for released leases). Every row is fenced
+//! on its own: a fenced completion is counted and logged, never an error.
+//!
+//! When things fail: a batch that fails (database down, timeout) is kept and retried with
+//! backoff; repeating a completion whose commit reply was lost reports `Repeated`, so retrying
+//! is always safe. The leases stay in the book (and keep being renewed) until their write
+//! lands. On shutdown the completer drains its queue, retrying until `stop` is cancelled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_shared::store::{
+    CompleteOutcome, CompleteParams, Completion, ReleaseParams,
+};
+use leasehold_shared::{TaskError, TaskStatus};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::core::{Core, FinishAction, Finished, bump};
+use super::events::LifecycleEvent;
+
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+pub(crate) struct Completer {
+    pub(crate) core: Arc<Core>,
+    pub(crate) rx: mpsc::UnboundedReceiver<Finished>,
+}
+
+impl Completer {
+    /// Runs until the queue is closed and empty, or `stop` fires (then pending writes are
+    /// abandoned: their leases expire and are recovered).
+    pub(crate) async fn run(mut self, stop: CancellationToken) {
+        let mut pending: Vec<Finished> = Vec::new();
+        let batch = self.core.settings.complete_batch;
+        loop {
+            if pending.is_empty() {
+                tokio::select! {
+                    got = self.rx.recv() => match got {
+                        Some(f) => pending.push(f),
+                        None => return,
+                    },
+                    _ = stop.cancelled() => return,
+                }
+                // Gather what arrives within the flush window.
+                if pending.len() < batch && !self.core.settings.complete_flush.is_zero() {
+                    let window = tokio::time::sleep(self.core.settings.complete_flush);
+                    tokio::pin!(window);
+                    while pending.len() < batch {
+                        tokio::select! {
+                            got = self.rx.recv() => match got {
+                                Some(f) => pending.push(f),
+                                None => break,
+                            },
+                            _ = &mut window => break,
+                        }
+                    }
+                }
+            }
+            while pending.len() < batch * 10 {
+                match self.rx.try_recv() {
+                    Ok(f) => pending.push(f),
+                    Err(_) => break,
+                }
+            }
+            let mut delay = RETRY_MIN;
+            loop {
+                match self.flush(&mut pending).await {
+                    Ok(()) => break,
+                    Err(error) => {
+                        self.core.metrics.database(false);
+                        tracing::warn!(%error, pending = pending.len(), "completion batch failed; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => {}
+                            _ = stop.cancelled() => return,
+                        }
+                        delay = (delay * 2).min(RETRY_MAX);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes `pending`; on success it is emptied.
+    async fn flush(&self, pending: &mut Vec<Finished>) -> anyhow::Result<()> {
+        let core = &self.core;
+        let timeout = core.settings.lease_ttl;
+        let (releases, completes): (Vec<&Finished>, Vec<&Finished>) = pending
+            .iter()
+            .partition(|f| matches!(f.action, FinishAction::Release));
+        if !completes.is_empty() {
+            let params: Vec<CompleteParams> = completes
+                .iter()
+                .map(|f| complete_params(f))
+                .collect();
+            let outcomes = tokio::time::timeout(timeout, core.store.task_complete_many(params))
+                .await
+                .map_err(|_| anyhow::anyhow!("completion batch timed out after {timeout:?}"))??;
+            core.metrics.database(true);
+            for (f, outcome) in completes.iter().zip(outcomes) {
+                self.record(f, outcome);
+            }
+        }
+        if !releases.is_empty() {
+            let leases = releases.iter().map(|f| (f.key.id, f.key.epoch)).collect();
+            let out = tokio::time::timeout(
+                timeout,
+                core.store.lease_release_many(ReleaseParams {
+                    owner: core.id.clone(),
+                    leases,
+                }),
+            )
+            .await
+            .map_err(|_| anyhow::anyhow!("release timed out after {timeout:?}"))??;
+            for f in &releases {
+                core.book.remove(f.key.id, f.key.epoch);
+                if out.fenced.contains(&f.key.id) {
+                    bump(&core.stats.fenced, 1);
+                    core.metrics.fenced("release");
+                    tracing::warn!(task.id = f.key.id.0, lease.epoch = f.key.epoch.0, "release fenced: the lease had moved on");
+                } else {
+                    bump(&core.stats.released, 1);
+                    core.metrics.finished(f.task_type.as_str(), "released", f.run_time);
+                    core.listeners.emit(LifecycleEvent::Released {
+                        id: f.key.id,
+                        task_type: f.task_type.clone(),
+                    });
+                }
+            }
+        }
+        pending.clear();
+        Ok(())
+    }
+
+    fn record(&self, f: &Finished, outcome: CompleteOutcome) {
+        let core = &self.core;
+        core.book.remove(f.key.id, f.key.epoch);
+        let status = match outcome {
+            CompleteOutcome::Applied { status, .. } => status,
+            CompleteOutcome::Repeated { status } => {
+                tracing::info!(task.id = f.key.id.0, "completion repeated: it had already landed");
+                status
+            }
+            CompleteOutcome::Fenced => {
+                bump(&core.stats.fenced, 1);
+                core.metrics.fenced("complete");
+                tracing::warn!(task.id = f.key.id.0, lease.epoch = f.key.epoch.0, "completion fenced: the lease had moved on");
+                return;
+            }
+        };
+        let (id, task_type) = (f.key.id, f.task_type.clone());
+        core.metrics
+            .finished(task_type.as_str(), status.as_str(), f.run_time);
+        match (&f.action, status) {
+            (_, TaskStatus::Succeeded | TaskStatus::PartiallySucceeded) => {
+                if status == TaskStatus::Succeeded {
+                    bump(&core.stats.succeeded, 1);
+                } else {
+                    bump(&core.stats.partially_succeeded, 1);
+                }
+                core.listeners.emit(LifecycleEvent::Completed {
+                    id,
+                    task_type,
+                    status,
+                    run_time: f.run_time,
+                });
+            }
+            (_, TaskStatus::Cancelled) => {
+                bump(&core.stats.cancelled, 1);
+                core.listeners
+                    .emit(LifecycleEvent::Cancelled { id, task_type });
+            }
+            (FinishAction::Complete(Completion::Failed { error }), next) => {
+                bump(&core.stats.failed, 1);
+                tracing::warn!(task.id = id.0, error.code = %error.code, error.message = %error.message, next = %next, "attempt failed");
+                core.listeners.emit(LifecycleEvent::Failed {
+                    id,
+                    task_type: task_type.clone(),
+                    error: error.clone(),
+                    next,
+                    run_time: f.run_time,
+                });
+                if next == TaskStatus::Dead {
+                    bump(&core.stats.dead, 1);
+                    core.listeners.emit(LifecycleEvent::DeadLettered {
+                        id,
+                        task_type,
+                        error: error.clone(),
+                    });
+                } else {
+                    bump(&core.stats.retried, 1);
+                    core.listeners.emit(LifecycleEvent::Retried {
+                        id,
+                        task_type,
+                        attempt: f.attempt,
+                    });
+                }
+            }
+            (_, other) => {
+                tracing::info!(task.id = id.0, status = %other, "attempt ended");
+            }
+        }
+    }
+}
+
+/// The completion to write; a result the store would refuse (too large) becomes a permanent
+/// failure saying so, so one bad result can never block the batch.
+fn complete_params(f: &Finished) -> CompleteParams {
+    let completion = match &f.action {
+        FinishAction::Complete(c) => c.clone(),
+        FinishAction::Release => Completion::Cancelled,
+    };
+    let params = CompleteParams {
+        key: f.key.clone(),
+        completion,
+    };
+    match params.validate() {
+        Ok(()) => params,
+        Err(e) => CompleteParams {
+            key: f.key.clone(),
+            completion: Completion::Failed {
+                error: TaskError::permanent("bad_result", format!("the handler's result was refused: {e}"))
+                    .bounded(),
+            },
+        },
+    }
+}

@@ -1,0 +1,175 @@
+//! What every service of one running agent shares: its identity, stores, handlers, lease book,
+//! listeners, metrics, policy cache, the claimer's wake-up and the completion queue.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use leasehold_shared::domain::policy::{DEFAULT_SLOW_THRESHOLD, DEFAULT_TIMEOUT};
+use leasehold_shared::store::Completion;
+use leasehold_shared::domain::Policy;
+use leasehold_shared::{AgentId, LeaseKey, Store, TaskType};
+use serde::Serialize;
+use tokio::sync::{Notify, mpsc};
+
+use super::book::LeaseBook;
+use super::events::Listeners;
+use super::metrics::Metrics;
+use super::settings::RuntimeSettings;
+use crate::handler::HandlerRegistry;
+
+/// An attempt that ended, on its way to the completer.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub(crate) key: LeaseKey,
+    pub(crate) task_type: TaskType,
+    pub(crate) attempt: i32,
+    pub(crate) run_time: Duration,
+    pub(crate) action: FinishAction,
+}
+
+#[derive(Debug)]
+pub(crate) enum FinishAction {
+    Complete(Completion),
+    /// Give the lease back so the task runs again at once (shutdown).
+    Release,
+}
+
+/// Counters of one run, for `--exit-when-idle` summaries.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) claimed: AtomicU64,
+    pub(crate) succeeded: AtomicU64,
+    pub(crate) partially_succeeded: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) dead: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
+    pub(crate) released: AtomicU64,
+    pub(crate) fenced: AtomicU64,
+    pub(crate) lease_lost: AtomicU64,
+    pub(crate) recovered: AtomicU64,
+    pub(crate) renewal_failures: AtomicU64,
+}
+
+pub(crate) fn bump(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// What a run did, printed by `--exit-when-idle` and returned by [`super::Agent::run`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RunSummary {
+    pub agent_id: String,
+    pub claimed: u64,
+    pub succeeded: u64,
+    pub partially_succeeded: u64,
+    /// Failed attempts (each then retried or dead-lettered).
+    pub failed: u64,
+    pub retried: u64,
+    pub dead: u64,
+    pub cancelled: u64,
+    pub released: u64,
+    pub fenced: u64,
+    pub lease_lost: u64,
+    pub recovered: u64,
+    pub renewal_failures: u64,
+    /// Why the run ended: `signal`, `idle`, `forced` or `stopped`.
+    pub ended_by: String,
+}
+
+impl RunSummary {
+    /// True when every task this run ended succeeded (the `--exit-when-idle` exit status).
+    pub fn all_succeeded(&self) -> bool {
+        self.failed == 0
+            && self.dead == 0
+            && self.cancelled == 0
+            && self.lease_lost == 0
+            && self.partially_succeeded == 0
+    }
+}
+
+impl Stats {
+    pub(crate) fn summary(&self, agent_id: &AgentId, ended_by: &str) -> RunSummary {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RunSummary {
+            agent_id: agent_id.as_str().to_string(),
+            claimed: g(&self.claimed),
+            succeeded: g(&self.succeeded),
+            partially_succeeded: g(&self.partially_succeeded),
+            failed: g(&self.failed),
+            retried: g(&self.retried),
+            dead: g(&self.dead),
+            cancelled: g(&self.cancelled),
+            released: g(&self.released),
+            fenced: g(&self.fenced),
+            lease_lost: g(&self.lease_lost),
+            recovered: g(&self.recovered),
+            renewal_failures: g(&self.renewal_failures),
+            ended_by: ended_by.to_string(),
+        }
+    }
+}
+
+/// Per-type timeouts and slow thresholds, refreshed from `policies` by the registry loop.
+#[derive(Debug, Default)]
+pub(crate) struct PolicyCache {
+    by_scope: RwLock<HashMap<String, Policy>>,
+}
+
+impl PolicyCache {
+    pub(crate) fn replace(&self, policies: Vec<Policy>) {
+        let map = policies
+            .into_iter()
+            .map(|p| (p.scope.key().to_string(), p))
+            .collect();
+        if let Ok(mut guard) = self.by_scope.write() {
+            *guard = map;
+        }
+    }
+
+    fn pick(&self, task_type: &TaskType, f: impl Fn(&Policy) -> Option<Duration>) -> Option<Duration> {
+        let guard = self.by_scope.read().ok()?;
+        guard
+            .get(task_type.as_str())
+            .and_then(&f)
+            .or_else(|| guard.get("*").and_then(&f))
+    }
+
+    pub(crate) fn timeout(&self, task_type: &TaskType) -> Duration {
+        self.pick(task_type, |p| p.timeout).unwrap_or(DEFAULT_TIMEOUT)
+    }
+
+    pub(crate) fn slow_threshold(&self, task_type: &TaskType) -> Duration {
+        self.pick(task_type, |p| p.slow_threshold)
+            .unwrap_or(DEFAULT_SLOW_THRESHOLD)
+    }
+}
+
+/// Shared by every service of one agent.
+pub(crate) struct Core {
+    pub(crate) settings: RuntimeSettings,
+    pub(crate) id: AgentId,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) handlers: HandlerRegistry,
+    pub(crate) types: Vec<TaskType>,
+    pub(crate) book: LeaseBook,
+    pub(crate) listeners: Listeners,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) policies: PolicyCache,
+    /// Wakes the claimer: a NOTIFY arrived, a slot freed, the listener reconnected.
+    pub(crate) wake: Notify,
+    pub(crate) finished: mpsc::UnboundedSender<Finished>,
+    pub(crate) stats: Stats,
+    pub(crate) draining: AtomicBool,
+}
+
+impl Core {
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn update_active(&self) {
+        self.metrics.set_active(self.book.executing());
+    }
+}

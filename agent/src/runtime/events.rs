@@ -1,0 +1,125 @@
+//! Lifecycle events and the listeners library users register for them.
+//!
+//! Listeners are called synchronously, in registration order, on the task that produced the
+//! event; they should be quick (hand work to a channel). A listener that panics is caught and
+//! logged: it never affects the task, the lease or the other listeners.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_shared::{AgentId, LeaseEpoch, TaskError, TaskId, TaskStatus, TaskType};
+
+/// What happened to a task this agent held.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LifecycleEvent {
+    /// An execution started.
+    Started {
+        id: TaskId,
+        task_type: TaskType,
+        epoch: LeaseEpoch,
+        attempt: i32,
+        /// Time between becoming due and being claimed.
+        queue_wait: Duration,
+    },
+    /// The attempt succeeded (or partially succeeded) and the completion committed.
+    Completed {
+        id: TaskId,
+        task_type: TaskType,
+        status: TaskStatus,
+        run_time: Duration,
+    },
+    /// The attempt failed; `next` says what the task became (retry_wait or dead).
+    Failed {
+        id: TaskId,
+        task_type: TaskType,
+        error: TaskError,
+        next: TaskStatus,
+        run_time: Duration,
+    },
+    /// The failed task will run again.
+    Retried {
+        id: TaskId,
+        task_type: TaskType,
+        attempt: i32,
+    },
+    /// The task went to the dead-letter queue.
+    DeadLettered {
+        id: TaskId,
+        task_type: TaskType,
+        error: TaskError,
+    },
+    /// The task was cancelled by an operator and stopped.
+    Cancelled { id: TaskId, task_type: TaskType },
+    /// The lease was given back (shutdown) so another agent can start the task at once.
+    Released { id: TaskId, task_type: TaskType },
+    /// The execution has run longer than its type's slow threshold.
+    Slow {
+        id: TaskId,
+        task_type: TaskType,
+        running_for: Duration,
+    },
+    /// The lease is gone (revoked, fenced, or not provable in time): the execution was stopped.
+    LeaseLost {
+        id: TaskId,
+        task_type: TaskType,
+        epoch: LeaseEpoch,
+        reason: &'static str,
+    },
+    /// The leader recovered a batch of expired leases.
+    RecoveryBatch {
+        tasks: Vec<(TaskId, AgentId, LeaseEpoch, TaskStatus)>,
+    },
+}
+
+/// Receives lifecycle events.
+pub trait LifecycleListener: Send + Sync + 'static {
+    fn on_event(&self, event: &LifecycleEvent);
+}
+
+impl<F> LifecycleListener for F
+where
+    F: Fn(&LifecycleEvent) + Send + Sync + 'static,
+{
+    fn on_event(&self, event: &LifecycleEvent) {
+        self(event)
+    }
+}
+
+/// The registered listeners.
+#[derive(Clone, Default)]
+pub(crate) struct Listeners(Vec<Arc<dyn LifecycleListener>>);
+
+impl Listeners {
+    pub(crate) fn push(&mut self, listener: Arc<dyn LifecycleListener>) {
+        self.0.push(listener);
+    }
+
+    pub(crate) fn emit(&self, event: LifecycleEvent) {
+        for listener in &self.0 {
+            if catch_unwind(AssertUnwindSafe(|| listener.on_event(&event))).is_err() {
+                tracing::error!(event = ?event, "a lifecycle listener panicked; the task is not affected");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn a_panicking_listener_does_not_stop_the_others() {
+        let seen = Arc::new(AtomicU32::new(0));
+        let mut listeners = Listeners::default();
+        #[allow(clippy::panic)]
+        listeners.push(Arc::new(|_: &LifecycleEvent| panic!("listener bug")));
+        let s = Arc::clone(&seen);
+        listeners.push(Arc::new(move |_: &LifecycleEvent| {
+            s.fetch_add(1, Ordering::Relaxed);
+        }));
+        listeners.emit(LifecycleEvent::RecoveryBatch { tasks: vec![] });
+        assert_eq!(seen.load(Ordering::Relaxed), 1);
+    }
+}

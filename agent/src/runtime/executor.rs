@@ -1,0 +1,241 @@
+//! Runs one claimed task on its own tokio task: builds its context, races the handler against
+//! its timeout, deadline and stop signal, catches a panic, and hands the outcome to the
+//! completer.
+//!
+//! ```text
+//!   handler returns ───────────────────────────────▶ complete (succeeded | failed)
+//!   timeout/deadline/cancel/shutdown ─▶ ctx.cancelled() fires ─▶ handler returns within
+//!       stop_grace, or is dropped ─▶ failed(timeout | deadline_exceeded) | cancelled | release
+//!   lease lost ─▶ dropped at once, nothing written (the lease belongs to someone else)
+//!   panic ─▶ failed(panic, not retryable) ─▶ dead-letter queue
+//! ```
+//!
+//! When things fail: the completion goes through the completer, which retries until it lands or
+//! is fenced; the execution's slot is freed as soon as the handler ends.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use leasehold_shared::domain::Task;
+use leasehold_shared::store::Completion;
+use leasehold_shared::{LeaseKey, TaskError};
+use tracing::Instrument;
+
+use super::book::Lease;
+use super::core::{Core, FinishAction, Finished};
+use super::events::LifecycleEvent;
+use super::progress::{DEFAULT_PROGRESS_EVERY, DEFAULT_PROGRESS_INTERVAL, ProgressSink};
+use crate::handler::{HandlerError, Outcome, StopReason, StopSignal, TaskContext};
+
+/// How a handler's run ended.
+enum Ran {
+    Returned(Result<Outcome, HandlerError>),
+    Panicked(String),
+    Dropped,
+}
+
+/// Records a claimed task in the book and starts its execution.
+pub(crate) fn start(core: &Arc<Core>, task: Task, claimed_at: Instant, db_now: chrono::DateTime<chrono::Utc>) {
+    let stop = Arc::new(StopSignal::default());
+    let timeout = task
+        .timeout_ms
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(Duration::from_millis)
+        .unwrap_or_else(|| core.policies.timeout(&task.task_type));
+    let timeout_at = claimed_at + timeout;
+    let deadline_at = task.deadline_at.map(|d| {
+        let left = (d - db_now).to_std().unwrap_or(Duration::ZERO);
+        claimed_at + left
+    });
+    let (stop_at, stop_reason) = match deadline_at {
+        Some(d) if d < timeout_at => (d, StopReason::Deadline),
+        _ => (timeout_at, StopReason::Timeout),
+    };
+    let safe_until = claimed_at + core.settings.lease_ttl.saturating_sub(core.settings.safety_margin());
+    core.book.insert(
+        task.id,
+        Lease {
+            epoch: task.lease_epoch,
+            task_type: task.task_type.clone(),
+            started: claimed_at,
+            safe_until,
+            slow_after: core.policies.slow_threshold(&task.task_type),
+            stop: Arc::clone(&stop),
+            executing: true,
+            flagged_slow: false,
+            cancel_seen: false,
+        },
+    );
+    let queue_wait = task
+        .started_at
+        .map(|s| (s - task.available_at).to_std().unwrap_or(Duration::ZERO))
+        .unwrap_or(Duration::ZERO);
+    core.metrics.claimed(task.task_type.as_str(), queue_wait);
+    core.listeners.emit(LifecycleEvent::Started {
+        id: task.id,
+        task_type: task.task_type.clone(),
+        epoch: task.lease_epoch,
+        attempt: task.attempt,
+        queue_wait,
+    });
+    let key = LeaseKey {
+        id: task.id,
+        owner: core.id.clone(),
+        epoch: task.lease_epoch,
+    };
+    let progress = Arc::new(ProgressSink::new(
+        key.clone(),
+        Arc::clone(&core.store),
+        DEFAULT_PROGRESS_INTERVAL,
+        DEFAULT_PROGRESS_EVERY,
+    ));
+    let ctx = TaskContext {
+        id: task.id,
+        task_type: task.task_type.clone(),
+        attempt: task.attempt,
+        max_attempts: task.max_attempts,
+        epoch: task.lease_epoch,
+        deadline: task.deadline_at,
+        stop_at: Some(stop_at),
+        stop: Arc::clone(&stop),
+        progress: Some(Arc::clone(&progress)),
+    };
+    let span = tracing::info_span!(
+        "execution",
+        task.id = task.id.0,
+        task.r#type = task.task_type.as_str(),
+        lease.epoch = task.lease_epoch.0,
+        attempt = task.attempt
+    );
+    let core = Arc::clone(core);
+    tokio::spawn(
+        async move {
+            let ran = run_handler(&core, ctx, task.payload, &stop, stop_at, stop_reason).await;
+            let run_time = claimed_at.elapsed();
+            let still_held = core.book.finish_execution(key.id, key.epoch);
+            core.update_active();
+            core.wake.notify_one();
+            let reason = stop.reason();
+            if reason == Some(StopReason::LeaseLost) || !still_held {
+                // Someone else owns the task now (or will): write nothing.
+                tracing::warn!("execution stopped: lease lost");
+                return;
+            }
+            if !progress.was_fenced() {
+                progress.flush().await;
+            }
+            let action = finish_action(&core, &task.task_type, ran, reason, stop_at);
+            let finished = Finished {
+                key,
+                task_type: task.task_type,
+                attempt: task.attempt,
+                run_time,
+                action,
+            };
+            if core.finished.send(finished).is_err() {
+                tracing::error!("completer gone: the lease will be recovered after its TTL");
+            }
+        }
+        .instrument(span),
+    );
+}
+
+async fn run_handler(
+    core: &Core,
+    ctx: TaskContext,
+    payload: serde_json::Value,
+    stop: &StopSignal,
+    stop_at: Instant,
+    stop_reason: StopReason,
+) -> Ran {
+    let Some(handler) = core.handlers.get(&ctx.task_type) else {
+        return Ran::Returned(Err(HandlerError::permanent(
+            "unknown_type",
+            format!("this agent has no handler for task type {}", ctx.task_type),
+        )));
+    };
+    let mut run = AssertUnwindSafe(handler.call(ctx, payload)).catch_unwind();
+    let first = tokio::select! {
+        r = &mut run => Some(r),
+        _ = stop.token.cancelled() => None,
+        _ = tokio::time::sleep_until(stop_at.into()) => {
+            stop.stop(stop_reason);
+            None
+        }
+    };
+    let result = match first {
+        Some(r) => Some(r),
+        None if stop.hard.is_cancelled() => None,
+        None => {
+            // Asked to stop: the handler gets stop_grace to return on its own.
+            tokio::select! {
+                r = &mut run => Some(r),
+                _ = stop.hard.cancelled() => None,
+                _ = tokio::time::sleep(core.settings.stop_grace) => {
+                    tracing::warn!(grace = ?core.settings.stop_grace, "handler ignored the stop request; dropping it");
+                    stop.force(stop_reason);
+                    None
+                }
+            }
+        }
+    };
+    match result {
+        Some(Ok(r)) => Ran::Returned(r),
+        Some(Err(panic)) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "handler panicked".to_string());
+            Ran::Panicked(message)
+        }
+        None => Ran::Dropped,
+    }
+}
+
+fn finish_action(
+    core: &Core,
+    task_type: &leasehold_shared::TaskType,
+    ran: Ran,
+    reason: Option<StopReason>,
+    _stop_at: Instant,
+) -> FinishAction {
+    let stopped = |reason: StopReason| -> FinishAction {
+        match reason {
+            StopReason::Cancelled => FinishAction::Complete(Completion::Cancelled),
+            StopReason::Timeout => {
+                core.metrics.timeout(task_type.as_str());
+                FinishAction::Complete(Completion::Failed {
+                    error: TaskError::retryable("timeout", "the attempt ran past its timeout"),
+                })
+            }
+            StopReason::Deadline => FinishAction::Complete(Completion::Failed {
+                error: TaskError::permanent(
+                    "deadline_exceeded",
+                    "the task's deadline passed while it ran",
+                ),
+            }),
+            StopReason::Shutdown | StopReason::LeaseLost => FinishAction::Release,
+        }
+    };
+    match ran {
+        Ran::Returned(Ok(Outcome::Succeeded(result))) => {
+            FinishAction::Complete(Completion::Succeeded { result })
+        }
+        Ran::Returned(Ok(Outcome::PartiallySucceeded(result))) => {
+            FinishAction::Complete(Completion::PartiallySucceeded { result })
+        }
+        Ran::Returned(Err(error)) => match reason {
+            Some(reason) => stopped(reason),
+            None => FinishAction::Complete(Completion::Failed {
+                error: error.into_task_error(),
+            }),
+        },
+        Ran::Panicked(message) => FinishAction::Complete(Completion::Failed {
+            error: TaskError::permanent("panic", format!("handler panicked: {message}")).bounded(),
+        }),
+        Ran::Dropped => stopped(reason.unwrap_or(StopReason::Shutdown)),
+    }
+}

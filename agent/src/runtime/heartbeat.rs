@@ -1,0 +1,181 @@
+//! The heartbeat service: one batch renewal of every held lease per interval, on a connection
+//! of its own with a statement timeout, so a busy pool or a slow handler never makes a healthy
+//! agent look dead.
+//!
+//! ```text
+//!   every heartbeat:  renew all (one statement) ──▶ renewed: safe_until = sent + ttl − margin
+//!                                              ├──▶ cancel_requested: ask the handler to stop
+//!                                              └──▶ lost: drop the execution at once
+//!   every check:      executing lease past safe_until ──▶ drop it (cannot prove the lease)
+//!                     running past the slow threshold  ──▶ flag slow (once)
+//! ```
+//!
+//! When things fail: a renewal that errors or times out is counted and logged, and the
+//! connection is replaced (a half-open socket is abandoned, not waited on). Leases keep their
+//! last local deadline, so executions run on through a short outage and stop at that deadline
+//! in a long one. The database's recovery only takes a lease after `lease_until + grace`, which
+//! is later than the local deadline, so the agent always stops first.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_shared::Store;
+use leasehold_shared::store::RenewParams;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use super::core::{Core, bump};
+use super::events::LifecycleEvent;
+use crate::handler::StopReason;
+
+/// Opens the heartbeat's own connection.
+pub(crate) type Connect =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = anyhow::Result<Arc<dyn Store>>> + Send>> + Send + Sync>;
+
+pub(crate) struct Heartbeat {
+    pub(crate) core: Arc<Core>,
+    pub(crate) connect: Connect,
+    pub(crate) conn: Option<Arc<dyn Store>>,
+}
+
+impl Heartbeat {
+    pub(crate) async fn run(mut self, stop: CancellationToken) {
+        let settings = &self.core.settings;
+        let mut renew = tokio::time::interval(settings.heartbeat);
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        renew.tick().await; // the first tick is immediate; leases were just claimed
+        let check_every = (settings.heartbeat / 4).clamp(Duration::from_millis(20), Duration::from_millis(250));
+        let mut check = tokio::time::interval(check_every);
+        check.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = renew.tick() => {
+                    self.renew().await;
+                    self.check();
+                }
+                _ = check.tick() => self.check(),
+            }
+        }
+    }
+
+    async fn connection(&mut self) -> anyhow::Result<Arc<dyn Store>> {
+        if let Some(conn) = &self.conn {
+            return Ok(Arc::clone(conn));
+        }
+        let timeout = self.core.settings.renew_timeout();
+        let conn = tokio::time::timeout(timeout, (self.connect)())
+            .await
+            .map_err(|_| anyhow::anyhow!("connecting timed out after {timeout:?}"))??;
+        tracing::info!("heartbeat connection (re)established");
+        self.conn = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+
+    async fn renew(&mut self) {
+        let core = Arc::clone(&self.core);
+        let leases = core.book.keys();
+        if leases.is_empty() {
+            return;
+        }
+        let timeout = core.settings.renew_timeout();
+        let sent = Instant::now();
+        let result = match self.connection().await {
+            Ok(conn) => {
+                let params = RenewParams {
+                    owner: core.id.clone(),
+                    leases,
+                    lease_ttl: core.settings.lease_ttl,
+                };
+                match tokio::time::timeout(timeout, conn.lease_renew_many(params)).await {
+                    Ok(Ok(out)) => Ok(out),
+                    Ok(Err(e)) => {
+                        if e.is_connection() {
+                            self.conn = None;
+                        }
+                        Err(anyhow::Error::new(e))
+                    }
+                    Err(_) => {
+                        // Half-open or stuck: abandon the connection rather than wait on it.
+                        self.conn = None;
+                        Err(anyhow::anyhow!("renewal timed out after {timeout:?}"))
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
+        let out = match result {
+            Ok(out) => out,
+            Err(error) => {
+                core.metrics.renewal(false);
+                core.metrics.database(false);
+                bump(&core.stats.renewal_failures, 1);
+                tracing::warn!(error = %format!("{error:#}"), held = core.book.len(), "lease renewal failed");
+                return;
+            }
+        };
+        core.metrics.renewal(true);
+        core.metrics.database(true);
+        let safe_until = sent + core.settings.lease_ttl.saturating_sub(core.settings.safety_margin());
+        let renewed: Vec<_> = out
+            .renewed
+            .iter()
+            .map(|r| (r.id, r.epoch, r.cancel_requested))
+            .collect();
+        for noted in core.book.renewed(&renewed, safe_until) {
+            tracing::info!(task.id = noted.id.0, "cancel requested by an operator: stopping the execution");
+            noted.stop.stop(StopReason::Cancelled);
+        }
+        for (id, epoch) in out.lost {
+            if let Some(lease) = core.book.remove_lost(id, epoch) {
+                lease.stop.stop(StopReason::LeaseLost);
+                bump(&core.stats.lease_lost, 1);
+                core.metrics.lease_lost("revoked");
+                tracing::warn!(task.id = id.0, lease.epoch = epoch.0, "lease lost at renewal: execution stopped");
+                core.listeners.emit(LifecycleEvent::LeaseLost {
+                    id,
+                    task_type: lease.task_type.clone(),
+                    epoch,
+                    reason: "revoked",
+                });
+            }
+        }
+        core.update_active();
+    }
+
+    fn check(&self) {
+        let core = &self.core;
+        let now = Instant::now();
+        let unprovable = core.book.take_unprovable(now);
+        if !unprovable.is_empty() {
+            core.update_active();
+        }
+        for noted in unprovable {
+            noted.stop.stop(StopReason::LeaseLost);
+            bump(&core.stats.lease_lost, 1);
+            core.metrics.lease_lost("unprovable");
+            tracing::warn!(
+                task.id = noted.id.0,
+                lease.epoch = noted.epoch.0,
+                "lease not renewed in time: execution stopped at its local safety deadline"
+            );
+            core.listeners.emit(LifecycleEvent::LeaseLost {
+                id: noted.id,
+                task_type: noted.task_type,
+                epoch: noted.epoch,
+                reason: "unprovable",
+            });
+        }
+        for noted in core.book.newly_slow(now) {
+            core.metrics.slow(noted.task_type.as_str());
+            tracing::warn!(task.id = noted.id.0, task.r#type = noted.task_type.as_str(), running_for = ?noted.running_for, "slow task");
+            core.listeners.emit(LifecycleEvent::Slow {
+                id: noted.id,
+                task_type: noted.task_type,
+                running_for: noted.running_for,
+            });
+        }
+    }
+}

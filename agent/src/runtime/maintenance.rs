@@ -1,0 +1,230 @@
+//! The maintenance service: leader election, and — while this agent leads — recovery of
+//! expired leases, deadline expiry, retention and dead-lettering of unserved types.
+//!
+//! ```text
+//!   follower ──elect (leader lease expired + grace)──▶ leader ──renew each tick──▶ leader
+//!      ▲                                                  │ renew fenced / unprovable
+//!      └──────────────────────────────────────────────────┘
+//!   leader tick: recover leases past lease_until + grace (in batches until none are left)
+//!                dead-letter waiting tasks past their deadline
+//!                every minute: delete finished tasks past retention; dead-letter tasks whose
+//!                type no live agent serves (after `unserved_after`)
+//! ```
+//!
+//! Recovery latency after an agent dies is bounded by TTL + grace + one tick, also when the
+//! dead agent was the leader: its leader lease expires with its task leases, and every agent
+//! tries to take it over on each tick.
+//!
+//! When things fail: every statement re-checks what it changes in the database, so two agents
+//! that both believe they lead (a paused leader that wakes up) are harmless, only wasteful; a
+//! leader that cannot renew in time stops leading locally. Errors are logged and retried on the
+//! next tick.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_shared::TaskStatus;
+use leasehold_shared::store::{
+    ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
+    PurgeParams, RecoverParams, UnservedParams,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::core::{Core, bump};
+use super::events::LifecycleEvent;
+
+const BATCH: u32 = 1000;
+const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(60);
+
+pub(crate) struct Maintenance {
+    pub(crate) core: Arc<Core>,
+}
+
+struct Leadership {
+    term: i64,
+    safe_until: Instant,
+}
+
+impl Maintenance {
+    pub(crate) async fn run(self, stop: CancellationToken) {
+        let mut leading: Option<Leadership> = None;
+        let mut last_housekeeping: Option<Instant> = None;
+        loop {
+            self.lead(&mut leading).await;
+            self.core.metrics.set_leader(leading.is_some());
+            if leading.is_some() {
+                self.recover().await;
+                self.expire_deadlines().await;
+                if last_housekeeping.is_none_or(|at| at.elapsed() >= HOUSEKEEPING_EVERY) {
+                    last_housekeeping = Some(Instant::now());
+                    self.housekeeping().await;
+                }
+            }
+            let wait = self.core.settings.poll_interval.mul_f64(0.9 + fastrand::f64() * 0.2);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        if let Some(l) = leading {
+            match self.core.store.leader_resign(self.core.id.clone(), l.term).await {
+                Ok(_) => tracing::info!(term = l.term, "resigned leadership"),
+                Err(error) => tracing::warn!(%error, "could not resign leadership; it expires by itself"),
+            }
+            self.core.metrics.set_leader(false);
+        }
+    }
+
+    async fn lead(&self, leading: &mut Option<Leadership>) {
+        let core = &self.core;
+        let ttl = core.settings.lease_ttl;
+        let sent = Instant::now();
+        let safe = sent + ttl.saturating_sub(core.settings.safety_margin());
+        if let Some(l) = leading.as_mut() {
+            let renewed = core
+                .store
+                .leader_renew(LeaderRenewParams {
+                    owner: core.id.clone(),
+                    term: l.term,
+                    ttl,
+                })
+                .await;
+            match renewed {
+                Ok(HolderWrite::Held) => {
+                    l.safe_until = safe;
+                    return;
+                }
+                Ok(HolderWrite::Fenced) => {
+                    tracing::warn!(term = l.term, "leadership lost: another agent took over");
+                    *leading = None;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "leader renewal failed");
+                    if Instant::now() >= l.safe_until {
+                        tracing::warn!(term = l.term, "leadership not provable: stepping down");
+                        *leading = None;
+                    }
+                    return;
+                }
+            }
+        }
+        let elected = core
+            .store
+            .leader_attempt_elect(LeaderElectParams {
+                owner: core.id.clone(),
+                ttl,
+                grace: core.settings.grace,
+            })
+            .await;
+        match elected {
+            Ok(LeaderOutcome::Leader { term, .. }) => {
+                tracing::info!(term, "became leader");
+                *leading = Some(Leadership {
+                    term,
+                    safe_until: safe,
+                });
+            }
+            Ok(LeaderOutcome::Follower { .. }) => {}
+            Err(error) => tracing::debug!(%error, "leader election failed"),
+        }
+    }
+
+    async fn recover(&self) {
+        let core = &self.core;
+        loop {
+            let recovered = match core
+                .store
+                .lease_recover_expired(RecoverParams {
+                    grace: core.settings.grace,
+                    limit: BATCH,
+                })
+                .await
+            {
+                Ok(r) => r,
+                Err(error) => {
+                    tracing::warn!(%error, "lease recovery failed");
+                    return;
+                }
+            };
+            if recovered.is_empty() {
+                return;
+            }
+            let n = recovered.len();
+            bump(&core.stats.recovered, n as u64);
+            core.metrics.recovered(n);
+            tracing::warn!(recovered = n, "recovered expired leases");
+            core.listeners.emit(LifecycleEvent::RecoveryBatch {
+                tasks: recovered
+                    .iter()
+                    .map(|r| (r.id, r.owner.clone(), r.revoked_epoch, r.status))
+                    .collect(),
+            });
+            core.wake.notify_one();
+            if n < BATCH as usize {
+                return;
+            }
+        }
+    }
+
+    async fn expire_deadlines(&self) {
+        match self
+            .core
+            .store
+            .task_expire_deadlines(ExpireDeadlinesParams { limit: BATCH })
+            .await
+        {
+            Ok(ids) if !ids.is_empty() => {
+                tracing::info!(tasks = ids.len(), "dead-lettered waiting tasks past their deadline");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "deadline expiry failed"),
+        }
+    }
+
+    async fn housekeeping(&self) {
+        let core = &self.core;
+        let purges = [
+            (
+                vec![
+                    TaskStatus::Succeeded,
+                    TaskStatus::PartiallySucceeded,
+                    TaskStatus::Cancelled,
+                ],
+                core.settings.retention,
+            ),
+            (vec![TaskStatus::Dead], core.settings.dead_retention),
+        ];
+        for (statuses, older_than) in purges {
+            match core
+                .store
+                .task_purge_finished(PurgeParams {
+                    statuses,
+                    older_than,
+                    limit: BATCH * 10,
+                })
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, "deleted finished tasks past retention"),
+                Err(error) => tracing::warn!(%error, "retention failed"),
+            }
+        }
+        if let Some(after) = core.settings.unserved_after {
+            match core
+                .store
+                .task_dead_letter_unserved(UnservedParams {
+                    due_for: after,
+                    agent_stale_after: core.settings.lease_ttl + core.settings.grace,
+                    limit: BATCH,
+                })
+                .await
+            {
+                Ok(dead) if !dead.is_empty() => {
+                    tracing::warn!(tasks = dead.len(), "dead-lettered tasks of types no live agent serves");
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "unserved-type check failed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The notifier service: LISTENs on the enqueue channel and wakes the claimer at once.
+//!
+//! NOTIFY is a hint: the claimer polls as well, so a lost notification delays work by at most a
+//! poll interval and never loses it.
+//!
+//! When things fail: a lost LISTEN connection is re-established (sqlx reconnects on the next
+//! receive) and followed by a wake-up, so anything enqueued meanwhile is picked up by a claim.
+//! A half-open LISTEN connection delivers nothing and never errors, so the connection is probed
+//! every `probe` interval and replaced when the probe does not answer in time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_shared::store::postgres::NOTIFY_CHANNEL;
+use sqlx::postgres::{PgListener, PgPool};
+use tokio_util::sync::CancellationToken;
+
+use super::core::Core;
+
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+pub(crate) struct Notifier {
+    pub(crate) core: Arc<Core>,
+    pub(crate) pool: PgPool,
+}
+
+impl Notifier {
+    fn probe_every(&self) -> Duration {
+        (self.core.settings.heartbeat * 2).max(Duration::from_secs(1))
+    }
+
+    pub(crate) async fn run(self, stop: CancellationToken) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let listener = tokio::select! {
+                _ = stop.cancelled() => return,
+                l = self.subscribe() => l,
+            };
+            match listener {
+                Ok(listener) => {
+                    backoff = Duration::from_millis(100);
+                    // Anything enqueued while we were not listening: claim now.
+                    self.core.wake.notify_one();
+                    if self.listen(listener, &stop).await {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, retry_in = ?backoff, "LISTEN failed; polling meanwhile");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+
+    async fn subscribe(&self) -> Result<PgListener, sqlx::Error> {
+        let timeout = self.probe_every();
+        let mut listener = tokio::time::timeout(timeout, PgListener::connect_with(&self.pool))
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)??;
+        tokio::time::timeout(timeout, listener.listen(NOTIFY_CHANNEL))
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)??;
+        tracing::debug!("listening for enqueues");
+        Ok(listener)
+    }
+
+    /// Receives until the connection fails or stops answering; true when stopped.
+    async fn listen(&self, mut listener: PgListener, stop: &CancellationToken) -> bool {
+        let probe_every = self.probe_every();
+        loop {
+            let received = tokio::select! {
+                _ = stop.cancelled() => return true,
+                r = listener.try_recv() => Some(r),
+                _ = tokio::time::sleep(probe_every) => None,
+            };
+            match received {
+                Some(Ok(Some(_))) => self.core.wake.notify_one(),
+                Some(Ok(None)) => {
+                    tracing::warn!("LISTEN connection lost; re-subscribing");
+                    self.core.wake.notify_one();
+                }
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "LISTEN failed; re-subscribing");
+                    self.core.wake.notify_one();
+                    return false;
+                }
+                None => {
+                    // Quiet for a while: make sure the connection still answers.
+                    let probe = tokio::time::timeout(
+                        probe_every,
+                        sqlx::query("SELECT 1").execute(&mut listener),
+                    )
+                    .await;
+                    if !matches!(probe, Ok(Ok(_))) {
+                        tracing::warn!("LISTEN connection did not answer a probe; replacing it");
+                        self.core.wake.notify_one();
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! The registry service: the agent's row in `agents` (state, active executions, local
+//! concurrency) refreshed every heartbeat, and the policy cache (per-type timeouts and slow
+//! thresholds) refreshed with it.
+//!
+//! When things fail: errors are logged and retried next interval; the row going stale only
+//! makes the console show the agent as silent.
+
+use std::sync::Arc;
+
+use leasehold_shared::store::{AgentHeartbeatParams, AgentState};
+use tokio_util::sync::CancellationToken;
+
+use super::core::Core;
+
+pub(crate) struct Registry {
+    pub(crate) core: Arc<Core>,
+}
+
+impl Registry {
+    pub(crate) async fn beat(core: &Core) {
+        let state = if core.is_draining() {
+            AgentState::Draining
+        } else {
+            AgentState::Running
+        };
+        let params = AgentHeartbeatParams {
+            id: core.id.clone(),
+            state,
+            active: u32::try_from(core.book.executing()).unwrap_or(u32::MAX),
+            local_concurrency: u32::try_from(core.book.limit()).unwrap_or(u32::MAX),
+        };
+        match core.store.agent_heartbeat(params).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!("registry row missing or marked stopped"),
+            Err(error) => tracing::warn!(%error, "registry heartbeat failed"),
+        }
+        match core.store.policy_list().await {
+            Ok(policies) => core.policies.replace(policies),
+            Err(error) => tracing::debug!(%error, "policy refresh failed"),
+        }
+    }
+
+    pub(crate) async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.core.settings.heartbeat);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => Self::beat(&self.core).await,
+            }
+        }
+    }
+}
