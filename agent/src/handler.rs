@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
-use leasehold_shared::{LeaseEpoch, Progress, TaskError, TaskId, TaskType};
+use leasehold_shared::{AgentId, LeaseEpoch, Progress, TaskError, TaskId, TaskType};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
@@ -187,6 +187,8 @@ pub struct TaskContext {
     pub(crate) stop_at: Option<Instant>,
     pub(crate) stop: Arc<StopSignal>,
     pub(crate) progress: Option<Arc<ProgressSink>>,
+    pub(crate) agent: Option<AgentId>,
+    pub(crate) pool: Option<sqlx::PgPool>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -226,6 +228,8 @@ impl TaskContext {
             stop_at: stop_after.map(|d| Instant::now() + d),
             stop: Arc::clone(&stop),
             progress: None,
+            agent: None,
+            pool: None,
         };
         (ctx, ContextStopper(stop))
     }
@@ -248,6 +252,18 @@ impl TaskContext {
     /// Attempts allowed in all.
     pub fn max_attempts(&self) -> i32 {
         self.max_attempts
+    }
+
+    /// The lease owner running this attempt (the agent's per-start id), when run by an agent.
+    pub fn agent_id(&self) -> Option<&AgentId> {
+        self.agent.as_ref()
+    }
+
+    /// The agent's PostgreSQL pool, for handlers that work in the same database (enqueue
+    /// follow-up tasks, write results in their own transactions). Holding its connections for
+    /// long delays claims and completions, never heartbeats (those have their own connection).
+    pub fn pool(&self) -> Option<&sqlx::PgPool> {
+        self.pool.as_ref()
     }
 
     /// The fencing epoch of this attempt's lease.

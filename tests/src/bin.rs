@@ -11,7 +11,8 @@ use tokio::sync::OnceCell;
 
 static BUILT: OnceCell<PathBuf> = OnceCell::const_new();
 
-/// Path of the project binary `name` (`leasehold-agent` or `leasehold`), built if needed.
+/// Path of the project binary `name` (`leasehold-agent`, `leasehold` or the test agent
+/// `leasehold-test-agent`), built if needed.
 pub async fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let dir = BUILT.get_or_try_init(build).await?;
     let path = dir.join(name);
@@ -50,6 +51,8 @@ async fn build() -> anyhow::Result<PathBuf> {
             "leasehold-agent",
             "-p",
             "leasehold-console",
+            "-p",
+            "leasehold-tests",
         ])
         .arg("--manifest-path")
         .arg(manifest)

@@ -29,6 +29,7 @@ pub mod bin;
 pub mod cluster;
 pub mod db;
 pub mod factory;
+pub mod fleet;
 pub mod helpers;
 pub mod inspect;
 pub mod ledger;

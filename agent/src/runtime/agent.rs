@@ -141,6 +141,7 @@ impl AgentBuilder {
             settings,
             id: record.id,
             store: Arc::new(main),
+            pg_pool: Some(pool.clone()),
             handlers: self.handlers,
             types,
             listeners: self.listeners,

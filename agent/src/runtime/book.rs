@@ -178,6 +178,13 @@ impl LeaseBook {
         cancels
     }
 
+    /// True when some executing lease is past its local safety deadline.
+    pub(crate) fn has_unprovable(&self, now: Instant) -> bool {
+        self.lock()
+            .values()
+            .any(|l| l.executing && l.safe_until <= now)
+    }
+
     /// Removes and returns the executing leases whose local safety deadline has passed (a
     /// lease whose handler already ended stays: its completion is fenced if it came too late).
     pub(crate) fn take_unprovable(&self, now: Instant) -> Vec<Noted> {

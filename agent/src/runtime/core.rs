@@ -151,6 +151,8 @@ pub(crate) struct Core {
     pub(crate) settings: RuntimeSettings,
     pub(crate) id: AgentId,
     pub(crate) store: Arc<dyn Store>,
+    /// The PostgreSQL pool behind `store`, lent to handlers.
+    pub(crate) pg_pool: Option<sqlx::PgPool>,
     pub(crate) handlers: HandlerRegistry,
     pub(crate) types: Vec<TaskType>,
     pub(crate) book: LeaseBook,

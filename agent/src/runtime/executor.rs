@@ -101,6 +101,8 @@ pub(crate) fn start(core: &Arc<Core>, task: Task, claimed_at: Instant, db_now: c
         stop_at: Some(stop_at),
         stop: Arc::clone(&stop),
         progress: Some(Arc::clone(&progress)),
+        agent: Some(core.id.clone()),
+        pool: core.pg_pool.clone(),
     };
     let span = tracing::info_span!(
         "execution",

@@ -56,7 +56,14 @@ impl Heartbeat {
                     self.renew().await;
                     self.check();
                 }
-                _ = check.tick() => self.check(),
+                _ = check.tick() => {
+                    // Before giving up a lease at its local deadline, try once to prove it
+                    // (after a freeze the deadline and the renewal fall due together).
+                    if self.core.book.has_unprovable(Instant::now()) {
+                        self.renew().await;
+                    }
+                    self.check();
+                }
             }
         }
     }
@@ -129,6 +136,9 @@ impl Heartbeat {
             noted.stop.stop(StopReason::Cancelled);
         }
         for (id, epoch) in out.lost {
+            // The renewal was a holder write that found the lease moved on: a fenced write.
+            bump(&core.stats.fenced, 1);
+            core.metrics.fenced("renew");
             if let Some(lease) = core.book.remove_lost(id, epoch) {
                 lease.stop.stop(StopReason::LeaseLost);
                 bump(&core.stats.lease_lost, 1);

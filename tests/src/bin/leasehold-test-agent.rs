@@ -1,0 +1,167 @@
+//! `leasehold-test-agent`: the real `leasehold-agent` binary plus handlers for fault tests.
+//!
+//! - `ledger` `{"ledger_id": N, "ms": M, "ignore_cancel": bool}`: writes every execution to
+//!   `test_executions` over its own, unfenced connection (see `leasehold_tests::ledger`), then
+//!   works for M ms.
+//! - `hog` `{"ms": M}`: holds every connection of the agent's pool for M ms.
+//! - `panic` `{}`: panics.
+//!
+//! Enable them like the built-ins: `--handlers ledger,hog,panic,noop`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_agent::config::AgentConfig;
+use leasehold_agent::{Handler, HandlerError, HandlerRegistry, Outcome, TaskContext};
+use leasehold_shared::TaskType;
+use serde::Deserialize;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+#[derive(Debug, Deserialize)]
+struct LedgerPayload {
+    ledger_id: i64,
+    #[serde(default)]
+    ms: u64,
+    #[serde(default)]
+    ignore_cancel: bool,
+}
+
+struct Ledger {
+    pool: PgPool,
+}
+
+impl Ledger {
+    /// Retries until the write lands or the execution is stopped: the log must not miss an
+    /// execution because the database blinked.
+    async fn write<F, Fut, T>(&self, ctx: &TaskContext, f: F) -> Result<T, HandlerError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+    {
+        loop {
+            match f().await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    if ctx.is_cancelled() {
+                        return Err(HandlerError::retryable("ledger", e.to_string()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Handler for Ledger {
+    type Payload = LedgerPayload;
+
+    async fn run(&self, ctx: TaskContext, p: LedgerPayload) -> Result<Outcome, HandlerError> {
+        let agent = ctx.agent_id().map(|a| a.as_str().to_string()).unwrap_or_default();
+        let exec_id: i64 = self
+            .write(&ctx, || {
+                sqlx::query_scalar(
+                    "INSERT INTO test_executions (ledger_id, task_id, epoch, agent) VALUES ($1, $2, $3, $4) RETURNING id",
+                )
+                .bind(p.ledger_id)
+                .bind(ctx.id().0)
+                .bind(ctx.epoch().0)
+                .bind(&agent)
+                .fetch_one(&self.pool)
+            })
+            .await?;
+        let work = tokio::time::sleep(Duration::from_millis(p.ms));
+        let outcome = if p.ignore_cancel {
+            work.await;
+            "returned"
+        } else {
+            tokio::select! {
+                _ = work => "returned",
+                _ = ctx.cancelled() => "stopped",
+            }
+        };
+        self.write(&ctx, || {
+            sqlx::query("UPDATE test_executions SET finished_at = clock_timestamp(), outcome = $2 WHERE id = $1")
+                .bind(exec_id)
+                .bind(outcome)
+                .execute(&self.pool)
+        })
+        .await?;
+        if outcome == "stopped" {
+            return Err(HandlerError::retryable("stopped", "asked to stop"));
+        }
+        Ok(Outcome::Succeeded(Some(serde_json::json!({"ledger_id": p.ledger_id}))))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct HogPayload {
+    ms: u64,
+}
+
+struct Hog;
+
+#[async_trait]
+impl Handler for Hog {
+    type Payload = HogPayload;
+
+    async fn run(&self, ctx: TaskContext, p: HogPayload) -> Result<Outcome, HandlerError> {
+        let pool = ctx
+            .pool()
+            .ok_or_else(|| HandlerError::permanent("no_pool", "no pool"))?
+            .clone();
+        let max = pool.options().get_max_connections();
+        let mut held = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(p.ms);
+        // Take every connection there is, keep taking the ones others give back.
+        while tokio::time::Instant::now() < deadline {
+            if held.len() < max as usize
+                && let Ok(Ok(conn)) =
+                    tokio::time::timeout(Duration::from_millis(50), pool.acquire()).await
+            {
+                held.push(conn);
+                continue;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let n = held.len();
+        drop(held);
+        Ok(Outcome::Succeeded(Some(serde_json::json!({"held": n, "max": max}))))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Empty {}
+
+struct Panic;
+
+#[async_trait]
+impl Handler for Panic {
+    type Payload = Empty;
+
+    #[allow(clippy::panic)]
+    async fn run(&self, _ctx: TaskContext, _p: Empty) -> Result<Outcome, HandlerError> {
+        panic!("poison task: this handler always panics");
+    }
+}
+
+/// The ledger's own connection bypasses any fault proxy: `LEASEHOLD_TEST_LEDGER_URL` when set.
+fn ledger_url(config: &AgentConfig) -> String {
+    std::env::var("LEASEHOLD_TEST_LEDGER_URL").unwrap_or_else(|_| config.database_url.clone())
+}
+
+fn extend(registry: &mut HandlerRegistry, config: &AgentConfig) -> anyhow::Result<()> {
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(&ledger_url(config))?;
+    registry.register(TaskType::new("ledger")?, Ledger { pool });
+    registry.register(TaskType::new("hog")?, Hog);
+    registry.register(TaskType::new("panic")?, Panic);
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    leasehold_agent::cli::main_with(Some(Box::new(extend)))
+}
