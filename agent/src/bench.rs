@@ -61,7 +61,11 @@ struct Noop;
 impl Handler for Noop {
     type Payload = serde_json::Value;
 
-    async fn run(&self, _ctx: TaskContext, _payload: serde_json::Value) -> Result<Outcome, HandlerError> {
+    async fn run(
+        &self,
+        _ctx: TaskContext,
+        _payload: serde_json::Value,
+    ) -> Result<Outcome, HandlerError> {
         Ok(Outcome::done())
     }
 }
@@ -100,7 +104,11 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport> {
     Ok(report)
 }
 
-async fn run_phases(config: &BenchConfig, store: &PgStore, task_type: &TaskType) -> Result<BenchReport> {
+async fn run_phases(
+    config: &BenchConfig,
+    store: &PgStore,
+    task_type: &TaskType,
+) -> Result<BenchReport> {
     let new_task = || NewTask::new(task_type.clone(), serde_json::json!({}));
     // 1. Enqueue.
     const CHUNK: u64 = 10_000;
@@ -183,7 +191,10 @@ async fn run_phases(config: &BenchConfig, store: &PgStore, task_type: &TaskType)
     let mut latencies = Vec::with_capacity(config.latency_samples as usize);
     for _ in 0..config.latency_samples {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        store.task_enqueue(new_task()).await.context("enqueue for pickup")?;
+        store
+            .task_enqueue(new_task())
+            .await
+            .context("enqueue for pickup")?;
         let wait = tokio::time::timeout(Duration::from_secs(10), pickup_rx.recv())
             .await
             .context("no agent picked the task up within 10 s")?

@@ -258,7 +258,10 @@ pub fn main_with(extend: Option<Extend>) -> ProcessExit {
             };
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(error) => {
             eprintln!("error: starting the async runtime: {error}");

@@ -223,7 +223,10 @@ impl AgentConfig {
         if handlers.is_empty() {
             return Err(invalid(
                 "handlers",
-                format!("name at least one handler to run (built-in: {})", BUILTIN.join(", ")),
+                format!(
+                    "name at least one handler to run (built-in: {})",
+                    BUILTIN.join(", ")
+                ),
             ));
         }
         let unserved_after = match pick(cli.unserved_after, file.unserved_after) {
@@ -231,18 +234,19 @@ impl AgentConfig {
             Some(t) if t.trim() == "off" => None,
             Some(t) => Some(duration("unserved_after", &t)?),
         };
-        let metrics_listen = match pick(cli.metrics_listen, file.metrics_listen) {
-            None => None,
-            Some(a) if a.trim() == "off" => None,
-            Some(a) => Some(a.trim().parse::<SocketAddr>().map_err(|e| {
-                invalid("metrics_listen", format!("{a:?} is not host:port ({e})"))
-            })?),
-        };
+        let metrics_listen =
+            match pick(cli.metrics_listen, file.metrics_listen) {
+                None => None,
+                Some(a) if a.trim() == "off" => None,
+                Some(a) => Some(a.trim().parse::<SocketAddr>().map_err(|e| {
+                    invalid("metrics_listen", format!("{a:?} is not host:port ({e})"))
+                })?),
+            };
         let grpc_address = pick(cli.listen, file.listen);
         if let Some(addr) = &grpc_address {
-            addr.trim().parse::<SocketAddr>().map_err(|e| {
-                invalid("listen", format!("{addr:?} is not host:port ({e})"))
-            })?;
+            addr.trim()
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("listen", format!("{addr:?} is not host:port ({e})")))?;
         }
         let exec_file = file.exec.unwrap_or_default();
         let builtin = BuiltinOptions {
@@ -257,7 +261,10 @@ impl AgentConfig {
                 .unwrap_or(BuiltinOptions::default().exec_output_tail),
         };
         if !(64..=1024 * 1024).contains(&builtin.exec_output_tail) {
-            return Err(invalid("exec.output_tail", "must be within 64..=1048576 bytes"));
+            return Err(invalid(
+                "exec.output_tail",
+                "must be within 64..=1048576 bytes",
+            ));
         }
         let runtime = RuntimeSettings {
             name: pick(cli.id, file.id).unwrap_or(d.name),
@@ -298,8 +305,13 @@ impl AgentConfig {
             .validate()
             .map_err(|e| invalid(e.setting, e.detail))?;
         for name in &handlers {
-            if !BUILTIN.contains(&name.as_str()) && leasehold_shared::TaskType::new(name.as_str()).is_err() {
-                return Err(invalid("handlers", format!("{name:?} is not a handler name")));
+            if !BUILTIN.contains(&name.as_str())
+                && leasehold_shared::TaskType::new(name.as_str()).is_err()
+            {
+                return Err(invalid(
+                    "handlers",
+                    format!("{name:?} is not a handler name"),
+                ));
             }
         }
         let log_level = pick(cli.log_level, file.log_level).unwrap_or_else(|| "info".to_string());
@@ -338,7 +350,9 @@ mod tests {
 
     #[test]
     fn flags_beat_the_file_and_the_file_beats_defaults() {
-        let f = file("concurrency = 7\nlease_ttl = \"40s\"\nheartbeat = \"5s\"\nhandlers = [\"sleep\"]");
+        let f = file(
+            "concurrency = 7\nlease_ttl = \"40s\"\nheartbeat = \"5s\"\nhandlers = [\"sleep\"]",
+        );
         let cli = Overrides {
             concurrency: Some(9),
             handlers: None,
@@ -358,7 +372,12 @@ mod tests {
             database_url: None,
             ..url()
         };
-        let c = AgentConfig::resolve(FileConfig::default(), cli.clone(), Some("postgres://a/b".into())).unwrap();
+        let c = AgentConfig::resolve(
+            FileConfig::default(),
+            cli.clone(),
+            Some("postgres://a/b".into()),
+        )
+        .unwrap();
         assert_eq!(c.database_url, "postgres://a/b");
         let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
         assert!(e.to_string().starts_with("database_url:"), "{e}");
@@ -367,19 +386,76 @@ mod tests {
     #[test]
     fn bad_values_name_their_setting() {
         let cases: Vec<(Overrides, &str)> = vec![
-            (Overrides { lease_ttl: Some("soon".into()), ..url() }, "lease_ttl"),
-            (Overrides { heartbeat: Some("15s".into()), ..url() }, "heartbeat"),
-            (Overrides { concurrency: Some(0), ..url() }, "concurrency"),
-            (Overrides { handlers: Some(" , ".into()), ..url() }, "handlers"),
-            (Overrides { handlers: Some("Bad Name".into()), ..url() }, "handlers"),
-            (Overrides { metrics_listen: Some("nowhere".into()), ..url() }, "metrics_listen"),
-            (Overrides { id: Some("has space".into()), ..url() }, "id"),
-            (Overrides { database_url: Some("mysql://x".into()), ..url() }, "database_url"),
-            (Overrides { log_level: Some("[".into()), ..url() }, "log_level"),
+            (
+                Overrides {
+                    lease_ttl: Some("soon".into()),
+                    ..url()
+                },
+                "lease_ttl",
+            ),
+            (
+                Overrides {
+                    heartbeat: Some("15s".into()),
+                    ..url()
+                },
+                "heartbeat",
+            ),
+            (
+                Overrides {
+                    concurrency: Some(0),
+                    ..url()
+                },
+                "concurrency",
+            ),
+            (
+                Overrides {
+                    handlers: Some(" , ".into()),
+                    ..url()
+                },
+                "handlers",
+            ),
+            (
+                Overrides {
+                    handlers: Some("Bad Name".into()),
+                    ..url()
+                },
+                "handlers",
+            ),
+            (
+                Overrides {
+                    metrics_listen: Some("nowhere".into()),
+                    ..url()
+                },
+                "metrics_listen",
+            ),
+            (
+                Overrides {
+                    id: Some("has space".into()),
+                    ..url()
+                },
+                "id",
+            ),
+            (
+                Overrides {
+                    database_url: Some("mysql://x".into()),
+                    ..url()
+                },
+                "database_url",
+            ),
+            (
+                Overrides {
+                    log_level: Some("[".into()),
+                    ..url()
+                },
+                "log_level",
+            ),
         ];
         for (cli, setting) in cases {
             let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
-            assert!(e.to_string().starts_with(&format!("{setting}:")), "{setting}: {e}");
+            assert!(
+                e.to_string().starts_with(&format!("{setting}:")),
+                "{setting}: {e}"
+            );
         }
     }
 

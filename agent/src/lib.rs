@@ -11,4 +11,6 @@ pub mod handlers;
 pub mod runtime;
 pub mod telemetry;
 
-pub use handler::{ContextStopper, Handler, HandlerError, HandlerRegistry, Outcome, StopReason, TaskContext};
+pub use handler::{
+    ContextStopper, Handler, HandlerError, HandlerRegistry, Outcome, StopReason, TaskContext,
+};

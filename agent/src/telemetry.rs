@@ -49,12 +49,11 @@ pub fn init(format: LogFormat, level: &str, dir: Option<&Path>) -> anyhow::Resul
         None => (None, None),
     };
     let registry = tracing_subscriber::registry().with(filter());
-    let stderr_text = (format == LogFormat::Text)
-        .then(|| {
-            tracing_subscriber::fmt::layer()
-                .with_ansi(std::io::stderr().is_terminal())
-                .with_writer(std::io::stderr)
-        });
+    let stderr_text = (format == LogFormat::Text).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+    });
     let stderr_json = (format == LogFormat::Json).then(|| {
         tracing_subscriber::fmt::layer()
             .json()

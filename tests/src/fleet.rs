@@ -72,5 +72,13 @@ pub async fn spawn_test_agent(
     handlers: &str,
     extra: &[&str],
 ) -> anyhow::Result<AgentHandle> {
-    spawn_agent("leasehold-test-agent", url, name, handlers, extra, Vec::new()).await
+    spawn_agent(
+        "leasehold-test-agent",
+        url,
+        name,
+        handlers,
+        extra,
+        Vec::new(),
+    )
+    .await
 }

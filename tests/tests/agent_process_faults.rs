@@ -36,8 +36,12 @@ async fn kill9_scenario(victim_leads: bool) {
     // The victim starts alone so it holds the leader lease (or not: a bystander leads first).
     let mut bystander = None;
     if !victim_leads {
-        let b = spawn_test_agent(&db.url, "bystander", "noop", &[]).await.unwrap();
-        let id = wait_registered(&db.pool, "bystander", Duration::from_secs(20)).await.unwrap();
+        let b = spawn_test_agent(&db.url, "bystander", "noop", &[])
+            .await
+            .unwrap();
+        let id = wait_registered(&db.pool, "bystander", Duration::from_secs(20))
+            .await
+            .unwrap();
         wait_until("the bystander leads", Duration::from_secs(10), || {
             let pool = db.pool.clone();
             let id = id.clone();
@@ -50,7 +54,9 @@ async fn kill9_scenario(victim_leads: bool) {
     let mut victim = spawn_test_agent(&db.url, "victim", "ledger", &["--concurrency", "50"])
         .await
         .unwrap();
-    let victim_id = wait_registered(&db.pool, "victim", Duration::from_secs(20)).await.unwrap();
+    let victim_id = wait_registered(&db.pool, "victim", Duration::from_secs(20))
+        .await
+        .unwrap();
     if victim_leads {
         wait_until("the victim leads", Duration::from_secs(10), || {
             let pool = db.pool.clone();
@@ -60,12 +66,18 @@ async fn kill9_scenario(victim_leads: bool) {
         .await
         .unwrap();
     }
-    ledger::enqueue(&db.pool, "ledger", 50, json!({"ms": 60_000})).await.unwrap();
-    wait_until("the victim holds 50 leases", Duration::from_secs(20), || {
-        let pool = db.pool.clone();
-        let id = victim_id.clone();
-        async move { Ok(leases_of(&pool, &id).await == 50) }
-    })
+    ledger::enqueue(&db.pool, "ledger", 50, json!({"ms": 60_000}))
+        .await
+        .unwrap();
+    wait_until(
+        "the victim holds 50 leases",
+        Duration::from_secs(20),
+        || {
+            let pool = db.pool.clone();
+            let id = victim_id.clone();
+            async move { Ok(leases_of(&pool, &id).await == 50) }
+        },
+    )
     .await
     .unwrap();
     // Short tasks from now on: the rescuer finishes them quickly.
@@ -76,16 +88,27 @@ async fn kill9_scenario(victim_leads: bool) {
     let rescuer = spawn_test_agent(&db.url, "rescuer", "ledger", &["--concurrency", "50"])
         .await
         .unwrap();
-    let rescuer_id = wait_registered(&db.pool, "rescuer", Duration::from_secs(20)).await.unwrap();
+    let rescuer_id = wait_registered(&db.pool, "rescuer", Duration::from_secs(20))
+        .await
+        .unwrap();
     victim.kill9().unwrap();
     let killed = Instant::now();
     victim.wait_exit(Duration::from_secs(5)).await.unwrap();
-    wait_until("every task succeeded", TTL + GRACE + POLL * 2 + SLACK + Duration::from_secs(5), || {
-        let pool = db.pool.clone();
-        async move {
-            Ok(count(&pool, "SELECT count(*) FROM tasks WHERE status = 'succeeded'").await? == 50)
-        }
-    })
+    wait_until(
+        "every task succeeded",
+        TTL + GRACE + POLL * 2 + SLACK + Duration::from_secs(5),
+        || {
+            let pool = db.pool.clone();
+            async move {
+                Ok(count(
+                    &pool,
+                    "SELECT count(*) FROM tasks WHERE status = 'succeeded'",
+                )
+                .await?
+                    == 50)
+            }
+        },
+    )
     .await
     .unwrap();
     let took = killed.elapsed();

@@ -75,15 +75,18 @@ impl AgentBuilder {
 
     /// Connects to PostgreSQL at `url` and registers the agent.
     pub async fn connect(self, url: &str) -> anyhow::Result<Agent> {
-        self.settings
-            .validate()
-            .map_err(|e| anyhow::Error::new(leasehold_shared::StoreError::Invalid(
+        self.settings.validate().map_err(|e| {
+            anyhow::Error::new(leasehold_shared::StoreError::Invalid(
                 leasehold_shared::ValidationError::Invalid {
                     field: e.setting,
                     detail: e.detail,
                 },
-            )))?;
-        anyhow::ensure!(!self.handlers.is_empty(), "no handlers registered: nothing to run");
+            ))
+        })?;
+        anyhow::ensure!(
+            !self.handlers.is_empty(),
+            "no handlers registered: nothing to run"
+        );
         let settings = self.settings;
         let server_timeout = (settings.lease_ttl / 2).max(Duration::from_secs(1));
         let main = PgStore::connect(
@@ -91,7 +94,7 @@ impl AgentBuilder {
             PgStoreOptions {
                 max_connections: settings.max_connections,
                 acquire_timeout: server_timeout,
-                limits: self.limits.clone(),
+                limits: self.limits,
                 application_name: format!("leasehold-agent {}", settings.name),
                 statement_timeout: Some(server_timeout),
             },
@@ -100,7 +103,7 @@ impl AgentBuilder {
         .context("connecting to the database")?;
         let connect: Connect = {
             let url = url.to_string();
-            let limits = self.limits.clone();
+            let limits = self.limits;
             let name = settings.name.clone();
             let timeout = settings.renew_timeout();
             Arc::new(move || {
@@ -108,7 +111,7 @@ impl AgentBuilder {
                 let options = PgStoreOptions {
                     max_connections: 1,
                     acquire_timeout: timeout,
-                    limits: limits.clone(),
+                    limits,
                     application_name: format!("leasehold-agent {name} heartbeat"),
                     statement_timeout: Some(timeout),
                 };
@@ -182,7 +185,10 @@ impl AgentControl {
     /// Resizes the local concurrency limit; takes effect at the next claim. Running
     /// executions above a lowered limit finish normally.
     pub fn set_concurrency(&self, limit: u32) -> anyhow::Result<()> {
-        anyhow::ensure!((1..=100_000).contains(&limit), "concurrency must be within 1..=100000");
+        anyhow::ensure!(
+            (1..=100_000).contains(&limit),
+            "concurrency must be within 1..=100000"
+        );
         self.core.book.set_limit(limit);
         self.core.wake.notify_one();
         Ok(())
@@ -311,7 +317,12 @@ impl Agent {
             _ = idle.cancelled() => "idle",
         };
         let started = Instant::now();
-        tracing::info!(ended_by, executing = core.book.executing(), held = core.book.len(), "stopping: no more claims");
+        tracing::info!(
+            ended_by,
+            executing = core.book.executing(),
+            held = core.book.len(),
+            "stopping: no more claims"
+        );
 
         // 1. Stop claiming.
         core.draining.store(true, Ordering::Relaxed);
@@ -322,7 +333,10 @@ impl Agent {
 
         // 2. Drain while heartbeating.
         let forced = shutdown.force.clone();
-        if !wait_for(&forced, core.settings.shutdown_timeout, || core.book.executing() == 0).await
+        if !wait_for(&forced, core.settings.shutdown_timeout, || {
+            core.book.executing() == 0
+        })
+        .await
             && !forced.is_cancelled()
         {
             tracing::warn!(executing = core.book.executing(), timeout = ?core.settings.shutdown_timeout, "shutdown timeout: stopping the remaining executions");
@@ -358,7 +372,10 @@ impl Agent {
             for (_, _, stop) in &leftover {
                 stop.force(StopReason::Shutdown);
             }
-            let leases = leftover.iter().map(|(id, epoch, _)| (*id, *epoch)).collect();
+            let leases = leftover
+                .iter()
+                .map(|(id, epoch, _)| (*id, *epoch))
+                .collect();
             let released = tokio::time::timeout(
                 Duration::from_secs(3),
                 core.store.lease_release_many(ReleaseParams {
@@ -368,8 +385,15 @@ impl Agent {
             )
             .await;
             match released {
-                Ok(Ok(out)) => tracing::info!(released = out.released.len(), fenced = out.fenced.len(), "released the remaining leases"),
-                _ => tracing::warn!(leases = leftover.len(), "could not release the remaining leases; they are recovered after their TTL"),
+                Ok(Ok(out)) => tracing::info!(
+                    released = out.released.len(),
+                    fenced = out.fenced.len(),
+                    "released the remaining leases"
+                ),
+                _ => tracing::warn!(
+                    leases = leftover.len(),
+                    "could not release the remaining leases; they are recovered after their TTL"
+                ),
             }
         }
 
@@ -382,7 +406,12 @@ impl Agent {
         if let Some(m) = metrics {
             let _ = m.await;
         }
-        match tokio::time::timeout(Duration::from_secs(3), core.store.agent_mark_stopped(core.id.clone())).await {
+        match tokio::time::timeout(
+            Duration::from_secs(3),
+            core.store.agent_mark_stopped(core.id.clone()),
+        )
+        .await
+        {
             Ok(Ok(())) => {}
             _ => tracing::warn!("could not mark the agent stopped"),
         }

@@ -234,10 +234,7 @@ impl LeaseBook {
     /// Every lease, for a forced shutdown's release.
     pub(crate) fn drain_all(&self) -> Vec<(TaskId, LeaseEpoch, Arc<StopSignal>)> {
         let mut book = self.lock();
-        let out = book
-            .drain()
-            .map(|(id, l)| (id, l.epoch, l.stop))
-            .collect();
+        let out = book.drain().map(|(id, l)| (id, l.epoch, l.stop)).collect();
         self.executing.store(0, Ordering::Relaxed);
         out
     }
@@ -311,6 +308,9 @@ mod tests {
         assert_eq!(book.executing(), 1);
         let renewed = book.renewed(&[(TaskId(2), LeaseEpoch(1), true)], Instant::now());
         assert_eq!(renewed.len(), 1, "cancel seen once");
-        assert!(book.renewed(&[(TaskId(2), LeaseEpoch(1), true)], Instant::now()).is_empty());
+        assert!(
+            book.renewed(&[(TaskId(2), LeaseEpoch(1), true)], Instant::now())
+                .is_empty()
+        );
     }
 }

@@ -13,9 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_shared::store::{
-    CompleteOutcome, CompleteParams, Completion, ReleaseParams,
-};
+use leasehold_shared::store::{CompleteOutcome, CompleteParams, Completion, ReleaseParams};
 use leasehold_shared::{TaskError, TaskStatus};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -93,10 +91,8 @@ impl Completer {
             .iter()
             .partition(|f| matches!(f.action, FinishAction::Release));
         if !completes.is_empty() {
-            let params: Vec<CompleteParams> = completes
-                .iter()
-                .map(|f| complete_params(f))
-                .collect();
+            let params: Vec<CompleteParams> =
+                completes.iter().map(|f| complete_params(f)).collect();
             let outcomes = tokio::time::timeout(timeout, core.store.task_complete_many(params))
                 .await
                 .map_err(|_| anyhow::anyhow!("completion batch timed out after {timeout:?}"))??;
@@ -121,10 +117,15 @@ impl Completer {
                 if out.fenced.contains(&f.key.id) {
                     bump(&core.stats.fenced, 1);
                     core.metrics.fenced("release");
-                    tracing::warn!(task.id = f.key.id.0, lease.epoch = f.key.epoch.0, "release fenced: the lease had moved on");
+                    tracing::warn!(
+                        task.id = f.key.id.0,
+                        lease.epoch = f.key.epoch.0,
+                        "release fenced: the lease had moved on"
+                    );
                 } else {
                     bump(&core.stats.released, 1);
-                    core.metrics.finished(f.task_type.as_str(), "released", f.run_time);
+                    core.metrics
+                        .finished(f.task_type.as_str(), "released", f.run_time);
                     core.listeners.emit(LifecycleEvent::Released {
                         id: f.key.id,
                         task_type: f.task_type.clone(),
@@ -142,13 +143,20 @@ impl Completer {
         let status = match outcome {
             CompleteOutcome::Applied { status, .. } => status,
             CompleteOutcome::Repeated { status } => {
-                tracing::info!(task.id = f.key.id.0, "completion repeated: it had already landed");
+                tracing::info!(
+                    task.id = f.key.id.0,
+                    "completion repeated: it had already landed"
+                );
                 status
             }
             CompleteOutcome::Fenced => {
                 bump(&core.stats.fenced, 1);
                 core.metrics.fenced("complete");
-                tracing::warn!(task.id = f.key.id.0, lease.epoch = f.key.epoch.0, "completion fenced: the lease had moved on");
+                tracing::warn!(
+                    task.id = f.key.id.0,
+                    lease.epoch = f.key.epoch.0,
+                    "completion fenced: the lease had moved on"
+                );
                 return;
             }
         };
@@ -223,8 +231,11 @@ fn complete_params(f: &Finished) -> CompleteParams {
         Err(e) => CompleteParams {
             key: f.key.clone(),
             completion: Completion::Failed {
-                error: TaskError::permanent("bad_result", format!("the handler's result was refused: {e}"))
-                    .bounded(),
+                error: TaskError::permanent(
+                    "bad_result",
+                    format!("the handler's result was refused: {e}"),
+                )
+                .bounded(),
             },
         },
     }

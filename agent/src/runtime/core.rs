@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use leasehold_shared::domain::Policy;
 use leasehold_shared::domain::policy::{DEFAULT_SLOW_THRESHOLD, DEFAULT_TIMEOUT};
 use leasehold_shared::store::Completion;
-use leasehold_shared::domain::Policy;
 use leasehold_shared::{AgentId, LeaseKey, Store, TaskType};
 use serde::Serialize;
 use tokio::sync::{Notify, mpsc};
@@ -128,7 +128,11 @@ impl PolicyCache {
         }
     }
 
-    fn pick(&self, task_type: &TaskType, f: impl Fn(&Policy) -> Option<Duration>) -> Option<Duration> {
+    fn pick(
+        &self,
+        task_type: &TaskType,
+        f: impl Fn(&Policy) -> Option<Duration>,
+    ) -> Option<Duration> {
         let guard = self.by_scope.read().ok()?;
         guard
             .get(task_type.as_str())
@@ -137,7 +141,8 @@ impl PolicyCache {
     }
 
     pub(crate) fn timeout(&self, task_type: &TaskType) -> Duration {
-        self.pick(task_type, |p| p.timeout).unwrap_or(DEFAULT_TIMEOUT)
+        self.pick(task_type, |p| p.timeout)
+            .unwrap_or(DEFAULT_TIMEOUT)
     }
 
     pub(crate) fn slow_threshold(&self, task_type: &TaskType) -> Duration {

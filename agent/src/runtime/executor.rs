@@ -37,7 +37,12 @@ enum Ran {
 }
 
 /// Records a claimed task in the book and starts its execution.
-pub(crate) fn start(core: &Arc<Core>, task: Task, claimed_at: Instant, db_now: chrono::DateTime<chrono::Utc>) {
+pub(crate) fn start(
+    core: &Arc<Core>,
+    task: Task,
+    claimed_at: Instant,
+    db_now: chrono::DateTime<chrono::Utc>,
+) {
     let stop = Arc::new(StopSignal::default());
     let timeout = task
         .timeout_ms
@@ -53,7 +58,11 @@ pub(crate) fn start(core: &Arc<Core>, task: Task, claimed_at: Instant, db_now: c
         Some(d) if d < timeout_at => (d, StopReason::Deadline),
         _ => (timeout_at, StopReason::Timeout),
     };
-    let safe_until = claimed_at + core.settings.lease_ttl.saturating_sub(core.settings.safety_margin());
+    let safe_until = claimed_at
+        + core
+            .settings
+            .lease_ttl
+            .saturating_sub(core.settings.safety_margin());
     core.book.insert(
         task.id,
         Lease {

@@ -31,8 +31,9 @@ use super::events::LifecycleEvent;
 use crate::handler::StopReason;
 
 /// Opens the heartbeat's own connection.
-pub(crate) type Connect =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = anyhow::Result<Arc<dyn Store>>> + Send>> + Send + Sync>;
+pub(crate) type Connect = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = anyhow::Result<Arc<dyn Store>>> + Send>> + Send + Sync,
+>;
 
 pub(crate) struct Heartbeat {
     pub(crate) core: Arc<Core>,
@@ -46,7 +47,8 @@ impl Heartbeat {
         let mut renew = tokio::time::interval(settings.heartbeat);
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         renew.tick().await; // the first tick is immediate; leases were just claimed
-        let check_every = (settings.heartbeat / 4).clamp(Duration::from_millis(20), Duration::from_millis(250));
+        let check_every =
+            (settings.heartbeat / 4).clamp(Duration::from_millis(20), Duration::from_millis(250));
         let mut check = tokio::time::interval(check_every);
         check.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -125,14 +127,21 @@ impl Heartbeat {
         };
         core.metrics.renewal(true);
         core.metrics.database(true);
-        let safe_until = sent + core.settings.lease_ttl.saturating_sub(core.settings.safety_margin());
+        let safe_until = sent
+            + core
+                .settings
+                .lease_ttl
+                .saturating_sub(core.settings.safety_margin());
         let renewed: Vec<_> = out
             .renewed
             .iter()
             .map(|r| (r.id, r.epoch, r.cancel_requested))
             .collect();
         for noted in core.book.renewed(&renewed, safe_until) {
-            tracing::info!(task.id = noted.id.0, "cancel requested by an operator: stopping the execution");
+            tracing::info!(
+                task.id = noted.id.0,
+                "cancel requested by an operator: stopping the execution"
+            );
             noted.stop.stop(StopReason::Cancelled);
         }
         for (id, epoch) in out.lost {
@@ -143,7 +152,11 @@ impl Heartbeat {
                 lease.stop.stop(StopReason::LeaseLost);
                 bump(&core.stats.lease_lost, 1);
                 core.metrics.lease_lost("revoked");
-                tracing::warn!(task.id = id.0, lease.epoch = epoch.0, "lease lost at renewal: execution stopped");
+                tracing::warn!(
+                    task.id = id.0,
+                    lease.epoch = epoch.0,
+                    "lease lost at renewal: execution stopped"
+                );
                 core.listeners.emit(LifecycleEvent::LeaseLost {
                     id,
                     task_type: lease.task_type.clone(),

@@ -60,16 +60,27 @@ impl Maintenance {
                     self.housekeeping().await;
                 }
             }
-            let wait = self.core.settings.poll_interval.mul_f64(0.9 + fastrand::f64() * 0.2);
+            let wait = self
+                .core
+                .settings
+                .poll_interval
+                .mul_f64(0.9 + fastrand::f64() * 0.2);
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
             }
         }
         if let Some(l) = leading {
-            match self.core.store.leader_resign(self.core.id.clone(), l.term).await {
+            match self
+                .core
+                .store
+                .leader_resign(self.core.id.clone(), l.term)
+                .await
+            {
                 Ok(_) => tracing::info!(term = l.term, "resigned leadership"),
-                Err(error) => tracing::warn!(%error, "could not resign leadership; it expires by itself"),
+                Err(error) => {
+                    tracing::warn!(%error, "could not resign leadership; it expires by itself")
+                }
             }
             self.core.metrics.set_leader(false);
         }
@@ -174,7 +185,10 @@ impl Maintenance {
             .await
         {
             Ok(ids) if !ids.is_empty() => {
-                tracing::info!(tasks = ids.len(), "dead-lettered waiting tasks past their deadline");
+                tracing::info!(
+                    tasks = ids.len(),
+                    "dead-lettered waiting tasks past their deadline"
+                );
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "deadline expiry failed"),
@@ -220,7 +234,10 @@ impl Maintenance {
                 .await
             {
                 Ok(dead) if !dead.is_empty() => {
-                    tracing::warn!(tasks = dead.len(), "dead-lettered tasks of types no live agent serves");
+                    tracing::warn!(
+                        tasks = dead.len(),
+                        "dead-lettered tasks of types no live agent serves"
+                    );
                 }
                 Ok(_) => {}
                 Err(error) => tracing::warn!(%error, "unserved-type check failed"),

@@ -93,10 +93,26 @@ impl Metrics {
             leader: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register("active_tasks", "Executions running on this agent", m.active.clone());
-        registry.register("tasks_claimed", "Tasks claimed by this agent", m.claimed.clone());
-        registry.register("claim_statements", "Claim statements run", m.claim_statements.clone());
-        registry.register("claim_errors", "Claim statements that failed", m.claim_errors.clone());
+        registry.register(
+            "active_tasks",
+            "Executions running on this agent",
+            m.active.clone(),
+        );
+        registry.register(
+            "tasks_claimed",
+            "Tasks claimed by this agent",
+            m.claimed.clone(),
+        );
+        registry.register(
+            "claim_statements",
+            "Claim statements run",
+            m.claim_statements.clone(),
+        );
+        registry.register(
+            "claim_errors",
+            "Claim statements that failed",
+            m.claim_errors.clone(),
+        );
         registry.register(
             "queue_wait_seconds",
             "Time from due to claimed, by type",
@@ -112,7 +128,11 @@ impl Metrics {
             "Ended attempts by type and outcome",
             m.outcomes.clone(),
         );
-        registry.register("renewals", "Batch lease renewals that landed", m.renewals.clone());
+        registry.register(
+            "renewals",
+            "Batch lease renewals that landed",
+            m.renewals.clone(),
+        );
         registry.register(
             "renewal_failures",
             "Batch lease renewals that failed or timed out",
@@ -133,14 +153,26 @@ impl Metrics {
             "Expired leases recovered by this agent as leader",
             m.recoveries.clone(),
         );
-        registry.register("timeouts", "Attempts stopped by their timeout, by type", m.timeouts.clone());
-        registry.register("slow_tasks", "Executions flagged slow, by type", m.slow.clone());
+        registry.register(
+            "timeouts",
+            "Attempts stopped by their timeout, by type",
+            m.timeouts.clone(),
+        );
+        registry.register(
+            "slow_tasks",
+            "Executions flagged slow, by type",
+            m.slow.clone(),
+        );
         registry.register(
             "database_up",
             "1 while the last database round trip succeeded",
             m.database_up.clone(),
         );
-        registry.register("leader", "1 while this agent holds the leader lease", m.leader.clone());
+        registry.register(
+            "leader",
+            "1 while this agent holds the leader lease",
+            m.leader.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -288,7 +320,8 @@ pub async fn serve_metrics(
                     body.len()
                 )
             } else {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string()
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    .to_string()
             };
             let _ = socket.write_all(response.as_bytes()).await;
             let _ = socket.shutdown().await;

@@ -37,7 +37,12 @@ pub struct ProgressSink {
 }
 
 impl ProgressSink {
-    pub(crate) fn new(key: LeaseKey, store: Arc<dyn Store>, interval: Duration, every: u32) -> Self {
+    pub(crate) fn new(
+        key: LeaseKey,
+        store: Arc<dyn Store>,
+        interval: Duration,
+        every: u32,
+    ) -> Self {
         Self {
             key,
             store,
@@ -99,7 +104,11 @@ impl ProgressSink {
             }
             Ok(HolderWrite::Fenced) => {
                 self.fenced.store(true, Ordering::Relaxed);
-                tracing::warn!(task.id = self.key.id.0, lease.epoch = self.key.epoch.0, "progress write fenced: the lease moved on");
+                tracing::warn!(
+                    task.id = self.key.id.0,
+                    lease.epoch = self.key.epoch.0,
+                    "progress write fenced: the lease moved on"
+                );
             }
             Err(error) => {
                 // Kept as latest: the next update or the final flush tries again.

@@ -156,18 +156,48 @@ impl RuntimeSettings {
             ));
         }
         within("grace", self.grace, Duration::ZERO, DAY)?;
-        within("poll_interval", self.poll_interval, 10 * MS, Duration::from_secs(3600))?;
-        within("shutdown_timeout", self.shutdown_timeout, Duration::ZERO, DAY)?;
-        within("stop_grace", self.stop_grace, Duration::ZERO, Duration::from_secs(3600))?;
+        within(
+            "poll_interval",
+            self.poll_interval,
+            10 * MS,
+            Duration::from_secs(3600),
+        )?;
+        within(
+            "shutdown_timeout",
+            self.shutdown_timeout,
+            Duration::ZERO,
+            DAY,
+        )?;
+        within(
+            "stop_grace",
+            self.stop_grace,
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        )?;
         if !(1..=10_000).contains(&self.claim_batch) {
             return Err(bad("claim_batch", "must be within 1..=10000"));
         }
         if !(1..=10_000).contains(&self.complete_batch) {
             return Err(bad("complete_batch", "must be within 1..=10000"));
         }
-        within("complete_flush", self.complete_flush, Duration::ZERO, Duration::from_secs(1))?;
-        within("retention", self.retention, Duration::from_secs(60), 3650 * DAY)?;
-        within("dead_retention", self.dead_retention, Duration::from_secs(60), 3650 * DAY)?;
+        within(
+            "complete_flush",
+            self.complete_flush,
+            Duration::ZERO,
+            Duration::from_secs(1),
+        )?;
+        within(
+            "retention",
+            self.retention,
+            Duration::from_secs(60),
+            3650 * DAY,
+        )?;
+        within(
+            "dead_retention",
+            self.dead_retention,
+            Duration::from_secs(60),
+            3650 * DAY,
+        )?;
         if let Some(after) = self.unserved_after {
             within("unserved_after", after, Duration::from_secs(1), 7 * DAY)?;
         }

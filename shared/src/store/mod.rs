@@ -73,7 +73,10 @@ pub trait Store: Send + Sync + 'static {
     /// Delete finished tasks past retention; returns how many went.
     async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64>;
     /// Dead-letter waiting tasks whose type no live agent serves (code `unknown_type`).
-    async fn task_dead_letter_unserved(&self, params: UnservedParams) -> Result<Vec<(TaskId, TaskType)>>;
+    async fn task_dead_letter_unserved(
+        &self,
+        params: UnservedParams,
+    ) -> Result<Vec<(TaskId, TaskType)>>;
     /// Tasks of these types that a claim could take now (due, not paused).
     async fn task_count_claimable(&self, task_types: Vec<TaskType>) -> Result<u64>;
     /// Leases whose renewals are overdue.

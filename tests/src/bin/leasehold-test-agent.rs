@@ -58,7 +58,10 @@ impl Handler for Ledger {
     type Payload = LedgerPayload;
 
     async fn run(&self, ctx: TaskContext, p: LedgerPayload) -> Result<Outcome, HandlerError> {
-        let agent = ctx.agent_id().map(|a| a.as_str().to_string()).unwrap_or_default();
+        let agent = ctx
+            .agent_id()
+            .map(|a| a.as_str().to_string())
+            .unwrap_or_default();
         let exec_id: i64 = self
             .write(&ctx, || {
                 sqlx::query_scalar(
@@ -91,7 +94,9 @@ impl Handler for Ledger {
         if outcome == "stopped" {
             return Err(HandlerError::retryable("stopped", "asked to stop"));
         }
-        Ok(Outcome::Succeeded(Some(serde_json::json!({"ledger_id": p.ledger_id}))))
+        Ok(Outcome::Succeeded(Some(
+            serde_json::json!({"ledger_id": p.ledger_id}),
+        )))
     }
 }
 
@@ -127,7 +132,9 @@ impl Handler for Hog {
         }
         let n = held.len();
         drop(held);
-        Ok(Outcome::Succeeded(Some(serde_json::json!({"held": n, "max": max}))))
+        Ok(Outcome::Succeeded(Some(
+            serde_json::json!({"held": n, "max": max}),
+        )))
     }
 }
 

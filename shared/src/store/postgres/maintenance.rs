@@ -17,8 +17,8 @@ use super::rows::{agent_id, get, status, task_type};
 use super::{secs, sql};
 use crate::domain::{LeaseEpoch, TaskId, TaskType};
 use crate::store::{
-    ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError,
-    SuspectLease, SuspectParams, UnservedParams,
+    ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
+    SuspectParams, UnservedParams,
 };
 
 pub(super) async fn lease_recover_expired(

@@ -29,10 +29,10 @@ use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
     CompleteParams, Enqueued, ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome,
-    LeaderRenewParams, NewTask, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
-    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
-    RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
-    TaskListParams, TaskPage, UnservedParams,
+    LeaderRenewParams, NewTask, PolicySetParams, ProgressParams, PurgeParams, RecoverParams,
+    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams,
+    RequeueOutcome, RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams,
+    TaskDetail, TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
