@@ -211,7 +211,7 @@ fn config_error(e: crate::config::ConfigError) -> anyhow::Error {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    #[command(about = RUN_ABOUT, after_help = RUN_AFTER)]
+    #[command(about = RUN_ABOUT, after_help = RUN_AFTER, args_override_self = true)]
     Run(Box<RunArgs>),
     /// Apply database migrations. Safe to run twice and from several hosts at once.
     Migrate {

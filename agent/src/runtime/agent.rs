@@ -155,6 +155,9 @@ impl AgentBuilder {
             stats: Stats::default(),
             draining: std::sync::atomic::AtomicBool::new(false),
         });
+        core.metrics
+            .register_types(core.types.iter().map(|t| t.as_str()));
+        core.metrics.database(true);
         if let Ok(policies) = core.store.policy_list().await {
             core.policies.replace(policies);
         }

@@ -128,6 +128,10 @@ pub(crate) fn start(
             let still_held = core.book.finish_execution(key.id, key.epoch);
             core.update_active();
             core.wake.notify_one();
+            if progress.was_fenced() {
+                super::core::bump(&core.stats.fenced, 1);
+                core.metrics.fenced("progress");
+            }
             let reason = stop.reason();
             if reason == Some(StopReason::LeaseLost) || !still_held {
                 // Someone else owns the task now (or will): write nothing.

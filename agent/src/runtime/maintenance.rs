@@ -7,7 +7,7 @@
 //!      └──────────────────────────────────────────────────┘
 //!   leader tick: recover leases past lease_until + grace (in batches until none are left)
 //!                dead-letter waiting tasks past their deadline
-//!                every minute: delete finished tasks past retention; dead-letter tasks whose
+//!                every minute (or every unserved_after / 2): delete finished tasks past retention; dead-letter tasks whose
 //!                type no live agent serves (after `unserved_after`)
 //! ```
 //!
@@ -55,7 +55,7 @@ impl Maintenance {
             if leading.is_some() {
                 self.recover().await;
                 self.expire_deadlines().await;
-                if last_housekeeping.is_none_or(|at| at.elapsed() >= HOUSEKEEPING_EVERY) {
+                if last_housekeeping.is_none_or(|at| at.elapsed() >= self.housekeeping_every()) {
                     last_housekeeping = Some(Instant::now());
                     self.housekeeping().await;
                 }
@@ -83,6 +83,14 @@ impl Maintenance {
                 }
             }
             self.core.metrics.set_leader(false);
+        }
+    }
+
+    /// Every minute, or more often when unserved types must be found sooner.
+    fn housekeeping_every(&self) -> Duration {
+        match self.core.settings.unserved_after {
+            Some(after) => HOUSEKEEPING_EVERY.min(after / 2).max(self.core.settings.poll_interval),
+            None => HOUSEKEEPING_EVERY,
         }
     }
 

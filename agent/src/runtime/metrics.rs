@@ -173,7 +173,26 @@ impl Metrics {
             "1 while this agent holds the leader lease",
             m.leader.clone(),
         );
+        // Series that exist from the start, so dashboards and alerts see zeros, not gaps.
+        for op in ["renew", "complete", "release", "progress"] {
+            m.fenced.get_or_create(&OpLabel { op: op.to_string() });
+        }
+        for how in ["revoked", "unprovable"] {
+            m.leases_lost.get_or_create(&OpLabel { op: how.to_string() });
+        }
         Metrics { registry, ..m }
+    }
+
+    /// Creates the per-type series of the agent's task types at zero.
+    pub(crate) fn register_types<'a>(&self, types: impl IntoIterator<Item = &'a str>) {
+        for t in types {
+            let label = TypeLabel {
+                task_type: t.to_string(),
+            };
+            self.claimed.get_or_create(&label);
+            self.timeouts.get_or_create(&label);
+            self.slow.get_or_create(&label);
+        }
     }
 
     pub(crate) fn set_active(&self, n: usize) {
