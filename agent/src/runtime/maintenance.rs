@@ -89,7 +89,9 @@ impl Maintenance {
     /// Every minute, or more often when unserved types must be found sooner.
     fn housekeeping_every(&self) -> Duration {
         match self.core.settings.unserved_after {
-            Some(after) => HOUSEKEEPING_EVERY.min(after / 2).max(self.core.settings.poll_interval),
+            Some(after) => HOUSEKEEPING_EVERY
+                .min(after / 2)
+                .max(self.core.settings.poll_interval),
             None => HOUSEKEEPING_EVERY,
         }
     }

@@ -175,10 +175,16 @@ impl Metrics {
         );
         // Series that exist from the start, so dashboards and alerts see zeros, not gaps.
         for op in ["renew", "complete", "release", "progress"] {
-            m.fenced.get_or_create(&OpLabel { op: op.to_string() });
+            m.fenced
+                .get_or_create(&OpLabel { op: op.to_string() })
+                .inc_by(0);
         }
         for how in ["revoked", "unprovable"] {
-            m.leases_lost.get_or_create(&OpLabel { op: how.to_string() });
+            m.leases_lost
+                .get_or_create(&OpLabel {
+                    op: how.to_string(),
+                })
+                .inc_by(0);
         }
         Metrics { registry, ..m }
     }
@@ -189,9 +195,9 @@ impl Metrics {
             let label = TypeLabel {
                 task_type: t.to_string(),
             };
-            self.claimed.get_or_create(&label);
-            self.timeouts.get_or_create(&label);
-            self.slow.get_or_create(&label);
+            self.claimed.get_or_create(&label).inc_by(0);
+            self.timeouts.get_or_create(&label).inc_by(0);
+            self.slow.get_or_create(&label).inc_by(0);
         }
     }
 
