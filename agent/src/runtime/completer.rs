@@ -134,6 +134,8 @@ impl Completer {
             }
         }
         pending.clear();
+        // The book shrank: a claimer held back by the book's cap can claim again.
+        core.wake.notify_one();
         Ok(())
     }
 

@@ -43,7 +43,9 @@ decision AS (
                ELSE cur.error
            END AS error
     FROM cur
-    CROSS JOIN LATERAL (
+    -- Only failures need the retry policy: for other rows the lateral returns nothing (a
+    -- one-time filter, so no policy lookup at all) and retry is NULL.
+    LEFT JOIN LATERAL (
         SELECT cur.outcome = 'failed'
                    AND coalesce((cur.error ->> 'retryable')::boolean, false)
                    AND cur.attempt < cur.max_attempts AS wanted,
@@ -65,10 +67,10 @@ decision AS (
                        coalesce(tp.retry_jitter, g.retry_jitter) AS jitter
                 FROM policies g
                 LEFT JOIN policies tp ON tp.scope = cur.task_type
-                WHERE g.scope = '*'
+                WHERE g.scope = '*' AND cur.outcome = 'failed'
             ) p
         ) delay
-    ) retry
+    ) retry ON true
 ),
 upd AS (
     UPDATE tasks t
