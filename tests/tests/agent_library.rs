@@ -233,7 +233,7 @@ async fn a_typed_handler_with_progress_listeners_and_resizable_concurrency() {
     let summary = run.await.unwrap().unwrap();
     assert_eq!(summary.succeeded, 22, "{summary:?}");
     assert_eq!(summary.dead, 1, "{summary:?}");
-    let events = events.lock().unwrap();
+    let events = events.lock().unwrap().clone();
     assert_eq!(events.iter().filter(|n| *n == "started").count(), 23);
     assert_eq!(events.iter().filter(|n| *n == "completed").count(), 22);
     assert_eq!(events.iter().filter(|n| *n == "dead").count(), 1);
