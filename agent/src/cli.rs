@@ -304,6 +304,12 @@ async fn dispatch(cli: Cli, extend: Option<Extend>) -> Result<ExitCode> {
             latency_samples,
             output,
         } => {
+            // Quiet unless RUST_LOG asks (the bench's output is its report).
+            let _logs = if std::env::var_os("RUST_LOG").is_some() {
+                Some(crate::telemetry::init(LogFormat::Json, "warn", None)?)
+            } else {
+                None
+            };
             let config = BenchConfig {
                 database_url: db.url()?,
                 tasks,

@@ -62,6 +62,9 @@ impl Notifier {
         let mut listener = tokio::time::timeout(timeout, PgListener::connect_with(&self.pool))
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)??;
+        // Report a lost connection at once instead of reconnecting inside `try_recv` (which a
+        // probe timer could cancel half-way): this loop re-subscribes and wakes the claimer.
+        listener.eager_reconnect(false);
         tokio::time::timeout(timeout, listener.listen(NOTIFY_CHANNEL))
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)??;
@@ -83,6 +86,7 @@ impl Notifier {
                 Some(Ok(None)) => {
                     tracing::warn!("LISTEN connection lost; re-subscribing");
                     self.core.wake.notify_one();
+                    return false;
                 }
                 Some(Err(error)) => {
                     tracing::warn!(%error, "LISTEN failed; re-subscribing");
