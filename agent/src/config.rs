@@ -286,7 +286,9 @@ impl AgentConfig {
             )?,
             stop_grace: pick_duration("stop_grace", cli.stop_grace, file.stop_grace, d.stop_grace)?,
             claim_batch: pick(cli.claim_batch, file.claim_batch).unwrap_or(d.claim_batch),
+            claim_workers: d.claim_workers,
             complete_batch: d.complete_batch,
+            complete_workers: d.complete_workers,
             complete_flush: d.complete_flush,
             retention: pick_duration("retention", cli.retention, file.retention, d.retention)?,
             dead_retention: pick_duration(

@@ -193,7 +193,7 @@ impl AgentControl {
             "concurrency must be within 1..=100000"
         );
         self.core.book.set_limit(limit);
-        self.core.wake.notify_one();
+        self.core.wake_claimers();
         Ok(())
     }
 

@@ -54,6 +54,8 @@ pub(crate) struct LeaseBook {
     leases: Mutex<HashMap<TaskId, Lease>>,
     limit: AtomicUsize,
     executing: AtomicUsize,
+    /// Slots promised to claims in flight (changed only under the `leases` lock).
+    reserved: AtomicUsize,
 }
 
 impl LeaseBook {
@@ -62,6 +64,7 @@ impl LeaseBook {
             leases: Mutex::new(HashMap::new()),
             limit: AtomicUsize::new(limit as usize),
             executing: AtomicUsize::new(0),
+            reserved: AtomicUsize::new(0),
         }
     }
 
@@ -89,12 +92,32 @@ impl LeaseBook {
 
     /// How many tasks a claim may take now.
     pub(crate) fn free(&self) -> usize {
+        let book = self.lock();
+        self.free_locked(book.len())
+    }
+
+    fn free_locked(&self, held: usize) -> usize {
         let limit = self.limit();
-        let held = self.len();
-        let executing = self.executing();
+        let reserved = self.reserved.load(Ordering::Relaxed);
+        let executing = self.executing() + reserved;
         limit
             .saturating_sub(executing)
-            .min((limit * 2).saturating_sub(held))
+            .min((limit * 2).saturating_sub(held + reserved))
+    }
+
+    /// Promises up to `max` free slots to a claim about to run; returns how many. Claims in
+    /// flight at once can never promise more than the limit between them.
+    pub(crate) fn reserve(&self, max: usize) -> usize {
+        let book = self.lock();
+        let n = self.free_locked(book.len()).min(max);
+        self.reserved.fetch_add(n, Ordering::Relaxed);
+        n
+    }
+
+    /// Returns a claim's promise (after its tasks were inserted as executing).
+    pub(crate) fn unreserve(&self, n: usize) {
+        let _book = self.lock();
+        self.reserved.fetch_sub(n, Ordering::Relaxed);
     }
 
     pub(crate) fn insert(&self, id: TaskId, lease: Lease) {

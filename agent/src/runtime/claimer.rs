@@ -37,7 +37,16 @@ fn jittered(d: Duration) -> Duration {
 }
 
 impl Claimer {
+    /// Runs `claim_workers` claim loops side by side: while one claim is in flight, another can
+    /// take the slots freed meanwhile, so the database always has work from this agent. Each
+    /// claim first reserves its slots, so together they never take more than the free slots.
     pub(crate) async fn run(self, stop: CancellationToken) {
+        let workers = (0..self.core.settings.claim_workers.max(1)).map(|_| self.worker(&stop));
+        futures_util::future::join_all(workers).await;
+    }
+
+    async fn worker(&self, stop: &CancellationToken) {
+        let stop = stop.clone();
         let core = &self.core;
         let mut backoff = BACKOFF_MIN;
         let params = |batch: u32| ClaimParams {
@@ -52,26 +61,34 @@ impl Claimer {
                 return;
             }
             let limit = core.book.limit();
-            let mut free = core.book.free();
+            let batch = core.settings.claim_batch as usize;
+            let free = core.book.free();
             if free == 0 {
                 if self.wait(&stop, core.settings.poll_interval).await {
                     return;
                 }
                 continue;
             }
-            if free * 4 < limit.min(core.settings.claim_batch as usize) {
+            if free * 4 < limit.min(batch) {
                 tokio::time::sleep(FILL_WAIT).await;
-                free = core.book.free();
             }
-            let want = u32::try_from(free)
-                .unwrap_or(u32::MAX)
-                .min(core.settings.claim_batch);
+            let reserved = core.book.reserve(batch);
+            if reserved == 0 {
+                continue;
+            }
+            let want = u32::try_from(reserved).unwrap_or(u32::MAX);
             let claimed_at = Instant::now();
             let claimed = tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => {
+                    core.book.unreserve(reserved);
+                    return;
+                }
                 r = tokio::time::timeout(claim_timeout, core.store.task_claim(params(want))) => r,
             };
-            let batch = match claimed {
+            if !matches!(claimed, Ok(Ok(_))) {
+                core.book.unreserve(reserved);
+            }
+            let claim = match claimed {
                 Ok(Ok(batch)) => {
                     core.metrics.claim_statement(true);
                     core.metrics.database(true);
@@ -99,12 +116,13 @@ impl Claimer {
                     continue;
                 }
             };
-            let n = batch.tasks.len();
+            let n = claim.tasks.len();
             bump(&core.stats.claimed, n as u64);
-            let now = batch.now;
-            for task in batch.tasks {
+            let now = claim.now;
+            for task in claim.tasks {
                 executor::start(&self.core, task, claimed_at, now);
             }
+            core.book.unreserve(reserved);
             core.update_active();
             if n as u32 >= want {
                 continue; // a full batch: more is probably waiting
@@ -114,7 +132,7 @@ impl Claimer {
                 self.idle.cancel();
                 return;
             }
-            let wait = if batch.contended {
+            let wait = if claim.contended {
                 Duration::from_millis(20)
             } else {
                 jittered(core.settings.poll_interval)
@@ -127,9 +145,10 @@ impl Claimer {
 
     /// Waits for a wake-up or `timeout`; true when stopped.
     async fn wait(&self, stop: &CancellationToken, timeout: Duration) -> bool {
+        let notified = self.core.wake.notified();
         tokio::select! {
             _ = stop.cancelled() => true,
-            _ = self.core.wake.notified() => false,
+            _ = notified => false,
             _ = tokio::time::sleep(timeout) => false,
         }
     }

@@ -31,33 +31,38 @@ pub(crate) struct Completer {
 
 impl Completer {
     /// Runs until the queue is closed and empty, or `stop` fires (then pending writes are
-    /// abandoned: their leases expire and are recovered).
+    /// abandoned: their leases expire and are recovered). Up to `complete_workers` batches are
+    /// written at once, so a slow commit never idles the queue.
     pub(crate) async fn run(mut self, stop: CancellationToken) {
-        let mut pending: Vec<Finished> = Vec::new();
-        let batch = self.core.settings.complete_batch;
+        let core = Arc::clone(&self.core);
+        let batch = core.settings.complete_batch;
+        let mut in_flight = tokio::task::JoinSet::new();
         loop {
-            if pending.is_empty() {
-                tokio::select! {
-                    got = self.rx.recv() => match got {
-                        Some(f) => pending.push(f),
-                        None => return,
-                    },
-                    _ = stop.cancelled() => return,
-                }
-                // Gather what arrives within the flush window.
-                if pending.len() < batch && !self.core.settings.complete_flush.is_zero() {
-                    let window = tokio::time::sleep(self.core.settings.complete_flush);
-                    tokio::pin!(window);
-                    while pending.len() < batch {
-                        tokio::select! {
-                            got = self.rx.recv() => match got {
-                                Some(f) => pending.push(f),
-                                None => break,
-                            },
-                            _ = &mut window => break,
-                        }
+            let mut pending: Vec<Finished> = Vec::new();
+            tokio::select! {
+                got = self.rx.recv() => match got {
+                    Some(f) => pending.push(f),
+                    None => break,
+                },
+                _ = stop.cancelled() => break,
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => continue,
+            }
+            // Gather what arrives within the flush window.
+            if pending.len() < batch && !core.settings.complete_flush.is_zero() {
+                let window = tokio::time::sleep(core.settings.complete_flush);
+                tokio::pin!(window);
+                while pending.len() < batch {
+                    tokio::select! {
+                        got = self.rx.recv() => match got {
+                            Some(f) => pending.push(f),
+                            None => break,
+                        },
+                        _ = &mut window => break,
                     }
                 }
+            }
+            while in_flight.len() >= core.settings.complete_workers.max(1) {
+                in_flight.join_next().await;
             }
             while pending.len() < batch * 10 {
                 match self.rx.try_recv() {
@@ -65,19 +70,39 @@ impl Completer {
                     Err(_) => break,
                 }
             }
-            let mut delay = RETRY_MIN;
-            loop {
-                match self.flush(&mut pending).await {
-                    Ok(()) => break,
-                    Err(error) => {
-                        self.core.metrics.database(false);
-                        tracing::warn!(%error, pending = pending.len(), "completion batch failed; retrying");
-                        tokio::select! {
-                            _ = tokio::time::sleep(delay) => {}
-                            _ = stop.cancelled() => return,
-                        }
-                        delay = (delay * 2).min(RETRY_MAX);
+            let me = Completer::writer(Arc::clone(&core));
+            let stop = stop.clone();
+            in_flight.spawn(async move { me.flush_until_done(pending, &stop).await });
+        }
+        while in_flight.join_next().await.is_some() {}
+    }
+
+    /// A writer sharing the core (it never receives).
+    fn writer(core: Arc<Core>) -> Writer {
+        Writer { core }
+    }
+}
+
+/// Writes batches of finished attempts.
+struct Writer {
+    core: Arc<Core>,
+}
+
+impl Writer {
+    /// Writes `pending`, retrying with backoff until it lands or `stop` fires.
+    async fn flush_until_done(self, mut pending: Vec<Finished>, stop: &CancellationToken) {
+        let mut delay = RETRY_MIN;
+        loop {
+            match self.flush(&mut pending).await {
+                Ok(()) => return,
+                Err(error) => {
+                    self.core.metrics.database(false);
+                    tracing::warn!(error = %format!("{error:#}"), pending = pending.len(), "completion batch failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stop.cancelled() => return,
                     }
+                    delay = (delay * 2).min(RETRY_MAX);
                 }
             }
         }
@@ -87,20 +112,33 @@ impl Completer {
     async fn flush(&self, pending: &mut Vec<Finished>) -> anyhow::Result<()> {
         let core = &self.core;
         let timeout = core.settings.lease_ttl;
-        let (releases, completes): (Vec<&Finished>, Vec<&Finished>) = pending
-            .iter()
+        let (releases, completes): (Vec<Finished>, Vec<Finished>) = std::mem::take(pending)
+            .into_iter()
             .partition(|f| matches!(f.action, FinishAction::Release));
         if !completes.is_empty() {
-            let params: Vec<CompleteParams> =
-                completes.iter().map(|f| complete_params(f)).collect();
-            let outcomes = tokio::time::timeout(timeout, core.store.task_complete_many(params))
+            let params: Vec<CompleteParams> = completes.iter().map(complete_params).collect();
+            let written = tokio::time::timeout(timeout, core.store.task_complete_many(params))
                 .await
-                .map_err(|_| anyhow::anyhow!("completion batch timed out after {timeout:?}"))??;
+                .map_err(|_| anyhow::anyhow!("completion batch timed out after {timeout:?}"))
+                .and_then(|r| r.map_err(anyhow::Error::new));
+            let outcomes = match written {
+                Ok(outcomes) => outcomes,
+                Err(e) => {
+                    // Keep everything for the retry.
+                    pending.extend(completes);
+                    pending.extend(releases);
+                    return Err(e);
+                }
+            };
             core.metrics.database(true);
             for (f, outcome) in completes.iter().zip(outcomes) {
                 self.record(f, outcome);
             }
+            core.wake_claimers();
         }
+        // The completions landed: a retry from here on repeats only the releases.
+        pending.extend(releases);
+        let releases: Vec<&Finished> = pending.iter().collect();
         if !releases.is_empty() {
             let leases = releases.iter().map(|f| (f.key.id, f.key.epoch)).collect();
             let out = tokio::time::timeout(
@@ -135,7 +173,7 @@ impl Completer {
         }
         pending.clear();
         // The book shrank: a claimer held back by the book's cap can claim again.
-        core.wake.notify_one();
+        core.wake_claimers();
         Ok(())
     }
 

@@ -176,6 +176,12 @@ impl Core {
         self.draining.load(Ordering::Relaxed)
     }
 
+    /// Wakes every claim worker (and leaves a permit for one that is not waiting yet).
+    pub(crate) fn wake_claimers(&self) {
+        self.wake.notify_waiters();
+        self.wake.notify_one();
+    }
+
     pub(crate) fn update_active(&self) {
         self.metrics.set_active(self.book.executing());
     }

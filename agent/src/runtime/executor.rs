@@ -127,7 +127,7 @@ pub(crate) fn start(
             let run_time = claimed_at.elapsed();
             let still_held = core.book.finish_execution(key.id, key.epoch);
             core.update_active();
-            core.wake.notify_one();
+            core.wake_claimers();
             if progress.was_fenced() {
                 super::core::bump(&core.stats.fenced, 1);
                 core.metrics.fenced("progress");

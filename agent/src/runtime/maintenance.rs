@@ -180,7 +180,7 @@ impl Maintenance {
                     .map(|r| (r.id, r.owner.clone(), r.revoked_epoch, r.status))
                     .collect(),
             });
-            core.wake.notify_one();
+            core.wake_claimers();
             if n < BATCH as usize {
                 return;
             }

@@ -40,7 +40,7 @@ impl Notifier {
                 Ok(listener) => {
                     backoff = Duration::from_millis(100);
                     // Anything enqueued while we were not listening: claim now.
-                    self.core.wake.notify_one();
+                    self.core.wake_claimers();
                     if self.listen(listener, &stop).await {
                         return;
                     }
@@ -82,15 +82,15 @@ impl Notifier {
                 _ = tokio::time::sleep(probe_every) => None,
             };
             match received {
-                Some(Ok(Some(_))) => self.core.wake.notify_one(),
+                Some(Ok(Some(_))) => self.core.wake_claimers(),
                 Some(Ok(None)) => {
                     tracing::warn!("LISTEN connection lost; re-subscribing");
-                    self.core.wake.notify_one();
+                    self.core.wake_claimers();
                     return false;
                 }
                 Some(Err(error)) => {
                     tracing::warn!(%error, "LISTEN failed; re-subscribing");
-                    self.core.wake.notify_one();
+                    self.core.wake_claimers();
                     return false;
                 }
                 None => {
@@ -102,7 +102,7 @@ impl Notifier {
                     .await;
                     if !matches!(probe, Ok(Ok(_))) {
                         tracing::warn!("LISTEN connection did not answer a probe; replacing it");
-                        self.core.wake.notify_one();
+                        self.core.wake_claimers();
                         return false;
                     }
                 }

@@ -30,6 +30,10 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const DEFAULT_DEAD_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// A waiting task whose type no live agent serves is dead-lettered after this long.
 pub const DEFAULT_UNSERVED_AFTER: Duration = Duration::from_secs(15 * 60);
+/// Claim statements one agent keeps in flight at once.
+pub const DEFAULT_CLAIM_WORKERS: u32 = 2;
+/// Completion statements one agent keeps in flight at once.
+pub const DEFAULT_COMPLETE_WORKERS: usize = 2;
 /// Completions are flushed when this many are pending…
 pub const DEFAULT_COMPLETE_BATCH: usize = 100;
 /// …or after this long.
@@ -50,7 +54,9 @@ pub struct RuntimeSettings {
     pub shutdown_timeout: Duration,
     pub stop_grace: Duration,
     pub claim_batch: u32,
+    pub claim_workers: u32,
     pub complete_batch: usize,
+    pub complete_workers: usize,
     pub complete_flush: Duration,
     pub retention: Duration,
     pub dead_retention: Duration,
@@ -75,7 +81,9 @@ impl Default for RuntimeSettings {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             stop_grace: DEFAULT_STOP_GRACE,
             claim_batch: DEFAULT_CLAIM_BATCH,
+            claim_workers: DEFAULT_CLAIM_WORKERS,
             complete_batch: DEFAULT_COMPLETE_BATCH,
+            complete_workers: DEFAULT_COMPLETE_WORKERS,
             complete_flush: DEFAULT_COMPLETE_FLUSH,
             retention: DEFAULT_RETENTION,
             dead_retention: DEFAULT_DEAD_RETENTION,
@@ -176,6 +184,12 @@ impl RuntimeSettings {
         )?;
         if !(1..=10_000).contains(&self.claim_batch) {
             return Err(bad("claim_batch", "must be within 1..=10000"));
+        }
+        if !(1..=16).contains(&self.claim_workers) {
+            return Err(bad("claim_workers", "must be within 1..=16"));
+        }
+        if !(1..=16).contains(&self.complete_workers) {
+            return Err(bad("complete_workers", "must be within 1..=16"));
         }
         if !(1..=10_000).contains(&self.complete_batch) {
             return Err(bad("complete_batch", "must be within 1..=10000"));

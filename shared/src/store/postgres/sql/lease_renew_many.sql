@@ -1,13 +1,23 @@
 -- Renew owner $1's leases ($2 ids, $3 epochs) for $4 seconds of database time. A lease that
 -- expired but was not yet recovered is still held and is renewed (the debounce). Rows that do
 -- not come back are lost. Always returns at least one row (with now()).
-WITH renewed AS (
+-- Rows are locked in id order first (as task_complete_many does), so a renewal racing a batch
+-- completion of the same leases waits instead of deadlocking; a row that finished while we
+-- waited no longer matches and is reported lost (the completion that finished it says more).
+WITH locked AS (
+    SELECT t.id
+    FROM tasks t
+    JOIN unnest($2::bigint[], $3::bigint[]) AS l(id, epoch) ON t.id = l.id AND t.lease_epoch = l.epoch
+    WHERE t.lease_owner = $1 AND t.status IN ('running', 'cancel_requested')
+    ORDER BY t.id
+    FOR UPDATE OF t
+),
+renewed AS (
     UPDATE tasks t
     SET lease_until = now() + make_interval(secs => $4),
         heartbeat_at = now()
-    FROM unnest($2::bigint[], $3::bigint[]) AS l(id, epoch)
-    WHERE t.id = l.id AND t.lease_epoch = l.epoch AND t.lease_owner = $1
-      AND t.status IN ('running', 'cancel_requested')
+    FROM locked
+    WHERE t.id = locked.id
     RETURNING t.id, t.lease_epoch, t.lease_until, t.status = 'cancel_requested' AS cancel_requested
 )
 SELECT now() AS now, r.id, r.lease_epoch, r.lease_until, r.cancel_requested

@@ -6,6 +6,9 @@
 -- backoff, min(max, base * mult^(attempt-1)) +/- jitter in database time, while attempts are
 -- left, the error is retryable and the retry would start before the deadline; else dead
 -- (deadline_exceeded when only the deadline stood in the way).
+-- Rows are locked in id order (as lease_renew_many does), so a completion and a renewal of
+-- the same agent's leases can never deadlock. The UPDATE re-checks the fence as well, and the
+-- attempt row is written only for rows the UPDATE changed.
 -- A repeat racing the original (waiting on its row lock) cannot see the original's attempt row
 -- in this statement's snapshot and comes back 'fenced'; the caller re-checks those rows with
 -- task_attempt_outcomes.sql in a new statement.
@@ -23,7 +26,7 @@ cur AS (
     FOR UPDATE OF t
 ),
 decision AS (
-    SELECT cur.id, cur.outcome, cur.result,
+    SELECT cur.id, cur.owner, cur.epoch, cur.outcome, cur.result,
            CASE
                WHEN cur.outcome IN ('succeeded', 'partially_succeeded', 'cancelled') THEN cur.outcome
                WHEN cur.status = 'cancel_requested' THEN 'cancelled'
@@ -74,22 +77,26 @@ decision AS (
 ),
 upd AS (
     UPDATE tasks t
-    SET status = d.next_status,
-        available_at = CASE WHEN d.next_status = 'retry_wait' THEN d.retry_at ELSE t.available_at END,
+    SET status = CASE WHEN t.status = 'cancel_requested' AND d.outcome = 'failed' THEN 'cancelled'
+                      ELSE d.next_status END,
+        available_at = CASE WHEN d.next_status = 'retry_wait' AND t.status = 'running' THEN d.retry_at
+                            ELSE t.available_at END,
         lease_until = NULL,
         result = CASE WHEN d.outcome IN ('succeeded', 'partially_succeeded') THEN d.result ELSE t.result END,
         last_error = CASE WHEN d.outcome = 'failed' THEN d.error ELSE t.last_error END,
-        finished_at = CASE WHEN d.next_status = 'retry_wait' THEN NULL ELSE now() END,
+        finished_at = CASE WHEN d.next_status = 'retry_wait' AND t.status = 'running' THEN NULL ELSE now() END,
         updated_at = now()
     FROM decision d
-    WHERE t.id = d.id
-    RETURNING t.id, t.status, t.available_at
+    WHERE t.id = d.id AND t.lease_owner = d.owner AND t.lease_epoch = d.epoch
+      AND t.status IN ('running', 'cancel_requested')
+    RETURNING t.id, t.status, t.available_at, t.lease_epoch, t.attempt, t.lease_owner, t.started_at,
+              d.outcome, d.error
 ),
 attempt_row AS (
     INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, outcome, error)
-    SELECT cur.id, cur.epoch, cur.attempt, cur.owner, coalesce(cur.started_at, now()), cur.outcome,
-           CASE WHEN cur.outcome = 'failed' THEN cur.error END
-    FROM cur
+    SELECT u.id, u.lease_epoch, u.attempt, u.lease_owner, coalesce(u.started_at, now()), u.outcome,
+           CASE WHEN u.outcome = 'failed' THEN u.error END
+    FROM upd u
 )
 -- Applied rows come straight from the update; only the others are looked up (by index), so
 -- the statement stays linear in the batch size.
@@ -103,4 +110,4 @@ SELECT i.id,
 FROM input i
 LEFT JOIN task_attempts a ON a.task_id = i.id AND a.epoch = i.epoch AND a.agent = i.owner AND a.outcome = i.outcome
 LEFT JOIN tasks t ON t.id = i.id
-WHERE i.id <> ALL (ARRAY(SELECT id FROM cur))
+WHERE i.id <> ALL (ARRAY(SELECT id FROM upd))
