@@ -210,7 +210,7 @@ impl Writer {
                 } else {
                     bump(&core.stats.partially_succeeded, 1);
                 }
-                core.listeners.emit(LifecycleEvent::Completed {
+                core.listeners.emit_with(|| LifecycleEvent::Completed {
                     id,
                     task_type,
                     status,

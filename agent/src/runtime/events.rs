@@ -95,6 +95,13 @@ impl Listeners {
         self.0.push(listener);
     }
 
+    /// Builds the event only when someone listens (hot paths: one per task).
+    pub(crate) fn emit_with(&self, event: impl FnOnce() -> LifecycleEvent) {
+        if !self.0.is_empty() {
+            self.emit(event());
+        }
+    }
+
     pub(crate) fn emit(&self, event: LifecycleEvent) {
         for listener in &self.0 {
             if catch_unwind(AssertUnwindSafe(|| listener.on_event(&event))).is_err() {

@@ -82,7 +82,7 @@ pub(crate) fn start(
         .map(|s| (s - task.available_at).to_std().unwrap_or(Duration::ZERO))
         .unwrap_or(Duration::ZERO);
     core.metrics.claimed(task.task_type.as_str(), queue_wait);
-    core.listeners.emit(LifecycleEvent::Started {
+    core.listeners.emit_with(|| LifecycleEvent::Started {
         id: task.id,
         task_type: task.task_type.clone(),
         epoch: task.lease_epoch,
@@ -113,7 +113,7 @@ pub(crate) fn start(
         agent: Some(core.id.clone()),
         pool: core.pg_pool.clone(),
     };
-    let span = tracing::info_span!(
+    let span = tracing::debug_span!(
         "execution",
         task.id = task.id.0,
         task.r#type = task.task_type.as_str(),
@@ -135,7 +135,7 @@ pub(crate) fn start(
             let reason = stop.reason();
             if reason == Some(StopReason::LeaseLost) || !still_held {
                 // Someone else owns the task now (or will): write nothing.
-                tracing::warn!("execution stopped: lease lost");
+                tracing::warn!(task.id = key.id.0, lease.epoch = key.epoch.0, "execution stopped: lease lost");
                 return;
             }
             if !progress.was_fenced() {
