@@ -27,7 +27,7 @@ use crate::handler::{Handler, HandlerError, HandlerRegistry, Outcome, TaskContex
 use crate::runtime::{AgentBuilder, LifecycleEvent, RuntimeSettings, Shutdown};
 
 /// Agents the bench runs unless told otherwise.
-pub const DEFAULT_AGENTS: u32 = 2;
+pub const DEFAULT_AGENTS: u32 = 1;
 
 /// Bench settings (the `bench` subcommand's flags).
 #[derive(Debug, Clone)]

@@ -106,7 +106,7 @@ struct RunArgs {
     /// task type of its name.
     #[arg(long, env = "LEASEHOLD_HANDLERS", value_name = "LIST")]
     handlers: Option<String>,
-    /// Tasks this agent runs at once. [default: 100]
+    /// Tasks this agent runs at once (lower it for heavy handlers such as `exec`). [default: 1000]
     #[arg(long, env = "LEASEHOLD_CONCURRENCY", value_name = "N")]
     concurrency: Option<u32>,
     /// Lease time-to-live. [default: 20s]
@@ -127,7 +127,7 @@ struct RunArgs {
     /// How long a handler asked to stop may take before it is dropped. [default: 10s]
     #[arg(long, env = "LEASEHOLD_STOP_GRACE", value_name = "DURATION")]
     stop_grace: Option<String>,
-    /// Most tasks claimed per statement. [default: 100]
+    /// Most tasks claimed per statement (never more than the free slots). [default: 500]
     #[arg(long, env = "LEASEHOLD_CLAIM_BATCH", value_name = "N")]
     claim_batch: Option<u32>,
     /// Keep finished tasks this long (the leader deletes older ones). [default: 7days]

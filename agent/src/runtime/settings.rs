@@ -9,7 +9,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 /// Tasks one agent runs at once.
-pub const DEFAULT_CONCURRENCY: u32 = 100;
+pub const DEFAULT_CONCURRENCY: u32 = 1000;
 /// Lease time-to-live: a lease not renewed for this long can be taken after the grace.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(20);
 /// Interval between batch renewals.
@@ -23,7 +23,7 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a handler asked to stop (cancel, timeout, shutdown) may take before it is dropped.
 pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
 /// Most tasks claimed by one statement.
-pub const DEFAULT_CLAIM_BATCH: u32 = 100;
+pub const DEFAULT_CLAIM_BATCH: u32 = 500;
 /// Finished tasks are kept this long, then deleted by the leader.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Dead-lettered tasks are kept this long.
