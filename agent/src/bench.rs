@@ -128,6 +128,7 @@ async fn run_phases(
     let done = Arc::new(AtomicU64::new(0));
     let finished = Arc::new(Notify::new());
     let (pickup_tx, mut pickup_rx) = mpsc::unbounded_channel::<Duration>();
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let mut settings = RuntimeSettings {
         unserved_after: None,
         ..RuntimeSettings::default()
@@ -145,6 +146,8 @@ async fn run_phases(
         let done = Arc::clone(&done);
         let finished = Arc::clone(&finished);
         let pickup_tx = pickup_tx.clone();
+        let target = config.tasks;
+        let draining = Arc::clone(&draining);
         let agent = AgentBuilder::new(
             RuntimeSettings {
                 name: format!("bench-{}-{n}", std::process::id()),
@@ -153,11 +156,13 @@ async fn run_phases(
             handlers,
         )
         .listener(move |event: &LifecycleEvent| match event {
-            LifecycleEvent::Completed { .. } => {
-                done.fetch_add(1, Ordering::Relaxed);
+            // Wake the bench once, at the end (a wake-up per task would cost the agents CPU).
+            LifecycleEvent::Completed { .. }
+                if done.fetch_add(1, Ordering::Relaxed) + 1 == target =>
+            {
                 finished.notify_one();
             }
-            LifecycleEvent::Started { queue_wait, .. } => {
+            LifecycleEvent::Started { queue_wait, .. } if !draining.load(Ordering::Relaxed) => {
                 let _ = pickup_tx.send(*queue_wait);
             }
             _ => {}
@@ -176,7 +181,7 @@ async fn run_phases(
     while done.load(Ordering::Relaxed) < config.tasks {
         tokio::select! {
             _ = finished.notified() => {}
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
         if let Some(ended) = running.try_join_next() {
             ended.context("bench agent panicked")??;
@@ -187,6 +192,7 @@ async fn run_phases(
     let processed_per_s = config.tasks as f64 / drain_seconds;
 
     // 3. Idle pickup: one task at a time.
+    draining.store(false, Ordering::Relaxed);
     while pickup_rx.try_recv().is_ok() {}
     let mut latencies = Vec::with_capacity(config.latency_samples as usize);
     for _ in 0..config.latency_samples {

@@ -135,7 +135,11 @@ pub(crate) fn start(
             let reason = stop.reason();
             if reason == Some(StopReason::LeaseLost) || !still_held {
                 // Someone else owns the task now (or will): write nothing.
-                tracing::warn!(task.id = key.id.0, lease.epoch = key.epoch.0, "execution stopped: lease lost");
+                tracing::warn!(
+                    task.id = key.id.0,
+                    lease.epoch = key.epoch.0,
+                    "execution stopped: lease lost"
+                );
                 return;
             }
             if !progress.was_fenced() {

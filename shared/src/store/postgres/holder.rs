@@ -27,14 +27,12 @@ fn split(leases: &[(TaskId, LeaseEpoch)]) -> (Vec<i64>, Vec<i64>) {
 pub(super) async fn lease_renew_many(pool: &PgPool, params: &RenewParams) -> Result<RenewOutcome> {
     params.validate()?;
     let (ids, epochs) = split(&params.leases);
-    let rows = sqlx::query(sql::lease_renew_many)
+    let query = sqlx::query(sql::lease_renew_many)
         .bind(params.owner.as_str())
         .bind(&ids)
         .bind(&epochs)
-        .bind(secs(params.lease_ttl))
-        .fetch_all(pool)
-        .await
-        .map_err(StoreError::db("lease_renew_many"))?;
+        .bind(secs(params.lease_ttl));
+    let rows = super::fetch_indexed(pool, query, "lease_renew_many").await?;
     let mut now: Option<DateTime<Utc>> = None;
     let mut renewed = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -125,16 +123,14 @@ pub(super) async fn task_complete_many(
     if n == 0 {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query(sql::task_complete_many)
+    let query = sqlx::query(sql::task_complete_many)
         .bind(&ids)
         .bind(&owners)
         .bind(&epochs)
         .bind(&outcomes)
         .bind(&results)
-        .bind(&errors)
-        .fetch_all(pool)
-        .await
-        .map_err(StoreError::db("task_complete"))?;
+        .bind(&errors);
+    let rows = super::fetch_indexed(pool, query, "task_complete").await?;
     let mut by_id = std::collections::HashMap::with_capacity(n);
     for row in &rows {
         let id: i64 = get(row, "id")?;
@@ -188,13 +184,11 @@ pub(super) async fn lease_release_many(
     params: &ReleaseParams,
 ) -> Result<ReleaseOutcome> {
     let (ids, epochs) = split(&params.leases);
-    let rows = sqlx::query(sql::lease_release_many)
+    let query = sqlx::query(sql::lease_release_many)
         .bind(params.owner.as_str())
         .bind(&ids)
-        .bind(&epochs)
-        .fetch_all(pool)
-        .await
-        .map_err(StoreError::db("lease_release_many"))?;
+        .bind(&epochs);
+    let rows = super::fetch_indexed(pool, query, "lease_release_many").await?;
     let released: Vec<TaskId> = rows
         .iter()
         .map(|row| get::<i64>(row, "id").map(TaskId))

@@ -25,12 +25,10 @@ pub(super) async fn lease_recover_expired(
     pool: &PgPool,
     params: &RecoverParams,
 ) -> Result<Vec<Recovered>> {
-    let rows = sqlx::query(sql::lease_recover_expired)
+    let query = sqlx::query(sql::lease_recover_expired)
         .bind(secs(params.grace))
-        .bind(i64::from(params.limit))
-        .fetch_all(pool)
-        .await
-        .map_err(StoreError::db("lease_recover_expired"))?;
+        .bind(i64::from(params.limit));
+    let rows = super::fetch_indexed(pool, query, "lease_recover_expired").await?;
     rows.iter()
         .map(|row| {
             Ok(Recovered {

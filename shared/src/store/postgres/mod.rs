@@ -57,6 +57,7 @@ pub(crate) mod sql {
     mod names {
         statements!(
             db_now,
+            plan_indexed,
             notify_tasks,
             task_enqueue,
             task_enqueue_many,
@@ -116,6 +117,30 @@ pub(crate) mod sql {
 /// statement sees what committed before it; row locks re-check the latest row version), so
 /// they say so rather than inherit a server default.
 pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// Runs one row-returning statement in a READ COMMITTED transaction whose planner may only use
+/// index nested loops (sql/plan_indexed.sql): batch statements stay linear in their batch size
+/// whatever the table statistics say.
+pub(crate) async fn fetch_indexed<'q>(
+    pool: &PgPool,
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    op: &'static str,
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let mut tx = pool
+        .begin_with(BEGIN_READ_COMMITTED)
+        .await
+        .map_err(StoreError::db(op))?;
+    sqlx::query(sql::plan_indexed)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(op))?;
+    let rows = query
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(op))?;
+    tx.commit().await.map_err(StoreError::db(op))?;
+    Ok(rows)
+}
 
 /// Options for connecting a [`PgStore`].
 #[derive(Debug, Clone)]

@@ -4,11 +4,14 @@
 -- Rows are locked in id order first (as task_complete_many does), so a renewal racing a batch
 -- completion of the same leases waits instead of deadlocking; a row that finished while we
 -- waited no longer matches and is reported lost (the completion that finished it says more).
+-- The status test is wrapped in CASE on purpose: written plainly it matches the predicate of
+-- tasks_leased_type_idx, and with statistics taken when few tasks ran the planner would scan
+-- that whole partial index (dead entries included) instead of looking the ids up by primary key.
 WITH locked AS (
     SELECT t.id
     FROM tasks t
     JOIN unnest($2::bigint[], $3::bigint[]) AS l(id, epoch) ON t.id = l.id AND t.lease_epoch = l.epoch
-    WHERE t.lease_owner = $1 AND t.status IN ('running', 'cancel_requested')
+    WHERE t.lease_owner = $1 AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
     ORDER BY t.id
     FOR UPDATE OF t
 ),

@@ -12,6 +12,9 @@
 -- A repeat racing the original (waiting on its row lock) cannot see the original's attempt row
 -- in this statement's snapshot and comes back 'fenced'; the caller re-checks those rows with
 -- task_attempt_outcomes.sql in a new statement.
+-- The status test is wrapped in CASE on purpose: written plainly it matches the predicate of
+-- tasks_leased_type_idx, and with statistics taken when few tasks ran the planner would scan
+-- that whole partial index (dead entries included) instead of looking the ids up by primary key.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::jsonb[], $6::jsonb[])
         AS i(id, owner, epoch, outcome, result, error)
@@ -21,7 +24,7 @@ cur AS (
            i.owner, i.epoch, i.outcome, i.result, i.error
     FROM tasks t
     JOIN input i ON t.id = i.id AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
-    WHERE t.status IN ('running', 'cancel_requested')
+    WHERE CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
     ORDER BY t.id
     FOR UPDATE OF t
 ),
@@ -88,7 +91,7 @@ upd AS (
         updated_at = now()
     FROM decision d
     WHERE t.id = d.id AND t.lease_owner = d.owner AND t.lease_epoch = d.epoch
-      AND t.status IN ('running', 'cancel_requested')
+      AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
     RETURNING t.id, t.status, t.available_at, t.lease_epoch, t.attempt, t.lease_owner, t.started_at,
               d.outcome, d.error
 ),
