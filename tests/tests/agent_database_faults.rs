@@ -1094,3 +1094,50 @@ async fn t19_listen_connection_lost_pickup_falls_back_to_polling_and_resubscribe
     drop(agent);
     db.drop_db().await.unwrap();
 }
+
+/// T14: an exclusive lock on `tasks` held for less than the TTL. Renewals time out (their own
+/// statement timeout) instead of hanging, nothing crashes, and once the lock goes the agent
+/// renews and finishes every task itself: no takeover caused by the lock alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t14_an_exclusive_lock_on_tasks_times_out_without_takeover() {
+    let db = TestDb::new().await.unwrap();
+    ledger::install(&db.pool).await.unwrap();
+    let mut agent = spawn_test_agent(&db.url, "locked", "ledger", &["--concurrency", "5"])
+        .await
+        .unwrap();
+    let id = leasehold_tests::wait_registered(&db.pool, "locked", Duration::from_secs(20))
+        .await
+        .unwrap();
+    ledger::enqueue(&db.pool, "ledger", 5, json!({"ms": 2500}))
+        .await
+        .unwrap();
+    wait_holding(&db.pool, &id, 5).await;
+    // Hold the lock for 1.5 s (TTL 2 s): several renewals (every 400 ms) must time out.
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tx.commit().await.unwrap();
+    wait_succeeded(&db.pool, 5, Duration::from_secs(30)).await;
+    let report = ledger::expect_all_succeeded(&db.pool).await.unwrap();
+    assert_eq!(report.lease_expired_attempts, 0, "{report:?}");
+    assert_eq!(report.executions, 5, "one execution each: {report:?}");
+    let owners: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM tasks WHERE lease_owner = $1 AND status = 'succeeded'",
+    )
+    .bind(&id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(owners, 5, "the locked agent finished its own tasks");
+    // Positive control: the lock really stopped renewals for a while.
+    assert!(
+        !log_lines(&agent, &[RENEWAL_FAILED]).is_empty(),
+        "no renewal failed during the lock:\n{}",
+        agent.log_tail(40)
+    );
+    assert!(agent.is_running());
+    db.drop_db().await.unwrap();
+}
