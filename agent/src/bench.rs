@@ -11,8 +11,6 @@
 //! 3. **pickup** — the same agents, now idle; one task enqueued at a time; the latency is the
 //!    task's `started_at − available_at` in database time → `pickup_p50_ms`, `pickup_p99_ms`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -21,10 +19,9 @@ use leasehold_shared::store::NewTask;
 use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
 use leasehold_shared::{Store, TaskType};
 use serde::Serialize;
-use tokio::sync::{Notify, mpsc};
 
 use crate::handler::{Handler, HandlerError, HandlerRegistry, Outcome, TaskContext};
-use crate::runtime::{AgentBuilder, LifecycleEvent, RuntimeSettings, Shutdown};
+use crate::runtime::{AgentBuilder, AgentControl, RuntimeSettings, Shutdown};
 
 /// Agents the bench runs unless told otherwise.
 pub const DEFAULT_AGENTS: u32 = 1;
@@ -124,11 +121,8 @@ async fn run_phases(
     }
     let enqueue_per_s = config.tasks as f64 / started.elapsed().as_secs_f64();
 
-    // 2. Drain with real agents.
-    let done = Arc::new(AtomicU64::new(0));
-    let finished = Arc::new(Notify::new());
-    let (pickup_tx, mut pickup_rx) = mpsc::unbounded_channel::<Duration>();
-    let draining = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // 2. Drain with real agents. Progress is read from the agents' own counters: no listener,
+    // so the bench adds no work per task to the runtime it measures.
     let mut settings = RuntimeSettings {
         unserved_after: None,
         ..RuntimeSettings::default()
@@ -143,11 +137,6 @@ async fn run_phases(
     for n in 0..config.agents {
         let mut handlers = HandlerRegistry::new();
         handlers.register(task_type.clone(), Noop);
-        let done = Arc::clone(&done);
-        let finished = Arc::clone(&finished);
-        let pickup_tx = pickup_tx.clone();
-        let target = config.tasks;
-        let draining = Arc::clone(&draining);
         let agent = AgentBuilder::new(
             RuntimeSettings {
                 name: format!("bench-{}-{n}", std::process::id()),
@@ -155,34 +144,21 @@ async fn run_phases(
             },
             handlers,
         )
-        .listener(move |event: &LifecycleEvent| match event {
-            // Wake the bench once, at the end (a wake-up per task would cost the agents CPU).
-            LifecycleEvent::Completed { .. }
-                if done.fetch_add(1, Ordering::Relaxed) + 1 == target =>
-            {
-                finished.notify_one();
-            }
-            LifecycleEvent::Started { queue_wait, .. } if !draining.load(Ordering::Relaxed) => {
-                let _ = pickup_tx.send(*queue_wait);
-            }
-            _ => {}
-        })
         .connect(store_url(config))
         .await
         .with_context(|| format!("starting bench agent {n}"))?;
         agents.push(agent);
     }
+    let controls: Vec<AgentControl> = agents.iter().map(|a| a.control()).collect();
+    let succeeded = || controls.iter().map(|c| c.summary().succeeded).sum::<u64>();
     let shutdown = Shutdown::default();
     let started = Instant::now();
     let mut running = tokio::task::JoinSet::new();
     for agent in agents {
         running.spawn(agent.run(shutdown.clone()));
     }
-    while done.load(Ordering::Relaxed) < config.tasks {
-        tokio::select! {
-            _ = finished.notified() => {}
-            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-        }
+    while succeeded() < config.tasks {
+        tokio::time::sleep(Duration::from_millis(5)).await;
         if let Some(ended) = running.try_join_next() {
             ended.context("bench agent panicked")??;
             anyhow::bail!("a bench agent stopped before the drain finished");
@@ -191,21 +167,33 @@ async fn run_phases(
     let drain_seconds = started.elapsed().as_secs_f64();
     let processed_per_s = config.tasks as f64 / drain_seconds;
 
-    // 3. Idle pickup: one task at a time.
-    draining.store(false, Ordering::Relaxed);
-    while pickup_rx.try_recv().is_ok() {}
+    // 3. Idle pickup: one task at a time, each finished before the next is enqueued; the
+    // latency comes from the task row (database time), so how often we look does not matter.
     let mut latencies = Vec::with_capacity(config.latency_samples as usize);
     for _ in 0..config.latency_samples {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        store
+        let before = succeeded();
+        let id = store
             .task_enqueue(new_task())
             .await
-            .context("enqueue for pickup")?;
-        let wait = tokio::time::timeout(Duration::from_secs(10), pickup_rx.recv())
-            .await
-            .context("no agent picked the task up within 10 s")?
-            .context("bench agents stopped")?;
-        latencies.push(wait.as_secs_f64() * 1000.0);
+            .context("enqueue for pickup")?
+            .id;
+        let waited = Instant::now();
+        while succeeded() == before {
+            anyhow::ensure!(
+                waited.elapsed() < Duration::from_secs(10),
+                "no agent ran the pickup task within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let ms: f64 = sqlx::query_scalar(
+            "SELECT (extract(epoch FROM started_at - available_at) * 1000)::float8 FROM tasks WHERE id = $1",
+        )
+        .bind(id.0)
+        .fetch_one(store.pool())
+        .await
+        .context("reading the pickup task")?;
+        latencies.push(ms);
     }
     shutdown.graceful.cancel();
     while let Some(ended) = running.join_next().await {

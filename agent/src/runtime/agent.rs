@@ -212,6 +212,11 @@ impl AgentControl {
         self.core.book.len()
     }
 
+    /// What this run has done so far (the counters of [`RunSummary`]).
+    pub fn summary(&self) -> RunSummary {
+        self.core.stats.summary(&self.core.id, "running")
+    }
+
     /// The agent's metrics.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.core.metrics)
