@@ -1,5 +1,7 @@
 //! `leasehold-agent run` configuration: a TOML file, then environment variables, then flags —
-//! the later wins — merged over the defaults of [`RuntimeSettings`].
+//! the later wins — merged over the defaults of [`RuntimeSettings`]. `DATABASE_URL` is the
+//! conventional fallback: used only when neither a flag, `LEASEHOLD_DATABASE_URL` nor the file
+//! names the database. `exit_when_idle` is a switch: set in the file or by flag, it is on.
 //!
 //! The file uses the flags' names with underscores; durations are human (`30s`, `5m`, `1h`).
 //! Unknown keys are errors (a typo must not silently fall back to a default):

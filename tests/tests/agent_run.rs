@@ -492,3 +492,22 @@ async fn t28_poison_tasks_are_dead_lettered_with_the_reason_and_the_agent_keeps_
     assert!(agent.is_running());
     db.drop_db().await.unwrap();
 }
+
+/// Program output with a NUL byte (which PostgreSQL refuses in jsonb) must not hold back the
+/// batch it is written with: the character is made visible and every task completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_byte_in_program_output_does_not_block_completions() {
+    let db = TestDb::new().await.unwrap();
+    let nul = enqueue(&db, "exec", json!({"argv": ["printf", "a\\000b"]}), 1).await;
+    let mut others = Vec::new();
+    for _ in 0..20 {
+        others.push(enqueue(&db, "noop", json!({}), 1).await);
+    }
+    let (code, s, stderr) = run_to_idle(&db, "exec,noop").await;
+    assert_eq!(code, 0, "{s}\n{stderr}");
+    assert_eq!(s["succeeded"], 21, "{s}");
+    let row = task_row(&db.pool, nul).await.unwrap();
+    assert_eq!(row["status"], "succeeded", "{row}");
+    assert_eq!(row["result"]["stdout_tail"], "a\u{FFFD}b", "{row}");
+    db.drop_db().await.unwrap();
+}

@@ -97,6 +97,9 @@ impl AgentBuilder {
                 limits: self.limits,
                 application_name: format!("leasehold-agent {}", settings.name),
                 statement_timeout: Some(server_timeout),
+                // A half-open transaction holding lease rows would block renewals: end it well
+                // within the TTL.
+                idle_in_transaction_timeout: server_timeout,
             },
         )
         .await
@@ -114,6 +117,7 @@ impl AgentBuilder {
                     limits,
                     application_name: format!("leasehold-agent {name} heartbeat"),
                     statement_timeout: Some(timeout),
+                    idle_in_transaction_timeout: timeout.max(Duration::from_millis(500)),
                 };
                 Box::pin(async move {
                     let store = PgStore::connect(&url, options).await?;
@@ -371,8 +375,7 @@ impl Agent {
         } else {
             core.settings.lease_ttl
         };
-        let never = CancellationToken::new();
-        wait_for(&never, write_wait, || core.book.len() == 0).await;
+        wait_for(&forced, write_wait, || core.book.len() == 0).await;
         completer_stop.cancel();
         let _ = completer.await;
         let leftover = core.book.drain_all();

@@ -114,6 +114,11 @@ impl LeaseBook {
         n
     }
 
+    /// Slots promised to claims in flight.
+    pub(crate) fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::Relaxed)
+    }
+
     /// Returns a claim's promise (after its tasks were inserted as executing).
     pub(crate) fn unreserve(&self, n: usize) {
         let _book = self.lock();
@@ -121,10 +126,16 @@ impl LeaseBook {
     }
 
     pub(crate) fn insert(&self, id: TaskId, lease: Lease) {
-        let executing = lease.executing;
-        self.lock().insert(id, lease);
-        if executing {
+        let mut book = self.lock();
+        if lease.executing {
             self.executing.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(old) = book.insert(id, lease)
+            && old.executing
+        {
+            // A newer claim of the same task (the old lease was lost meanwhile).
+            self.executing.fetch_sub(1, Ordering::Relaxed);
+            old.stop.stop(crate::handler::StopReason::LeaseLost);
         }
     }
 

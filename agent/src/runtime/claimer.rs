@@ -55,7 +55,12 @@ impl Claimer {
             batch,
             lease_ttl: core.settings.lease_ttl,
         };
-        let claim_timeout = core.settings.lease_ttl / 2;
+        // The server cancels a claim statement after lease_ttl / 2 (at least 1 s; see agent.rs),
+        // and then nothing was taken. The client waits a second longer, so it normally hears that
+        // error instead of guessing; only a silent network leaves a claim whose outcome is
+        // unknown (its rows, if any, are recovered after the TTL).
+        let claim_timeout =
+            (core.settings.lease_ttl / 2).max(Duration::from_secs(1)) + Duration::from_secs(1);
         loop {
             if stop.is_cancelled() {
                 return;
@@ -78,13 +83,10 @@ impl Claimer {
             }
             let want = u32::try_from(reserved).unwrap_or(u32::MAX);
             let claimed_at = Instant::now();
-            let claimed = tokio::select! {
-                _ = stop.cancelled() => {
-                    core.book.unreserve(reserved);
-                    return;
-                }
-                r = tokio::time::timeout(claim_timeout, core.store.task_claim(params(want))) => r,
-            };
+            // Not raced against `stop`: a claim dropped after its commit would leave rows this
+            // agent owns but never runs. It is bounded by claim_timeout.
+            let claimed =
+                tokio::time::timeout(claim_timeout, core.store.task_claim(params(want))).await;
             if !matches!(claimed, Ok(Ok(_))) {
                 core.book.unreserve(reserved);
             }
@@ -163,16 +165,21 @@ impl Claimer {
     }
 
     async fn idle_now(&self) -> bool {
-        if self.core.book.len() > 0 {
+        if self.core.book.len() > 0 || self.core.book.reserved() > 0 {
             return false;
         }
-        match self
+        let count = self
             .core
             .store
-            .task_count_claimable(self.core.types.clone())
+            .task_count_claimable(self.core.types.clone());
+        match tokio::time::timeout(self.core.settings.lease_ttl / 2, count)
             .await
-        {
-            Ok(0) => self.core.book.len() == 0,
+            .unwrap_or_else(|_| {
+                Err(leasehold_shared::StoreError::Busy {
+                    op: "task_count_claimable (timed out)",
+                })
+            }) {
+            Ok(0) => self.core.book.len() == 0 && self.core.book.reserved() == 0,
             Ok(_) => false,
             Err(error) => {
                 tracing::warn!(%error, "could not count claimable tasks");

@@ -90,12 +90,60 @@ struct Writer {
 
 impl Writer {
     /// Writes `pending`, retrying with backoff until it lands or `stop` fires.
+    ///
+    /// A batch the database refuses for what it holds (not for a lost connection) is written
+    /// one attempt at a time, so one bad row can never hold the others back; a single attempt
+    /// the database still refuses is recorded as a permanent failure saying why, and if even
+    /// that is refused its lease is dropped from the book (recovered after its TTL) rather than
+    /// renewed forever.
     async fn flush_until_done(self, mut pending: Vec<Finished>, stop: &CancellationToken) {
         let mut delay = RETRY_MIN;
+        let mut rewritten = false;
         loop {
             match self.flush(&mut pending).await {
                 Ok(()) => return,
                 Err(error) => {
+                    let refused = error
+                        .downcast_ref::<leasehold_shared::StoreError>()
+                        .is_some_and(|e| {
+                            !e.is_connection()
+                                && !matches!(e, leasehold_shared::StoreError::Busy { .. })
+                        });
+                    if refused && pending.len() > 1 {
+                        tracing::warn!(error = %format!("{error:#}"), pending = pending.len(), "completion batch refused; writing its attempts one by one");
+                        for one in std::mem::take(&mut pending) {
+                            let me = Writer {
+                                core: Arc::clone(&self.core),
+                            };
+                            Box::pin(me.flush_until_done(vec![one], stop)).await;
+                        }
+                        return;
+                    }
+                    if refused {
+                        if rewritten {
+                            for f in pending.drain(..) {
+                                self.core.book.remove(f.key.id, f.key.epoch);
+                                tracing::error!(task.id = f.key.id.0, error = %format!("{error:#}"), "the database refuses this attempt's completion; its lease will be recovered after the TTL");
+                            }
+                            return;
+                        }
+                        rewritten = true;
+                        let reason = format!("{error:#}");
+                        for f in pending.iter_mut() {
+                            if let FinishAction::Complete(c) = &mut f.action {
+                                *c = Completion::Failed {
+                                    error: TaskError::permanent(
+                                        "unstorable",
+                                        format!(
+                                            "the database refused this attempt's outcome: {reason}"
+                                        ),
+                                    )
+                                    .bounded(),
+                                };
+                            }
+                        }
+                        continue;
+                    }
                     self.core.metrics.database(false);
                     tracing::warn!(error = %format!("{error:#}"), pending = pending.len(), "completion batch failed; retrying");
                     tokio::select! {
@@ -117,10 +165,11 @@ impl Writer {
             .partition(|f| matches!(f.action, FinishAction::Release));
         if !completes.is_empty() {
             let params: Vec<CompleteParams> = completes.iter().map(complete_params).collect();
-            let written = tokio::time::timeout(timeout, core.store.task_complete_many(params))
-                .await
-                .map_err(|_| anyhow::anyhow!("completion batch timed out after {timeout:?}"))
-                .and_then(|r| r.map_err(anyhow::Error::new));
+            let written =
+                tokio::time::timeout(timeout, core.store.task_complete_many(params.clone()))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("completion batch timed out after {timeout:?}"))
+                    .and_then(|r| r.map_err(anyhow::Error::new));
             let outcomes = match written {
                 Ok(outcomes) => outcomes,
                 Err(e) => {
@@ -131,8 +180,8 @@ impl Writer {
                 }
             };
             core.metrics.database(true);
-            for (f, outcome) in completes.iter().zip(outcomes) {
-                self.record(f, outcome);
+            for ((f, written), outcome) in completes.iter().zip(&params).zip(outcomes) {
+                self.record(f, &written.completion, outcome);
             }
             core.wake_claimers();
         }
@@ -177,7 +226,7 @@ impl Writer {
         Ok(())
     }
 
-    fn record(&self, f: &Finished, outcome: CompleteOutcome) {
+    fn record(&self, f: &Finished, written: &Completion, outcome: CompleteOutcome) {
         let core = &self.core;
         core.book.remove(f.key.id, f.key.epoch);
         let status = match outcome {
@@ -203,7 +252,7 @@ impl Writer {
         let (id, task_type) = (f.key.id, f.task_type.clone());
         core.metrics
             .finished(task_type.as_str(), status.as_str(), f.run_time);
-        match (&f.action, status) {
+        match (written, status) {
             (_, TaskStatus::Succeeded | TaskStatus::PartiallySucceeded) => {
                 if status == TaskStatus::Succeeded {
                     bump(&core.stats.succeeded, 1);
@@ -222,7 +271,7 @@ impl Writer {
                 core.listeners
                     .emit(LifecycleEvent::Cancelled { id, task_type });
             }
-            (FinishAction::Complete(Completion::Failed { error }), next) => {
+            (Completion::Failed { error }, next) => {
                 bump(&core.stats.failed, 1);
                 tracing::warn!(task.id = id.0, error.code = %error.code, error.message = %error.message, next = %next, "attempt failed");
                 core.listeners.emit(LifecycleEvent::Failed {
@@ -258,10 +307,18 @@ impl Writer {
 /// The completion to write; a result the store would refuse (too large) becomes a permanent
 /// failure saying so, so one bad result can never block the batch.
 fn complete_params(f: &Finished) -> CompleteParams {
-    let completion = match &f.action {
+    let mut completion = match &f.action {
         FinishAction::Complete(c) => c.clone(),
         FinishAction::Release => Completion::Cancelled,
     };
+    match &mut completion {
+        Completion::Succeeded { result: Some(r) }
+        | Completion::PartiallySucceeded { result: Some(r) } => {
+            leasehold_shared::domain::validate::replace_nul(r);
+        }
+        Completion::Failed { error } => *error = error.clone().bounded(),
+        _ => {}
+    }
     let params = CompleteParams {
         key: f.key.clone(),
         completion,

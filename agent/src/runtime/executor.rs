@@ -143,7 +143,12 @@ pub(crate) fn start(
                 return;
             }
             if !progress.was_fenced() {
-                progress.flush().await;
+                // Bounded: a stuck progress write must not keep the completion (and so the
+                // lease) from ever being written.
+                let limit = core.settings.lease_ttl / 4;
+                if tokio::time::timeout(limit, progress.flush()).await.is_err() {
+                    tracing::warn!(task.id = key.id.0, "final progress write timed out");
+                }
             }
             let action = finish_action(&core, &task.task_type, ran, reason, stop_at);
             let finished = Finished {
@@ -153,8 +158,13 @@ pub(crate) fn start(
                 run_time,
                 action,
             };
-            if core.finished.send(finished).is_err() {
-                tracing::error!("completer gone: the lease will be recovered after its TTL");
+            if let Err(lost) = core.finished.send(finished) {
+                // Only during a forced shutdown: stop renewing it so recovery can take it.
+                core.book.remove(lost.0.key.id, lost.0.key.epoch);
+                tracing::error!(
+                    task.id = lost.0.key.id.0,
+                    "completer gone: the lease will be recovered after its TTL"
+                );
             }
         }
         .instrument(span),

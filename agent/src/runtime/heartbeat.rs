@@ -74,10 +74,7 @@ impl Heartbeat {
         if let Some(conn) = &self.conn {
             return Ok(Arc::clone(conn));
         }
-        let timeout = self.core.settings.renew_timeout();
-        let conn = tokio::time::timeout(timeout, (self.connect)())
-            .await
-            .map_err(|_| anyhow::anyhow!("connecting timed out after {timeout:?}"))??;
+        let conn = (self.connect)().await?;
         tracing::info!("heartbeat connection (re)established");
         self.conn = Some(Arc::clone(&conn));
         Ok(conn)
@@ -91,29 +88,35 @@ impl Heartbeat {
         }
         let timeout = core.settings.renew_timeout();
         let sent = Instant::now();
-        let result = match self.connection().await {
-            Ok(conn) => {
-                let params = RenewParams {
-                    owner: core.id.clone(),
-                    leases,
-                    lease_ttl: core.settings.lease_ttl,
-                };
-                match tokio::time::timeout(timeout, conn.lease_renew_many(params)).await {
-                    Ok(Ok(out)) => Ok(out),
-                    Ok(Err(e)) => {
-                        if e.is_connection() {
-                            self.conn = None;
-                        }
-                        Err(anyhow::Error::new(e))
-                    }
-                    Err(_) => {
-                        // Half-open or stuck: abandon the connection rather than wait on it.
-                        self.conn = None;
-                        Err(anyhow::anyhow!("renewal timed out after {timeout:?}"))
-                    }
+        let params = RenewParams {
+            owner: core.id.clone(),
+            leases,
+            lease_ttl: core.settings.lease_ttl,
+        };
+        // One deadline for connecting and renewing together.
+        let attempt = tokio::time::timeout(timeout, async {
+            let conn = self.connection().await?;
+            conn.lease_renew_many(params)
+                .await
+                .map_err(anyhow::Error::new)
+        })
+        .await;
+        let result = match attempt {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => {
+                let connection = e
+                    .downcast_ref::<leasehold_shared::StoreError>()
+                    .is_none_or(|s| s.is_connection());
+                if connection {
+                    self.conn = None;
                 }
+                Err(e)
             }
-            Err(e) => Err(e),
+            Err(_) => {
+                // Half-open or stuck: abandon the connection rather than wait on it.
+                self.conn = None;
+                Err(anyhow::anyhow!("renewal timed out after {timeout:?}"))
+            }
         };
         let out = match result {
             Ok(out) => out,

@@ -49,15 +49,27 @@ impl Maintenance {
     pub(crate) async fn run(self, stop: CancellationToken) {
         let mut leading: Option<Leadership> = None;
         let mut last_housekeeping: Option<Instant> = None;
+        // Every step is bounded, so a silent connection can neither stall maintenance for good
+        // nor hold up shutdown.
+        let limit = (self.core.settings.lease_ttl / 2).max(Duration::from_secs(1));
+        let bounded = |step: &'static str| {
+            move |r: Result<(), tokio::time::error::Elapsed>| {
+                if r.is_err() {
+                    tracing::warn!(step, ?limit, "maintenance step timed out");
+                }
+            }
+        };
         loop {
-            self.lead(&mut leading).await;
+            bounded("leader")(tokio::time::timeout(limit, self.lead(&mut leading)).await);
             self.core.metrics.set_leader(leading.is_some());
             if leading.is_some() {
-                self.recover().await;
-                self.expire_deadlines().await;
+                bounded("recovery")(tokio::time::timeout(limit, self.recover()).await);
+                bounded("deadlines")(tokio::time::timeout(limit, self.expire_deadlines()).await);
                 if last_housekeeping.is_none_or(|at| at.elapsed() >= self.housekeeping_every()) {
                     last_housekeeping = Some(Instant::now());
-                    self.housekeeping().await;
+                    bounded("housekeeping")(
+                        tokio::time::timeout(limit * 4, self.housekeeping()).await,
+                    );
                 }
             }
             let wait = self
@@ -219,18 +231,32 @@ impl Maintenance {
             (vec![TaskStatus::Dead], core.settings.dead_retention),
         ];
         for (statuses, older_than) in purges {
-            match core
-                .store
-                .task_purge_finished(PurgeParams {
-                    statuses,
-                    older_than,
-                    limit: BATCH * 10,
-                })
-                .await
-            {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(deleted = n, "deleted finished tasks past retention"),
-                Err(error) => tracing::warn!(%error, "retention failed"),
+            // Batches until one comes back short, so retention keeps up with any throughput.
+            let mut deleted = 0;
+            loop {
+                let purged = core
+                    .store
+                    .task_purge_finished(PurgeParams {
+                        statuses: statuses.clone(),
+                        older_than,
+                        limit: BATCH * 10,
+                    })
+                    .await;
+                match purged {
+                    Ok(n) => {
+                        deleted += n;
+                        if n < u64::from(BATCH * 10) {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "retention failed");
+                        break;
+                    }
+                }
+            }
+            if deleted > 0 {
+                tracing::info!(deleted, "deleted finished tasks past retention");
             }
         }
         if let Some(after) = core.settings.unserved_after {

@@ -6,6 +6,7 @@
 //! makes the console show the agent as silent.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use leasehold_shared::store::{AgentHeartbeatParams, AgentState};
 use tokio_util::sync::CancellationToken;
@@ -29,14 +30,18 @@ impl Registry {
             active: u32::try_from(core.book.executing()).unwrap_or(u32::MAX),
             local_concurrency: u32::try_from(core.book.limit()).unwrap_or(u32::MAX),
         };
-        match core.store.agent_heartbeat(params).await {
-            Ok(true) => {}
-            Ok(false) => tracing::warn!("registry row missing or marked stopped"),
-            Err(error) => tracing::warn!(%error, "registry heartbeat failed"),
+        // Bounded: a silent connection must not stall the registry or a shutdown.
+        let limit = core.settings.heartbeat.max(Duration::from_secs(1));
+        match tokio::time::timeout(limit, core.store.agent_heartbeat(params)).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => tracing::warn!("registry row missing or marked stopped"),
+            Ok(Err(error)) => tracing::warn!(%error, "registry heartbeat failed"),
+            Err(_) => tracing::warn!(?limit, "registry heartbeat timed out"),
         }
-        match core.store.policy_list().await {
-            Ok(policies) => core.policies.replace(policies),
-            Err(error) => tracing::debug!(%error, "policy refresh failed"),
+        match tokio::time::timeout(limit, core.store.policy_list()).await {
+            Ok(Ok(policies)) => core.policies.replace(policies),
+            Ok(Err(error)) => tracing::debug!(%error, "policy refresh failed"),
+            Err(_) => tracing::debug!("policy refresh timed out"),
         }
     }
 

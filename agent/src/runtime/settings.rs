@@ -221,9 +221,14 @@ impl RuntimeSettings {
         Ok(())
     }
 
-    /// Renewal statements time out after this (client and server side).
+    /// A renewal (connecting included) gives up after this, client and server side. It is at
+    /// most the safety margin, so a renewal stuck at a lease's local deadline delays stopping
+    /// the execution by less than the margin — before the lease could expire in the database.
     pub fn renew_timeout(&self) -> Duration {
-        (self.heartbeat).min(self.lease_ttl / 4).max(50 * MS)
+        self.heartbeat
+            .min(self.lease_ttl / 4)
+            .min(self.safety_margin())
+            .max(50 * MS)
     }
 
     /// Margin kept between the local safety deadline and the lease's expiry.

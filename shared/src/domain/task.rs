@@ -89,6 +89,12 @@ impl TaskError {
     /// The error cut to what the database keeps: long codes and messages are truncated on a
     /// character boundary with a marker, so a huge error string can never fail a completion.
     pub fn bounded(mut self) -> Self {
+        // PostgreSQL text and jsonb refuse NUL: keep the message, make the character visible.
+        for field in [&mut self.code, &mut self.message] {
+            if field.contains('\0') {
+                *field = field.replace('\0', "\u{FFFD}");
+            }
+        }
         self.code = truncate_utf8(&self.code, MAX_ERROR_CODE_LEN);
         if self.code.is_empty() {
             self.code = "error".to_string();

@@ -125,6 +125,25 @@ pub fn check_result(result: &serde_json::Value) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// Replaces NUL characters (which `jsonb` and `text` refuse) with U+FFFD in every string and
+/// key of `value`: output captured from programs may carry them, and one such result must not
+/// make a whole batch of completions fail.
+pub fn replace_nul(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::String(s) if s.contains('\0') => *s = s.replace('\0', "\u{FFFD}"),
+        Value::Array(items) => items.iter_mut().for_each(replace_nul),
+        Value::Object(map) => {
+            let old = std::mem::take(map);
+            for (k, mut v) in old {
+                replace_nul(&mut v);
+                map.insert(k.replace('\0', "\u{FFFD}"), v);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Length of a value's JSON text as PostgreSQL prints `jsonb` (a space after every `,` and `:`).
 pub fn db_text_len(value: &serde_json::Value) -> usize {
     struct Count(usize);
@@ -199,6 +218,16 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nul_characters_are_made_visible_everywhere() {
+        let mut v = serde_json::json!({"a\u{0000}": ["x\u{0000}y", {"k": "\u{0000}"}], "n": 1});
+        super::replace_nul(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"a\u{FFFD}": ["x\u{FFFD}y", {"k": "\u{FFFD}"}], "n": 1})
+        );
+    }
+
     use super::*;
 
     #[test]

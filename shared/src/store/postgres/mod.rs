@@ -152,6 +152,9 @@ pub struct PgStoreOptions {
     pub application_name: String,
     /// Server-side limit on any one statement (None: the server's default).
     pub statement_timeout: Option<Duration>,
+    /// A transaction left idle this long (its client stalled or gone half-open) is ended by
+    /// the server, releasing its row locks.
+    pub idle_in_transaction_timeout: Duration,
 }
 
 impl Default for PgStoreOptions {
@@ -162,6 +165,7 @@ impl Default for PgStoreOptions {
             limits: InputLimits::default(),
             application_name: "leasehold".to_string(),
             statement_timeout: None,
+            idle_in_transaction_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -189,7 +193,13 @@ impl PgStore {
             ("plan_cache_mode", "force_generic_plan".to_string()),
             // No store transaction waits for a person: one left idle (a stalled process) is
             // ended rather than left holding locks.
-            ("idle_in_transaction_session_timeout", "60s".to_string()),
+            (
+                "idle_in_transaction_session_timeout",
+                format!(
+                    "{}ms",
+                    options.idle_in_transaction_timeout.as_millis().max(1)
+                ),
+            ),
         ];
         if let Some(timeout) = options.statement_timeout {
             settings.push((
