@@ -103,12 +103,7 @@ impl Writer {
             match self.flush(&mut pending).await {
                 Ok(()) => return,
                 Err(error) => {
-                    let refused = error
-                        .downcast_ref::<leasehold_shared::StoreError>()
-                        .is_some_and(|e| {
-                            !e.is_connection()
-                                && !matches!(e, leasehold_shared::StoreError::Busy { .. })
-                        });
+                    let refused = refused_for_content(&error);
                     if refused && pending.len() > 1 {
                         tracing::warn!(error = %format!("{error:#}"), pending = pending.len(), "completion batch refused; writing its attempts one by one");
                         for one in std::mem::take(&mut pending) {
@@ -301,6 +296,24 @@ impl Writer {
                 tracing::info!(task.id = id.0, status = %other, "attempt ended");
             }
         }
+    }
+}
+
+/// True when the database refused a batch for what it holds (a data exception or a broken
+/// constraint: SQLSTATE classes 22 and 23), not for its own state — a restart's
+/// "terminating connection due to administrator command" must be retried, never turned into a
+/// failure of the task.
+fn refused_for_content(error: &anyhow::Error) -> bool {
+    use leasehold_shared::StoreError;
+    match error.downcast_ref::<StoreError>() {
+        Some(StoreError::Invalid(_)) => true,
+        Some(StoreError::Database {
+            source: sqlx::Error::Database(db),
+            ..
+        }) => db
+            .code()
+            .is_some_and(|code| code.starts_with("22") || code.starts_with("23")),
+        _ => false,
     }
 }
 
