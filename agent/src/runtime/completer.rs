@@ -197,13 +197,7 @@ impl Writer {
             for f in &releases {
                 core.book.remove(f.key.id, f.key.epoch);
                 if out.fenced.contains(&f.key.id) {
-                    bump(&core.stats.fenced, 1);
-                    core.metrics.fenced("release");
-                    tracing::warn!(
-                        task.id = f.key.id.0,
-                        lease.epoch = f.key.epoch.0,
-                        "release fenced: the lease had moved on"
-                    );
+                    core.fenced("release", f.key.id, f.key.epoch);
                 } else {
                     bump(&core.stats.released, 1);
                     core.metrics
@@ -234,13 +228,7 @@ impl Writer {
                 status
             }
             CompleteOutcome::Fenced => {
-                bump(&core.stats.fenced, 1);
-                core.metrics.fenced("complete");
-                tracing::warn!(
-                    task.id = f.key.id.0,
-                    lease.epoch = f.key.epoch.0,
-                    "completion fenced: the lease had moved on"
-                );
+                core.fenced("complete", f.key.id, f.key.epoch);
                 return;
             }
         };

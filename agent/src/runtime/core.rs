@@ -9,7 +9,7 @@ use std::time::Duration;
 use leasehold_shared::domain::Policy;
 use leasehold_shared::domain::policy::{DEFAULT_SLOW_THRESHOLD, DEFAULT_TIMEOUT};
 use leasehold_shared::store::Completion;
-use leasehold_shared::{AgentId, LeaseKey, Store, TaskType};
+use leasehold_shared::{AgentId, LeaseEpoch, LeaseKey, Store, TaskId, TaskType};
 use serde::Serialize;
 use tokio::sync::{Notify, mpsc};
 
@@ -180,6 +180,19 @@ impl Core {
     pub(crate) fn wake_claimers(&self) {
         self.wake.notify_waiters();
         self.wake.notify_one();
+    }
+
+    /// A holder write found the lease moved on: counted in the summary and the metrics, and
+    /// logged — never an error (DESIGN §4).
+    pub(crate) fn fenced(&self, op: &'static str, id: TaskId, epoch: LeaseEpoch) {
+        bump(&self.stats.fenced, 1);
+        self.metrics.fenced(op);
+        tracing::warn!(
+            task.id = id.0,
+            lease.epoch = epoch.0,
+            op,
+            "write fenced: the lease had moved on"
+        );
     }
 
     pub(crate) fn update_active(&self) {

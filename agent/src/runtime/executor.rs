@@ -129,8 +129,7 @@ pub(crate) fn start(
             core.update_active();
             core.wake_claimers();
             if progress.was_fenced() {
-                super::core::bump(&core.stats.fenced, 1);
-                core.metrics.fenced("progress");
+                core.fenced("progress", key.id, key.epoch);
             }
             let reason = stop.reason();
             if reason == Some(StopReason::LeaseLost) || !still_held {

@@ -152,8 +152,7 @@ impl Heartbeat {
             // the completer's own write tells. An executing lease that is gone was revoked.
             if let Some(lease) = core.book.remove_lost(id, epoch) {
                 // The renewal was a holder write that found the lease moved on: a fenced write.
-                bump(&core.stats.fenced, 1);
-                core.metrics.fenced("renew");
+                core.fenced("renew", id, epoch);
                 lease.stop.stop(StopReason::LeaseLost);
                 bump(&core.stats.lease_lost, 1);
                 core.metrics.lease_lost("revoked");
