@@ -101,6 +101,58 @@ async fn oversized_payloads_are_refused_by_the_store_and_by_the_database() {
     db.drop_db().await.unwrap();
 }
 
+/// Each column's own rule (format, size, range) is checked whenever a value is written to it,
+/// by an insert or by an update, and the refusal names the rule; the row stays as it was.
+#[tokio::test]
+async fn every_column_rule_is_checked_when_its_value_is_written() {
+    let db = TestDb::new().await.unwrap();
+    let id = insert_task(&db.pool, TaskSpec::new("rules", "queued"))
+        .await
+        .unwrap();
+    let before = task_row(&db.pool, id).await.unwrap();
+    let big = |n: usize| format!("'{{\"x\": \"{}\"}}'::jsonb", "x".repeat(n));
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("task_type", "'Bad Type'".into(), "tasks_type_format"),
+        ("status", "'bogus'".into(), "tasks_status_known"),
+        ("payload", big(1_048_576), "tasks_payload_size"),
+        ("timeout_ms", "0".into(), "tasks_timeout_range"),
+        ("attempt", "-1".into(), "tasks_attempt_range"),
+        ("max_attempts", "0".into(), "tasks_max_attempts_range"),
+        ("lease_epoch", "-1".into(), "tasks_lease_epoch_range"),
+        ("lease_owner", "''".into(), "tasks_lease_owner_size"),
+        ("idempotency_key", "''".into(), "tasks_idempotency_key_size"),
+        ("progress", big(4096), "tasks_progress_size"),
+        ("result", big(1_048_576), "tasks_result_size"),
+        ("last_error", big(65_536), "tasks_last_error_size"),
+    ];
+    for (column, value, rule) in &cases {
+        let insert = if *column == "task_type" {
+            format!("INSERT INTO tasks (task_type) VALUES ({value})")
+        } else {
+            format!("INSERT INTO tasks (task_type, {column}) VALUES ('rules', {value})")
+        };
+        let update = format!("UPDATE tasks SET {column} = {value} WHERE id = {id}");
+        for sql in [insert, update] {
+            let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                .execute(&db.pool)
+                .await
+                .map(|_| ())
+                .unwrap_err();
+            let named = StoreError::db("test")(err);
+            assert!(
+                matches!(&named, StoreError::Invalid(_)) && named.to_string().contains(rule),
+                "{column}: {sql:.120} gave {named}"
+            );
+        }
+    }
+    assert_eq!(task_row(&db.pool, id).await.unwrap(), before);
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM tasks").await.unwrap(),
+        1
+    );
+    db.drop_db().await.unwrap();
+}
+
 #[tokio::test]
 async fn invalid_json_is_refused_before_and_at_the_database() {
     let db = TestDb::new().await.unwrap();
