@@ -974,6 +974,96 @@ async fn a_repeat_that_waited_on_the_original_completion_reports_a_repeat() {
     db.drop_db().await.unwrap();
 }
 
+/// A completion reads each row once, in the statement that changes it: a row another
+/// transaction changed while the completion waited on it is decided from its newest version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_that_waited_on_a_row_decides_from_its_newest_version() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            insert_task(&db.pool, TaskSpec::new("raced", "running"))
+                .await
+                .unwrap(),
+        );
+    }
+    let (cancelled, recovered, untouched) = (ids[0], ids[1], ids[2]);
+    // Another transaction asks to cancel the first and recovers the second (new epoch), and
+    // holds both rows while the completion arrives.
+    let mut other = db.pool.begin().await.unwrap();
+    sqlx::query("UPDATE tasks SET status = 'cancel_requested' WHERE id = $1")
+        .bind(cancelled)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE tasks SET status = 'queued', lease_epoch = 2, lease_until = NULL WHERE id = $1",
+    )
+    .bind(recovered)
+    .execute(&mut *other)
+    .await
+    .unwrap();
+    let batch = vec![
+        by_factory(
+            cancelled,
+            1,
+            Completion::Failed {
+                error: TaskError::retryable("flaky", "try again"),
+            },
+        ),
+        by_factory(recovered, 1, Completion::Succeeded { result: None }),
+        by_factory(untouched, 1, Completion::Succeeded { result: None }),
+    ];
+    let completion = {
+        let store = store.clone();
+        tokio::spawn(async move { store.task_complete_many(batch).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !completion.is_finished(),
+        "the completion must wait for the rows the other transaction holds"
+    );
+    other.commit().await.unwrap();
+    let outcomes = completion.await.unwrap();
+    // The retryable failure met a cancel request: cancelled, not retried.
+    assert!(
+        matches!(
+            outcomes[0],
+            CompleteOutcome::Applied {
+                status: TaskStatus::Cancelled,
+                retry_at: None
+            }
+        ),
+        "{:?}",
+        outcomes[0]
+    );
+    // The recovered row belongs to a newer epoch: fenced, and left as recovery made it.
+    assert_eq!(outcomes[1], CompleteOutcome::Fenced);
+    assert!(matches!(
+        outcomes[2],
+        CompleteOutcome::Applied {
+            status: TaskStatus::Succeeded,
+            ..
+        }
+    ));
+    assert_eq!(task_status(&db.pool, cancelled).await.unwrap(), "cancelled");
+    assert_eq!(task_status(&db.pool, recovered).await.unwrap(), "queued");
+    let row = task_row(&db.pool, recovered).await.unwrap();
+    assert_eq!(row["lease_epoch"], 2);
+    assert!(row["finished_at"].is_null());
+    assert_eq!(
+        attempt_rows(&db.pool, cancelled).await.unwrap(),
+        vec![(1, FACTORY_OWNER.to_string(), "failed".to_string())]
+    );
+    assert!(attempt_rows(&db.pool, recovered).await.unwrap().is_empty());
+    assert_eq!(
+        attempt_rows(&db.pool, untouched).await.unwrap(),
+        vec![(1, FACTORY_OWNER.to_string(), "succeeded".to_string())]
+    );
+    db.drop_db().await.unwrap();
+}
+
 #[tokio::test]
 async fn deleting_tasks_deletes_their_attempts() {
     let db = TestDb::new().await.unwrap();

@@ -133,32 +133,23 @@ pub(super) async fn task_complete_many(
     let rows = super::fetch_indexed(pool, query, "task_complete").await?;
     let mut by_id = std::collections::HashMap::with_capacity(n);
     for row in &rows {
-        let id: i64 = get(row, "id")?;
-        let kind: String = get(row, "kind")?;
-        let outcome = match kind.as_str() {
-            "applied" => CompleteOutcome::Applied {
-                status: status(get::<&str>(row, "status")?)?,
-                retry_at: get(row, "retry_at")?,
-            },
-            "repeated" => CompleteOutcome::Repeated {
-                status: status(get::<&str>(row, "status")?)?,
-            },
-            _ => CompleteOutcome::Fenced,
+        let applied = CompleteOutcome::Applied {
+            status: status(get::<&str>(row, "status")?)?,
+            retry_at: get(row, "retry_at")?,
         };
-        by_id.insert(id, outcome);
+        by_id.insert(get::<i64>(row, "id")?, applied);
     }
-    let fenced: Vec<usize> = (0..n)
-        .filter(|&i| by_id.get(&ids[i]) == Some(&CompleteOutcome::Fenced))
-        .collect();
-    if !fenced.is_empty() {
-        // A repeat that waited on the original's row lock could not see the original's attempt
-        // row in its snapshot: look again in a new statement.
-        let pick = |v: &[i64]| fenced.iter().map(|&i| v[i]).collect::<Vec<_>>();
+    // The rest changed nothing: each is a repeat of an outcome already recorded (possibly by a
+    // statement that committed while this one waited on the row) or fenced. A new statement
+    // sees every commit so far and tells them apart.
+    let missing: Vec<usize> = (0..n).filter(|&i| !by_id.contains_key(&ids[i])).collect();
+    if !missing.is_empty() {
+        let pick = |v: &[i64]| missing.iter().map(|&i| v[i]).collect::<Vec<_>>();
         let rows = sqlx::query(sql::task_attempt_outcomes)
             .bind(pick(&ids))
-            .bind(fenced.iter().map(|&i| owners[i]).collect::<Vec<_>>())
+            .bind(missing.iter().map(|&i| owners[i]).collect::<Vec<_>>())
             .bind(pick(&epochs))
-            .bind(fenced.iter().map(|&i| outcomes[i]).collect::<Vec<_>>())
+            .bind(missing.iter().map(|&i| outcomes[i]).collect::<Vec<_>>())
             .fetch_all(pool)
             .await
             .map_err(StoreError::db("task_complete"))?;
@@ -169,14 +160,10 @@ pub(super) async fn task_complete_many(
             by_id.insert(get(row, "id")?, repeated);
         }
     }
-    ids.iter()
-        .map(|id| {
-            by_id.get(id).copied().ok_or_else(|| StoreError::Corrupt {
-                what: "completion",
-                detail: format!("no result for task {id}"),
-            })
-        })
-        .collect()
+    Ok(ids
+        .iter()
+        .map(|id| by_id.get(id).copied().unwrap_or(CompleteOutcome::Fenced))
+        .collect())
 }
 
 pub(super) async fn lease_release_many(
