@@ -767,3 +767,107 @@ async fn a_policy_change_behind_a_stalled_claim_gives_up_instead_of_stopping_eve
     stalled.rollback().await.unwrap();
     db.drop_db().await.unwrap();
 }
+
+/// (node type, times it ran) of every node of an `EXPLAIN (ANALYZE, FORMAT JSON)` plan.
+fn plan_loops(plan: &serde_json::Value, out: &mut Vec<(String, i64)>) {
+    let node = plan["Node Type"].as_str().unwrap_or_default().to_string();
+    out.push((node, plan["Actual Loops"].as_i64().unwrap_or(-1)));
+    if let Some(children) = plan["Plans"].as_array() {
+        for child in children {
+            plan_loops(child, out);
+        }
+    }
+}
+
+/// Runs one claim of `batch` exactly as the store does (lock statement, then the claim, in one
+/// transaction) under EXPLAIN ANALYZE, rolls it back, and returns how often its window ranking
+/// ran and how many rows it claimed.
+async fn claim_ranking_runs(db: &TestDb, types: Vec<&str>, batch: i64) -> (i64, i64) {
+    let lock_sql = include_str!("../../shared/src/store/postgres/sql/task_claim_lock.sql");
+    let claim_sql = include_str!("../../shared/src/store/postgres/sql/task_claim.sql");
+    let mut tx = db.pool.begin().await.unwrap();
+    let locked: Vec<String> = sqlx::query(lock_sql)
+        .bind(types.clone())
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|row| {
+            let scope: Option<String> = row.get("scope");
+            let locked: bool = row.get("locked");
+            scope.filter(|_| locked)
+        })
+        .collect();
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {claim_sql}"
+    )))
+    .bind("rank#1")
+    .bind(types)
+    .bind(batch)
+    .bind(30.0f64)
+    .bind(locked)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    let sqlx::types::Json(plan): sqlx::types::Json<serde_json::Value> = row.get(0);
+    let mut nodes = Vec::new();
+    plan_loops(&plan[0]["Plan"], &mut nodes);
+    let window = nodes
+        .iter()
+        .find(|(node, _)| node == "WindowAgg")
+        .map(|(_, loops)| *loops)
+        .unwrap_or_else(|| panic!("the claim plan has no ranking: {nodes:?}"));
+    (
+        window,
+        plan[0]["Plan"]["Actual Rows"].as_i64().unwrap_or(-1),
+    )
+}
+
+/// The per-type ranking (a sort, a window and a join per claim) runs only when a cap can cut
+/// the batch: with no limit in the way every candidate is taken as it is.
+#[tokio::test]
+async fn claims_rank_candidates_only_when_a_cap_can_cut_the_batch() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    for n in 0..20 {
+        insert_task(
+            &db.pool,
+            TaskSpec {
+                priority: (n % 3) as i16,
+                ..TaskSpec::new("rank.a", "queued")
+            },
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        claim_ranking_runs(&db, vec!["rank.a"], 10).await,
+        (0, 10),
+        "no limit: the ranking must not run"
+    );
+    // A global limit above the batch cannot cut it either.
+    set_policy(&store, PolicyScope::Global, limit(50)).await;
+    assert_eq!(claim_ranking_runs(&db, vec!["rank.a"], 10).await, (0, 10));
+    // A global limit below the batch, then a type limit: ranked, and cut to the limit.
+    set_policy(&store, PolicyScope::Global, limit(4)).await;
+    assert_eq!(claim_ranking_runs(&db, vec!["rank.a"], 10).await, (1, 4));
+    set_policy(
+        &store,
+        PolicyScope::Global,
+        PolicyPatch {
+            max_concurrency: Some(None),
+            ..Default::default()
+        },
+    )
+    .await;
+    set_policy(&store, PolicyScope::Type(tt("rank.a")), limit(3)).await;
+    assert_eq!(claim_ranking_runs(&db, vec!["rank.a"], 10).await, (1, 3));
+    // What the real claim does agrees.
+    let batch = store
+        .task_claim(claim("rank#2", &["rank.a"], 10))
+        .await
+        .unwrap();
+    assert_eq!(batch.tasks.len(), 3);
+    db.drop_db().await.unwrap();
+}

@@ -45,6 +45,13 @@ candidates AS (
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 ),
+-- Without a type cap and with the global cap at or above the batch, every candidate is taken
+-- as it is: the ranking below (a sort, a window and a join per batch) runs only when a cap
+-- can cut the batch. The branch not taken is skipped by a one-time filter.
+uncapped AS (
+    SELECT NOT EXISTS (SELECT 1 FROM type_cap WHERE cap IS NOT NULL)
+           AND (SELECT cap FROM global_cap) >= $3::bigint AS yes
+),
 ranked AS (
     SELECT c.id, c.task_type, c.priority, c.available_at,
            row_number() OVER (PARTITION BY c.task_type ORDER BY c.priority DESC, c.available_at, c.id) AS type_rank
@@ -55,9 +62,14 @@ within_type AS (
     WHERE tc.cap IS NULL OR r.type_rank <= tc.cap
 ),
 chosen AS (
-    SELECT id FROM within_type
-    ORDER BY priority DESC, available_at, id
-    LIMIT (SELECT cap FROM global_cap)
+    SELECT id FROM candidates WHERE (SELECT yes FROM uncapped)
+    UNION ALL
+    SELECT id FROM (
+        SELECT id FROM within_type
+        ORDER BY priority DESC, available_at, id
+        LIMIT (SELECT cap FROM global_cap)
+    ) capped
+    WHERE NOT (SELECT yes FROM uncapped)
 )
 UPDATE tasks t
 SET status = 'running',
