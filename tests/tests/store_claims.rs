@@ -531,6 +531,22 @@ fn plan_nodes(plan: &serde_json::Value, out: &mut Vec<(String, String)>) {
     }
 }
 
+/// Index scans of `tasks` that have no index condition: walks of a whole index.
+fn unbounded_index_scans(plan: &serde_json::Value, out: &mut Vec<String>) {
+    let node = plan["Node Type"].as_str().unwrap_or_default();
+    if node.starts_with("Index")
+        && plan["Relation Name"] == "tasks"
+        && plan.get("Index Cond").is_none()
+    {
+        out.push(plan["Index Name"].as_str().unwrap_or_default().to_string());
+    }
+    if let Some(children) = plan["Plans"].as_array() {
+        for child in children {
+            unbounded_index_scans(child, out);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
     let db = TestDb::new().await.unwrap();
@@ -601,6 +617,19 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
                     || node == "Bitmap Heap Scan")
                     && name == "tasks"),
                 "{what}: no full or bitmap scan of tasks: {nodes:?}"
+            );
+            // The chosen rows are looked up by key: no join that would walk a whole index.
+            assert!(
+                !nodes
+                    .iter()
+                    .any(|(node, _)| node == "Merge Join" || node == "Hash Join"),
+                "{what}: index nested loops only: {nodes:?}"
+            );
+            let mut unbounded = Vec::new();
+            unbounded_index_scans(&plan[0]["Plan"], &mut unbounded);
+            assert!(
+                unbounded.is_empty(),
+                "{what}: index scans of tasks without a condition: {unbounded:?}"
             );
         }
     }

@@ -18,6 +18,11 @@ SELECT NULL::text AS scope,
        -- and sort the whole queue; for this transaction only, take those plans off the table.
        AND set_config('enable_bitmapscan', 'off', true) = 'off'
        AND set_config('enable_seqscan', 'off', true) = 'off'
+       -- Every join of the claim is of a few hundred rows against tasks by primary key: only
+       -- index nested loops. A generic plan cannot know the batch size and would otherwise
+       -- merge- or hash-join the chosen rows against a scan of the whole primary key.
+       AND set_config('enable_hashjoin', 'off', true) = 'off'
+       AND set_config('enable_mergejoin', 'off', true) = 'off'
        -- Those disabled plans carry a huge nominal cost, which would otherwise trigger JIT
        -- compilation (hundreds of milliseconds) for a statement that runs in one.
        AND set_config('jit', 'off', true) = 'off'
