@@ -900,3 +900,43 @@ async fn claims_rank_candidates_only_when_a_cap_can_cut_the_batch() {
     assert_eq!(batch.tasks.len(), 3);
     db.drop_db().await.unwrap();
 }
+
+/// A claim sends back only what it did not set itself and fills the rest in: what it returns
+/// must be exactly the row the database now holds, for fresh, retried and prioritised tasks.
+#[tokio::test]
+async fn a_claimed_task_is_exactly_the_row_the_database_holds() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    insert_task(
+        &db.pool,
+        TaskSpec {
+            priority: 5,
+            deadline_in_secs: Some(3600.0),
+            timeout_ms: Some(90_000),
+            idempotency_key: Some("exact-1".into()),
+            payload: json!({"n": 1, "s": "é"}),
+            ..TaskSpec::new("exact", "queued")
+        },
+    )
+    .await
+    .unwrap();
+    // A retried task carries its last error and attempt count into the claim.
+    insert_task(&db.pool, TaskSpec::new("exact", "retry_wait"))
+        .await
+        .unwrap();
+    insert_task(&db.pool, TaskSpec::new("exact", "queued"))
+        .await
+        .unwrap();
+    let batch = store
+        .task_claim(claim("exact#1", &["exact"], 10))
+        .await
+        .unwrap();
+    assert_eq!(batch.tasks.len(), 3);
+    for claimed in &batch.tasks {
+        let stored = store.task_get(claimed.id).await.unwrap().unwrap().task;
+        assert_eq!(claimed, &stored);
+        assert_eq!(claimed.started_at, Some(batch.now));
+    }
+    assert!(batch.tasks.iter().any(|t| t.last_error.is_some()));
+    db.drop_db().await.unwrap();
+}

@@ -17,7 +17,7 @@
 
 use sqlx::{PgPool, Row};
 
-use super::rows::{get, task};
+use super::rows::{claimed_task, get};
 use super::{secs, sql};
 use crate::store::{ClaimBatch, ClaimParams, Result, StoreError};
 
@@ -63,7 +63,10 @@ pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<Cl
             .map_err(StoreError::db("task_claim"))?,
     };
     tx.commit().await.map_err(StoreError::db("task_claim"))?;
-    let mut tasks = rows.iter().map(task).collect::<Result<Vec<_>>>()?;
+    let mut tasks = rows
+        .iter()
+        .map(|row| claimed_task(row, &params.owner, now))
+        .collect::<Result<Vec<_>>>()?;
     tasks.sort_by(|a, b| {
         b.priority
             .cmp(&a.priority)

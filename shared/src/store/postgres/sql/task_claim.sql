@@ -80,7 +80,12 @@ SET status = 'running',
     attempt = t.attempt + 1,
     started_at = statement_timestamp(),
     progress = NULL,
-    updated_at = now()
+    updated_at = statement_timestamp()
 FROM chosen
 WHERE t.id = chosen.id
-RETURNING t.*, statement_timestamp() AS db_now
+-- The columns this statement just set to known values (status, owner, the three times that are
+-- statement_timestamp(), progress) are not sent back: the caller fills them in from db_now.
+-- The caller reads these columns by position (rows.rs, claimed_task): keep the order.
+RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_at, t.timeout_ms,
+          t.attempt, t.max_attempts, t.lease_epoch, t.lease_until, t.idempotency_key, t.result,
+          t.last_error, t.created_at, t.finished_at, statement_timestamp() AS db_now
