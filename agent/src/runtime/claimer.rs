@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use leasehold_shared::store::ClaimParams;
 use tokio_util::sync::CancellationToken;
 
-use super::core::{Core, bump};
+use super::core::{BatchTimings, Core, bump};
 use super::executor;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -121,8 +121,9 @@ impl Claimer {
             let n = claim.tasks.len();
             bump(&core.stats.claimed, n as u64);
             let now = claim.now;
+            let mut timings = BatchTimings::default();
             for task in claim.tasks {
-                executor::start(&self.core, task, claimed_at, now);
+                executor::start(&self.core, task, claimed_at, now, &mut timings);
             }
             core.book.unreserve(reserved);
             core.update_active();

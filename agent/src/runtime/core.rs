@@ -111,6 +111,28 @@ impl Stats {
     }
 }
 
+/// A type's attempt timeout and slow threshold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TypeTimings {
+    pub(crate) timeout: Duration,
+    pub(crate) slow_after: Duration,
+}
+
+/// The timings of the types of one claim batch, each looked up once (a batch holds few types).
+#[derive(Debug, Default)]
+pub(crate) struct BatchTimings(Vec<(TaskType, TypeTimings)>);
+
+impl BatchTimings {
+    pub(crate) fn get(&mut self, cache: &PolicyCache, task_type: &TaskType) -> TypeTimings {
+        if let Some((_, t)) = self.0.iter().find(|(ty, _)| ty == task_type) {
+            return *t;
+        }
+        let t = cache.timings(task_type);
+        self.0.push((task_type.clone(), t));
+        t
+    }
+}
+
 /// Per-type timeouts and slow thresholds, refreshed from `policies` by the registry loop.
 #[derive(Debug, Default)]
 pub(crate) struct PolicyCache {
@@ -138,6 +160,14 @@ impl PolicyCache {
             .get(task_type.as_str())
             .and_then(&f)
             .or_else(|| guard.get("*").and_then(&f))
+    }
+
+    /// The attempt timeout and slow threshold of `task_type`, from one look at the cache.
+    pub(crate) fn timings(&self, task_type: &TaskType) -> TypeTimings {
+        TypeTimings {
+            timeout: self.timeout(task_type),
+            slow_after: self.slow_threshold(task_type),
+        }
     }
 
     pub(crate) fn timeout(&self, task_type: &TaskType) -> Duration {

@@ -24,7 +24,7 @@ use leasehold_shared::{LeaseKey, TaskError};
 use tracing::Instrument;
 
 use super::book::Lease;
-use super::core::{Core, FinishAction, Finished};
+use super::core::{BatchTimings, Core, FinishAction, Finished};
 use super::events::LifecycleEvent;
 use super::progress::{DEFAULT_PROGRESS_EVERY, DEFAULT_PROGRESS_INTERVAL, ProgressSink};
 use crate::handler::{HandlerError, Outcome, StopReason, StopSignal, TaskContext};
@@ -42,13 +42,15 @@ pub(crate) fn start(
     task: Task,
     claimed_at: Instant,
     db_now: chrono::DateTime<chrono::Utc>,
+    timings: &mut BatchTimings,
 ) {
     let stop = Arc::new(StopSignal::default());
+    let type_timings = timings.get(&core.policies, &task.task_type);
     let timeout = task
         .timeout_ms
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis)
-        .unwrap_or_else(|| core.policies.timeout(&task.task_type));
+        .unwrap_or(type_timings.timeout);
     let timeout_at = claimed_at + timeout;
     let deadline_at = task.deadline_at.map(|d| {
         let left = (d - db_now).to_std().unwrap_or(Duration::ZERO);
@@ -70,7 +72,7 @@ pub(crate) fn start(
             task_type: task.task_type.clone(),
             started: claimed_at,
             safe_until,
-            slow_after: core.policies.slow_threshold(&task.task_type),
+            slow_after: type_timings.slow_after,
             stop: Arc::clone(&stop),
             executing: true,
             flagged_slow: false,

@@ -3,8 +3,9 @@
 //!
 //! Label sets stay small: task types are the agent's own registered types, outcomes a fixed set.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -38,6 +39,17 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 25))
 }
 
+/// The per-type series a task touches when it is claimed and when it ends, resolved once per
+/// type and kept: the hot path builds no label set and hashes none (the series are shared
+/// handles, so the registry sees every update).
+struct TypeSeries {
+    claimed: Counter,
+    queue_wait: Histogram,
+    run_time: Histogram,
+    /// By outcome name; a handful at most, so a scan.
+    outcomes: RwLock<Vec<(&'static str, Counter)>>,
+}
+
 /// The agent's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -57,6 +69,7 @@ pub struct Metrics {
     slow: Family<TypeLabel, Counter>,
     database_up: Gauge,
     leader: Gauge,
+    by_type: RwLock<HashMap<String, Arc<TypeSeries>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -91,6 +104,7 @@ impl Metrics {
             slow: Family::default(),
             database_up: Gauge::default(),
             leader: Gauge::default(),
+            by_type: RwLock::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -212,28 +226,61 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn claimed(&self, task_type: &str, queue_wait: Duration) {
+    /// The series of `task_type`, made on first use.
+    fn series(&self, task_type: &str) -> Arc<TypeSeries> {
+        if let Some(found) = self
+            .by_type
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(task_type)
+        {
+            return Arc::clone(found);
+        }
         let label = TypeLabel {
             task_type: task_type.to_string(),
         };
-        self.claimed.get_or_create(&label).inc();
-        self.queue_wait
-            .get_or_create(&label)
-            .observe(queue_wait.as_secs_f64());
+        let made = Arc::new(TypeSeries {
+            claimed: self.claimed.get_or_create(&label).clone(),
+            queue_wait: self.queue_wait.get_or_create(&label).clone(),
+            run_time: self.run_time.get_or_create(&label).clone(),
+            outcomes: RwLock::default(),
+        });
+        let mut by_type = self.by_type.write().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(by_type.entry(task_type.to_string()).or_insert(made))
     }
 
-    pub(crate) fn finished(&self, task_type: &str, outcome: &str, run_time: Duration) {
-        self.outcomes
-            .get_or_create(&OutcomeLabel {
-                task_type: task_type.to_string(),
-                outcome: outcome.to_string(),
-            })
-            .inc();
-        self.run_time
-            .get_or_create(&TypeLabel {
-                task_type: task_type.to_string(),
-            })
-            .observe(run_time.as_secs_f64());
+    pub(crate) fn claimed(&self, task_type: &str, queue_wait: Duration) {
+        let series = self.series(task_type);
+        series.claimed.inc();
+        series.queue_wait.observe(queue_wait.as_secs_f64());
+    }
+
+    pub(crate) fn finished(&self, task_type: &str, outcome: &'static str, run_time: Duration) {
+        let series = self.series(task_type);
+        series.run_time.observe(run_time.as_secs_f64());
+        let found = series
+            .outcomes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(name, _)| *name == outcome)
+            .map(|(_, counter)| counter.clone());
+        let counter = found.unwrap_or_else(|| {
+            let counter = self
+                .outcomes
+                .get_or_create(&OutcomeLabel {
+                    task_type: task_type.to_string(),
+                    outcome: outcome.to_string(),
+                })
+                .clone();
+            series
+                .outcomes
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((outcome, counter.clone()));
+            counter
+        });
+        counter.inc();
     }
 
     pub(crate) fn renewal(&self, ok: bool) {
@@ -368,16 +415,21 @@ mod tests {
         let m = Metrics::new();
         m.claimed("email", Duration::from_millis(3));
         m.finished("email", "succeeded", Duration::from_millis(5));
+        // Later updates go through the kept series and still reach the registry.
+        m.claimed("email", Duration::from_millis(3));
+        m.finished("email", "succeeded", Duration::from_millis(5));
+        m.finished("email", "dead", Duration::from_millis(5));
         m.fenced("complete");
         m.renewal(false);
         m.database(true);
         let text = m.encode();
         for name in [
             "leasehold_active_tasks",
-            "leasehold_tasks_claimed_total{task_type=\"email\"} 1",
+            "leasehold_tasks_claimed_total{task_type=\"email\"} 2",
             "leasehold_queue_wait_seconds_bucket",
-            "leasehold_execution_seconds_count{task_type=\"email\"} 1",
-            "leasehold_task_outcomes_total{task_type=\"email\",outcome=\"succeeded\"} 1",
+            "leasehold_execution_seconds_count{task_type=\"email\"} 3",
+            "leasehold_task_outcomes_total{task_type=\"email\",outcome=\"succeeded\"} 2",
+            "leasehold_task_outcomes_total{task_type=\"email\",outcome=\"dead\"} 1",
             "leasehold_renewal_failures_total 1",
             "leasehold_fenced_writes_total{op=\"complete\"} 1",
             "leasehold_database_up 1",

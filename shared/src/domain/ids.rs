@@ -2,6 +2,7 @@
 //! validated task type name. A [`LeaseKey`] is what every holder write carries.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -39,9 +40,9 @@ impl fmt::Display for LeaseEpoch {
 
 /// The lease owner: an agent's name followed by a suffix unique to one process start
 /// (`web-1#17`), so a restarted agent never mistakes an old process's leases for its own.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct AgentId(String);
+/// Shared text: every lease and write of an agent carries its id, and a clone costs no copy.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AgentId(Arc<str>);
 
 impl AgentId {
     /// Accepts any non-empty printable id up to [`MAX_AGENT_ID_LEN`] bytes.
@@ -52,12 +53,25 @@ impl AgentId {
                 given: truncate_for_error(&id),
             });
         }
-        Ok(Self(id))
+        Ok(Self(Arc::from(id)))
     }
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl Serialize for AgentId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        AgentId::new(raw).map_err(serde::de::Error::custom)
     }
 }
 
@@ -84,10 +98,10 @@ pub fn validate_agent_name(name: &str) -> Result<(), ValidationError> {
     }
 }
 
-/// A task type name: `[a-z0-9][a-z0-9_.:-]{0,63}`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct TaskType(String);
+/// A task type name: `[a-z0-9][a-z0-9_.:-]{0,63}`. Shared text, like [`AgentId`]: every
+/// lease, metric and event of a task carries its type.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskType(Arc<str>);
 
 impl TaskType {
     /// Validates a task type name.
@@ -101,7 +115,7 @@ impl TaskType {
             c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | ':' | '-')
         });
         if first_ok && rest_ok && name.len() <= MAX_TASK_TYPE_LEN {
-            Ok(Self(name))
+            Ok(Self(Arc::from(name)))
         } else {
             Err(ValidationError::TaskType {
                 given: truncate_for_error(&name),
@@ -112,6 +126,12 @@ impl TaskType {
     /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl Serialize for TaskType {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
     }
 }
 
@@ -196,6 +216,33 @@ mod tests {
         let quoted = truncate_for_error(&format!("\u{1b}[31m{}", "y".repeat(500)));
         assert!(!quoted.contains('\u{1b}'));
         assert!(quoted.chars().count() <= 81);
+    }
+
+    #[test]
+    fn ids_and_types_serialise_as_plain_strings_and_deserialise_only_when_valid() {
+        let id = AgentId::new("web-1#7").unwrap_or_else(|e| panic!("{e}"));
+        let copy = id.clone();
+        assert_eq!(copy, id);
+        assert_eq!(
+            serde_json::to_value(&id).ok(),
+            Some(serde_json::json!("web-1#7"))
+        );
+        assert_eq!(
+            serde_json::from_value::<AgentId>(serde_json::json!("web-1#7")).ok(),
+            Some(id)
+        );
+        assert!(serde_json::from_value::<AgentId>(serde_json::json!("")).is_err());
+        assert!(serde_json::from_value::<AgentId>(serde_json::json!("a\u{1b}b")).is_err());
+        let t = TaskType::new("email.send").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            serde_json::to_value(&t).ok(),
+            Some(serde_json::json!("email.send"))
+        );
+        assert_eq!(
+            serde_json::from_value::<TaskType>(serde_json::json!("email.send")).ok(),
+            Some(t)
+        );
+        assert!(serde_json::from_value::<TaskType>(serde_json::json!("Bad")).is_err());
     }
 
     #[test]
