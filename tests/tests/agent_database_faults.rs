@@ -1112,13 +1112,17 @@ async fn t14_an_exclusive_lock_on_tasks_times_out_without_takeover() {
         .await
         .unwrap();
     wait_holding(&db.pool, &id, 5).await;
-    // Hold the lock for 1.5 s (TTL 2 s): several renewals (every 400 ms) must time out.
+    // Hold the lock for 1 s: renewals (every 400 ms, 400 ms timeout) time out meanwhile. It
+    // must end before the local safety deadline (the last renewal that landed, at most 400 ms
+    // before the lock, + TTL 2 s − margin 400 ms, so at least 1.2 s after the lock starts): a
+    // lock that outlasts it rightly makes the agent stop tasks it can no longer prove it holds
+    // (1.5 s did, on a loaded machine, when the last renewal landed early).
     let mut tx = db.pool.begin().await.unwrap();
     sqlx::query("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *tx)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     tx.commit().await.unwrap();
     wait_succeeded(&db.pool, 5, Duration::from_secs(30)).await;
     let report = ledger::expect_all_succeeded(&db.pool).await.unwrap();
