@@ -900,9 +900,18 @@ async fn t07_second_signal_forces_exit() {
         &tasks,
     )
     .await;
+    let rows: Vec<(i64, String, Option<String>, i64)> = sqlx::query_as(
+        "SELECT id, status::text, lease_owner::text, lease_epoch::bigint FROM tasks WHERE id = ANY($1)",
+    )
+    .bind(&tasks)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(
-        queued, 5,
-        "the leases were not released (exit took {took:?})"
+        queued,
+        5,
+        "the leases were not released (exit took {took:?}): {rows:?}\n{}",
+        victim.log_tail(40)
     );
     let released = count_of(
         &db.pool,

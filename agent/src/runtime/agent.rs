@@ -380,13 +380,10 @@ impl Agent {
         let _ = completer.await;
         let leftover = core.book.drain_all();
         if !leftover.is_empty() {
-            for (_, _, stop) in &leftover {
-                stop.force(StopReason::Shutdown);
+            for (_, lease) in &leftover {
+                lease.stop.force(StopReason::Shutdown);
             }
-            let leases = leftover
-                .iter()
-                .map(|(id, epoch, _)| (*id, *epoch))
-                .collect();
+            let leases = leftover.iter().map(|(id, l)| (*id, l.epoch)).collect();
             let released = tokio::time::timeout(
                 Duration::from_secs(3),
                 core.store.lease_release_many(ReleaseParams {
@@ -396,11 +393,21 @@ impl Agent {
             )
             .await;
             match released {
-                Ok(Ok(out)) => tracing::info!(
-                    released = out.released.len(),
-                    fenced = out.fenced.len(),
-                    "released the remaining leases"
-                ),
+                Ok(Ok(out)) => {
+                    // Counted and reported as the completer's releases are.
+                    for (id, lease) in &leftover {
+                        if out.fenced.contains(id) {
+                            core.fenced("release", *id, lease.epoch);
+                            continue;
+                        }
+                        core.released(*id, &lease.task_type, lease.started.elapsed());
+                    }
+                    tracing::info!(
+                        released = out.released.len(),
+                        fenced = out.fenced.len(),
+                        "released the remaining leases"
+                    );
+                }
                 _ => tracing::warn!(
                     leases = leftover.len(),
                     "could not release the remaining leases; they are recovered after their TTL"

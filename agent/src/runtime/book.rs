@@ -291,9 +291,9 @@ impl LeaseBook {
     }
 
     /// Every lease, for a forced shutdown's release.
-    pub(crate) fn drain_all(&self) -> Vec<(TaskId, LeaseEpoch, Arc<StopSignal>)> {
+    pub(crate) fn drain_all(&self) -> Vec<(TaskId, Lease)> {
         let mut book = self.lock();
-        let out = book.drain().map(|(id, l)| (id, l.epoch, l.stop)).collect();
+        let out = book.drain().collect();
         self.executing.store(0, Ordering::Relaxed);
         out
     }

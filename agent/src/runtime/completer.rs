@@ -199,13 +199,7 @@ impl Writer {
                 if out.fenced.contains(&f.key.id) {
                     core.fenced("release", f.key.id, f.key.epoch);
                 } else {
-                    bump(&core.stats.released, 1);
-                    core.metrics
-                        .finished(f.task_type.as_str(), "released", f.run_time);
-                    core.listeners.emit(LifecycleEvent::Released {
-                        id: f.key.id,
-                        task_type: f.task_type.clone(),
-                    });
+                    core.released(f.key.id, &f.task_type, f.run_time);
                 }
             }
         }

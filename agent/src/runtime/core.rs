@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::sync::{Notify, mpsc};
 
 use super::book::LeaseBook;
-use super::events::Listeners;
+use super::events::{LifecycleEvent, Listeners};
 use super::metrics::Metrics;
 use super::settings::RuntimeSettings;
 use crate::handler::HandlerRegistry;
@@ -223,6 +223,17 @@ impl Core {
             op,
             "write fenced: the lease had moved on"
         );
+    }
+
+    /// A lease given back (shutdown): counted in the summary and the metrics, and reported.
+    pub(crate) fn released(&self, id: TaskId, task_type: &TaskType, run_time: Duration) {
+        bump(&self.stats.released, 1);
+        self.metrics
+            .finished(task_type.as_str(), "released", run_time);
+        self.listeners.emit(LifecycleEvent::Released {
+            id,
+            task_type: task_type.clone(),
+        });
     }
 
     pub(crate) fn update_active(&self) {

@@ -160,12 +160,23 @@ pub(crate) fn start(
                 action,
             };
             if let Err(lost) = core.finished.send(finished) {
-                // Only during a forced shutdown: stop renewing it so recovery can take it.
-                core.book.remove(lost.0.key.id, lost.0.key.epoch);
-                tracing::error!(
-                    task.id = lost.0.key.id.0,
-                    "completer gone: the lease will be recovered after its TTL"
-                );
+                let key = lost.0.key;
+                if core.is_draining() {
+                    // A forced shutdown stopped the completer first: the lease stays in the
+                    // book, and the shutdown releases every lease left there.
+                    tracing::info!(
+                        task.id = key.id.0,
+                        "completer stopped: the lease is released with the rest"
+                    );
+                } else {
+                    // The completer is gone outside a shutdown: stop renewing the lease so
+                    // recovery can take the task.
+                    core.book.remove(key.id, key.epoch);
+                    tracing::error!(
+                        task.id = key.id.0,
+                        "completer gone: the lease will be recovered after its TTL"
+                    );
+                }
             }
         }
         .instrument(span),
