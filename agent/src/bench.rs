@@ -84,11 +84,8 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport> {
     .await
     .context("connecting to the database")?;
     store.migrate().await.context("applying migrations")?;
-    let task_type = TaskType::new(format!(
-        "bench.{}.{}",
-        std::process::id(),
-        chrono::Utc::now().timestamp_millis()
-    ))?;
+    // Unique to this run, and short: the name is stored in every row and leased-index entry.
+    let task_type = TaskType::new(format!("bench.{:08x}", fastrand::u32(..)))?;
     let result = run_phases(config, &store, &task_type).await;
     let cleanup = sqlx::query("DELETE FROM tasks WHERE task_type = $1")
         .bind(task_type.as_str())
