@@ -53,6 +53,13 @@ fn limit(n: u32) -> PolicyPatch {
     }
 }
 
+fn no_limit() -> PolicyPatch {
+    PolicyPatch {
+        max_concurrency: Some(None),
+        ..Default::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_claimers_over_twenty_thousand_tasks_hold_each_exactly_once() {
     const TASKS: usize = 20_000;
@@ -447,15 +454,7 @@ async fn policies_take_effect_at_the_next_claim() {
         },
     )
     .await;
-    set_policy(
-        &store,
-        PolicyScope::Type(tt("pol")),
-        PolicyPatch {
-            max_concurrency: Some(None),
-            ..Default::default()
-        },
-    )
-    .await;
+    set_policy(&store, PolicyScope::Type(tt("pol")), no_limit()).await;
     assert!(
         store
             .task_claim(claim("p#1", &["pol"], 10))
@@ -881,15 +880,7 @@ async fn claims_rank_candidates_only_when_a_cap_can_cut_the_batch() {
     // A global limit below the batch, then a type limit: ranked, and cut to the limit.
     set_policy(&store, PolicyScope::Global, limit(4)).await;
     assert_eq!(claim_ranking_runs(&db, vec!["rank.a"], 10).await, (1, 4));
-    set_policy(
-        &store,
-        PolicyScope::Global,
-        PolicyPatch {
-            max_concurrency: Some(None),
-            ..Default::default()
-        },
-    )
-    .await;
+    set_policy(&store, PolicyScope::Global, no_limit()).await;
     set_policy(&store, PolicyScope::Type(tt("rank.a")), limit(3)).await;
     assert_eq!(claim_ranking_runs(&db, vec!["rank.a"], 10).await, (1, 3));
     // What the real claim does agrees.
