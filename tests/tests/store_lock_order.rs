@@ -157,6 +157,33 @@ async fn batch_statements_use_the_primary_key_after_an_analyze() {
             !plan.contains("Seq Scan on tasks"),
             "{name} must not scan the table:\n{plan}"
         );
+        if name == "task_complete_many" {
+            // No row is locked before the UPDATE, so the UPDATE itself must take the rows in id
+            // order: a nested loop whose outer side is the input sorted, the inner side the
+            // primary-key lookup.
+            let nodes: Vec<&str> = plan.lines().filter(|l| l.contains("->")).collect();
+            let update = nodes
+                .iter()
+                .position(|l| l.contains("Update on tasks"))
+                .unwrap_or_else(|| panic!("no update:\n{plan}"));
+            assert!(
+                nodes[update + 1].contains("Nested Loop"),
+                "{name}: the update must join by nested loop:\n{plan}"
+            );
+            let sort = nodes.iter().position(|l| l.contains("Sort"));
+            let input = nodes.iter().position(|l| l.contains("Function Scan"));
+            let lookup = nodes
+                .iter()
+                .position(|l| l.contains("Index Scan using tasks_pkey"));
+            assert!(
+                matches!((sort, input, lookup), (Some(s), Some(f), Some(k)) if s < f && f < k),
+                "{name}: sorted input outside, key lookup inside:\n{plan}"
+            );
+            assert!(
+                !plan.contains("Hash") && !plan.contains("Merge"),
+                "{name}: index nested loops only:\n{plan}"
+            );
+        }
     }
     db.drop_db().await.unwrap();
 }

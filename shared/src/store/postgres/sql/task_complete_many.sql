@@ -15,6 +15,8 @@
 -- UPDATE re-checks the fence on the newest version and decides from that one, so a cancel
 -- request that landed meanwhile is honoured and a recovery that took the row fences it. Only
 -- failures look up the retry policy (a one-time filter skips it for every other row).
+-- Every SET column is assigned, so its domain check runs on what is written: the new result
+-- or error, or the value kept (usually null, then free).
 -- The status test is wrapped in CASE on purpose: written plainly it matches the predicate of
 -- tasks_leased_type_idx, and with statistics taken when few tasks ran the planner would scan
 -- that whole partial index (dead entries included) instead of looking the ids up by primary key.
