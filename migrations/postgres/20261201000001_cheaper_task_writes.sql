@@ -12,7 +12,11 @@
 --    claim and another at completion; with room on its own page the new version stays there,
 --    which saves locating and dirtying a second page and the extra WAL record PostgreSQL
 --    writes when an update moves a row across pages, and lets heartbeat renewals stay HOT.
---    Existing pages keep their old fill until they are rewritten.
+--
+-- Upgrading: changing the columns' types rewrites `tasks` and its indexes under an exclusive
+-- lock (which also applies the new fill to every page). On a large table that blocks every
+-- agent for the duration — their renewals time out and they stop their tasks — so run it with
+-- the agents stopped. The statistics are rebuilt at the end.
 
 CREATE DOMAIN leasehold_task_type AS text
     CONSTRAINT tasks_type_format CHECK (VALUE ~ '^[a-z0-9][a-z0-9_.:-]{0,63}$');
@@ -66,3 +70,5 @@ ALTER TABLE tasks
     ALTER COLUMN result TYPE leasehold_result,
     ALTER COLUMN last_error TYPE leasehold_last_error,
     SET (fillfactor = 50);
+
+ANALYZE tasks;
