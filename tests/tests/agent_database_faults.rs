@@ -1102,27 +1102,33 @@ async fn t19_listen_connection_lost_pickup_falls_back_to_polling_and_resubscribe
 async fn t14_an_exclusive_lock_on_tasks_times_out_without_takeover() {
     let db = TestDb::new().await.unwrap();
     ledger::install(&db.pool).await.unwrap();
-    let mut agent = spawn_test_agent(&db.url, "locked", "ledger", &["--concurrency", "5"])
-        .await
-        .unwrap();
+    // A 4 s lease (not the fleet's 2 s): the lock below outlasts several renewals but ends
+    // before the local safety deadline (the last renewal that landed, at most 400 ms before the
+    // lock, + TTL − margin 800 ms: at least 2.8 s after the lock starts). A lock past that
+    // deadline rightly makes the agent stop the tasks it can no longer prove it holds.
+    let mut agent = spawn_test_agent(
+        &db.url,
+        "locked",
+        "ledger",
+        &["--concurrency", "5", "--lease-ttl", "4s"],
+    )
+    .await
+    .unwrap();
     let id = leasehold_tests::wait_registered(&db.pool, "locked", Duration::from_secs(20))
         .await
         .unwrap();
-    ledger::enqueue(&db.pool, "ledger", 5, json!({"ms": 2500}))
+    ledger::enqueue(&db.pool, "ledger", 5, json!({"ms": 3500}))
         .await
         .unwrap();
     wait_holding(&db.pool, &id, 5).await;
-    // Hold the lock for 1 s: renewals (every 400 ms, 400 ms timeout) time out meanwhile. It
-    // must end before the local safety deadline (the last renewal that landed, at most 400 ms
-    // before the lock, + TTL 2 s − margin 400 ms, so at least 1.2 s after the lock starts): a
-    // lock that outlasts it rightly makes the agent stop tasks it can no longer prove it holds
-    // (1.5 s did, on a loaded machine, when the last renewal landed early).
+    // Hold the lock for 2 s: renewals (every 400 ms, each timing out after 400 ms) fail
+    // meanwhile.
     let mut tx = db.pool.begin().await.unwrap();
     sqlx::query("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *tx)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     tx.commit().await.unwrap();
     wait_succeeded(&db.pool, 5, Duration::from_secs(30)).await;
     let report = ledger::expect_all_succeeded(&db.pool).await.unwrap();
