@@ -85,7 +85,7 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport> {
     .context("connecting to the database")?;
     store.migrate().await.context("applying migrations")?;
     // Unique to this run, and short: the name is stored in every row and leased-index entry.
-    let task_type = TaskType::new(format!("bench.{:08x}", fastrand::u32(..)))?;
+    let task_type = TaskType::new(format!("bench.{:012x}", fastrand::u64(..) >> 16))?;
     let result = run_phases(config, &store, &task_type).await;
     let cleanup = sqlx::query("DELETE FROM tasks WHERE task_type = $1")
         .bind(task_type.as_str())

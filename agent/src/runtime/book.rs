@@ -64,7 +64,7 @@ impl Hasher for IdHasher {
     }
 
     fn write_i64(&mut self, n: i64) {
-        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 
     fn finish(&self) -> u64 {
