@@ -150,34 +150,23 @@ impl PolicyCache {
         }
     }
 
-    fn pick(
-        &self,
-        task_type: &TaskType,
-        f: impl Fn(&Policy) -> Option<Duration>,
-    ) -> Option<Duration> {
-        let guard = self.by_scope.read().ok()?;
-        guard
-            .get(task_type.as_str())
-            .and_then(&f)
-            .or_else(|| guard.get("*").and_then(&f))
-    }
-
-    /// The attempt timeout and slow threshold of `task_type`, from one look at the cache.
+    /// The attempt timeout and slow threshold of `task_type` (its own policy, else the global
+    /// one, else the defaults), under one read of the cache.
     pub(crate) fn timings(&self, task_type: &TaskType) -> TypeTimings {
+        let Ok(guard) = self.by_scope.read() else {
+            return TypeTimings {
+                timeout: DEFAULT_TIMEOUT,
+                slow_after: DEFAULT_SLOW_THRESHOLD,
+            };
+        };
+        let own = guard.get(task_type.as_str());
+        let global = guard.get("*");
+        let pick =
+            |f: fn(&Policy) -> Option<Duration>| own.and_then(f).or_else(|| global.and_then(f));
         TypeTimings {
-            timeout: self.timeout(task_type),
-            slow_after: self.slow_threshold(task_type),
+            timeout: pick(|p| p.timeout).unwrap_or(DEFAULT_TIMEOUT),
+            slow_after: pick(|p| p.slow_threshold).unwrap_or(DEFAULT_SLOW_THRESHOLD),
         }
-    }
-
-    pub(crate) fn timeout(&self, task_type: &TaskType) -> Duration {
-        self.pick(task_type, |p| p.timeout)
-            .unwrap_or(DEFAULT_TIMEOUT)
-    }
-
-    pub(crate) fn slow_threshold(&self, task_type: &TaskType) -> Duration {
-        self.pick(task_type, |p| p.slow_threshold)
-            .unwrap_or(DEFAULT_SLOW_THRESHOLD)
     }
 }
 
@@ -238,5 +227,42 @@ impl Core {
 
     pub(crate) fn update_active(&self) {
         self.metrics.set_active(self.book.executing());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_shared::domain::PolicyScope;
+
+    fn ty(name: &str) -> TaskType {
+        TaskType::new(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn timings_take_the_types_own_policy_then_the_global_one_then_the_defaults() {
+        let cache = PolicyCache::default();
+        let none = cache.timings(&ty("a"));
+        assert_eq!(none.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(none.slow_after, DEFAULT_SLOW_THRESHOLD);
+        let mut global = Policy::inherit(PolicyScope::Global);
+        global.timeout = Some(Duration::from_secs(60));
+        global.slow_threshold = Some(Duration::from_secs(5));
+        let mut own = Policy::inherit(PolicyScope::Type(ty("a")));
+        own.timeout = Some(Duration::from_secs(7));
+        cache.replace(vec![global, own]);
+        let a = cache.timings(&ty("a"));
+        assert_eq!(a.timeout, Duration::from_secs(7));
+        assert_eq!(
+            a.slow_after,
+            Duration::from_secs(5),
+            "inherited from the global row"
+        );
+        let b = cache.timings(&ty("b"));
+        assert_eq!(b.timeout, Duration::from_secs(60));
+        let mut batch = BatchTimings::default();
+        assert_eq!(batch.get(&cache, &ty("a")).timeout, Duration::from_secs(7));
+        assert_eq!(batch.get(&cache, &ty("b")).timeout, Duration::from_secs(60));
+        assert_eq!(batch.get(&cache, &ty("a")).timeout, Duration::from_secs(7));
     }
 }

@@ -40,8 +40,8 @@ fn seconds_histogram() -> Histogram {
 }
 
 /// The per-type series a task touches when it is claimed and when it ends, resolved once per
-/// type and kept: the hot path builds no label set and hashes none (the series are shared
-/// handles, so the registry sees every update).
+/// type and kept: the hot path hashes the type name only, and builds no label set (the series
+/// are shared handles, so the registry sees every update).
 struct TypeSeries {
     claimed: Counter,
     queue_wait: Histogram,
