@@ -658,6 +658,8 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
     .bind(None::<String>)
     .bind(Some(500_000i64))
     .bind(100i64)
+    .bind(None::<String>)
+    .bind(None::<chrono::DateTime<chrono::Utc>>)
     .fetch_one(&mut *conn)
     .await
     .unwrap();

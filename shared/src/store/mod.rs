@@ -23,6 +23,7 @@
 //! expiry in the statement that changes the row, so it never touches a finished or newer row.
 
 mod error;
+pub mod explain;
 pub mod outcomes;
 pub mod params;
 pub mod postgres;
@@ -44,6 +45,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Enqueue one task (an existing task when its idempotency key is known).
     async fn task_enqueue(&self, task: NewTask) -> Result<Enqueued>;
+    /// Enqueue one task on behalf of an operator: [`Store::task_enqueue`] and its audit row
+    /// (action `enqueue`, result `applied`, or `noop` when the idempotency key matched) in one
+    /// transaction. A viewer is refused with [`StoreError::PermissionDenied`] (audited as
+    /// `denied`, nothing enqueued); invalid input is [`StoreError::Invalid`] and writes nothing,
+    /// not even an audit row.
+    async fn task_enqueue_audited(&self, params: EnqueueAuditedParams) -> Result<Enqueued>;
     /// Enqueue many tasks in one statement; results in input order.
     async fn task_enqueue_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Enqueued>>;
     /// Claim up to `batch` due tasks (DESIGN §4 order), within every concurrency limit.
@@ -114,4 +121,8 @@ pub trait Store: Send + Sync + 'static {
     async fn task_list(&self, params: TaskListParams) -> Result<TaskPage>;
     /// One task with its attempts.
     async fn task_get(&self, id: TaskId) -> Result<Option<TaskDetail>>;
+    /// Why a task is not running: one [`Blocker`] per reason that applies, in
+    /// [`BlockerKind`] order ([`BlockerKind::Claimable`] alone when nothing blocks a due task;
+    /// empty for a running task). [`StoreError::NotFound`] for an unknown id.
+    async fn task_explain(&self, params: ExplainParams) -> Result<Vec<Blocker>>;
 }

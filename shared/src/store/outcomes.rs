@@ -134,6 +134,8 @@ pub struct AgentRecord {
     pub stopped_at: Option<DateTime<Utc>>,
     /// Database time when the row was read (to age the heartbeat without a host clock).
     pub now: DateTime<Utc>,
+    /// This agent holds the `leader` row's lease and it has not expired (at `now`).
+    pub leader: bool,
 }
 
 /// Result of a leader election attempt.
@@ -180,4 +182,84 @@ pub struct AuditRecord {
     pub params: Option<serde_json::Value>,
     pub result: String,
     pub detail: Option<String>,
+}
+
+/// What kind of reason keeps a task from running ([`crate::Store::task_explain`]). Blockers
+/// come in the order of these variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockerKind {
+    /// The task is terminal (succeeded, partially succeeded, dead, cancelled); only a requeue
+    /// runs it again. The only blocker of a terminal task.
+    Finished,
+    /// Cancellation was requested; its holder is stopping it.
+    CancelRequested,
+    /// An attempt failed and the retry is not due yet.
+    RetryWait,
+    /// Queued with a due time in the future.
+    NotDue,
+    /// Its deadline passed; maintenance dead-letters it.
+    DeadlinePassed,
+    /// Its type, or every type (the global policy), is paused.
+    Paused,
+    /// Its type's concurrency limit is reached.
+    TypeLimit,
+    /// The global concurrency limit is reached.
+    GlobalLimit,
+    /// No live agent serves its type.
+    NoAgent,
+    /// Claimable tasks of its type come before it in claim order.
+    BehindHigherPriority,
+    /// Nothing blocks it: the next claim of an agent serving its type takes it.
+    Claimable,
+}
+
+impl BlockerKind {
+    /// Every kind, in the order blockers are reported.
+    pub const ALL: [BlockerKind; 11] = [
+        BlockerKind::Finished,
+        BlockerKind::CancelRequested,
+        BlockerKind::RetryWait,
+        BlockerKind::NotDue,
+        BlockerKind::DeadlinePassed,
+        BlockerKind::Paused,
+        BlockerKind::TypeLimit,
+        BlockerKind::GlobalLimit,
+        BlockerKind::NoAgent,
+        BlockerKind::BehindHigherPriority,
+        BlockerKind::Claimable,
+    ];
+
+    /// The snake_case name shown to users and sent on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BlockerKind::Finished => "finished",
+            BlockerKind::CancelRequested => "cancel_requested",
+            BlockerKind::RetryWait => "retry_wait",
+            BlockerKind::NotDue => "not_due",
+            BlockerKind::DeadlinePassed => "deadline_passed",
+            BlockerKind::Paused => "paused",
+            BlockerKind::TypeLimit => "type_limit",
+            BlockerKind::GlobalLimit => "global_limit",
+            BlockerKind::NoAgent => "no_agent",
+            BlockerKind::BehindHigherPriority => "behind_higher_priority",
+            BlockerKind::Claimable => "claimable",
+        }
+    }
+}
+
+impl std::fmt::Display for BlockerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One reason a task is not running, with a message an operator on call can act on (numbers,
+/// names, RFC 3339 UTC times and their distance from the database's `now()`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blocker {
+    /// What kind of reason this is (for logic, filters and icons).
+    pub kind: BlockerKind,
+    /// The reason in words, for people.
+    pub message: String,
 }

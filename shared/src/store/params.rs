@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::policy::{DEFAULT_MAX_ATTEMPTS, MAX_POLICY_DURATION};
+use crate::domain::task::MAX_ERROR_CODE_LEN;
 use crate::domain::validate::{
     MAX_ATTEMPTS_LIMIT, MAX_BULK_ENQUEUE, MAX_CLAIM_BATCH, MAX_DELAY_MS, MAX_PAGE_SIZE,
     MAX_TIMEOUT_MS, check_idempotency_key, check_range, check_result, payload_text,
@@ -536,6 +537,12 @@ pub struct TaskListParams {
     pub task_type: Option<TaskType>,
     /// Case-insensitive text in the type, the error code or the error message.
     pub text: Option<String>,
+    /// Only tasks whose last error has exactly this code (`last_error ->> 'code'`); 1-64 bytes
+    /// without control characters.
+    pub error_code: Option<String>,
+    /// Only tasks finished (or, when not finished, last changed) at or after this time:
+    /// `coalesce(finished_at, updated_at) >= since`.
+    pub since: Option<DateTime<Utc>>,
     /// Keyset cursor: ids below this.
     pub before: Option<TaskId>,
     pub limit: u32,
@@ -552,8 +559,44 @@ impl TaskListParams {
                 detail: "must be at most 200 bytes without control characters".into(),
             });
         }
+        if let Some(code) = &self.error_code
+            && (code.is_empty()
+                || code.len() > MAX_ERROR_CODE_LEN
+                || code.chars().any(char::is_control))
+        {
+            return Err(ValidationError::Invalid {
+                field: "error_code",
+                detail: format!("must be 1-{MAX_ERROR_CODE_LEN} bytes without control characters"),
+            });
+        }
         Ok(())
     }
+}
+
+/// Explain why task `id` is not running ([`crate::Store::task_explain`]).
+#[derive(Debug, Clone)]
+pub struct ExplainParams {
+    /// The task to explain.
+    pub id: TaskId,
+    /// An agent whose registry heartbeat is older than this is not live (at most 7 days).
+    pub agent_stale_after: Duration,
+}
+
+impl ExplainParams {
+    /// Refuses a staleness window above 7 days.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_duration("agent_stale_after", self.agent_stale_after)
+    }
+}
+
+/// Enqueue one task on behalf of `actor`, audited in the same transaction
+/// ([`crate::Store::task_enqueue_audited`]).
+#[derive(Debug, Clone)]
+pub struct EnqueueAuditedParams {
+    /// The task, validated as by [`crate::Store::task_enqueue`].
+    pub task: NewTask,
+    /// Who enqueues it (a viewer is refused).
+    pub actor: Actor,
 }
 
 /// A page of the audit log, newest first.

@@ -44,7 +44,10 @@ pub(super) async fn task_enqueue_with_retry(
     })
 }
 
-async fn enqueue_valid<'e, E: PgExecutor<'e>>(
+/// Inserts one validated task (or finds the task of its idempotency key). `None`: the key's
+/// task was committed by a concurrent transaction after this statement began and cannot be
+/// seen by it; a new statement (also in the same READ COMMITTED transaction) will see it.
+pub(super) async fn enqueue_valid<'e, E: PgExecutor<'e>>(
     executor: E,
     v: &ValidTask,
 ) -> Result<Option<Enqueued>> {

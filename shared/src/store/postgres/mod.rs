@@ -27,12 +27,12 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
-    AuditRecord, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
-    CompleteParams, Enqueued, ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome,
-    LeaderRenewParams, NewTask, PolicySetParams, ProgressParams, PurgeParams, RecoverParams,
-    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams,
-    RequeueOutcome, RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams,
-    TaskDetail, TaskListParams, TaskPage, UnservedParams,
+    AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
+    CompleteParams, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams,
+    HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, PolicySetParams,
+    ProgressParams, PurgeParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams,
+    RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, Store,
+    StoreError, SuspectLease, SuspectParams, TaskDetail, TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -93,6 +93,7 @@ pub(crate) mod sql {
             audit_list,
             task_get,
             task_attempts,
+            task_explain,
         );
     }
     pub use names::*;
@@ -286,6 +287,10 @@ impl Store for PgStore {
         enqueue::task_enqueue_with_retry(&self.pool, &task, &self.limits).await
     }
 
+    async fn task_enqueue_audited(&self, params: EnqueueAuditedParams) -> Result<Enqueued> {
+        operator::task_enqueue_audited(&self.pool, &params, &self.limits).await
+    }
+
     async fn task_enqueue_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Enqueued>> {
         enqueue::task_enqueue_many_with_retry(&self.pool, &tasks, &self.limits).await
     }
@@ -434,5 +439,9 @@ impl Store for PgStore {
 
     async fn task_get(&self, id: TaskId) -> Result<Option<TaskDetail>> {
         query::task_get(&self.pool, id).await
+    }
+
+    async fn task_explain(&self, params: ExplainParams) -> Result<Vec<Blocker>> {
+        query::task_explain(&self.pool, &params).await
     }
 }

@@ -1,21 +1,22 @@
-//! Operator actions: cancel, requeue, bulk requeue of dead letters, policy changes. Each runs
-//! in one short transaction that also writes its audit row, so the change and its record
-//! commit together; an action refused by the state machine still commits its audit row (result
-//! `failed`) and changes nothing else.
+//! Operator actions: enqueue, cancel, requeue, bulk requeue of dead letters, policy changes.
+//! Each runs in one short transaction that also writes its audit row, so the change and its
+//! record commit together; an action refused by the state machine still commits its audit row
+//! (result `failed`) and changes nothing else. A viewer is refused before anything changes, with
+//! a `denied` row of its own. Input refused by validation writes nothing at all.
 
 use serde_json::json;
 use sqlx::types::Json;
 use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
 
 use super::rows::{agent_id, get, policy, status};
-use super::sql;
+use super::{enqueue, sql};
 use crate::domain::{
-    Actor, LeaseEpoch, Policy, PolicyPatch, PolicyScope, Role, TaskAction, TaskStatus,
+    Actor, InputLimits, LeaseEpoch, Policy, PolicyPatch, PolicyScope, Role, TaskAction, TaskStatus,
 };
 use crate::store::params::duration_ms;
 use crate::store::{
-    AuditEntry, AuditResult, CancelOutcome, CancelParams, PolicySetParams, RequeueDeadParams,
-    RequeueOutcome, RequeueParams, Result, StoreError,
+    AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued,
+    PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, StoreError,
 };
 
 /// Writes one audit row through `executor` (pass the transaction of the change it records).
@@ -36,6 +37,17 @@ pub async fn audit_write<'e, E: PgExecutor<'e>>(executor: E, entry: &AuditEntry)
 
 /// Refuses a viewer before anything changes, recording the denial.
 async fn authorize(pool: &PgPool, actor: &Actor, action: &str, target: String) -> Result<()> {
+    authorize_with(pool, actor, action, target, None).await
+}
+
+/// [`authorize`], recording the refused call's parameters in the denial row.
+async fn authorize_with(
+    pool: &PgPool,
+    actor: &Actor,
+    action: &str,
+    target: String,
+    params: Option<serde_json::Value>,
+) -> Result<()> {
     if actor.role != Role::Viewer {
         return Ok(());
     }
@@ -43,7 +55,7 @@ async fn authorize(pool: &PgPool, actor: &Actor, action: &str, target: String) -
         actor: actor.clone(),
         action: action.to_string(),
         target,
-        params: None,
+        params,
         result: AuditResult::Denied,
         detail: Some("viewer tokens may watch and list only".into()),
     };
@@ -62,6 +74,70 @@ async fn begin(pool: &PgPool, op: &'static str) -> Result<Transaction<'static, P
 
 async fn commit(tx: Transaction<'static, Postgres>, op: &'static str) -> Result<()> {
     tx.commit().await.map_err(StoreError::db(op))
+}
+
+/// Enqueue and its audit row in one transaction. Order: validation (invalid input writes
+/// nothing, no audit row either: bad input changes nothing), then authorization (a viewer gets
+/// a `denied` row, committed on its own; no task exists yet, so its target is `type:<type>`,
+/// as the gRPC layer's own denials name it), then the insert and the `applied` / `noop` row
+/// with target `task:<id>`. Any failure after the insert (the audit row refused, the commit
+/// lost) rolls the task back too: a task enqueued by an operator exists only with its audit row.
+pub(super) async fn task_enqueue_audited(
+    pool: &PgPool,
+    params: &EnqueueAuditedParams,
+    limits: &InputLimits,
+) -> Result<Enqueued> {
+    const OP: &str = "task_enqueue_audited";
+    let valid = params.task.validate(limits)?;
+    let audit_params = json!({
+        "task_type": valid.task_type,
+        "priority": valid.priority,
+        "idempotency_key": valid.idempotency_key,
+    });
+    authorize_with(
+        pool,
+        &params.actor,
+        "enqueue",
+        format!("type:{}", valid.task_type),
+        Some(audit_params.clone()),
+    )
+    .await?;
+    let mut tx = begin(pool, OP).await?;
+    // READ COMMITTED: a key whose task a concurrent transaction committed mid-statement is
+    // visible to the next statement of this same transaction.
+    let mut done = None;
+    for _ in 0..3 {
+        done = enqueue::enqueue_valid(&mut *tx, &valid).await?;
+        if done.is_some() {
+            break;
+        }
+    }
+    let Some(done) = done else {
+        return Err(StoreError::Corrupt {
+            what: "enqueue",
+            detail: "idempotency key kept conflicting with an invisible row".into(),
+        });
+    };
+    let entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: "enqueue".into(),
+        target: format!("task:{}", done.id),
+        params: Some(audit_params),
+        result: if done.created {
+            AuditResult::Applied
+        } else {
+            AuditResult::Noop
+        },
+        detail: (!done.created).then(|| {
+            format!(
+                "idempotency key already used by task {}; nothing enqueued",
+                done.id
+            )
+        }),
+    };
+    audit_write(&mut *tx, &entry).await?;
+    commit(tx, OP).await?;
+    Ok(done)
 }
 
 pub(super) async fn task_cancel(pool: &PgPool, params: &CancelParams) -> Result<CancelOutcome> {

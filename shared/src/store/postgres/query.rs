@@ -1,12 +1,15 @@
-//! Read-only queries: task pages and details, policies, the audit log.
+//! Read-only queries: task pages, details and explanations, policies, the audit log.
 
 use sqlx::PgPool;
+use sqlx::types::Json;
 
-use super::rows::{attempt, audit, get, policy, task};
-use super::sql;
-use crate::domain::{Policy, TaskId, TaskStatus};
+use super::rows::{attempt, audit, get, policy, status, task, task_type};
+use super::{secs, sql};
+use crate::domain::{Policy, TaskError, TaskId, TaskStatus};
+use crate::store::explain::{EXPLAIN_AHEAD_CAP, ExplainFacts, LimitUse, blockers};
 use crate::store::{
-    AuditListParams, AuditRecord, Result, StoreError, TaskDetail, TaskListParams, TaskPage,
+    AuditListParams, AuditRecord, Blocker, ExplainParams, Result, StoreError, TaskDetail,
+    TaskListParams, TaskPage,
 };
 
 pub(super) async fn task_list(pool: &PgPool, params: &TaskListParams) -> Result<TaskPage> {
@@ -28,6 +31,8 @@ pub(super) async fn task_list(pool: &PgPool, params: &TaskListParams) -> Result<
         .bind(params.text.as_deref())
         .bind(params.before.map(|id| id.0))
         .bind(i64::from(params.limit))
+        .bind(params.error_code.as_deref())
+        .bind(params.since)
         .fetch_all(pool)
         .await
         .map_err(StoreError::db("task_list"))?;
@@ -60,6 +65,47 @@ pub(super) async fn task_get(pool: &PgPool, id: TaskId) -> Result<Option<TaskDet
         attempts: attempts.iter().map(attempt).collect::<Result<_>>()?,
         now: get(&row, "db_now")?,
     }))
+}
+
+pub(super) async fn task_explain(pool: &PgPool, params: &ExplainParams) -> Result<Vec<Blocker>> {
+    params.validate()?;
+    let cap = i64::try_from(EXPLAIN_AHEAD_CAP + 1).unwrap_or(i64::MAX);
+    let row = sqlx::query(sql::task_explain)
+        .bind(params.id.0)
+        .bind(secs(params.agent_stale_after))
+        .bind(cap)
+        .fetch_optional(pool)
+        .await
+        .map_err(StoreError::db("task_explain"))?
+        .ok_or(StoreError::NotFound(params.id))?;
+    let limit_use = |limit: &'static str, running: &'static str| -> Result<Option<LimitUse>> {
+        let limit: Option<i32> = get(&row, limit)?;
+        let running: Option<i64> = get(&row, running)?;
+        Ok(limit.map(|limit| LimitUse {
+            limit: u32::try_from(limit).unwrap_or(0),
+            running: running.map_or(0, |n| u64::try_from(n).unwrap_or(0)),
+        }))
+    };
+    let facts = ExplainFacts {
+        id: TaskId(get(&row, "id")?),
+        task_type: task_type(get(&row, "task_type")?)?,
+        status: status(get::<&str>(&row, "status")?)?,
+        available_at: get(&row, "available_at")?,
+        deadline_at: get(&row, "deadline_at")?,
+        attempt: get(&row, "attempt")?,
+        max_attempts: get(&row, "max_attempts")?,
+        lease_owner: get(&row, "lease_owner")?,
+        last_error: get::<Option<Json<TaskError>>>(&row, "last_error")?.map(|Json(e)| e),
+        finished_at: get(&row, "finished_at")?,
+        now: get(&row, "db_now")?,
+        type_paused: get(&row, "type_paused")?,
+        global_paused: get(&row, "global_paused")?,
+        type_limit: limit_use("type_limit", "type_running")?,
+        global_limit: limit_use("global_limit", "global_running")?,
+        agent_live: get(&row, "agent_live")?,
+        ahead: u64::try_from(get::<i64>(&row, "ahead")?).unwrap_or(0),
+    };
+    Ok(blockers(&facts))
 }
 
 pub(super) async fn policy_list(pool: &PgPool) -> Result<Vec<Policy>> {

@@ -176,7 +176,7 @@ pub(super) fn policy(row: &PgRow) -> Result<Policy> {
     })
 }
 
-/// An `agents` row (with `now`).
+/// An `agents` row (with `now` and `leader`).
 pub(super) fn agent(row: &PgRow) -> Result<AgentRecord> {
     let state: String = get(row, "state")?;
     let pid: i32 = get(row, "pid")?;
@@ -200,6 +200,7 @@ pub(super) fn agent(row: &PgRow) -> Result<AgentRecord> {
         heartbeat_at: get(row, "heartbeat_at")?,
         stopped_at: get(row, "stopped_at")?,
         now: get(row, "now")?,
+        leader: get(row, "leader")?,
     })
 }
 

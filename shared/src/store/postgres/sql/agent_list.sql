@@ -1,3 +1,8 @@
-SELECT *, now() AS now FROM agents
-WHERE state <> 'stopped' OR stopped_at > now() - interval '1 hour'
-ORDER BY name, started_at, id
+-- Agents that are not stopped, plus those stopped within the last hour. `leader`: the agent
+-- holds the leader row under a lease that has not expired (an expired lease within its
+-- takeover grace is nobody's leadership to show).
+SELECT a.*, now() AS now,
+       EXISTS (SELECT 1 FROM leader l WHERE l.owner = a.id AND l.lease_until > now()) AS leader
+FROM agents a
+WHERE a.state <> 'stopped' OR a.stopped_at > now() - interval '1 hour'
+ORDER BY a.name, a.started_at, a.id

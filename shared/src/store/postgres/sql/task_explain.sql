@@ -1,0 +1,48 @@
+-- The facts that explain why task $1 is not running (the messages are worded in Rust,
+-- store/explain.rs). No row: no such task. $2 seconds after which an agent's registry heartbeat
+-- is stale; $3 most claimable tasks counted ahead of it (the cap plus one, so "more than" shows).
+-- Limits, agents and the queue ahead are read only for waiting tasks; the count ahead only for a
+-- due one, and it stops at $3 rows. Database time throughout.
+WITH t AS (
+    SELECT id, task_type, status, priority, available_at, deadline_at, attempt, max_attempts,
+           lease_owner, last_error, coalesce(finished_at, updated_at) AS finished_at,
+           status IN ('queued', 'retry_wait') AS waiting
+    FROM tasks
+    WHERE id = $1
+)
+SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.max_attempts,
+       t.lease_owner, t.last_error, t.finished_at, now() AS db_now,
+       coalesce(tp.paused, false) AS type_paused,
+       coalesce(gp.paused, false) AS global_paused,
+       tp.max_concurrency AS type_limit,
+       CASE WHEN t.waiting AND tp.max_concurrency IS NOT NULL THEN (
+           SELECT count(*) FROM tasks r
+           WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type)
+       END AS type_running,
+       gp.max_concurrency AS global_limit,
+       CASE WHEN t.waiting AND gp.max_concurrency IS NOT NULL THEN (
+           SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested'))
+       END AS global_running,
+       t.waiting AND EXISTS (
+           SELECT 1 FROM agents a
+           WHERE a.state = 'running'
+             AND a.heartbeat_at > now() - make_interval(secs => $2)
+             AND t.task_type = ANY(a.task_types)) AS agent_live,
+       CASE WHEN t.waiting AND t.available_at <= now() THEN (
+           SELECT count(*) FROM (
+               SELECT 1 FROM tasks c
+               WHERE c.status IN ('queued', 'retry_wait')
+                 AND c.task_type = t.task_type
+                 AND c.available_at <= now()
+                 AND (c.deadline_at IS NULL OR c.deadline_at > now())
+                 -- Claim order is priority DESC, available_at, id: the first condition bounds the
+                 -- walk of tasks_claim_idx, the second is the exact "comes before".
+                 AND c.priority >= t.priority
+                 AND (c.priority > t.priority
+                      OR (c.available_at, c.id) < (t.available_at, t.id))
+               LIMIT $3
+           ) ahead)
+       ELSE 0 END AS ahead
+FROM t
+LEFT JOIN policies tp ON tp.scope = t.task_type
+LEFT JOIN policies gp ON gp.scope = '*'
