@@ -9,3 +9,14 @@ pub mod v1 {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     tonic::include_proto!("leasehold.v1");
 }
+
+/// The encoded `FileDescriptorSet` of `leasehold.v1`, for the server reflection service.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/leasehold_v1_descriptor.bin"));
+
+/// The metadata key carrying a client's token: `authorization: Bearer <token>`.
+pub const AUTHORIZATION: &str = "authorization";
+
+/// Largest message either side sends or accepts, after decompression (4 MiB). Payloads are
+/// limited far below this by the agent's input limits.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
