@@ -27,6 +27,8 @@ Leases: a lease lives --lease-ttl after its last renewal; renewals run every --h
 most half the TTL). Another agent takes an expired lease only after --grace more. An agent that \
 cannot renew stops its executions before the lease could be taken.
 
+gRPC: the agent serves its API on --listen (default 127.0.0.1:7070). Tokens ([[tokens]] with name, role viewer|operator, secret or secret_file) and TLS ([tls] cert, key, client_ca) are set in the config file; see the README.
+
 Exit codes: 0 ok · 1 a task failed (--exit-when-idle) · 2 bad flags or config · 3 database \
 unreachable.
 
@@ -96,9 +98,23 @@ struct RunArgs {
     /// Agent name; the lease owner is NAME#<per-start number>. [default: the host name]
     #[arg(long, env = "LEASEHOLD_ID", value_name = "NAME")]
     id: Option<String>,
-    /// gRPC address recorded in the registry (the gRPC server arrives with the console's API).
-    #[arg(long, env = "LEASEHOLD_LISTEN", value_name = "ADDR")]
+    /// Serve the gRPC API (Watch, actions, health, reflection) on ADDR, or `off`. Port 0 picks
+    /// a free port; the registry publishes the bound address. A non-loopback address needs TLS
+    /// and a token unless --insecure. [default: 127.0.0.1:7070]
+    #[arg(long, env = "LEASEHOLD_LISTEN", value_name = "ADDR|off")]
     listen: Option<String>,
+    /// PEM certificate (chain) of the gRPC server; with --tls-key turns TLS on.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT", value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "LEASEHOLD_TLS_KEY", value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA that signs client certificates: clients without one are refused (mTLS).
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// Serve a non-loopback --listen without TLS or tokens (a trusted network only).
+    #[arg(long, env = "LEASEHOLD_INSECURE")]
+    insecure: bool,
     /// Serve Prometheus metrics on ADDR (GET /metrics). [default: off]
     #[arg(long, env = "LEASEHOLD_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<String>,
@@ -194,6 +210,10 @@ impl RunArgs {
             log_dir: self.log_dir,
             log_level: self.log_level,
             exec_kill_after: self.exec_kill_after,
+            tls_cert: self.tls_cert,
+            tls_key: self.tls_key,
+            tls_client_ca: self.tls_client_ca,
+            insecure: self.insecure,
         };
         let env_url = std::env::var("DATABASE_URL").ok();
         AgentConfig::resolve(file, overrides, env_url).map_err(config_error)
@@ -359,6 +379,22 @@ async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
             .map_err(|e| usage_error("metrics_listen", &format!("cannot listen on {addr}: {e}")))?;
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving metrics");
         builder = builder.metrics_listener(listener);
+    }
+    if let Some(grpc) = &config.grpc {
+        let auth = grpc.auth().map_err(config_error)?;
+        if let Some(tls) = &grpc.tls {
+            // Read now, so a bad file is a usage error before anything starts.
+            tls.load()
+                .map_err(|e| usage_error("tls", &format!("{e:#}")))?;
+        }
+        let listener = tokio::net::TcpListener::bind(grpc.listen)
+            .await
+            .map_err(|e| usage_error("listen", &format!("cannot listen on {}: {e}", grpc.listen)))?;
+        builder = builder.grpc(crate::grpc::GrpcOptions {
+            listener,
+            tls: grpc.tls.clone(),
+            auth,
+        });
     }
     let agent = builder.connect(&config.database_url).await?;
     let shutdown = Shutdown::default();

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod exit;
+pub mod grpc;
 pub mod handler;
 pub mod handlers;
 pub mod runtime;

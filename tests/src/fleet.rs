@@ -30,6 +30,9 @@ pub fn fast_args() -> Vec<String> {
         "1s",
         "--unserved-after",
         "off",
+        // A free port per agent; tests find it in the registry (`agents.grpc_address`).
+        "--listen",
+        "127.0.0.1:0",
     ]
     .iter()
     .map(|s| s.to_string())

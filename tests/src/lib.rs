@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod db;
 pub mod factory;
 pub mod fleet;
+pub mod grpc;
 pub mod helpers;
 pub mod inspect;
 pub mod ledger;

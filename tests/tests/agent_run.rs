@@ -204,7 +204,14 @@ async fn bad_flags_missing_settings_and_unreachable_databases_have_their_exit_co
     );
     let (code, err) = run(&["--database-url", "mysql://x/y", "--handlers", "noop"]);
     assert_eq!(code, Some(2), "{err}");
-    let (code, err) = run(&["--database-url", url, "--handlers", "noop"]);
+    let (code, err) = run(&[
+        "--database-url",
+        url,
+        "--handlers",
+        "noop",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
     assert_eq!(code, Some(3), "an unreachable database is exit 3: {err}");
     assert!(err.contains("connecting to the database"), "{err}");
 }

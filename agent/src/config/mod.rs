@@ -23,6 +23,8 @@
 //! kill_after = "5s"
 //! output_tail = 4096
 //! ```
+//!
+//! `listen`, `insecure`, `[tls]` and `[[tokens]]` are described in [`grpc`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,6 +32,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use thiserror::Error;
+
+pub mod grpc;
+
+pub use grpc::{GrpcConfig, GrpcOverrides, TlsFile, TokenFile};
 
 use crate::handlers::{BUILTIN, BuiltinOptions};
 use crate::runtime::RuntimeSettings;
@@ -48,7 +54,7 @@ pub enum ConfigError {
     Invalid { setting: String, detail: String },
 }
 
-fn invalid(setting: &str, detail: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(setting: &str, detail: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         setting: setting.to_string(),
         detail: detail.into(),
@@ -106,6 +112,9 @@ pub struct FileConfig {
     pub log_dir: Option<PathBuf>,
     pub log_level: Option<String>,
     pub exec: Option<ExecFile>,
+    pub insecure: Option<bool>,
+    pub tls: Option<TlsFile>,
+    pub tokens: Option<Vec<TokenFile>>,
 }
 
 impl FileConfig {
@@ -148,6 +157,10 @@ pub struct Overrides {
     pub log_dir: Option<PathBuf>,
     pub log_level: Option<String>,
     pub exec_kill_after: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
+    pub insecure: bool,
 }
 
 /// Everything `run` needs, validated.
@@ -162,6 +175,8 @@ pub struct AgentConfig {
     pub log_format: LogFormat,
     pub log_dir: Option<PathBuf>,
     pub log_level: String,
+    /// gRPC listener, TLS and tokens; `None` with `listen = "off"`.
+    pub grpc: Option<GrpcConfig>,
 }
 
 /// Parses a human duration (`30s`, `250ms`, `5m`), naming the setting when it is not one.
@@ -244,12 +259,21 @@ impl AgentConfig {
                     invalid("metrics_listen", format!("{a:?} is not host:port ({e})"))
                 })?),
             };
-        let grpc_address = pick(cli.listen, file.listen);
-        if let Some(addr) = &grpc_address {
-            addr.trim()
-                .parse::<SocketAddr>()
-                .map_err(|e| invalid("listen", format!("{addr:?} is not host:port ({e})")))?;
-        }
+        let grpc = grpc::resolve(
+            GrpcOverrides {
+                listen: cli.listen,
+                tls_cert: cli.tls_cert,
+                tls_key: cli.tls_key,
+                tls_client_ca: cli.tls_client_ca,
+                insecure: cli.insecure,
+            },
+            file.listen,
+            file.tls,
+            file.tokens,
+            file.insecure,
+        )?;
+        // The address the registry publishes is the bound one, set when the listener opens.
+        let grpc_address = None;
         let exec_file = file.exec.unwrap_or_default();
         let builtin = BuiltinOptions {
             exec_kill_after: pick_duration(
@@ -331,6 +355,7 @@ impl AgentConfig {
             log_format: pick(cli.log_format, file.log_format).unwrap_or(LogFormat::Text),
             log_dir: pick(cli.log_dir, file.log_dir),
             log_level,
+            grpc,
         })
     }
 }

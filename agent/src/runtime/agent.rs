@@ -2,16 +2,19 @@
 //! graceful shutdown of DESIGN §4.
 //!
 //! Start order: connect (main pool, heartbeat connection) → register in `agents` (the per-start
-//! lease owner id) → completer → heartbeat → registry → maintenance → notifier → claimer.
+//! lease owner id) → gRPC (Watch aggregator and server) → completer → heartbeat → registry →
+//! maintenance → notifier → claimer.
 //!
-//! Stop order (SIGTERM, `--exit-when-idle`, or the library's shutdown token):
+//! Stop order (SIGTERM, `--exit-when-idle`, the gRPC `Drain` call, or the library's shutdown
+//! token):
 //! ```text
 //!   1. stop claiming (claimer, notifier); registry says `draining`
 //!   2. wait up to shutdown_timeout for executions, heartbeats still renewing
 //!   3. ask the rest to stop (ctx.cancelled()); after stop_grace drop them
 //!   4. completer writes the last completions and releases the unfinished leases, so another
 //!      agent starts them at once instead of after the TTL
-//!   5. stop heartbeat, maintenance (resign leadership) and registry; mark the agent stopped
+//!   5. close the Watch streams (a last `closing` update) and stop the gRPC server, bounded;
+//!      stop heartbeat, maintenance (resign leadership) and registry; mark the agent stopped
 //! ```
 //! The force token (a second signal) skips the waits: executions are dropped at once and their
 //! leases released in one statement, bounded by a short timeout.
@@ -39,6 +42,7 @@ use super::metrics::{Metrics, serve_metrics};
 use super::notifier::Notifier;
 use super::registry::Registry;
 use super::settings::RuntimeSettings;
+use crate::grpc::GrpcOptions;
 use crate::handler::{HandlerRegistry, StopReason};
 
 /// Builds an [`Agent`].
@@ -47,6 +51,7 @@ pub struct AgentBuilder {
     handlers: HandlerRegistry,
     listeners: Listeners,
     metrics_listener: Option<TcpListener>,
+    grpc: Option<GrpcOptions>,
     limits: InputLimits,
 }
 
@@ -57,6 +62,7 @@ impl AgentBuilder {
             handlers,
             listeners: Listeners::default(),
             metrics_listener: None,
+            grpc: None,
             limits: InputLimits::default(),
         }
     }
@@ -70,6 +76,13 @@ impl AgentBuilder {
     /// Serves Prometheus metrics on this listener while the agent runs.
     pub fn metrics_listener(mut self, listener: TcpListener) -> Self {
         self.metrics_listener = Some(listener);
+        self
+    }
+
+    /// Serves the gRPC API (Watch and the operator actions) while the agent runs; the
+    /// listener's address is what the registry publishes.
+    pub fn grpc(mut self, options: GrpcOptions) -> Self {
+        self.grpc = Some(options);
         self
     }
 
@@ -87,7 +100,10 @@ impl AgentBuilder {
             !self.handlers.is_empty(),
             "no handlers registered: nothing to run"
         );
-        let settings = self.settings;
+        let mut settings = self.settings;
+        if let Some(grpc) = &self.grpc {
+            settings.grpc_address = Some(grpc.local_addr()?.to_string());
+        }
         let server_timeout = (settings.lease_ttl / 2).max(Duration::from_secs(1));
         let main = PgStore::connect(
             url,
@@ -158,6 +174,9 @@ impl AgentBuilder {
             finished: tx,
             stats: Stats::default(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            feed: Arc::new(super::feed::Feed::default()),
+            leading: std::sync::atomic::AtomicBool::new(false),
+            drain: CancellationToken::new(),
         });
         core.metrics
             .register_types(core.types.iter().map(|t| t.as_str()));
@@ -173,6 +192,7 @@ impl AgentBuilder {
             heartbeat_conn,
             pool,
             metrics_listener: self.metrics_listener,
+            grpc: self.grpc,
         })
     }
 }
@@ -235,6 +255,7 @@ pub struct Agent {
     heartbeat_conn: Arc<dyn Store>,
     pool: sqlx::PgPool,
     metrics_listener: Option<TcpListener>,
+    grpc: Option<GrpcOptions>,
 }
 
 /// Tokens that end [`Agent::run`].
@@ -267,6 +288,7 @@ impl Agent {
             heartbeat_conn,
             pool,
             metrics_listener,
+            grpc,
         } = self;
         let completer_stop = CancellationToken::new();
         let heartbeat_stop = CancellationToken::new();
@@ -274,6 +296,11 @@ impl Agent {
         let claim_stop = CancellationToken::new();
         let idle = CancellationToken::new();
 
+        // First, so a server that cannot start leaves nothing running.
+        let grpc = match grpc {
+            Some(options) => Some(crate::grpc::start(&core, options)?),
+            None => None,
+        };
         let completer = tokio::spawn(
             Completer {
                 core: Arc::clone(&core),
@@ -327,6 +354,7 @@ impl Agent {
             _ = shutdown.graceful.cancelled() => "signal",
             _ = shutdown.force.cancelled() => "forced",
             _ = idle.cancelled() => "idle",
+            _ = core.drain.cancelled() => "drain",
         };
         let started = Instant::now();
         tracing::info!(
@@ -400,7 +428,7 @@ impl Agent {
                             core.fenced("release", *id, lease.epoch);
                             continue;
                         }
-                        core.released(*id, &lease.task_type, lease.started.elapsed());
+                        core.released(*id, lease.epoch, &lease.task_type, lease.started.elapsed());
                     }
                     tracing::info!(
                         released = out.released.len(),
@@ -415,7 +443,10 @@ impl Agent {
             }
         }
 
-        // 5. Background services, then the registry row.
+        // 5. Watch streams and the gRPC server, background services, then the registry row.
+        if let Some(grpc) = grpc {
+            grpc.stop().await;
+        }
         heartbeat_stop.cancel();
         background_stop.cancel();
         let _ = heartbeat.await;

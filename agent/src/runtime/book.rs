@@ -281,6 +281,24 @@ impl LeaseBook {
         out
     }
 
+    /// Every held lease with its type and running time, for the Watch aggregator's
+    /// reconciliation.
+    pub(crate) fn brief(&self) -> Vec<(TaskId, LeaseEpoch, TaskType, Duration)> {
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .map(|(id, l)| (*id, l.epoch, l.task_type.clone(), now - l.started))
+            .collect()
+    }
+
+    /// The stop signal of the lease on `id` at `epoch` if it is executing (operator cancel).
+    pub(crate) fn stop_of(&self, id: TaskId, epoch: LeaseEpoch) -> Option<Arc<StopSignal>> {
+        self.lock()
+            .get(&id)
+            .filter(|l| l.epoch == epoch && l.executing)
+            .map(|l| Arc::clone(&l.stop))
+    }
+
     /// Stop signals of every executing lease (shutdown).
     pub(crate) fn executing_stops(&self) -> Vec<Arc<StopSignal>> {
         self.lock()

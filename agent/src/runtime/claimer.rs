@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use leasehold_shared::store::ClaimParams;
 use tokio_util::sync::CancellationToken;
 
+use super::feed::FeedEvent;
 use super::core::{BatchTimings, Core, bump};
 use super::executor;
 
@@ -122,8 +123,15 @@ impl Claimer {
             bump(&core.stats.claimed, n as u64);
             let now = claim.now;
             let mut timings = BatchTimings::default();
+            let mut acquired = Vec::new();
             for task in claim.tasks {
-                executor::start(&self.core, task, claimed_at, now, &mut timings);
+                executor::start(&self.core, task, claimed_at, now, &mut timings, &mut acquired);
+            }
+            if !acquired.is_empty() {
+                core.feed.push(FeedEvent::Acquired {
+                    now,
+                    leases: acquired,
+                });
             }
             core.book.unreserve(reserved);
             core.update_active();

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::core::{Core, FinishAction, Finished, bump};
 use super::events::LifecycleEvent;
+use super::feed::FeedEvent;
 
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(2);
@@ -118,6 +119,11 @@ impl Writer {
                         if rewritten {
                             for f in pending.drain(..) {
                                 self.core.book.remove(f.key.id, f.key.epoch);
+                                self.core.feed.push(FeedEvent::Ended {
+                                    id: f.key.id,
+                                    epoch: f.key.epoch,
+                                    outcome: "lost",
+                                });
                                 tracing::error!(task.id = f.key.id.0, error = %format!("{error:#}"), "the database refuses this attempt's completion; its lease will be recovered after the TTL");
                             }
                             return;
@@ -199,7 +205,7 @@ impl Writer {
                 if out.fenced.contains(&f.key.id) {
                     core.fenced("release", f.key.id, f.key.epoch);
                 } else {
-                    core.released(f.key.id, &f.task_type, f.run_time);
+                    core.released(f.key.id, f.key.epoch, &f.task_type, f.run_time);
                 }
             }
         }
@@ -227,6 +233,11 @@ impl Writer {
             }
         };
         let (id, task_type) = (f.key.id, f.task_type.clone());
+        core.feed.push(FeedEvent::Ended {
+            id,
+            epoch: f.key.epoch,
+            outcome: status.as_str(),
+        });
         core.metrics
             .finished(task_type.as_str(), status.as_str(), f.run_time);
         match (written, status) {

@@ -15,6 +15,7 @@ use tokio::sync::{Notify, mpsc};
 
 use super::book::LeaseBook;
 use super::events::{LifecycleEvent, Listeners};
+use super::feed::{Feed, FeedEvent};
 use super::metrics::Metrics;
 use super::settings::RuntimeSettings;
 use crate::handler::HandlerRegistry;
@@ -188,6 +189,12 @@ pub(crate) struct Core {
     pub(crate) finished: mpsc::UnboundedSender<Finished>,
     pub(crate) stats: Stats,
     pub(crate) draining: AtomicBool,
+    /// What the Watch aggregator is told about leases.
+    pub(crate) feed: Arc<Feed>,
+    /// True while this agent is the maintenance leader.
+    pub(crate) leading: AtomicBool,
+    /// Cancelled by the gRPC `Drain` call: the agent drains as on SIGTERM.
+    pub(crate) drain: tokio_util::sync::CancellationToken,
 }
 
 impl Core {
@@ -206,6 +213,11 @@ impl Core {
     pub(crate) fn fenced(&self, op: &'static str, id: TaskId, epoch: LeaseEpoch) {
         bump(&self.stats.fenced, 1);
         self.metrics.fenced(op);
+        self.feed.push(FeedEvent::Fenced {
+            id,
+            epoch,
+            write: op,
+        });
         tracing::warn!(
             task.id = id.0,
             lease.epoch = epoch.0,
@@ -215,8 +227,19 @@ impl Core {
     }
 
     /// A lease given back (shutdown): counted in the summary and the metrics, and reported.
-    pub(crate) fn released(&self, id: TaskId, task_type: &TaskType, run_time: Duration) {
+    pub(crate) fn released(
+        &self,
+        id: TaskId,
+        epoch: LeaseEpoch,
+        task_type: &TaskType,
+        run_time: Duration,
+    ) {
         bump(&self.stats.released, 1);
+        self.feed.push(FeedEvent::Ended {
+            id,
+            epoch,
+            outcome: "released",
+        });
         self.metrics
             .finished(task_type.as_str(), "released", run_time);
         self.listeners.emit(LifecycleEvent::Released {

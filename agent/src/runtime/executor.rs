@@ -26,6 +26,7 @@ use tracing::Instrument;
 use super::book::Lease;
 use super::core::{BatchTimings, Core, FinishAction, Finished};
 use super::events::LifecycleEvent;
+use super::feed::AcquiredLease;
 use super::progress::{DEFAULT_PROGRESS_EVERY, DEFAULT_PROGRESS_INTERVAL, ProgressSink};
 use crate::handler::{HandlerError, Outcome, StopReason, StopSignal, TaskContext};
 
@@ -43,6 +44,7 @@ pub(crate) fn start(
     claimed_at: Instant,
     db_now: chrono::DateTime<chrono::Utc>,
     timings: &mut BatchTimings,
+    acquired: &mut Vec<AcquiredLease>,
 ) {
     let stop = Arc::new(StopSignal::default());
     let type_timings = timings.get(&core.policies, &task.task_type);
@@ -65,6 +67,22 @@ pub(crate) fn start(
             .settings
             .lease_ttl
             .saturating_sub(core.settings.safety_margin());
+    if core.feed.is_enabled() {
+        acquired.push(AcquiredLease {
+            id: task.id,
+            epoch: task.lease_epoch,
+            task_type: task.task_type.clone(),
+            attempt: task.attempt,
+            priority: task.priority,
+            started_at: task.started_at.unwrap_or(db_now),
+            lease_until: task.lease_until.unwrap_or_else(|| {
+                db_now
+                    + chrono::Duration::from_std(core.settings.lease_ttl)
+                        .unwrap_or(chrono::Duration::zero())
+            }),
+            timeout,
+        });
+    }
     core.book.insert(
         task.id,
         Lease {
@@ -101,6 +119,7 @@ pub(crate) fn start(
         Arc::clone(&core.store),
         DEFAULT_PROGRESS_INTERVAL,
         DEFAULT_PROGRESS_EVERY,
+        Arc::clone(&core.feed),
     ));
     let ctx = TaskContext {
         id: task.id,

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::core::{Core, bump};
 use super::events::LifecycleEvent;
+use super::feed::FeedEvent;
 use crate::handler::StopReason;
 
 /// Opens the heartbeat's own connection.
@@ -88,6 +89,11 @@ impl Heartbeat {
         }
         let timeout = core.settings.renew_timeout();
         let sent = Instant::now();
+        let failed_keys = if core.feed.is_enabled() {
+            leases.clone()
+        } else {
+            Vec::new()
+        };
         let params = RenewParams {
             owner: core.id.clone(),
             leases,
@@ -124,7 +130,14 @@ impl Heartbeat {
                 core.metrics.renewal(false);
                 core.metrics.database(false);
                 bump(&core.stats.renewal_failures, 1);
-                tracing::warn!(error = %format!("{error:#}"), held = core.book.len(), "lease renewal failed");
+                let reason = format!("{error:#}");
+                tracing::warn!(error = %reason, held = core.book.len(), "lease renewal failed");
+                if !failed_keys.is_empty() {
+                    core.feed.push(FeedEvent::RenewalFailed {
+                        reason: reason.into(),
+                        leases: failed_keys,
+                    });
+                }
                 return;
             }
         };
@@ -140,7 +153,19 @@ impl Heartbeat {
             .iter()
             .map(|r| (r.id, r.epoch, r.cancel_requested))
             .collect();
+        core.feed.push_with(|| FeedEvent::Renewed {
+            now: out.now,
+            leases: out
+                .renewed
+                .iter()
+                .map(|r| (r.id, r.epoch, r.lease_until))
+                .collect(),
+        });
         for noted in core.book.renewed(&renewed, safe_until) {
+            core.feed.push(FeedEvent::CancelRequested {
+                id: noted.id,
+                epoch: noted.epoch,
+            });
             tracing::info!(
                 task.id = noted.id.0,
                 "cancel requested by an operator: stopping the execution"
@@ -181,6 +206,11 @@ impl Heartbeat {
         }
         for noted in unprovable {
             noted.stop.stop(StopReason::LeaseLost);
+            core.feed.push(FeedEvent::Ended {
+                id: noted.id,
+                epoch: noted.epoch,
+                outcome: "lost",
+            });
             bump(&core.stats.lease_lost, 1);
             core.metrics.lease_lost("unprovable");
             tracing::warn!(
@@ -197,6 +227,11 @@ impl Heartbeat {
         }
         for noted in core.book.newly_slow(now) {
             core.metrics.slow(noted.task_type.as_str());
+            core.feed.push(FeedEvent::Slow {
+                id: noted.id,
+                epoch: noted.epoch,
+                running_for: noted.running_for,
+            });
             tracing::warn!(task.id = noted.id.0, task.r#type = noted.task_type.as_str(), running_for = ?noted.running_for, "slow task");
             core.listeners.emit(LifecycleEvent::Slow {
                 id: noted.id,

@@ -62,6 +62,9 @@ impl Maintenance {
         loop {
             bounded("leader")(tokio::time::timeout(limit, self.lead(&mut leading)).await);
             self.core.metrics.set_leader(leading.is_some());
+            self.core
+                .leading
+                .store(leading.is_some(), std::sync::atomic::Ordering::Relaxed);
             if leading.is_some() {
                 bounded("recovery")(tokio::time::timeout(limit, self.recover()).await);
                 bounded("deadlines")(tokio::time::timeout(limit, self.expire_deadlines()).await);
@@ -95,6 +98,9 @@ impl Maintenance {
                 }
             }
             self.core.metrics.set_leader(false);
+            self.core
+                .leading
+                .store(false, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

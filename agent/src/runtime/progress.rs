@@ -13,6 +13,8 @@ use leasehold_shared::store::{HolderWrite, ProgressParams};
 use leasehold_shared::{LeaseKey, Progress, Store};
 use tokio::sync::Mutex;
 
+use super::feed::{Feed, FeedEvent};
+
 /// Default: at most one progress write per second per execution…
 pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// …or one every this many updates.
@@ -34,6 +36,7 @@ pub struct ProgressSink {
     every: u32,
     state: Mutex<State>,
     fenced: AtomicBool,
+    feed: Arc<Feed>,
 }
 
 impl ProgressSink {
@@ -42,6 +45,7 @@ impl ProgressSink {
         store: Arc<dyn Store>,
         interval: Duration,
         every: u32,
+        feed: Arc<Feed>,
     ) -> Self {
         Self {
             key,
@@ -55,6 +59,7 @@ impl ProgressSink {
                 updates: 0,
             }),
             fenced: AtomicBool::new(false),
+            feed,
         }
     }
 
@@ -101,6 +106,11 @@ impl ProgressSink {
                 state.written = Some(progress);
                 state.last_write = Some(Instant::now());
                 state.updates = 0;
+                self.feed.push(FeedEvent::Progress {
+                    id: self.key.id,
+                    epoch: self.key.epoch,
+                    progress,
+                });
             }
             Ok(HolderWrite::Fenced) => {
                 self.fenced.store(true, Ordering::Relaxed);

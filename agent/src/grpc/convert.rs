@@ -1,0 +1,322 @@
+//! Conversions between wire (`leasehold.v1`) and domain types, in one place. Domain → wire
+//! cannot fail; wire → domain validates and refuses bad data with INVALID_ARGUMENT naming the
+//! field, never a panic.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use leasehold_proto::v1 as pb;
+use leasehold_shared::domain::{Attempt, Task};
+use leasehold_shared::store::{AgentRecord, Blocker, DeadFilter};
+use leasehold_shared::{Progress, TaskError, TaskId, TaskStatus, TaskType};
+use tonic::Status;
+
+use crate::runtime::core::Core;
+
+/// Unix milliseconds of a database time.
+pub fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn opt_ms(t: Option<DateTime<Utc>>) -> i64 {
+    t.map(ms).unwrap_or(0)
+}
+
+fn json_text(v: &Option<serde_json::Value>) -> String {
+    v.as_ref().map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// A database time from the wire; 0 means none.
+pub fn time_from_wire(field: &str, value: i64) -> Result<Option<DateTime<Utc>>, Status> {
+    if value == 0 {
+        return Ok(None);
+    }
+    // Years 1970..=9999: anything else is a unit mistake (seconds for ms, say).
+    if !(0..=253_402_300_799_999).contains(&value) {
+        return Err(Status::invalid_argument(format!(
+            "{field}: {value} is not a time in Unix milliseconds (1970..=9999)"
+        )));
+    }
+    Utc.timestamp_millis_opt(value)
+        .single()
+        .map(Some)
+        .ok_or_else(|| Status::invalid_argument(format!("{field}: {value} is not a time")))
+}
+
+/// Progress counters on the wire.
+pub fn progress_to_wire(p: &Progress) -> pb::Progress {
+    pb::Progress {
+        total: p.total,
+        processed: p.processed,
+        succeeded: p.succeeded,
+        failed: p.failed,
+        skipped: p.skipped,
+    }
+}
+
+fn error_to_wire(e: &TaskError) -> pb::TaskError {
+    pb::TaskError {
+        code: e.code.clone(),
+        message: e.message.clone(),
+        retryable: e.retryable,
+    }
+}
+
+/// A status on the wire.
+pub fn status_to_wire(s: TaskStatus) -> pb::TaskStatus {
+    match s {
+        TaskStatus::Queued => pb::TaskStatus::Queued,
+        TaskStatus::Running => pb::TaskStatus::Running,
+        TaskStatus::RetryWait => pb::TaskStatus::RetryWait,
+        TaskStatus::CancelRequested => pb::TaskStatus::CancelRequested,
+        TaskStatus::Succeeded => pb::TaskStatus::Succeeded,
+        TaskStatus::PartiallySucceeded => pb::TaskStatus::PartiallySucceeded,
+        TaskStatus::Cancelled => pb::TaskStatus::Cancelled,
+        TaskStatus::Dead => pb::TaskStatus::Dead,
+    }
+}
+
+/// A status from the wire (an enum number); UNSPECIFIED and unknown numbers are refused.
+pub fn status_from_wire(field: &str, n: i32) -> Result<TaskStatus, Status> {
+    let status = pb::TaskStatus::try_from(n)
+        .map_err(|_| Status::invalid_argument(format!("{field}: {n} is not a task status")))?;
+    Ok(match status {
+        pb::TaskStatus::Unspecified => {
+            return Err(Status::invalid_argument(format!(
+                "{field}: TASK_STATUS_UNSPECIFIED is not a task status"
+            )));
+        }
+        pb::TaskStatus::Queued => TaskStatus::Queued,
+        pb::TaskStatus::Running => TaskStatus::Running,
+        pb::TaskStatus::RetryWait => TaskStatus::RetryWait,
+        pb::TaskStatus::CancelRequested => TaskStatus::CancelRequested,
+        pb::TaskStatus::Succeeded => TaskStatus::Succeeded,
+        pb::TaskStatus::PartiallySucceeded => TaskStatus::PartiallySucceeded,
+        pb::TaskStatus::Cancelled => TaskStatus::Cancelled,
+        pb::TaskStatus::Dead => TaskStatus::Dead,
+    })
+}
+
+/// A task on the wire.
+pub fn task_to_wire(t: &Task) -> pb::Task {
+    pb::Task {
+        id: t.id.0,
+        task_type: t.task_type.as_str().to_string(),
+        payload_json: t.payload.to_string(),
+        priority: i32::from(t.priority),
+        status: status_to_wire(t.status) as i32,
+        attempt: t.attempt,
+        max_attempts: t.max_attempts,
+        lease_owner: t
+            .lease_owner
+            .as_ref()
+            .map(|o| o.as_str().to_string())
+            .unwrap_or_default(),
+        lease_epoch: t.lease_epoch.0,
+        available_at_ms: ms(t.available_at),
+        created_at_ms: ms(t.created_at),
+        finished_at_ms: opt_ms(t.finished_at),
+        last_error: t.last_error.as_ref().map(error_to_wire),
+        result_json: json_text(&t.result),
+        progress_json: t
+            .progress
+            .as_ref()
+            .and_then(|p| serde_json::to_string(p).ok())
+            .unwrap_or_default(),
+        deadline_at_ms: opt_ms(t.deadline_at),
+        timeout_ms: t.timeout_ms.unwrap_or(0),
+        lease_until_ms: opt_ms(t.lease_until),
+        heartbeat_at_ms: opt_ms(t.heartbeat_at),
+        started_at_ms: opt_ms(t.started_at),
+        updated_at_ms: ms(t.updated_at),
+        idempotency_key: t.idempotency_key.clone().unwrap_or_default(),
+    }
+}
+
+/// An attempt on the wire.
+pub fn attempt_to_wire(a: &Attempt) -> pb::Attempt {
+    pb::Attempt {
+        epoch: a.epoch.0,
+        attempt: a.attempt,
+        agent: a.agent.as_str().to_string(),
+        started_at_ms: ms(a.started_at),
+        finished_at_ms: ms(a.finished_at),
+        outcome: a.outcome.as_str().to_string(),
+        error: a.error.as_ref().map(error_to_wire),
+    }
+}
+
+/// A blocker on the wire.
+pub fn blocker_to_wire(b: &Blocker) -> pb::Blocker {
+    pb::Blocker {
+        kind: b.kind.as_str().to_string(),
+        message: b.message.clone(),
+    }
+}
+
+/// A registry row on the wire.
+pub fn agent_to_wire(a: &AgentRecord) -> pb::AgentInfo {
+    pb::AgentInfo {
+        id: a.id.as_str().to_string(),
+        host: a.host.clone(),
+        pid: a.pid,
+        grpc_address: a.grpc_address.clone().unwrap_or_default(),
+        version: a.version.clone(),
+        started_at_ms: ms(a.started_at),
+        heartbeat_at_ms: ms(a.heartbeat_at),
+        state: a.state.as_str().to_string(),
+        local_concurrency: a.local_concurrency,
+        name: a.name.clone(),
+        task_types: a.task_types.clone(),
+        active: a.active,
+        leader: a.leader,
+        stopped_at_ms: opt_ms(a.stopped_at),
+    }
+}
+
+/// This agent's counters on the wire.
+pub(crate) fn stats_to_wire(core: &Core) -> pb::AgentStats {
+    let s = &core.stats;
+    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let held = core.book.len();
+    pb::AgentStats {
+        active: u32::try_from(core.book.executing()).unwrap_or(u32::MAX),
+        local_limit: u32::try_from(core.book.limit()).unwrap_or(u32::MAX),
+        claimed: g(&s.claimed),
+        succeeded: g(&s.succeeded) + g(&s.partially_succeeded),
+        failed: g(&s.failed),
+        fenced_writes: g(&s.fenced),
+        renewal_failures: g(&s.renewal_failures),
+        dead: g(&s.dead),
+        cancelled: g(&s.cancelled),
+        released: g(&s.released),
+        lease_lost: g(&s.lease_lost),
+        retried: g(&s.retried),
+        held: u32::try_from(held).unwrap_or(u32::MAX),
+        state: if core.is_draining() {
+            "draining".into()
+        } else {
+            "running".into()
+        },
+        leader: core.leading.load(Ordering::Relaxed),
+    }
+}
+
+/// A task type from the wire.
+pub fn task_type_from_wire(field: &str, name: &str) -> Result<TaskType, Status> {
+    TaskType::new(name).map_err(|e| Status::invalid_argument(format!("{field}: {e}")))
+}
+
+/// An optional task type from the wire (empty = none).
+pub fn opt_task_type(field: &str, name: &str) -> Result<Option<TaskType>, Status> {
+    if name.is_empty() {
+        Ok(None)
+    } else {
+        task_type_from_wire(field, name).map(Some)
+    }
+}
+
+/// A task id from the wire.
+pub fn task_id_from_wire(field: &str, id: i64) -> Result<TaskId, Status> {
+    if id <= 0 {
+        return Err(Status::invalid_argument(format!(
+            "{field}: {id} is not a task id (ids are positive)"
+        )));
+    }
+    Ok(TaskId(id))
+}
+
+/// An error code filter from the wire (empty = none).
+pub fn opt_error_code(field: &str, code: &str) -> Result<Option<String>, Status> {
+    if code.is_empty() {
+        return Ok(None);
+    }
+    if code.len() > 64 || code.chars().any(char::is_control) {
+        return Err(Status::invalid_argument(format!(
+            "{field}: must be at most 64 bytes without control characters"
+        )));
+    }
+    Ok(Some(code.to_string()))
+}
+
+/// A non-negative millisecond duration from the wire.
+pub fn duration_from_wire(field: &str, value: i64) -> Result<Option<Duration>, Status> {
+    match value {
+        0 => Ok(None),
+        v if v < 0 => Err(Status::invalid_argument(format!(
+            "{field}: {v} ms is negative"
+        ))),
+        v => Ok(Some(Duration::from_millis(v.unsigned_abs()))),
+    }
+}
+
+/// The dead-letter filter of a RequeueDead request.
+pub fn dead_filter_from_wire(r: &pb::RequeueDeadRequest) -> Result<DeadFilter, Status> {
+    let filter = DeadFilter {
+        task_type: opt_task_type("task_type", &r.task_type)?,
+        error_code: opt_error_code("error_code", &r.error_code)?,
+        since: time_from_wire("since_ms", r.since_ms)?,
+        until: time_from_wire("until_ms", r.until_ms)?,
+    };
+    let empty = filter == DeadFilter::default();
+    if empty && !r.all {
+        return Err(Status::invalid_argument(
+            "give a filter (task_type, error_code, since_ms, until_ms) or set all to requeue \
+             every dead task",
+        ));
+    }
+    if !empty && r.all {
+        return Err(Status::invalid_argument(
+            "all means every dead task: give it without a filter",
+        ));
+    }
+    Ok(filter)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn every_wire_status_round_trips_and_unspecified_or_unknown_ones_are_refused() {
+        for s in TaskStatus::ALL {
+            let n = status_to_wire(s) as i32;
+            assert_eq!(status_from_wire("s", n).unwrap(), s);
+        }
+        assert_eq!(
+            status_from_wire("statuses", 0).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        let e = status_from_wire("statuses", 99).unwrap_err();
+        assert!(e.message().contains("statuses"), "{}", e.message());
+    }
+
+    #[test]
+    fn bad_ids_times_and_durations_are_refused_by_field() {
+        assert!(task_id_from_wire("id", 0).is_err());
+        assert!(task_id_from_wire("id", -5).is_err());
+        assert_eq!(task_id_from_wire("id", 7).unwrap(), TaskId(7));
+        assert!(time_from_wire("since_ms", -1).is_err());
+        assert!(time_from_wire("since_ms", i64::MAX).is_err());
+        assert_eq!(time_from_wire("since_ms", 0).unwrap(), None);
+        assert!(time_from_wire("since_ms", 1_700_000_000_000).unwrap().is_some());
+        assert!(duration_from_wire("delay_ms", -1).is_err());
+        assert!(opt_error_code("error_code", &"x".repeat(65)).is_err());
+        assert!(opt_error_code("error_code", "a\u{1b}b").is_err());
+        assert!(task_type_from_wire("task_type", "Bad Type").is_err());
+    }
+
+    #[test]
+    fn requeue_dead_needs_a_filter_or_all_but_not_both() {
+        let mut r = pb::RequeueDeadRequest::default();
+        assert!(dead_filter_from_wire(&r).is_err());
+        r.all = true;
+        assert_eq!(dead_filter_from_wire(&r).unwrap(), DeadFilter::default());
+        r.error_code = "boom".into();
+        assert!(dead_filter_from_wire(&r).is_err());
+        r.all = false;
+        assert!(dead_filter_from_wire(&r).is_ok());
+    }
+}

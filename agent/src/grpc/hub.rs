@@ -1,0 +1,558 @@
+//! The Watch aggregator: one task that owns the streamed view of this agent's lease book and
+//! fans it out to watchers (after tokio-console's aggregator).
+//!
+//! ```text
+//!   runtime ──FeedEvent──▶ [bounded feed] ──▶ Hub::run ──▶ view (task id → Lease)
+//!   Watch RPC ──Subscribe──▶ Hub::run ──▶ snapshot of the view, then the watcher gets every
+//!                                          later delta, batched every FLUSH_EVERY
+//!   watcher buffer full ──▶ dropped: its stream ends with RESOURCE_EXHAUSTED
+//!   agent stops ──▶ last deltas, an update with `closing`, then every stream ends
+//! ```
+//!
+//! The snapshot and the deltas come from the same task, so a watcher's view is the view at the
+//! snapshot plus exactly the deltas after it: consistent. A watcher never slows the agent: its
+//! buffer is bounded and a full one drops the watcher, not the update of anyone else.
+//!
+//! When things fail: events the runtime could not queue (a full feed) are counted in
+//! `dropped_events`; the aggregator then reconciles its view with the lease book and sends the
+//! differences as deltas, so views converge again. Times are database times: the last database
+//! `now()` the runtime saw (claims, renewals), advanced by the monotonic clock since.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures_util::Stream;
+use leasehold_proto::v1 as pb;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use super::convert::{ms, progress_to_wire};
+use crate::runtime::core::Core;
+use crate::runtime::feed::FeedEvent;
+
+/// How often pending deltas go out.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
+/// How often agent stats go out (when they changed).
+pub const STATS_EVERY: Duration = Duration::from_secs(1);
+/// Updates a watcher may have waiting before it is dropped.
+pub const WATCHER_BUFFER: usize = 64;
+/// Deltas in one update at most.
+pub const MAX_DELTAS_PER_UPDATE: usize = 2_048;
+/// Leases in the snapshot update; the rest follow as `lease_acquired` deltas.
+pub const SNAPSHOT_CHUNK: usize = 10_000;
+/// Watchers one agent serves at once.
+pub const MAX_WATCHERS: usize = 64;
+
+type Item = Result<pb::WatchUpdate, Status>;
+
+/// A Watch RPC's stream: updates until the agent closes it, or the watcher is dropped for
+/// falling behind (then one RESOURCE_EXHAUSTED error ends it).
+pub struct WatchStream {
+    rx: mpsc::Receiver<Item>,
+    kicked: Option<oneshot::Receiver<Status>>,
+}
+
+impl Stream for WatchStream {
+    type Item = Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        if let Some(kicked) = self.kicked.as_mut()
+            && let Poll::Ready(result) = Pin::new(kicked).poll(cx)
+        {
+            self.kicked = None;
+            if let Ok(status) = result {
+                self.rx.close();
+                return Poll::Ready(Some(Err(status)));
+            }
+        }
+        self.rx.poll_recv(cx)
+    }
+}
+
+
+enum Command {
+    Subscribe {
+        reply: oneshot::Sender<Result<WatchStream, Status>>,
+    },
+}
+
+/// How RPC handlers reach the aggregator.
+#[derive(Clone)]
+pub struct HubHandle {
+    tx: mpsc::Sender<Command>,
+}
+
+impl HubHandle {
+    /// A new watcher: its stream starts with a snapshot.
+    pub async fn subscribe(&self) -> Result<WatchStream, Status> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Subscribe { reply })
+            .await
+            .map_err(|_| Status::unavailable("the agent is shutting down"))?;
+        rx.await
+            .map_err(|_| Status::unavailable("the agent is shutting down"))?
+    }
+}
+
+struct Watcher {
+    tx: mpsc::Sender<Item>,
+    seq: u64,
+    kick: Option<oneshot::Sender<Status>>,
+}
+
+/// The aggregator task.
+pub struct Hub {
+    core: Arc<Core>,
+    feed: mpsc::Receiver<FeedEvent>,
+    commands: mpsc::Receiver<Command>,
+    view: HashMap<i64, pb::Lease>,
+    pending: Vec<pb::Delta>,
+    watchers: Vec<Watcher>,
+    clock: Option<(DateTime<Utc>, Instant)>,
+    last_stats: Option<pb::AgentStats>,
+    reconciled_at_drops: u64,
+    agent_id: String,
+}
+
+impl Hub {
+    /// Takes the runtime's feed; `None` when another aggregator already has it.
+    pub(crate) fn new(core: Arc<Core>) -> Option<(Hub, HubHandle)> {
+        let feed = core.feed.take_receiver()?;
+        let (tx, commands) = mpsc::channel(MAX_WATCHERS);
+        let agent_id = core.id.as_str().to_string();
+        Some((
+            Hub {
+                core,
+                feed,
+                commands,
+                view: HashMap::new(),
+                pending: Vec::new(),
+                watchers: Vec::new(),
+                clock: None,
+                last_stats: None,
+                reconciled_at_drops: 0,
+                agent_id,
+            },
+            HubHandle { tx },
+        ))
+    }
+
+    /// Runs until `stop`, then closes every stream.
+    pub async fn run(mut self, stop: CancellationToken) {
+        if let Ok(Ok(now)) =
+            tokio::time::timeout(Duration::from_secs(2), self.core.store.db_now()).await
+        {
+            self.clock = Some((now, Instant::now()));
+        }
+        let mut flush = tokio::time::interval(FLUSH_EVERY);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stats = tokio::time::interval(STATS_EVERY);
+        stats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                Some(command) = self.commands.recv() => self.command(command),
+                Some(event) = self.feed.recv() => {
+                    self.apply(event);
+                    // Take what else is queued now, up to a bound, before flushing.
+                    for _ in 0..4096 {
+                        match self.feed.try_recv() {
+                            Ok(event) => self.apply(event),
+                            Err(_) => break,
+                        }
+                    }
+                    if self.pending.len() >= MAX_DELTAS_PER_UPDATE {
+                        self.flush();
+                    }
+                }
+                _ = flush.tick() => self.flush(),
+                _ = stats.tick() => {
+                    self.reconcile();
+                    self.stats();
+                    self.flush();
+                }
+            }
+        }
+        while let Ok(event) = self.feed.try_recv() {
+            self.apply(event);
+        }
+        self.stats();
+        self.flush();
+        self.close();
+    }
+
+    fn now_ms(&self) -> i64 {
+        match self.clock {
+            Some((at, instant)) => {
+                ms(at) + i64::try_from(instant.elapsed().as_millis()).unwrap_or(i64::MAX / 2)
+            }
+            None => 0,
+        }
+    }
+
+    fn set_clock(&mut self, now: DateTime<Utc>) {
+        self.clock = Some((now, Instant::now()));
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Subscribe { reply } => {
+                let _ = reply.send(self.subscribe());
+            }
+        }
+    }
+
+    fn subscribe(&mut self) -> Result<WatchStream, Status> {
+        self.watchers.retain(|w| !w.tx.is_closed());
+        if self.watchers.len() >= MAX_WATCHERS {
+            return Err(Status::resource_exhausted(format!(
+                "this agent already serves {MAX_WATCHERS} watchers; close one and retry"
+            )));
+        }
+        // Deltas made before this snapshot belong to the other watchers only.
+        self.flush();
+        let mut leases: Vec<pb::Lease> = self.view.values().cloned().collect();
+        leases.sort_unstable_by_key(|l| l.task_id);
+        let rest = if leases.len() > SNAPSHOT_CHUNK {
+            leases.split_off(SNAPSHOT_CHUNK)
+        } else {
+            Vec::new()
+        };
+        let chunks = rest.len().div_ceil(MAX_DELTAS_PER_UPDATE);
+        let (tx, rx) = mpsc::channel(WATCHER_BUFFER + chunks);
+        let (kick, kicked) = oneshot::channel();
+        let now_ms = self.now_ms();
+        let dropped_events = self.core.feed.dropped();
+        let first = pb::WatchUpdate {
+            now_ms,
+            seq: 0,
+            dropped_events,
+            agent_id: self.agent_id.clone(),
+            snapshot: Some(pb::Snapshot {
+                leases,
+                stats: Some(self.current_stats()),
+            }),
+            deltas: Vec::new(),
+            closing: false,
+        };
+        let mut seq = 0;
+        // The buffer was sized for these, so none of the sends can find it full.
+        let _ = tx.try_send(Ok(first));
+        let mut rest = rest.into_iter().peekable();
+        while rest.peek().is_some() {
+            seq += 1;
+            let deltas = rest
+                .by_ref()
+                .take(MAX_DELTAS_PER_UPDATE)
+                .map(|l| pb::Delta {
+                    kind: Some(pb::delta::Kind::LeaseAcquired(l)),
+                })
+                .collect();
+            let _ = tx.try_send(Ok(pb::WatchUpdate {
+                now_ms,
+                seq,
+                dropped_events,
+                agent_id: self.agent_id.clone(),
+                snapshot: None,
+                deltas,
+                closing: false,
+            }));
+        }
+        self.watchers.push(Watcher {
+            tx,
+            seq,
+            kick: Some(kick),
+        });
+        Ok(WatchStream {
+            rx,
+            kicked: Some(kicked),
+        })
+    }
+
+    fn delta(&mut self, kind: pb::delta::Kind) {
+        if !self.watchers.is_empty() {
+            self.pending.push(pb::Delta { kind: Some(kind) });
+        }
+    }
+
+    fn apply(&mut self, event: FeedEvent) {
+        match event {
+            FeedEvent::Acquired { now, leases } => {
+                self.set_clock(now);
+                let heartbeat_at_ms = ms(now);
+                for l in leases {
+                    let lease = pb::Lease {
+                        task_id: l.id.0,
+                        task_type: l.task_type.as_str().to_string(),
+                        epoch: l.epoch.0,
+                        owner: self.agent_id.clone(),
+                        attempt: l.attempt,
+                        started_at_ms: ms(l.started_at),
+                        lease_until_ms: ms(l.lease_until),
+                        heartbeat_at_ms,
+                        progress: None,
+                        slow: false,
+                        cancel_requested: false,
+                        renewal_failures: 0,
+                        renewal_failure_reason: String::new(),
+                        priority: i32::from(l.priority),
+                        timeout_ms: i64::try_from(l.timeout.as_millis()).unwrap_or(i64::MAX),
+                    };
+                    if !self.watchers.is_empty() {
+                        self.delta(pb::delta::Kind::LeaseAcquired(lease.clone()));
+                    }
+                    self.view.insert(l.id.0, lease);
+                }
+            }
+            FeedEvent::Renewed { now, leases } => {
+                self.set_clock(now);
+                let heartbeat_at_ms = ms(now);
+                for (id, epoch, until) in leases {
+                    let Some(lease) = self.view.get_mut(&id.0) else {
+                        continue;
+                    };
+                    if lease.epoch != epoch.0 {
+                        continue;
+                    }
+                    lease.lease_until_ms = ms(until);
+                    lease.heartbeat_at_ms = heartbeat_at_ms;
+                    lease.renewal_failures = 0;
+                    lease.renewal_failure_reason.clear();
+                    let renewed = pb::LeaseRenewed {
+                        task_id: id.0,
+                        epoch: epoch.0,
+                        lease_until_ms: lease.lease_until_ms,
+                        heartbeat_at_ms,
+                    };
+                    self.delta(pb::delta::Kind::LeaseRenewed(renewed));
+                }
+            }
+            FeedEvent::RenewalFailed { reason, leases } => {
+                for (id, epoch) in leases {
+                    let Some(lease) = self.view.get_mut(&id.0) else {
+                        continue;
+                    };
+                    if lease.epoch != epoch.0 {
+                        continue;
+                    }
+                    lease.renewal_failures = lease.renewal_failures.saturating_add(1);
+                    lease.renewal_failure_reason = reason.to_string();
+                    let failed = pb::RenewalFailed {
+                        task_id: id.0,
+                        epoch: epoch.0,
+                        reason: reason.to_string(),
+                        consecutive: lease.renewal_failures,
+                    };
+                    self.delta(pb::delta::Kind::RenewalFailed(failed));
+                }
+            }
+            FeedEvent::Ended { id, epoch, outcome } => {
+                if self.remove(id.0, epoch.0) {
+                    self.delta(pb::delta::Kind::LeaseReleased(pb::LeaseReleased {
+                        task_id: id.0,
+                        epoch: epoch.0,
+                        outcome: outcome.to_string(),
+                    }));
+                }
+            }
+            FeedEvent::Fenced { id, epoch, write } => {
+                self.remove(id.0, epoch.0);
+                self.delta(pb::delta::Kind::LeaseFenced(pb::LeaseFenced {
+                    task_id: id.0,
+                    epoch: epoch.0,
+                    write: write.to_string(),
+                }));
+            }
+            FeedEvent::Progress {
+                id,
+                epoch,
+                progress,
+            } => {
+                if let Some(lease) = self.view.get_mut(&id.0)
+                    && lease.epoch == epoch.0
+                {
+                    let wire = progress_to_wire(&progress);
+                    lease.progress = Some(wire);
+                    self.delta(pb::delta::Kind::Progress(pb::ProgressUpdate {
+                        task_id: id.0,
+                        epoch: epoch.0,
+                        progress: Some(wire),
+                    }));
+                }
+            }
+            FeedEvent::Slow {
+                id,
+                epoch,
+                running_for,
+            } => {
+                if let Some(lease) = self.view.get_mut(&id.0)
+                    && lease.epoch == epoch.0
+                {
+                    lease.slow = true;
+                    self.delta(pb::delta::Kind::Slow(pb::SlowTask {
+                        task_id: id.0,
+                        epoch: epoch.0,
+                        running_ms: i64::try_from(running_for.as_millis()).unwrap_or(i64::MAX),
+                    }));
+                }
+            }
+            FeedEvent::CancelRequested { id, epoch } => {
+                if let Some(lease) = self.view.get_mut(&id.0)
+                    && lease.epoch == epoch.0
+                    && !lease.cancel_requested
+                {
+                    lease.cancel_requested = true;
+                    self.delta(pb::delta::Kind::CancelRequested(pb::CancelRequested {
+                        task_id: id.0,
+                        epoch: epoch.0,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Removes the lease on `id` if it is at `epoch`.
+    fn remove(&mut self, id: i64, epoch: i64) -> bool {
+        match self.view.get(&id) {
+            Some(l) if l.epoch == epoch => {
+                self.view.remove(&id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// After dropped events, makes the view match the lease book again.
+    fn reconcile(&mut self) {
+        let dropped = self.core.feed.dropped();
+        if dropped == self.reconciled_at_drops {
+            return;
+        }
+        self.reconciled_at_drops = dropped;
+        let book = self.core.book.brief();
+        let held: HashMap<i64, i64> = book.iter().map(|(id, e, _, _)| (id.0, e.0)).collect();
+        let gone: Vec<(i64, i64)> = self
+            .view
+            .values()
+            .filter(|l| held.get(&l.task_id) != Some(&l.epoch))
+            .map(|l| (l.task_id, l.epoch))
+            .collect();
+        for (id, epoch) in gone {
+            self.view.remove(&id);
+            self.delta(pb::delta::Kind::LeaseReleased(pb::LeaseReleased {
+                task_id: id,
+                epoch,
+                outcome: "ended".into(),
+            }));
+        }
+        let now_ms = self.now_ms();
+        for (id, epoch, task_type, running) in book {
+            if self.view.contains_key(&id.0) {
+                continue;
+            }
+            let started = now_ms - i64::try_from(running.as_millis()).unwrap_or(0);
+            let lease = pb::Lease {
+                task_id: id.0,
+                task_type: task_type.as_str().to_string(),
+                epoch: epoch.0,
+                owner: self.agent_id.clone(),
+                started_at_ms: started,
+                heartbeat_at_ms: started,
+                ..Default::default()
+            };
+            self.delta(pb::delta::Kind::LeaseAcquired(lease.clone()));
+            self.view.insert(id.0, lease);
+        }
+        tracing::warn!(
+            dropped_events = dropped,
+            leases = self.view.len(),
+            "watch view reconciled with the lease book after dropped events"
+        );
+    }
+
+    fn current_stats(&self) -> pb::AgentStats {
+        super::convert::stats_to_wire(&self.core)
+    }
+
+    fn stats(&mut self) {
+        let stats = self.current_stats();
+        if self.last_stats.as_ref() == Some(&stats) {
+            return;
+        }
+        self.last_stats = Some(stats.clone());
+        self.delta(pb::delta::Kind::Stats(stats));
+    }
+
+    /// Sends the pending deltas to every watcher, dropping the ones that fell behind.
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        if self.watchers.is_empty() {
+            self.pending.clear();
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let now_ms = self.now_ms();
+        let dropped_events = self.core.feed.dropped();
+        for chunk in pending.chunks(MAX_DELTAS_PER_UPDATE) {
+            for w in &mut self.watchers {
+                if w.kick.is_none() {
+                    continue;
+                }
+                w.seq += 1;
+                let update = pb::WatchUpdate {
+                    now_ms,
+                    seq: w.seq,
+                    dropped_events,
+                    agent_id: self.agent_id.clone(),
+                    snapshot: None,
+                    deltas: chunk.to_vec(),
+                    closing: false,
+                };
+                match w.tx.try_send(Ok(update)) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        if let Some(kick) = w.kick.take() {
+                            let _ = kick.send(Status::resource_exhausted(format!(
+                                "this watcher fell more than {WATCHER_BUFFER} updates behind \
+                                 and was dropped; reconnect for a fresh snapshot"
+                            )));
+                        }
+                        tracing::warn!("a watcher fell behind and was dropped");
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        w.kick = None;
+                    }
+                }
+            }
+            self.watchers.retain(|w| w.kick.is_some());
+        }
+    }
+
+    /// The agent is stopping: a last update saying so, then every stream ends.
+    fn close(&mut self) {
+        let now_ms = self.now_ms();
+        let dropped_events = self.core.feed.dropped();
+        for mut w in self.watchers.drain(..) {
+            w.seq += 1;
+            let _ = w.tx.try_send(Ok(pb::WatchUpdate {
+                now_ms,
+                seq: w.seq,
+                dropped_events,
+                agent_id: self.agent_id.clone(),
+                snapshot: None,
+                deltas: Vec::new(),
+                closing: true,
+            }));
+        }
+    }
+}

@@ -1,0 +1,634 @@
+//! `leasehold.v1.AgentService`: the RPC handlers. Each one authenticates the caller, validates
+//! the request into domain types (bad input changes nothing), calls the store (actions write
+//! their audit row in the same transaction as their change) and converts the answer.
+//!
+//! Denied calls — no token, an unknown token, a viewer calling an action — are audited with
+//! result `denied` and change nothing else.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::Stream;
+use leasehold_proto::v1 as pb;
+use leasehold_proto::v1::agent_service_server::AgentService;
+use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
+use leasehold_shared::domain::{PolicyPatch, PolicyScope};
+use leasehold_shared::store::{
+    AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, ExplainParams,
+    NewTask, PolicySetParams, RequeueDeadParams, RequeueParams, TaskListParams,
+};
+use leasehold_shared::{Actor, Role, TaskId, TaskStatus};
+use tonic::{Request, Response, Status};
+
+use super::auth::{Auth, UNAUTHENTICATED_ACTOR};
+use super::convert::{
+    agent_to_wire, attempt_to_wire, blocker_to_wire, dead_filter_from_wire, duration_from_wire,
+    ms, opt_error_code, opt_task_type, status_from_wire, status_to_wire, task_id_from_wire,
+    task_to_wire, task_type_from_wire, time_from_wire,
+};
+use super::hub::HubHandle;
+use super::status::from_store;
+use crate::handler::StopReason;
+use crate::runtime::core::Core;
+use crate::runtime::feed::FeedEvent;
+
+/// Largest local concurrency limit.
+pub const MAX_LOCAL_CONCURRENCY: u32 = 100_000;
+/// Default page size of ListTasks.
+pub const DEFAULT_PAGE: u32 = 100;
+/// Largest page of ListTasks.
+pub const MAX_PAGE: u32 = 1_000;
+/// Longest a Cancel may wait for a running task to end.
+pub const MAX_CANCEL_WAIT: Duration = Duration::from_secs(300);
+
+/// The service of one agent.
+pub struct Service {
+    pub(crate) core: Arc<Core>,
+    pub(crate) hub: HubHandle,
+    pub(crate) auth: Arc<Auth>,
+}
+
+/// What a call needs.
+enum Need<'a> {
+    View,
+    Act { action: &'a str, target: String },
+}
+
+impl Service {
+    /// The caller, allowed to do what the call needs; a refused action is audited.
+    async fn caller<T>(&self, request: &Request<T>, need: Need<'_>) -> Result<Actor, Status> {
+        let refused = match self.auth.authenticate(request.metadata()) {
+            Ok(actor) => match (&need, actor.role) {
+                (Need::View, _) | (Need::Act { .. }, Role::Operator) => return Ok(actor),
+                (Need::Act { action, .. }, _) => (
+                    actor.clone(),
+                    Status::permission_denied(format!(
+                        "token {:?} has the viewer role: it may watch and list, not {action}",
+                        actor.name
+                    )),
+                ),
+            },
+            Err(status) => (
+                Actor {
+                    name: UNAUTHENTICATED_ACTOR.into(),
+                    role: Role::Viewer,
+                },
+                status,
+            ),
+        };
+        let (actor, status) = refused;
+        if let Need::Act { action, target } = need {
+            let entry = AuditEntry {
+                actor,
+                action: action.to_string(),
+                // The target may be what a bad request carried: keep the row small.
+                target: target.chars().take(200).collect(),
+                params: None,
+                result: AuditResult::Denied,
+                detail: Some(status.message().chars().take(500).collect()),
+            };
+            if let Err(error) = self.core.store.audit_record(entry).await {
+                tracing::warn!(%error, action, "could not audit a denied call");
+            }
+        }
+        tracing::warn!(code = ?status.code(), message = status.message(), "call refused");
+        Err(status)
+    }
+
+    fn stale_after(&self) -> Duration {
+        (self.core.settings.heartbeat * 3 + self.core.settings.grace).max(Duration::from_secs(10))
+    }
+
+    async fn audit(&self, entry: AuditEntry) -> Result<(), Status> {
+        self.core
+            .store
+            .audit_record(entry)
+            .await
+            .map_err(|e| from_store("audit", e))
+    }
+
+    /// Stops the execution at once when this agent holds the lease.
+    fn stop_here(&self, id: TaskId, owner: &leasehold_shared::AgentId, epoch: i64) -> bool {
+        if owner != &self.core.id {
+            return false;
+        }
+        let epoch = leasehold_shared::LeaseEpoch(epoch);
+        let Some(stop) = self.core.book.stop_of(id, epoch) else {
+            return false;
+        };
+        self.core.feed.push(FeedEvent::CancelRequested { id, epoch });
+        stop.stop(StopReason::Cancelled);
+        tracing::info!(task.id = id.0, "cancel requested by an operator: stopping the execution");
+        true
+    }
+
+    async fn wait_terminal(&self, id: TaskId, wait: Duration) -> Result<TaskStatus, Status> {
+        let until = Instant::now() + wait;
+        loop {
+            let detail = self
+                .core
+                .store
+                .task_get(id)
+                .await
+                .map_err(|e| from_store("cancel", e))?
+                .ok_or_else(|| Status::not_found(format!("task {id} does not exist")))?;
+            let status = detail.task.status;
+            if status.is_terminal() || Instant::now() >= until {
+                return Ok(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchUpdate, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl AgentService for Service {
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        self.caller(&request, Need::View).await?;
+        let stream = self.hub.subscribe().await?;
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<pb::ListTasksRequest>,
+    ) -> Result<Response<pb::ListTasksResponse>, Status> {
+        self.caller(&request, Need::View).await?;
+        let r = request.into_inner();
+        let statuses = r
+            .statuses
+            .iter()
+            .map(|s| status_from_wire("statuses", *s))
+            .collect::<Result<Vec<_>, _>>()?;
+        if r.before_id < 0 {
+            return Err(Status::invalid_argument(format!(
+                "before_id: {} is negative",
+                r.before_id
+            )));
+        }
+        let limit = match r.limit {
+            0 => DEFAULT_PAGE,
+            n if n > MAX_PAGE => {
+                return Err(Status::invalid_argument(format!(
+                    "limit: {n} is above {MAX_PAGE}"
+                )));
+            }
+            n => n,
+        };
+        let params = TaskListParams {
+            statuses,
+            task_type: opt_task_type("task_type", &r.task_type)?,
+            text: (!r.text.is_empty()).then_some(r.text),
+            before: (r.before_id > 0).then_some(TaskId(r.before_id)),
+            limit,
+            error_code: opt_error_code("error_code", &r.error_code)?,
+            since: time_from_wire("since_ms", r.since_ms)?,
+        };
+        params
+            .validate()
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let store = &self.core.store;
+        let page = store
+            .task_list(params)
+            .await
+            .map_err(|e| from_store("list_tasks", e))?;
+        let now = store.db_now().await.map_err(|e| from_store("db_now", e))?;
+        Ok(Response::new(pb::ListTasksResponse {
+            tasks: page.tasks.iter().map(task_to_wire).collect(),
+            next_before_id: page.next_before.map(|t| t.0).unwrap_or(0),
+            now_ms: ms(now),
+        }))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::GetTaskResponse>, Status> {
+        self.caller(&request, Need::View).await?;
+        let id = task_id_from_wire("id", request.get_ref().id)?;
+        let store = &self.core.store;
+        let detail = store
+            .task_get(id)
+            .await
+            .map_err(|e| from_store("get_task", e))?
+            .ok_or_else(|| Status::not_found(format!("task {id} does not exist")))?;
+        let blockers = if detail.task.status == TaskStatus::Running {
+            Vec::new()
+        } else {
+            store
+                .task_explain(ExplainParams {
+                    id,
+                    agent_stale_after: self.stale_after(),
+                })
+                .await
+                .map_err(|e| from_store("get_task", e))?
+        };
+        Ok(Response::new(pb::GetTaskResponse {
+            task: Some(task_to_wire(&detail.task)),
+            attempts: detail.attempts.iter().map(attempt_to_wire).collect(),
+            why_not_running: blockers
+                .iter()
+                .map(|b| b.message.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            blockers: blockers.iter().map(blocker_to_wire).collect(),
+            now_ms: ms(detail.now),
+        }))
+    }
+
+    async fn list_agents(
+        &self,
+        request: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        self.caller(&request, Need::View).await?;
+        let store = &self.core.store;
+        let agents = store
+            .agent_list()
+            .await
+            .map_err(|e| from_store("list_agents", e))?;
+        let now_ms = match agents.first() {
+            Some(a) => ms(a.now),
+            None => ms(store.db_now().await.map_err(|e| from_store("db_now", e))?),
+        };
+        Ok(Response::new(pb::ListAgentsResponse {
+            agents: agents.iter().map(agent_to_wire).collect(),
+            now_ms,
+            answered_by: self.core.id.as_str().to_string(),
+        }))
+    }
+
+    async fn enqueue(
+        &self,
+        request: Request<pb::EnqueueRequest>,
+    ) -> Result<Response<pb::EnqueueResponse>, Status> {
+        let target = format!("type:{}", request.get_ref().task_type);
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "enqueue",
+                    target,
+                },
+            )
+            .await?;
+        let r = request.into_inner();
+        let task_type = task_type_from_wire("task_type", &r.task_type)?;
+        let payload: serde_json::Value = if r.payload_json.trim().is_empty() {
+            serde_json::json!({})
+        } else {
+            serde_json::from_str(&r.payload_json).map_err(|e| {
+                Status::invalid_argument(format!("payload_json: not valid JSON: {e}"))
+            })?
+        };
+        let priority = i16::try_from(r.priority).map_err(|_| {
+            Status::invalid_argument(format!(
+                "priority: {} is not within -32768..=32767",
+                r.priority
+            ))
+        })?;
+        let mut task = NewTask::new(task_type, payload).with_priority(priority);
+        task.max_attempts = match r.max_attempts {
+            0 => DEFAULT_MAX_ATTEMPTS,
+            n => n,
+        };
+        task.delay = duration_from_wire("delay_ms", r.delay_ms)?;
+        task.timeout = duration_from_wire("timeout_ms", r.timeout_ms)?;
+        task.deadline = time_from_wire("deadline_at_ms", r.deadline_at_ms)?;
+        task.idempotency_key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
+        let store = &self.core.store;
+        let enqueued = store
+            .task_enqueue_audited(EnqueueAuditedParams { task, actor })
+            .await
+            .map_err(|e| from_store("enqueue", e))?;
+        let task = store
+            .task_get(enqueued.id)
+            .await
+            .map_err(|e| from_store("enqueue", e))?
+            .map(|d| task_to_wire(&d.task));
+        Ok(Response::new(pb::EnqueueResponse {
+            id: enqueued.id.0,
+            created: enqueued.created,
+            task,
+        }))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::CancelResponse>, Status> {
+        let target = format!("task:{}", request.get_ref().id);
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "cancel",
+                    target,
+                },
+            )
+            .await?;
+        let r = request.into_inner();
+        let id = task_id_from_wire("id", r.id)?;
+        let wait = match duration_from_wire("wait_ms", r.wait_ms)? {
+            Some(w) if w > MAX_CANCEL_WAIT => {
+                return Err(Status::invalid_argument(format!(
+                    "wait_ms: {} ms is above {} s",
+                    w.as_millis(),
+                    MAX_CANCEL_WAIT.as_secs()
+                )));
+            }
+            Some(w) => w,
+            None => self.core.settings.heartbeat * 2 + self.core.settings.stop_grace * 2,
+        };
+        let outcome = self
+            .core
+            .store
+            .task_cancel(CancelParams { id, actor })
+            .await
+            .map_err(|e| from_store("cancel", e))?;
+        let (mut outcome_name, holder) = match &outcome {
+            CancelOutcome::Cancelled => ("cancelled".to_string(), String::new()),
+            CancelOutcome::Requested { owner, epoch } => {
+                self.stop_here(id, owner, epoch.0);
+                ("cancel_requested".into(), owner.as_str().to_string())
+            }
+            CancelOutcome::AlreadyRequested { owner, epoch } => {
+                self.stop_here(id, owner, epoch.0);
+                ("already_requested".into(), owner.as_str().to_string())
+            }
+        };
+        let status = match outcome {
+            CancelOutcome::Cancelled => TaskStatus::Cancelled,
+            _ if r.wait => {
+                let status = self.wait_terminal(id, wait).await?;
+                if status.is_terminal() {
+                    outcome_name = status.as_str().to_string();
+                }
+                status
+            }
+            _ => TaskStatus::CancelRequested,
+        };
+        Ok(Response::new(pb::CancelResponse {
+            outcome: outcome_name,
+            status: status_to_wire(status) as i32,
+            holder,
+        }))
+    }
+
+    async fn requeue(
+        &self,
+        request: Request<pb::RequeueRequest>,
+    ) -> Result<Response<pb::RequeueResponse>, Status> {
+        let target = format!("task:{}", request.get_ref().id);
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "requeue",
+                    target,
+                },
+            )
+            .await?;
+        let id = task_id_from_wire("id", request.get_ref().id)?;
+        let out = self
+            .core
+            .store
+            .task_requeue(RequeueParams { id, actor })
+            .await
+            .map_err(|e| from_store("requeue", e))?;
+        Ok(Response::new(pb::RequeueResponse {
+            previous: status_to_wire(out.previous) as i32,
+        }))
+    }
+
+    async fn requeue_dead(
+        &self,
+        request: Request<pb::RequeueDeadRequest>,
+    ) -> Result<Response<pb::RequeueDeadResponse>, Status> {
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "requeue_dead",
+                    target: "dead-letter queue".into(),
+                },
+            )
+            .await?;
+        let r = request.into_inner();
+        let filter = dead_filter_from_wire(&r)?;
+        let params = RequeueDeadParams {
+            filter,
+            dry_run: r.dry_run,
+            actor,
+        };
+        params
+            .validate()
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let count = self
+            .core
+            .store
+            .task_requeue_dead(params)
+            .await
+            .map_err(|e| from_store("requeue_dead", e))?;
+        Ok(Response::new(pb::RequeueDeadResponse {
+            count,
+            dry_run: r.dry_run,
+        }))
+    }
+
+    async fn set_concurrency(
+        &self,
+        request: Request<pb::SetConcurrencyRequest>,
+    ) -> Result<Response<pb::SetConcurrencyResponse>, Status> {
+        use pb::set_concurrency_request::Scope;
+        let target = match &request.get_ref().scope {
+            Some(Scope::Global(_)) => "policy:*".to_string(),
+            Some(Scope::TaskType(t)) => format!("policy:{t}"),
+            Some(Scope::AgentLocal(_)) => format!("agent:{}", self.core.id),
+            None => "policy:?".to_string(),
+        };
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "set_concurrency",
+                    target: target.clone(),
+                },
+            )
+            .await?;
+        let r = request.into_inner();
+        if r.unlimited && r.limit != 0 {
+            return Err(Status::invalid_argument(
+                "limit: give either a limit or unlimited, not both",
+            ));
+        }
+        let scope = match r.scope {
+            None => {
+                return Err(Status::invalid_argument(
+                    "scope: give global, task_type or agent_local",
+                ));
+            }
+            Some(Scope::Global(false)) | Some(Scope::AgentLocal(false)) => {
+                return Err(Status::invalid_argument(
+                    "scope: global and agent_local must be true when given",
+                ));
+            }
+            Some(Scope::AgentLocal(true)) => {
+                if r.unlimited || !(1..=MAX_LOCAL_CONCURRENCY).contains(&r.limit) {
+                    return Err(Status::invalid_argument(format!(
+                        "limit: a local limit must be within 1..={MAX_LOCAL_CONCURRENCY}"
+                    )));
+                }
+                let previous = u32::try_from(self.core.book.limit()).unwrap_or(u32::MAX);
+                // The audit row first: if it cannot be written, nothing changes.
+                self.audit(AuditEntry {
+                    actor,
+                    action: "set_concurrency".into(),
+                    target,
+                    params: Some(serde_json::json!({ "limit": r.limit, "previous": previous })),
+                    result: if previous == r.limit {
+                        AuditResult::Noop
+                    } else {
+                        AuditResult::Applied
+                    },
+                    detail: Some(format!("local limit {previous} -> {}", r.limit)),
+                })
+                .await?;
+                self.core.book.set_limit(r.limit);
+                self.core.wake_claimers();
+                tracing::info!(previous, limit = r.limit, "local concurrency changed by an operator");
+                return Ok(Response::new(pb::SetConcurrencyResponse {
+                    limit: Some(r.limit),
+                    previous: Some(previous),
+                }));
+            }
+            Some(Scope::Global(true)) => PolicyScope::Global,
+            Some(Scope::TaskType(t)) => PolicyScope::Type(task_type_from_wire("task_type", &t)?),
+        };
+        let store = &self.core.store;
+        let previous = store
+            .policy_get(scope.clone())
+            .await
+            .map_err(|e| from_store("set_concurrency", e))?
+            .max_concurrency;
+        let patch = PolicyPatch {
+            max_concurrency: Some((!r.unlimited).then_some(r.limit)),
+            ..Default::default()
+        };
+        patch
+            .validate(&scope)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let policy = store
+            .policy_set(PolicySetParams {
+                scope,
+                patch,
+                actor,
+            })
+            .await
+            .map_err(|e| from_store("set_concurrency", e))?;
+        Ok(Response::new(pb::SetConcurrencyResponse {
+            limit: policy.max_concurrency,
+            previous,
+        }))
+    }
+
+    async fn pause_type(
+        &self,
+        request: Request<pb::PauseTypeRequest>,
+    ) -> Result<Response<pb::PauseTypeResponse>, Status> {
+        let changed = self
+            .set_paused(&request, request.get_ref().task_type.clone(), true)
+            .await?;
+        Ok(Response::new(pb::PauseTypeResponse { changed }))
+    }
+
+    async fn resume_type(
+        &self,
+        request: Request<pb::ResumeTypeRequest>,
+    ) -> Result<Response<pb::ResumeTypeResponse>, Status> {
+        let changed = self
+            .set_paused(&request, request.get_ref().task_type.clone(), false)
+            .await?;
+        Ok(Response::new(pb::ResumeTypeResponse { changed }))
+    }
+
+    async fn drain(
+        &self,
+        request: Request<pb::DrainRequest>,
+    ) -> Result<Response<pb::DrainResponse>, Status> {
+        let target = format!("agent:{}", self.core.id);
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "drain",
+                    target: target.clone(),
+                },
+            )
+            .await?;
+        let already = self.core.drain.is_cancelled() || self.core.is_draining();
+        self.audit(AuditEntry {
+            actor,
+            action: "drain".into(),
+            target,
+            params: None,
+            result: if already {
+                AuditResult::Noop
+            } else {
+                AuditResult::Applied
+            },
+            detail: None,
+        })
+        .await?;
+        let held = u32::try_from(self.core.book.len()).unwrap_or(u32::MAX);
+        self.core.drain.cancel();
+        tracing::info!(held, "drain requested by an operator");
+        Ok(Response::new(pb::DrainResponse { held }))
+    }
+}
+
+impl Service {
+    async fn set_paused<T>(
+        &self,
+        request: &Request<T>,
+        task_type: String,
+        paused: bool,
+    ) -> Result<bool, Status> {
+        let action = if paused { "pause" } else { "resume" };
+        let actor = self
+            .caller(
+                request,
+                Need::Act {
+                    action,
+                    target: format!("policy:{task_type}"),
+                },
+            )
+            .await?;
+        let scope = PolicyScope::Type(task_type_from_wire("task_type", &task_type)?);
+        let store = &self.core.store;
+        let before = store
+            .policy_get(scope.clone())
+            .await
+            .map_err(|e| from_store(action, e))?
+            .paused;
+        store
+            .policy_set(PolicySetParams {
+                scope,
+                patch: PolicyPatch {
+                    paused: Some(paused),
+                    ..Default::default()
+                },
+                actor,
+            })
+            .await
+            .map_err(|e| from_store(action, e))?;
+        Ok(before != paused)
+    }
+}
