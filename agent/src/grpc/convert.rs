@@ -240,6 +240,42 @@ pub fn opt_error_code(field: &str, code: &str) -> Result<Option<String>, Status>
     Ok(Some(code.to_string()))
 }
 
+/// Refuses text holding a NUL character: PostgreSQL's `text` cannot store it, so it would
+/// fail in the database instead of as bad input.
+pub fn text_without_nul(field: &str, text: &str) -> Result<(), Status> {
+    if text.contains('\0') {
+        return Err(Status::invalid_argument(format!(
+            "{field}: must not contain a NUL character"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses JSON holding a NUL character (`\u0000`) in any string or key: PostgreSQL's `jsonb`
+/// cannot store it.
+pub fn json_without_nul(field: &str, value: &serde_json::Value) -> Result<(), Status> {
+    let refused = || {
+        Status::invalid_argument(format!(
+            "{field}: strings and keys must not contain \\u0000 (the database cannot store it)"
+        ))
+    };
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::String(s) if s.contains('\0') => return Err(refused()),
+            serde_json::Value::Array(items) => stack.extend(items),
+            serde_json::Value::Object(map) => {
+                if map.keys().any(|k| k.contains('\0')) {
+                    return Err(refused());
+                }
+                stack.extend(map.values());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// A non-negative millisecond duration from the wire.
 pub fn duration_from_wire(field: &str, value: i64) -> Result<Option<Duration>, Status> {
     match value {
@@ -306,6 +342,17 @@ mod tests {
         assert!(opt_error_code("error_code", &"x".repeat(65)).is_err());
         assert!(opt_error_code("error_code", "a\u{1b}b").is_err());
         assert!(task_type_from_wire("task_type", "Bad Type").is_err());
+    }
+
+    #[test]
+    fn nul_characters_are_refused_in_text_and_json() {
+        assert!(text_without_nul("text", "a\0b").is_err());
+        assert!(text_without_nul("text", "ab").is_ok());
+        let nul_value = serde_json::json!({"a": [1, {"b": "x\u{0}"}]});
+        let e = json_without_nul("payload_json", &nul_value).unwrap_err();
+        assert!(e.message().starts_with("payload_json"), "{}", e.message());
+        assert!(json_without_nul("p", &serde_json::json!({"k\u{0}": 1})).is_err());
+        assert!(json_without_nul("p", &serde_json::json!({"k": ["\u{1}", null]})).is_ok());
     }
 
     #[test]

@@ -24,8 +24,8 @@ use tonic::{Request, Response, Status};
 use super::auth::{Auth, UNAUTHENTICATED_ACTOR};
 use super::convert::{
     agent_to_wire, attempt_to_wire, blocker_to_wire, dead_filter_from_wire, duration_from_wire,
-    ms, opt_error_code, opt_task_type, status_from_wire, status_to_wire, task_id_from_wire,
-    task_to_wire, task_type_from_wire, time_from_wire,
+    json_without_nul, ms, opt_error_code, opt_task_type, status_from_wire, status_to_wire,
+    task_id_from_wire, task_to_wire, task_type_from_wire, text_without_nul, time_from_wire,
 };
 use super::hub::HubHandle;
 use super::status::from_store;
@@ -39,8 +39,55 @@ pub const MAX_LOCAL_CONCURRENCY: u32 = 100_000;
 pub const DEFAULT_PAGE: u32 = 100;
 /// Largest page of ListTasks.
 pub const MAX_PAGE: u32 = 1_000;
+/// Audit action of global and type policy changes (limits, pause, resume), as the store
+/// writes it.
+pub const POLICY_ACTION: &str = "policy_set";
+/// Audit action of a change of an agent's local limit.
+pub const LOCAL_LIMIT_ACTION: &str = "set_concurrency";
 /// Longest a Cancel may wait for a running task to end.
 pub const MAX_CANCEL_WAIT: Duration = Duration::from_secs(300);
+/// Most bytes of tasks in one ListTasks answer: a page of big tasks is cut short (with a
+/// cursor) to stay below the message limit.
+pub const MAX_PAGE_BYTES: usize = leasehold_proto::MAX_MESSAGE_BYTES - 64 * 1024;
+/// Longest target (in characters) of the audit row of a refused call.
+pub const MAX_DENIED_TARGET_CHARS: usize = 200;
+
+/// The target of a refused call's audit row, from unvalidated input: control characters
+/// escaped (PostgreSQL text cannot hold NUL, and the row must still be written) and cut to
+/// [`MAX_DENIED_TARGET_CHARS`], so a caller without a valid token cannot write arbitrary text
+/// into the audit log.
+fn denied_target(raw: &str) -> String {
+    let mut out = String::new();
+    for (n, c) in raw.chars().enumerate() {
+        if n == MAX_DENIED_TARGET_CHARS {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Cuts `tasks` (newest first) to fit [`MAX_PAGE_BYTES`], keeping at least one; returns the
+/// cursor to continue from when it cut.
+fn fit_page(tasks: &mut Vec<pb::Task>) -> Option<i64> {
+    let mut bytes = 0usize;
+    let cut = tasks.iter().position(|t| {
+        // The entry's tag and length prefix take at most 6 bytes.
+        bytes += prost::Message::encoded_len(t) + 6;
+        bytes > MAX_PAGE_BYTES
+    })?;
+    let keep = cut.max(1);
+    if keep >= tasks.len() {
+        return None;
+    }
+    tasks.truncate(keep);
+    tasks.last().map(|t| t.id)
+}
 
 /// The service of one agent.
 pub struct Service {
@@ -82,8 +129,9 @@ impl Service {
             let entry = AuditEntry {
                 actor,
                 action: action.to_string(),
-                // The target may be what a bad request carried: keep the row small.
-                target: target.chars().take(200).collect(),
+                // The target may be what a bad request carried: keep the row small and
+                // storable (no NUL).
+                target: denied_target(&target),
                 params: None,
                 result: AuditResult::Denied,
                 detail: Some(status.message().chars().take(500).collect()),
@@ -183,6 +231,7 @@ impl AgentService for Service {
             }
             n => n,
         };
+        text_without_nul("text", &r.text)?;
         let params = TaskListParams {
             statuses,
             task_type: opt_task_type("task_type", &r.task_type)?,
@@ -201,9 +250,13 @@ impl AgentService for Service {
             .await
             .map_err(|e| from_store("list_tasks", e))?;
         let now = store.db_now().await.map_err(|e| from_store("db_now", e))?;
+        let mut tasks: Vec<pb::Task> = page.tasks.iter().map(task_to_wire).collect();
+        let next_before_id = fit_page(&mut tasks)
+            .or(page.next_before.map(|t| t.0))
+            .unwrap_or(0);
         Ok(Response::new(pb::ListTasksResponse {
-            tasks: page.tasks.iter().map(task_to_wire).collect(),
-            next_before_id: page.next_before.map(|t| t.0).unwrap_or(0),
+            tasks,
+            next_before_id,
             now_ms: ms(now),
         }))
     }
@@ -288,6 +341,8 @@ impl AgentService for Service {
                 Status::invalid_argument(format!("payload_json: not valid JSON: {e}"))
             })?
         };
+        json_without_nul("payload_json", &payload)?;
+        text_without_nul("idempotency_key", &r.idempotency_key)?;
         let priority = i16::try_from(r.priority).map_err(|_| {
             Status::invalid_argument(format!(
                 "priority: {} is not within -32768..=32767",
@@ -448,17 +503,17 @@ impl AgentService for Service {
         request: Request<pb::SetConcurrencyRequest>,
     ) -> Result<Response<pb::SetConcurrencyResponse>, Status> {
         use pb::set_concurrency_request::Scope;
-        let target = match &request.get_ref().scope {
-            Some(Scope::Global(_)) => "policy:*".to_string(),
-            Some(Scope::TaskType(t)) => format!("policy:{t}"),
-            Some(Scope::AgentLocal(_)) => format!("agent:{}", self.core.id),
-            None => "policy:?".to_string(),
+        let (action, target) = match &request.get_ref().scope {
+            Some(Scope::Global(_)) => (POLICY_ACTION, "policy:*".to_string()),
+            Some(Scope::TaskType(t)) => (POLICY_ACTION, format!("policy:{t}")),
+            Some(Scope::AgentLocal(_)) => (LOCAL_LIMIT_ACTION, format!("agent:{}", self.core.id)),
+            None => (POLICY_ACTION, "policy:?".to_string()),
         };
         let actor = self
             .caller(
                 &request,
                 Need::Act {
-                    action: "set_concurrency",
+                    action,
                     target: target.clone(),
                 },
             )
@@ -490,7 +545,7 @@ impl AgentService for Service {
                 // The audit row first: if it cannot be written, nothing changes.
                 self.audit(AuditEntry {
                     actor,
-                    action: "set_concurrency".into(),
+                    action: LOCAL_LIMIT_ACTION.into(),
                     target,
                     params: Some(serde_json::json!({ "limit": r.limit, "previous": previous })),
                     result: if previous == r.limit {
@@ -512,12 +567,6 @@ impl AgentService for Service {
             Some(Scope::Global(true)) => PolicyScope::Global,
             Some(Scope::TaskType(t)) => PolicyScope::Type(task_type_from_wire("task_type", &t)?),
         };
-        let store = &self.core.store;
-        let previous = store
-            .policy_get(scope.clone())
-            .await
-            .map_err(|e| from_store("set_concurrency", e))?
-            .max_concurrency;
         let patch = PolicyPatch {
             max_concurrency: Some((!r.unlimited).then_some(r.limit)),
             ..Default::default()
@@ -525,8 +574,10 @@ impl AgentService for Service {
         patch
             .validate(&scope)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let policy = store
-            .policy_set(PolicySetParams {
+        let change = self
+            .core
+            .store
+            .policy_change(PolicySetParams {
                 scope,
                 patch,
                 actor,
@@ -534,8 +585,8 @@ impl AgentService for Service {
             .await
             .map_err(|e| from_store("set_concurrency", e))?;
         Ok(Response::new(pb::SetConcurrencyResponse {
-            limit: policy.max_concurrency,
-            previous,
+            limit: change.after.max_concurrency,
+            previous: change.before.max_concurrency,
         }))
     }
 
@@ -602,24 +653,21 @@ impl Service {
         paused: bool,
     ) -> Result<bool, Status> {
         let action = if paused { "pause" } else { "resume" };
+        // Refusals are audited under the name the store gives the change it would have made.
         let actor = self
             .caller(
                 request,
                 Need::Act {
-                    action,
+                    action: POLICY_ACTION,
                     target: format!("policy:{task_type}"),
                 },
             )
             .await?;
         let scope = PolicyScope::Type(task_type_from_wire("task_type", &task_type)?);
-        let store = &self.core.store;
-        let before = store
-            .policy_get(scope.clone())
-            .await
-            .map_err(|e| from_store(action, e))?
-            .paused;
-        store
-            .policy_set(PolicySetParams {
+        let change = self
+            .core
+            .store
+            .policy_change(PolicySetParams {
                 scope,
                 patch: PolicyPatch {
                     paused: Some(paused),
@@ -629,6 +677,42 @@ impl Service {
             })
             .await
             .map_err(|e| from_store(action, e))?;
-        Ok(before != paused)
+        Ok(change.before.paused != change.after.paused)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn denied_targets_are_escaped_and_bounded() {
+        assert_eq!(denied_target("type:email.send"), "type:email.send");
+        assert_eq!(denied_target("type:a\0b\u{1b}"), "type:a\\u{0}b\\u{1b}");
+        let long = denied_target(&"x".repeat(5000));
+        assert_eq!(long.chars().count(), MAX_DENIED_TARGET_CHARS + 1);
+        assert!(long.ends_with('…'));
+    }
+
+    #[test]
+    fn a_page_of_big_tasks_is_cut_to_fit_a_message_with_a_cursor() {
+        let task = |id: i64, bytes: usize| pb::Task {
+            id,
+            payload_json: "p".repeat(bytes),
+            ..Default::default()
+        };
+        let mut small: Vec<pb::Task> = (1..=5).rev().map(|id| task(id, 100)).collect();
+        assert_eq!(fit_page(&mut small), None);
+        assert_eq!(small.len(), 5);
+        let mut big: Vec<pb::Task> = (1..=6).rev().map(|id| task(id, 1_000_000)).collect();
+        assert_eq!(
+            fit_page(&mut big),
+            Some(3),
+            "4 MiB holds 4 tasks of 1 MB: 6, 5, 4, 3"
+        );
+        assert_eq!(big.len(), 4);
+        let mut huge = vec![task(2, 5_000_000), task(1, 10)];
+        assert_eq!(fit_page(&mut huge), Some(2), "at least one task per page");
     }
 }

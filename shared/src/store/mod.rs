@@ -94,7 +94,12 @@ pub trait Store: Send + Sync + 'static {
     /// One policy row (a type without a row inherits everything).
     async fn policy_get(&self, scope: PolicyScope) -> Result<Policy>;
     /// Change a policy row (audited); takes effect at the next claim.
-    async fn policy_set(&self, params: PolicySetParams) -> Result<Policy>;
+    async fn policy_set(&self, params: PolicySetParams) -> Result<Policy> {
+        Ok(self.policy_change(params).await?.after)
+    }
+    /// Change a policy row (audited) and say what it was before, as read under the lock the
+    /// change took: concurrent changes never make the answer disagree with the audit row.
+    async fn policy_change(&self, params: PolicySetParams) -> Result<PolicyChange>;
 
     /// Register a starting agent process and give it its per-start id.
     async fn agent_register(&self, params: AgentRegisterParams) -> Result<AgentRecord>;

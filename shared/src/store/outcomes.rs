@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::params::AgentState;
-use crate::domain::{AgentId, Attempt, LeaseEpoch, Task, TaskId, TaskStatus, TaskType};
+use crate::domain::{AgentId, Attempt, LeaseEpoch, Policy, Task, TaskId, TaskStatus, TaskType};
 
 /// What an enqueue did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,4 +262,11 @@ pub struct Blocker {
     pub kind: BlockerKind,
     /// The reason in words, for people.
     pub message: String,
+}
+
+/// A policy change: the row before (as read under the change's lock) and after.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyChange {
+    pub before: Policy,
+    pub after: Policy,
 }

@@ -29,10 +29,11 @@ use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
     CompleteParams, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams,
-    HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, PolicySetParams,
-    ProgressParams, PurgeParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams,
-    RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, Store,
-    StoreError, SuspectLease, SuspectParams, TaskDetail, TaskListParams, TaskPage, UnservedParams,
+    HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, PolicyChange,
+    PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered, ReleaseOutcome,
+    ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams,
+    Result, Store, StoreError, SuspectLease, SuspectParams, TaskDetail, TaskListParams, TaskPage,
+    UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -391,10 +392,10 @@ impl Store for PgStore {
             .unwrap_or_else(|| Policy::inherit(scope)))
     }
 
-    async fn policy_set(&self, params: PolicySetParams) -> Result<Policy> {
-        let policy = operator::policy_set(&self.pool, &params).await?;
+    async fn policy_change(&self, params: PolicySetParams) -> Result<PolicyChange> {
+        let change = operator::policy_set(&self.pool, &params).await?;
         self.notify().await;
-        Ok(policy)
+        Ok(change)
     }
 
     async fn agent_register(&self, params: AgentRegisterParams) -> Result<AgentRecord> {

@@ -16,7 +16,8 @@ use crate::domain::{
 use crate::store::params::duration_ms;
 use crate::store::{
     AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued,
-    PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, StoreError,
+    PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result,
+    StoreError,
 };
 
 /// Writes one audit row through `executor` (pass the transaction of the change it records).
@@ -341,7 +342,7 @@ fn apply_patch(mut p: Policy, patch: &PolicyPatch) -> Policy {
     p
 }
 
-pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Result<Policy> {
+pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Result<PolicyChange> {
     params.patch.validate(&params.scope)?;
     let key = params.scope.key().to_string();
     authorize(pool, &params.actor, "policy_set", format!("policy:{key}")).await?;
@@ -409,5 +410,8 @@ pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Resul
     };
     audit_write(&mut *tx, &entry).await?;
     commit(tx, "policy_set").await?;
-    Ok(stored)
+    Ok(PolicyChange {
+        before,
+        after: stored,
+    })
 }
