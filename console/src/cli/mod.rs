@@ -1,0 +1,269 @@
+//! Command-line definitions of `leasehold` (clap): global connection flags, then one
+//! subcommand per headless command. The doc comments are the `--help` text and document each
+//! command's output, table and JSON, so scripts can rely on it.
+//!
+//! Invariants: parsing does no I/O beyond reading the environment; a value clap accepts is
+//! already checked for what is cheap to check (types, ranges, task-type names); the agent
+//! remains the authority on everything else.
+
+mod args;
+pub mod values;
+
+pub use args::{
+    AgentsCommand, CancelArgs, ConcurrencyCommand, ConcurrencySetArgs, DlqCommand, DlqLsArgs,
+    DlqRequeueArgs, EnqueueArgs, IdsArgs, ListFilter, ScopeArgs, ShowArgs, TasksCommand,
+    TasksLsArgs, TypeArgs, WaitArgs,
+};
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::output::Format;
+
+/// `--agent` when neither the flag nor `LEASEHOLD_AGENT` is given.
+pub const DEFAULT_AGENT: &str = "127.0.0.1:7070";
+/// `--call-timeout` when not given.
+pub const DEFAULT_CALL_TIMEOUT: &str = "10s";
+/// `tasks ls --limit` when not given.
+pub const DEFAULT_LIST_LIMIT: u32 = 50;
+/// `wait --interval` when not given.
+pub const DEFAULT_WAIT_INTERVAL: &str = "250ms";
+
+const AFTER_HELP: &str = "\
+Output: --output table (default) prints lines and tables that fit 80 columns, with control
+and escape characters in untrusted text shown as escapes (\\u{1b}); --output json prints one
+JSON object per line. Errors are one line on stderr, `leasehold: <what failed>: <why> (<code>)`,
+with nothing on stdout.
+
+Exit codes:
+  0  ok
+  1  a task failed; a wait ended with failures or timed out
+  2  usage or bad input: bad flags, invalid argument, not found, already exists, failed
+     precondition, out of range, resource exhausted; a local file that cannot be read
+  3  cannot reach the agent or its database: connection or TLS failure, unavailable, deadline
+     exceeded, an internal or unknown error, or an answer outside the contract
+     (\"the agent sent ...\")
+  4  permission denied: unauthenticated (missing or unknown token), permission denied (a
+     viewer token calling an action)
+When one command makes several calls (cancel 1 2 3), it exits with the highest code.
+
+Environment: LEASEHOLD_AGENT, LEASEHOLD_TOKEN, LEASEHOLD_CA, LEASEHOLD_CERT, LEASEHOLD_KEY
+stand in for the flags of the same name; a flag wins over its variable.";
+
+/// `leasehold`: the console and the headless commands of Leasehold.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    about = "Leasehold console: live leases, slow tasks, renewal failures and dead letters",
+    long_about = "Leasehold console: live leases, slow tasks, renewal failures and dead \
+letters.\n\nWithout a command, `leasehold` starts the interactive console (not available in \
+this build). The commands below are the headless, scriptable client: each talks to the agent \
+named by --agent over gRPC.",
+    after_long_help = AFTER_HELP,
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Connection and output flags, accepted before or after the command.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Agent to talk to: HOST:PORT (plaintext unless a TLS flag is given), http://HOST:PORT or
+    /// https://HOST:PORT.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_AGENT",
+        default_value = DEFAULT_AGENT,
+        value_name = "ADDR"
+    )]
+    pub agent: String,
+
+    /// Token sent with every call as `authorization: Bearer TOKEN`. Viewer tokens may watch
+    /// and list; actions need an operator token.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+
+    /// Output format: `table` for people, `json` for scripts (one object per line).
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table, value_name = "FORMAT")]
+    pub output: Format,
+
+    /// PEM file of the CA that signed the agent's certificate. Implies TLS.
+    #[arg(long, global = true, env = "LEASEHOLD_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+
+    /// PEM certificate presented to the agent (mutual TLS); needs --key. Implies TLS.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_CERT",
+        requires = "key",
+        value_name = "FILE"
+    )]
+    pub cert: Option<PathBuf>,
+
+    /// PEM private key of --cert. Implies TLS.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_KEY",
+        requires = "cert",
+        value_name = "FILE"
+    )]
+    pub key: Option<PathBuf>,
+
+    /// Use TLS. This build carries no system root certificates, so TLS needs --ca.
+    #[arg(long, global = true)]
+    pub tls: bool,
+
+    /// Name checked in the agent's certificate (default: the host of --agent).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+
+    /// Time allowed to connect and for each call (`watch`: until the stream starts).
+    /// Named --call-timeout because `enqueue --timeout` and `wait --timeout` mean other things.
+    #[arg(
+        long,
+        global = true,
+        default_value = DEFAULT_CALL_TIMEOUT,
+        value_parser = values::positive_duration,
+        value_name = "DURATION"
+    )]
+    pub call_timeout: Duration,
+}
+
+/// The headless commands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Run the demo on the embedded store (not in this build: it arrives with the SQLite store)
+    Demo,
+
+    /// Enqueue one task
+    ///
+    /// Output (table): `enqueued task 42 (type noop, priority 0)`, or, when the idempotency key
+    /// matched an existing task, `task 42 already exists (idempotency key K)`.
+    /// Output (json): the task as stored (the object `tasks show` prints under "task") plus
+    /// "created": false when the key matched an existing task.
+    #[command(verbatim_doc_comment)]
+    Enqueue(EnqueueArgs),
+
+    /// List and inspect tasks.
+    #[command(subcommand)]
+    Tasks(TasksCommand),
+
+    /// Cancel tasks: waiting ones at once, running ones through their holder
+    ///
+    /// By default each call waits for a running task to stop and reports its final status.
+    /// Output (table), one line per task:
+    ///   task 7: cancelled
+    ///   task 8: cancel requested (status cancel_requested), holder web-1#3 will stop it
+    ///   task 9: cancel already requested (status cancel_requested)
+    ///   task 10: finished first: succeeded
+    /// Output (json), one object per line: {"id":7,"outcome":"cancelled","status":"cancelled",
+    /// "holder":null}. A task that finished before the cancel reached it is not an error.
+    /// Errors (a finished task: failed precondition) go to stderr and the other ids still run;
+    /// the exit code is the highest of all.
+    #[command(verbatim_doc_comment)]
+    Cancel(CancelArgs),
+
+    /// Move finished tasks (dead, cancelled, succeeded, partially_succeeded) back to queued
+    ///
+    /// Output (table), one line per task: `task 7: requeued (was dead)`.
+    /// Output (json), one object per line: {"id":7,"previous":"dead"}.
+    /// Errors go to stderr and the other ids still run; the exit code is the highest of all.
+    #[command(verbatim_doc_comment)]
+    Requeue(IdsArgs),
+
+    /// The dead-letter queue: list and requeue dead tasks.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+
+    /// Change concurrency limits.
+    #[command(subcommand)]
+    Concurrency(ConcurrencyCommand),
+
+    /// Stop claiming tasks of a type on every agent; running ones finish
+    ///
+    /// Output (table): `paused type noop`, or `type noop was already paused (nothing changed)`.
+    /// Output (json): {"task_type":"noop","paused":true,"changed":true}.
+    #[command(verbatim_doc_comment)]
+    Pause(TypeArgs),
+
+    /// Resume claiming tasks of a paused type
+    ///
+    /// Output (table): `resumed type noop`, or `type noop was not paused (nothing changed)`.
+    /// Output (json): {"task_type":"noop","paused":false,"changed":true}.
+    #[command(verbatim_doc_comment)]
+    Resume(TypeArgs),
+
+    /// The agent registry.
+    #[command(subcommand)]
+    Agents(AgentsCommand),
+
+    /// Drain the agent named by --agent: stop claiming, finish or release its leases, exit
+    ///
+    /// The agent does what it does on SIGTERM.
+    /// Output (table): `agent at ADDR is draining (3 leases held)`.
+    /// Output (json): {"agent":"ADDR","held":3}.
+    #[command(verbatim_doc_comment)]
+    Drain,
+
+    /// Follow the live lease state of the agent named by --agent
+    ///
+    /// Runs until interrupted (SIGINT or SIGTERM: exit 0), until the agent closes the stream
+    /// (exit 0), or until the stream fails (exit 3, or 4 for a refused token; an agent that
+    /// drops a watcher too slow to keep up ends it with resource exhausted: exit 2).
+    ///
+    /// Output (json): one line per event. Every line repeats the update it came from (seq:
+    /// 0 for the snapshot then +1 per update; now_ms: database time in ms; agent_id;
+    /// dropped_events: events the agent could not record) and names its event in "kind",
+    /// with the event's fields under a key of the same name:
+    ///   {"seq":0,"now_ms":1764588000000,"agent_id":"web-1#7","dropped_events":0,
+    ///    "kind":"snapshot","snapshot":{"leases":[LEASE...],"stats":STATS}}
+    ///   {"seq":1,...,"kind":"lease_acquired","lease_acquired":LEASE}
+    ///   {"seq":2,...,"kind":"lease_renewed","lease_renewed":{"task_id":42,"epoch":3,
+    ///    "lease_until":"...Z","heartbeat_at":"...Z"}}
+    /// Kinds: snapshot, lease_acquired, lease_renewed, renewal_failed {task_id, epoch, reason,
+    /// consecutive}, lease_released {task_id, epoch, outcome}, lease_fenced {task_id, epoch,
+    /// write}, progress {task_id, epoch, progress}, slow {task_id, epoch, running_ms}, stats,
+    /// cancel_requested {task_id, epoch}, closing (true: the agent is shutting down).
+    /// LEASE: {task_id, task_type, epoch, owner, attempt, priority, started_at, lease_until,
+    /// heartbeat_at, timeout_ms, progress {total, processed, succeeded, failed, skipped} or
+    /// null, slow, cancel_requested, renewal_failures, renewal_failure_reason}.
+    /// STATS: {state, leader, active, local_limit, held, claimed, succeeded, failed, retried,
+    /// dead, cancelled, released, lease_lost, fenced_writes, renewal_failures}.
+    /// Times are RFC 3339 UTC strings, or null when none.
+    ///
+    /// Output (table): one short line per event, `HH:MM:SS.mmm #SEQ KIND details` (UTC).
+    #[command(verbatim_doc_comment)]
+    Watch,
+
+    /// Wait until tasks finish (succeeded, partially_succeeded, cancelled or dead)
+    ///
+    /// Polls each task every --interval. Exit 0 when every task succeeded; 1 when any ended
+    /// otherwise (partially_succeeded, cancelled, dead) or when --timeout passed first (stderr
+    /// then names the tasks not finished); 2 for an unknown task; 3 when the agent cannot be
+    /// reached.
+    /// Output (table), one line per task: `task 42: succeeded`, `task 43: dead
+    /// (smtp_timeout: connection timed out)`, `task 44: not finished: running`.
+    /// Output (json), one object per line: {"id":42,"status":"succeeded","finished":true,
+    /// "last_error":null}.
+    #[command(verbatim_doc_comment)]
+    Wait(WaitArgs),
+}
+
+#[cfg(test)]
+mod tests;

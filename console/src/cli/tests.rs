@@ -1,0 +1,327 @@
+//! Argument parsing: defaults, every command's flags, and bad input refused with clap's exit
+//! code 2. Environment fallbacks are read by clap from the real environment, which a test
+//! cannot change safely in-process; `tests/cli.rs` runs the binary with variables set.
+
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser};
+
+use leasehold_shared::TaskStatus;
+
+use super::values::{Limit, TimeOrDuration};
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(std::iter::once("leasehold").chain(args.iter().copied()))
+}
+
+fn ok(args: &[&str]) -> Cli {
+    match parse(args) {
+        Ok(cli) => cli,
+        Err(e) => panic!("{args:?} should parse: {e}"),
+    }
+}
+
+fn refused(args: &[&str]) -> clap::Error {
+    match parse(args) {
+        Ok(cli) => panic!("{args:?} should be refused, got {cli:?}"),
+        Err(e) => {
+            assert_eq!(e.exit_code(), 2, "{args:?}: clap exits 2 on bad usage");
+            e
+        }
+    }
+}
+
+#[test]
+fn the_definition_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn no_command_is_allowed() {
+    let cli = ok(&[]);
+    assert!(cli.command.is_none());
+}
+
+#[test]
+fn global_defaults() {
+    let cli = ok(&["agents", "ls"]);
+    // The defaults hold unless the test runner's environment sets LEASEHOLD_*.
+    if std::env::var_os("LEASEHOLD_AGENT").is_none() {
+        assert_eq!(cli.global.agent, DEFAULT_AGENT);
+    }
+    assert_eq!(cli.global.output, Format::Table);
+    assert_eq!(cli.global.call_timeout, Duration::from_secs(10));
+    assert!(!cli.global.tls);
+}
+
+#[test]
+fn global_flags_go_before_or_after_the_command() {
+    let before = ok(&["--agent", "h:1", "--output", "json", "tasks", "ls"]);
+    let after = ok(&["tasks", "ls", "--agent", "h:1", "--output", "json"]);
+    for cli in [before, after] {
+        assert_eq!(cli.global.agent, "h:1");
+        assert_eq!(cli.global.output, Format::Json);
+    }
+    let cli = ok(&[
+        "drain",
+        "--token",
+        "t0k",
+        "--ca",
+        "/ca.pem",
+        "--cert",
+        "/c.pem",
+        "--key",
+        "/k.pem",
+        "--tls-server-name",
+        "agent.internal",
+        "--call-timeout",
+        "2s",
+    ]);
+    assert_eq!(cli.global.token.as_deref(), Some("t0k"));
+    assert_eq!(
+        cli.global.tls_server_name.as_deref(),
+        Some("agent.internal")
+    );
+    assert_eq!(cli.global.call_timeout, Duration::from_secs(2));
+}
+
+#[test]
+fn bad_global_flags_are_refused() {
+    refused(&["--output", "xml", "drain"]);
+    refused(&["--call-timeout", "0s", "drain"]);
+    refused(&["--call-timeout", "soon", "drain"]);
+    // A certificate without its key, and a key without its certificate.
+    refused(&["--cert", "c.pem", "drain"]);
+    refused(&["--key", "k.pem", "drain"]);
+}
+
+#[test]
+fn enqueue_flags() {
+    let cli = ok(&[
+        "enqueue",
+        "email.send",
+        "--payload",
+        "{\"to\":\"x\"}",
+        "--priority",
+        "-5",
+        "--delay",
+        "30s",
+        "--deadline",
+        "1h",
+        "--timeout",
+        "5m",
+        "--max-attempts",
+        "7",
+        "--idempotency-key",
+        "order-1",
+    ]);
+    let Some(Command::Enqueue(a)) = cli.command else {
+        panic!("enqueue expected");
+    };
+    assert_eq!(a.task_type, "email.send");
+    assert_eq!(a.priority, -5);
+    assert_eq!(a.delay, Some(Duration::from_secs(30)));
+    assert_eq!(
+        a.deadline,
+        Some(TimeOrDuration::Relative(Duration::from_secs(3600)))
+    );
+    assert_eq!(a.timeout, Some(Duration::from_secs(300)));
+    assert_eq!(a.max_attempts, Some(7));
+    assert_eq!(a.idempotency_key.as_deref(), Some("order-1"));
+}
+
+#[test]
+fn enqueue_bad_input_is_refused() {
+    refused(&["enqueue"]);
+    refused(&["enqueue", "Bad-Type"]);
+    refused(&["enqueue", "noop", "--priority", "40000"]);
+    refused(&["enqueue", "noop", "--priority", "-40000"]);
+    refused(&["enqueue", "noop", "--priority", "high"]);
+    refused(&[
+        "enqueue",
+        "noop",
+        "--payload",
+        "{}",
+        "--payload-file",
+        "p.json",
+    ]);
+    refused(&[
+        "enqueue",
+        "noop",
+        "--delay",
+        "1s",
+        "--run-at",
+        "2026-01-01T00:00:00Z",
+    ]);
+    refused(&["enqueue", "noop", "--run-at", "tomorrow"]);
+    refused(&["enqueue", "noop", "--deadline", "later"]);
+    refused(&["enqueue", "noop", "--timeout", "0s"]);
+    refused(&["enqueue", "noop", "--max-attempts", "0"]);
+    refused(&["enqueue", "noop", "--max-attempts", "1001"]);
+    refused(&["enqueue", "noop", "--idempotency-key", ""]);
+}
+
+#[test]
+fn tasks_ls_flags() {
+    let cli = ok(&[
+        "tasks",
+        "ls",
+        "--status",
+        "dead,retry_wait",
+        "--status",
+        "queued",
+        "--type",
+        "noop",
+        "--text",
+        "smtp",
+        "--code",
+        "timeout",
+        "--since",
+        "2h",
+        "--limit",
+        "10",
+        "--before",
+        "99",
+    ]);
+    let Some(Command::Tasks(TasksCommand::Ls(a))) = cli.command else {
+        panic!("tasks ls expected");
+    };
+    assert_eq!(
+        a.status,
+        [TaskStatus::Dead, TaskStatus::RetryWait, TaskStatus::Queued]
+    );
+    assert_eq!(a.filter.task_type.as_deref(), Some("noop"));
+    assert_eq!(a.filter.limit, 10);
+    assert_eq!(a.filter.before, Some(99));
+    let cli = ok(&["tasks", "ls"]);
+    let Some(Command::Tasks(TasksCommand::Ls(a))) = cli.command else {
+        panic!("tasks ls expected");
+    };
+    assert_eq!(a.filter.limit, DEFAULT_LIST_LIMIT);
+    assert!(a.status.is_empty());
+}
+
+#[test]
+fn tasks_bad_input_is_refused() {
+    refused(&["tasks", "ls", "--status", "zombie"]);
+    refused(&["tasks", "ls", "--limit", "0"]);
+    refused(&["tasks", "ls", "--limit", "1001"]);
+    refused(&["tasks", "ls", "--before", "0"]);
+    refused(&["tasks", "ls", "--text", &"x".repeat(201)]);
+    refused(&["tasks", "show"]);
+    refused(&["tasks", "show", "abc"]);
+    refused(&["tasks", "show", "-3"]);
+    refused(&["tasks"]);
+}
+
+#[test]
+fn cancel_and_requeue_take_many_ids() {
+    let cli = ok(&["cancel", "1", "2", "3", "--wait-timeout", "5s"]);
+    let Some(Command::Cancel(a)) = cli.command else {
+        panic!("cancel expected");
+    };
+    assert_eq!(a.ids.ids, [1, 2, 3]);
+    assert!(!a.no_wait);
+    assert_eq!(a.wait_timeout, Some(Duration::from_secs(5)));
+    let cli = ok(&["cancel", "4", "--no-wait"]);
+    assert!(matches!(
+        cli.command,
+        Some(Command::Cancel(CancelArgs { no_wait: true, .. }))
+    ));
+    refused(&["cancel"]);
+    refused(&["cancel", "4", "--no-wait", "--wait-timeout", "1s"]);
+    let cli = ok(&["requeue", "7", "8"]);
+    assert!(matches!(cli.command, Some(Command::Requeue(IdsArgs { ref ids })) if ids == &[7, 8]));
+    refused(&["requeue"]);
+    refused(&["requeue", "x"]);
+}
+
+#[test]
+fn dlq_flags() {
+    let cli = ok(&[
+        "dlq", "ls", "--type", "noop", "--code", "timeout", "--limit", "5",
+    ]);
+    assert!(matches!(cli.command, Some(Command::Dlq(DlqCommand::Ls(_)))));
+    let cli = ok(&["dlq", "requeue", "--all", "--dry-run"]);
+    let Some(Command::Dlq(DlqCommand::Requeue(a))) = cli.command else {
+        panic!("dlq requeue expected");
+    };
+    assert!(a.all && a.dry_run);
+    ok(&["dlq", "requeue", "--since", "1h", "--until", "10m"]);
+    // No filter and no --all parses; the command itself refuses it (commands::dlq).
+    ok(&["dlq", "requeue"]);
+    refused(&["dlq", "requeue", "--all", "--type", "noop"]);
+    refused(&["dlq", "requeue", "--until", "whenever"]);
+}
+
+#[test]
+fn concurrency_set_needs_exactly_one_scope() {
+    let cli = ok(&["concurrency", "set", "10", "--global"]);
+    let Some(Command::Concurrency(ConcurrencyCommand::Set(a))) = cli.command else {
+        panic!("concurrency set expected");
+    };
+    assert_eq!(a.limit, Limit::Max(10));
+    assert!(a.scope.global);
+    let cli = ok(&["concurrency", "set", "unlimited", "--type", "noop"]);
+    let Some(Command::Concurrency(ConcurrencyCommand::Set(a))) = cli.command else {
+        panic!("concurrency set expected");
+    };
+    assert_eq!(a.limit, Limit::Unlimited);
+    assert_eq!(a.scope.task_type.as_deref(), Some("noop"));
+    ok(&["concurrency", "set", "5", "--local"]);
+    refused(&["concurrency", "set", "5"]);
+    refused(&["concurrency", "set", "5", "--global", "--local"]);
+    refused(&["concurrency", "set", "-1", "--global"]);
+    refused(&["concurrency", "set", "lots", "--global"]);
+    refused(&["concurrency", "set", "--global"]);
+}
+
+#[test]
+fn small_commands() {
+    ok(&["pause", "noop"]);
+    ok(&["resume", "noop"]);
+    refused(&["pause"]);
+    refused(&["pause", "NOOP"]);
+    ok(&["agents", "ls"]);
+    ok(&["drain"]);
+    ok(&["watch"]);
+    refused(&["watch", "extra"]);
+    refused(&["frobnicate"]);
+}
+
+#[test]
+fn wait_flags() {
+    let cli = ok(&["wait", "1", "2", "--timeout", "30s", "--interval", "1s"]);
+    let Some(Command::Wait(a)) = cli.command else {
+        panic!("wait expected");
+    };
+    assert_eq!(a.ids.ids, [1, 2]);
+    assert_eq!(a.timeout, Some(Duration::from_secs(30)));
+    assert_eq!(a.interval, Duration::from_secs(1));
+    let cli = ok(&["wait", "1"]);
+    let Some(Command::Wait(a)) = cli.command else {
+        panic!("wait expected");
+    };
+    assert_eq!(a.timeout, None);
+    assert_eq!(a.interval, Duration::from_millis(250));
+    refused(&["wait"]);
+    refused(&["wait", "1", "--interval", "0ms"]);
+}
+
+#[test]
+fn help_and_version_are_not_errors() {
+    for args in [&["--help"][..], &["--version"], &["enqueue", "--help"]] {
+        match parse(args) {
+            Ok(_) => panic!("{args:?} should stop parsing"),
+            Err(e) => assert_eq!(e.exit_code(), 0, "{args:?}"),
+        }
+    }
+}
+
+#[test]
+fn help_documents_the_environment_and_exit_codes() {
+    let help = Cli::command().render_long_help().to_string();
+    assert!(help.contains("LEASEHOLD_TOKEN"));
+    assert!(help.contains("Exit codes"));
+}

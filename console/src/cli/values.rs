@@ -1,0 +1,217 @@
+//! Parsers of flag values: durations, times, limits, task types and keys. Each returns a
+//! message naming what was wrong; clap prints it with the flag's name and exits 2.
+//!
+//! Durations are humantime's (`250ms`, `10s`, `5m`, `1h 30m`); times are RFC 3339
+//! (`2026-12-01T11:20:00Z`, `2026-12-01T12:20:00+01:00`). A relative time given as a duration
+//! is resolved against this host's clock when the command runs (the wire carries absolute
+//! times), so it is as right as the host's clock.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use leasehold_shared::TaskType;
+use leasehold_shared::domain::validate::MAX_IDEMPOTENCY_KEY_LEN;
+
+/// Longest `--text` filter the agent accepts, in bytes.
+pub const MAX_TEXT_FILTER_BYTES: usize = 200;
+/// Largest concurrency limit the agent accepts.
+pub const MAX_CONCURRENCY_LIMIT: u32 = 100_000;
+
+/// A human duration: `250ms`, `10s`, `5m`, `1h 30m`.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (expected a duration such as 250ms, 10s, 5m, 1h 30m)"))
+}
+
+/// A duration above zero.
+pub fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d.is_zero() {
+        return Err("must be more than 0".into());
+    }
+    Ok(d)
+}
+
+/// An RFC 3339 time.
+pub fn rfc3339(s: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(s.trim())
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("{e} (expected an RFC 3339 time such as 2026-12-01T11:20:00Z)"))
+}
+
+/// A time given either absolutely or as a duration relative to now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeOrDuration {
+    At(DateTime<Utc>),
+    Relative(Duration),
+}
+
+impl TimeOrDuration {
+    /// The time, a relative one counted back from `now` (`--since 1h`).
+    pub fn before(self, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+        match self {
+            TimeOrDuration::At(t) => Ok(t),
+            TimeOrDuration::Relative(d) => chrono::Duration::from_std(d)
+                .ok()
+                .and_then(|d| now.checked_sub_signed(d))
+                .ok_or_else(|| format!("{} ago is out of range", humantime::format_duration(d))),
+        }
+    }
+
+    /// The time, a relative one counted forward from `now` (`--deadline 1h`).
+    pub fn after(self, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+        match self {
+            TimeOrDuration::At(t) => Ok(t),
+            TimeOrDuration::Relative(d) => chrono::Duration::from_std(d)
+                .ok()
+                .and_then(|d| now.checked_add_signed(d))
+                .ok_or_else(|| {
+                    format!("{} from now is out of range", humantime::format_duration(d))
+                }),
+        }
+    }
+}
+
+/// An RFC 3339 time or a duration.
+pub fn time_or_duration(s: &str) -> Result<TimeOrDuration, String> {
+    if let Ok(d) = humantime::parse_duration(s.trim()) {
+        return Ok(TimeOrDuration::Relative(d));
+    }
+    DateTime::parse_from_rfc3339(s.trim())
+        .map(|t| TimeOrDuration::At(t.with_timezone(&Utc)))
+        .map_err(|_| {
+            "expected an RFC 3339 time (2026-12-01T11:20:00Z) or a duration (30m, 2h)".to_owned()
+        })
+}
+
+/// Milliseconds since 1970 of a time, refusing times before 1970 (the wire's 0 means none).
+pub fn epoch_ms(flag: &str, t: DateTime<Utc>) -> Result<i64, String> {
+    let ms = t.timestamp_millis();
+    if ms <= 0 {
+        return Err(format!("{flag}: {t} is before 1970"));
+    }
+    Ok(ms)
+}
+
+/// Milliseconds of a duration, for the wire's `int64` fields.
+pub fn duration_ms(flag: &str, d: Duration) -> Result<i64, String> {
+    i64::try_from(d.as_millis()).map_err(|_| format!("{flag}: duration is too long"))
+}
+
+/// A task type name, checked as the agent checks it.
+pub fn task_type(s: &str) -> Result<String, String> {
+    TaskType::new(s)
+        .map(|t| t.as_str().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// An idempotency key: 1-255 bytes without control characters.
+pub fn idempotency_key(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY_LEN {
+        return Err(format!("must be 1-{MAX_IDEMPOTENCY_KEY_LEN} bytes"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("must not contain control characters".into());
+    }
+    Ok(s.to_owned())
+}
+
+/// A `--text` filter: at most 200 bytes.
+pub fn text_filter(s: &str) -> Result<String, String> {
+    if s.len() > MAX_TEXT_FILTER_BYTES {
+        return Err(format!("must be at most {MAX_TEXT_FILTER_BYTES} bytes"));
+    }
+    Ok(s.to_owned())
+}
+
+/// A concurrency limit: a number or `unlimited`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Max(u32),
+    Unlimited,
+}
+
+/// `0..=100000` or `unlimited`.
+pub fn limit(s: &str) -> Result<Limit, String> {
+    if s.eq_ignore_ascii_case("unlimited") {
+        return Ok(Limit::Unlimited);
+    }
+    let n: u32 = s
+        .parse()
+        .map_err(|_| "expected a non-negative integer or `unlimited`".to_owned())?;
+    if n > MAX_CONCURRENCY_LIMIT {
+        return Err(format!("must be at most {MAX_CONCURRENCY_LIMIT}"));
+    }
+    Ok(Limit::Max(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_764_588_000_000).unwrap_or_default()
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(duration(" 10s "), Ok(Duration::from_secs(10)));
+        assert!(duration("10").is_err());
+        assert!(duration("soon").is_err());
+        assert!(duration("-5s").is_err());
+        assert_eq!(duration("0s"), Ok(Duration::ZERO));
+        assert!(positive_duration("0s").is_err());
+    }
+
+    #[test]
+    fn times() {
+        let t = rfc3339("2025-12-01T12:20:00+01:00").ok();
+        assert_eq!(t, Some(now()));
+        assert!(rfc3339("2025-12-01").is_err());
+        assert!(rfc3339("yesterday").is_err());
+    }
+
+    #[test]
+    fn time_or_duration_resolves_against_now() {
+        let since = time_or_duration("1h").and_then(|t| t.before(now()));
+        assert_eq!(since.map(|t| t.timestamp_millis()), Ok(1_764_584_400_000));
+        let deadline = time_or_duration("30m").and_then(|t| t.after(now()));
+        assert_eq!(
+            deadline.map(|t| t.timestamp_millis()),
+            Ok(1_764_589_800_000)
+        );
+        let at = time_or_duration("2025-12-01T11:20:00Z").and_then(|t| t.before(now()));
+        assert_eq!(at, Ok(now()));
+        assert!(time_or_duration("tomorrow").is_err());
+        let far = time_or_duration("9999999999years").and_then(|t| t.before(now()));
+        assert!(far.is_err());
+        assert!(epoch_ms("--since", DateTime::<Utc>::UNIX_EPOCH).is_err());
+    }
+
+    #[test]
+    fn task_types_and_keys() {
+        assert_eq!(task_type("email.send").as_deref(), Ok("email.send"));
+        assert!(task_type("Email").is_err());
+        assert!(task_type("").is_err());
+        assert!(task_type("a\u{1b}b").is_err());
+        assert!(idempotency_key("order-17").is_ok());
+        assert!(idempotency_key("").is_err());
+        assert!(idempotency_key(&"k".repeat(256)).is_err());
+        assert!(idempotency_key("a\nb").is_err());
+        assert!(text_filter(&"t".repeat(200)).is_ok());
+        assert!(text_filter(&"t".repeat(201)).is_err());
+    }
+
+    #[test]
+    fn limits() {
+        assert_eq!(limit("0"), Ok(Limit::Max(0)));
+        assert_eq!(limit("100000"), Ok(Limit::Max(100_000)));
+        assert_eq!(limit("unlimited"), Ok(Limit::Unlimited));
+        assert_eq!(limit("Unlimited"), Ok(Limit::Unlimited));
+        assert!(limit("100001").is_err());
+        assert!(limit("-1").is_err());
+        assert!(limit("many").is_err());
+    }
+}

@@ -1,0 +1,358 @@
+//! Connecting to an agent: the address, TLS (rustls, CA from a file, optional client identity
+//! for mutual TLS), the token interceptor, message-size limits and timeouts; then one method
+//! per RPC that turns every failure into an [`Error`] saying what was being done.
+//!
+//! ```text
+//! GlobalArgs ──settings()──▶ Settings ──Agent::connect()──▶ Agent ──get_task(..)──▶ reply
+//!   (flags/env)   files read,            TCP + TLS + HTTP/2       per-call deadline,
+//!                 checked                within --call-timeout    grpc-timeout header
+//! ```
+//!
+//! When things fail: a bad flag combination or unreadable file is found by [`settings()`]
+//! before any I/O on the network (exit 2); a connection that cannot be made is
+//! [`Error::Connect`] (exit 3, "cannot reach agent at ADDR: …"); a call that gets no answer
+//! within its deadline is DEADLINE_EXCEEDED (exit 3). A status tonic made on the client from a
+//! transport failure keeps the failure as its source, and the message shows it, with a hint
+//! ([`diagnose`]) when TLS on one side only is the likely cause. The token is never printed.
+
+mod diagnose;
+mod settings;
+
+pub use diagnose::Security;
+pub use settings::{AgentAddr, Settings, TlsSettings, settings};
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use leasehold_proto::v1;
+use leasehold_proto::v1::agent_service_client::AgentServiceClient;
+use leasehold_proto::{AUTHORIZATION, MAX_MESSAGE_BYTES};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::{Error, Result, cause_chain};
+
+/// TCP and HTTP/2 keepalive: a dead or half-open connection (a long `watch`) is noticed
+/// within about this plus [`KEEPALIVE_TIMEOUT`].
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// How long an HTTP/2 ping may go unanswered.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Extra time a waiting `cancel` call gets when the agent decides how long to wait.
+pub const CANCEL_WAIT_ALLOWANCE: Duration = Duration::from_secs(60);
+
+/// Adds `authorization: Bearer <token>` to every call when a token is set.
+#[derive(Clone)]
+pub struct TokenInterceptor(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for TokenInterceptor {
+    fn call(&mut self, mut request: Request<()>) -> std::result::Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request.metadata_mut().insert(AUTHORIZATION, value.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Client = AgentServiceClient<InterceptedService<Channel, TokenInterceptor>>;
+
+/// A connected agent.
+#[derive(Clone)]
+pub struct Agent {
+    client: Client,
+    call_timeout: Duration,
+    security: Security,
+    addr: String,
+    /// Set once any call got an answer: a transport failure after that is not a TLS mismatch.
+    answered: Arc<AtomicBool>,
+}
+
+impl Agent {
+    /// Connects (TCP, TLS, HTTP/2) within the call timeout.
+    pub async fn connect(settings: &Settings) -> Result<Self> {
+        let security = match &settings.tls {
+            None => Security::Plaintext,
+            Some(t) if t.identity.is_some() => Security::MutualTls,
+            Some(_) => Security::Tls,
+        };
+        let endpoint = endpoint(settings)?;
+        let channel = endpoint.connect().await.map_err(|e| Error::Connect {
+            addr: settings.addr.given.clone(),
+            cause: diagnose::connect_cause(&e, settings.call_timeout, security),
+        })?;
+        let client =
+            AgentServiceClient::with_interceptor(channel, TokenInterceptor(settings.token.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(Self {
+            client,
+            call_timeout: settings.call_timeout,
+            security,
+            addr: settings.addr.given.clone(),
+            answered: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// The per-call timeout (`--call-timeout`).
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// The address as given, for messages.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Runs one unary call with a deadline of `timeout`, sent to the agent as `grpc-timeout`
+    /// and enforced here too.
+    async fn unary<Req, Resp, F, Fut>(
+        &self,
+        what: String,
+        timeout: Duration,
+        message: Req,
+        call: F,
+    ) -> Result<Resp>
+    where
+        F: FnOnce(Client, Request<Req>) -> Fut,
+        Fut: Future<Output = std::result::Result<Response<Resp>, Status>>,
+    {
+        let mut request = Request::new(message);
+        request.set_timeout(timeout);
+        // tonic enforces the grpc-timeout on the client too (as CANCELLED "Timeout
+        // expired"); the local timer is the backstop. Either way it is a deadline exceeded.
+        let answer = tokio::time::timeout(timeout, call(self.client.clone(), request)).await;
+        match answer {
+            Ok(Ok(response)) => {
+                self.answered.store(true, Ordering::Relaxed);
+                Ok(response.into_inner())
+            }
+            Ok(Err(status)) if diagnose::is_timeout(&status) => {
+                Err(diagnose::no_answer(what, timeout))
+            }
+            Ok(Err(status)) => Err(self.status_error(what, status)),
+            Err(_) => Err(diagnose::no_answer(what, timeout)),
+        }
+    }
+
+    /// An error for a failed call, with a hint when the failure points at a TLS mismatch or
+    /// at something that is not a (matching) agent.
+    pub fn status_error(&self, what: String, status: Status) -> Error {
+        if std::error::Error::source(&status).is_none() {
+            // A status decoded from the agent's trailers: the agent answered.
+            self.answered.store(true, Ordering::Relaxed);
+        }
+        let hint = diagnose::status_hint(
+            &status,
+            &self.addr,
+            self.security,
+            self.answered.load(Ordering::Relaxed),
+        );
+        Error::Rpc { what, status, hint }
+    }
+
+    pub async fn list_tasks(&self, r: v1::ListTasksRequest) -> Result<v1::ListTasksResponse> {
+        self.unary(
+            "list tasks".into(),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.list_tasks(r).await },
+        )
+        .await
+    }
+
+    pub async fn get_task(&self, id: i64) -> Result<v1::GetTaskResponse> {
+        let r = v1::GetTaskRequest { id };
+        self.unary(
+            format!("get task {id}"),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.get_task(r).await },
+        )
+        .await
+    }
+
+    pub async fn list_agents(&self) -> Result<v1::ListAgentsResponse> {
+        let r = v1::ListAgentsRequest {};
+        self.unary(
+            "list agents".into(),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.list_agents(r).await },
+        )
+        .await
+    }
+
+    pub async fn enqueue(&self, r: v1::EnqueueRequest) -> Result<v1::EnqueueResponse> {
+        let what = format!("enqueue {}", r.task_type);
+        self.unary(what, self.call_timeout, r, |mut c, r| async move {
+            c.enqueue(r).await
+        })
+        .await
+    }
+
+    /// Cancel, allowed the call timeout plus the wait (or [`CANCEL_WAIT_ALLOWANCE`] when the
+    /// agent decides the wait).
+    pub async fn cancel(&self, r: v1::CancelRequest) -> Result<v1::CancelResponse> {
+        let what = format!("cancel task {}", r.id);
+        let wait = match (r.wait, u64::try_from(r.wait_ms)) {
+            (false, _) => Duration::ZERO,
+            (true, Ok(ms)) if ms > 0 => Duration::from_millis(ms),
+            (true, _) => CANCEL_WAIT_ALLOWANCE,
+        };
+        let timeout = self.call_timeout.saturating_add(wait);
+        self.unary(
+            what,
+            timeout,
+            r,
+            |mut c, r| async move { c.cancel(r).await },
+        )
+        .await
+    }
+
+    pub async fn requeue(&self, id: i64) -> Result<v1::RequeueResponse> {
+        let r = v1::RequeueRequest { id };
+        self.unary(
+            format!("requeue task {id}"),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.requeue(r).await },
+        )
+        .await
+    }
+
+    pub async fn requeue_dead(&self, r: v1::RequeueDeadRequest) -> Result<v1::RequeueDeadResponse> {
+        self.unary(
+            "requeue dead tasks".into(),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.requeue_dead(r).await },
+        )
+        .await
+    }
+
+    pub async fn set_concurrency(
+        &self,
+        r: v1::SetConcurrencyRequest,
+    ) -> Result<v1::SetConcurrencyResponse> {
+        self.unary(
+            "set concurrency".into(),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.set_concurrency(r).await },
+        )
+        .await
+    }
+
+    pub async fn pause_type(&self, task_type: String) -> Result<v1::PauseTypeResponse> {
+        let what = format!("pause type {task_type}");
+        let r = v1::PauseTypeRequest { task_type };
+        self.unary(what, self.call_timeout, r, |mut c, r| async move {
+            c.pause_type(r).await
+        })
+        .await
+    }
+
+    pub async fn resume_type(&self, task_type: String) -> Result<v1::ResumeTypeResponse> {
+        let what = format!("resume type {task_type}");
+        let r = v1::ResumeTypeRequest { task_type };
+        self.unary(what, self.call_timeout, r, |mut c, r| async move {
+            c.resume_type(r).await
+        })
+        .await
+    }
+
+    pub async fn drain(&self) -> Result<v1::DrainResponse> {
+        let what = format!("drain agent at {}", self.addr);
+        self.unary(
+            what,
+            self.call_timeout,
+            v1::DrainRequest {},
+            |mut c, r| async move { c.drain(r).await },
+        )
+        .await
+    }
+
+    /// Opens the Watch stream. Only the opening has a deadline; the stream itself runs until
+    /// either side ends it (no `grpc-timeout` is sent, or the agent would cut the stream).
+    pub async fn watch(&self) -> Result<Streaming<v1::WatchUpdate>> {
+        let what = "watch".to_owned();
+        let mut client = self.client.clone();
+        let opened =
+            tokio::time::timeout(self.call_timeout, client.watch(v1::WatchRequest {})).await;
+        match opened {
+            Ok(Ok(response)) => {
+                self.answered.store(true, Ordering::Relaxed);
+                Ok(response.into_inner())
+            }
+            Ok(Err(status)) if diagnose::is_timeout(&status) => {
+                Err(diagnose::no_answer(what, self.call_timeout))
+            }
+            Ok(Err(status)) => Err(self.status_error(what, status)),
+            Err(_) => Err(Error::rpc(
+                what,
+                Status::deadline_exceeded(format!(
+                    "the stream did not start within {}",
+                    humantime::format_duration(self.call_timeout)
+                )),
+            )),
+        }
+    }
+}
+
+/// The endpoint for `settings`: address, timeouts, keepalive, TLS.
+fn endpoint(settings: &Settings) -> Result<Endpoint> {
+    let uri = settings.addr.uri(settings.tls.is_some());
+    let endpoint = Endpoint::from_shared(uri)
+        .map_err(|e| {
+            Error::usage(format!(
+                "--agent {}: {}",
+                crate::output::text::shown(&settings.addr.given, 100),
+                cause_chain(&e)
+            ))
+        })?
+        .user_agent(concat!("leasehold/", env!("CARGO_PKG_VERSION")))
+        .map_err(|e| Error::usage(format!("user agent: {}", cause_chain(&e))))?
+        .connect_timeout(settings.call_timeout)
+        .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT);
+    let Some(tls) = &settings.tls else {
+        return Ok(endpoint);
+    };
+    let mut config = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&tls.ca_pem))
+        .timeout(settings.call_timeout);
+    if let Some((cert, key)) = &tls.identity {
+        config = config.identity(Identity::from_pem(cert, key));
+    }
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name.clone());
+    }
+    endpoint
+        .tls_config(config)
+        .map_err(|e| Error::usage(format!("TLS settings: {}", cause_chain(&e))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interceptor_adds_the_header() {
+        let value: Option<MetadataValue<Ascii>> = "Bearer t".parse().ok();
+        let mut interceptor = TokenInterceptor(value);
+        let request = interceptor.call(Request::new(())).ok();
+        let header = request
+            .as_ref()
+            .and_then(|r| r.metadata().get(AUTHORIZATION))
+            .and_then(|v| v.to_str().ok());
+        assert_eq!(header, Some("Bearer t"));
+        let mut none = TokenInterceptor(None);
+        let request = none.call(Request::new(())).ok();
+        assert!(request.is_some_and(|r| r.metadata().get(AUTHORIZATION).is_none()));
+    }
+}

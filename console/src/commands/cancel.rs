@@ -1,0 +1,209 @@
+//! `leasehold cancel ID…`: one Cancel call per id, in order.
+//!
+//! Every id is tried; a failed one is reported on stderr and the next one still runs. The exit
+//! code is the highest of all (0 when every call was accepted, including a task that finished
+//! before the cancel reached it: that is an outcome, reported plainly).
+
+use leasehold_proto::v1;
+use leasehold_shared::TaskStatus;
+use serde::Serialize;
+
+use super::unique;
+use crate::cli::CancelArgs;
+use crate::cli::values::duration_ms;
+use crate::client::Agent;
+use crate::convert::{opt_string, status};
+use crate::error::{Error, Result};
+use crate::exit;
+use crate::output::Out;
+use crate::output::table::WIDTH;
+use crate::output::text::shown;
+
+/// The requests, one per distinct id.
+pub fn prepare(args: &CancelArgs) -> Result<Vec<v1::CancelRequest>> {
+    let wait_ms = match args.wait_timeout {
+        Some(d) => duration_ms("--wait-timeout", d).map_err(Error::Usage)?,
+        None => 0,
+    };
+    Ok(unique(&args.ids.ids)
+        .into_iter()
+        .map(|id| v1::CancelRequest {
+            id,
+            wait: !args.no_wait,
+            wait_ms,
+        })
+        .collect())
+}
+
+/// What became of one cancel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cancelled {
+    pub id: i64,
+    pub outcome: String,
+    pub status: TaskStatus,
+    pub holder: Option<String>,
+}
+
+impl Cancelled {
+    /// Converts a reply.
+    pub fn from_wire(id: i64, r: v1::CancelResponse) -> Result<Self> {
+        Ok(Self {
+            id,
+            outcome: r.outcome,
+            status: status(r.status)
+                .map_err(|e| Error::bad_wire(format!("cancel task {id}"), e))?,
+            holder: opt_string(r.holder),
+        })
+    }
+}
+
+/// Runs the cancels.
+pub async fn run(agent: &Agent, requests: Vec<v1::CancelRequest>, out: &mut Out) -> Result<u8> {
+    let mut code = exit::OK;
+    for request in requests {
+        let id = request.id;
+        let result = match agent.cancel(request).await {
+            Ok(reply) => Cancelled::from_wire(id, reply),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(c) if out.json_mode() => out.json(&c)?,
+            Ok(c) => out.line(&line(&c))?,
+            Err(e) => {
+                out.error(&e);
+                code = code.max(exit::exit_code(&e));
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// The table line of one cancel.
+pub fn line(c: &Cancelled) -> String {
+    let id = c.id;
+    match c.outcome.as_str() {
+        "cancelled" => format!("task {id}: cancelled"),
+        // The holder goes last: it is the only long part, and the line is cut to fit.
+        "cancel_requested" => match &c.holder {
+            Some(holder) => shown(
+                &format!(
+                    "task {id}: cancel requested (status {}), holder {holder} will stop it",
+                    c.status
+                ),
+                WIDTH,
+            ),
+            None => format!("task {id}: cancel requested (status {})", c.status),
+        },
+        "already_requested" => {
+            format!("task {id}: cancel already requested (status {})", c.status)
+        }
+        "succeeded" | "partially_succeeded" | "dead" => {
+            format!("task {id}: finished first: {}", c.outcome)
+        }
+        other => format!("task {id}: {} (status {})", shown(other, 40), c.status),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cli::IdsArgs;
+    use crate::output::text::width;
+
+    fn cancelled(outcome: &str, status: TaskStatus, holder: Option<&str>) -> Cancelled {
+        Cancelled {
+            id: 7,
+            outcome: outcome.into(),
+            status,
+            holder: holder.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn requests_wait_by_default_and_ids_are_deduplicated() {
+        let args = CancelArgs {
+            ids: IdsArgs { ids: vec![3, 4, 3] },
+            no_wait: false,
+            wait_timeout: Some(Duration::from_secs(5)),
+        };
+        let r = prepare(&args).unwrap_or_default();
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|r| r.wait && r.wait_ms == 5000));
+        let args = CancelArgs {
+            ids: IdsArgs { ids: vec![3] },
+            no_wait: true,
+            wait_timeout: None,
+        };
+        let r = prepare(&args).unwrap_or_default();
+        assert_eq!(
+            r,
+            [v1::CancelRequest {
+                id: 3,
+                wait: false,
+                wait_ms: 0
+            }]
+        );
+    }
+
+    #[test]
+    fn lines_say_what_happened() {
+        assert_eq!(
+            line(&cancelled("cancelled", TaskStatus::Cancelled, None)),
+            "task 7: cancelled"
+        );
+        assert_eq!(
+            line(&cancelled("succeeded", TaskStatus::Succeeded, None)),
+            "task 7: finished first: succeeded"
+        );
+        assert_eq!(
+            line(&cancelled(
+                "cancel_requested",
+                TaskStatus::CancelRequested,
+                Some("web-1#3")
+            )),
+            "task 7: cancel requested (status cancel_requested), holder web-1#3 will stop it"
+        );
+        assert_eq!(
+            line(&cancelled(
+                "already_requested",
+                TaskStatus::CancelRequested,
+                None
+            )),
+            "task 7: cancel already requested (status cancel_requested)"
+        );
+        let odd = line(&cancelled(
+            "new\u{1b}thing",
+            TaskStatus::Running,
+            Some(&"h".repeat(300)),
+        ));
+        assert_eq!(odd, "task 7: new\\u{1b}thing (status running)");
+        let long = line(&cancelled(
+            "cancel_requested",
+            TaskStatus::Running,
+            Some(&"h".repeat(300)),
+        ));
+        assert!(width(&long) <= 80, "{long}");
+    }
+
+    #[test]
+    fn json_of_a_cancel() {
+        let c = Cancelled::from_wire(
+            7,
+            v1::CancelResponse {
+                outcome: "cancelled".into(),
+                status: v1::TaskStatus::Cancelled as i32,
+                holder: String::new(),
+            },
+        )
+        .ok();
+        let json = c.and_then(|c| serde_json::to_string(&c).ok());
+        assert_eq!(
+            json.as_deref(),
+            Some(r#"{"id":7,"outcome":"cancelled","status":"cancelled","holder":null}"#)
+        );
+        let bad = Cancelled::from_wire(7, v1::CancelResponse::default());
+        assert!(matches!(bad, Err(Error::BadWire { .. })));
+    }
+}

@@ -1,0 +1,187 @@
+//! `leasehold concurrency set LIMIT (--global | --type TYPE | --local)`: SetConcurrency.
+//!
+//! Checked locally: a local limit is 1..=100000 and cannot be `unlimited` (the agent would
+//! refuse both; saying so before connecting gives the clearer message).
+
+use leasehold_proto::v1;
+use leasehold_proto::v1::set_concurrency_request::Scope;
+use serde::Serialize;
+
+use crate::cli::ConcurrencySetArgs;
+use crate::cli::values::Limit;
+use crate::client::Agent;
+use crate::error::{Error, Result};
+use crate::exit;
+use crate::output::Out;
+use crate::output::text::shown;
+
+/// The request; refuses what the agent would refuse for a local limit.
+pub fn prepare(args: &ConcurrencySetArgs) -> Result<v1::SetConcurrencyRequest> {
+    let scope = if args.scope.global {
+        Scope::Global(true)
+    } else if args.scope.local {
+        Scope::AgentLocal(true)
+    } else if let Some(t) = &args.scope.task_type {
+        Scope::TaskType(t.clone())
+    } else {
+        return Err(Error::usage(
+            "concurrency set: give --global, --type TYPE or --local",
+        ));
+    };
+    let local = matches!(scope, Scope::AgentLocal(_));
+    let (limit, unlimited) = match args.limit {
+        Limit::Unlimited if local => {
+            return Err(Error::usage(
+                "concurrency set: a local limit cannot be unlimited (use 1..=100000)",
+            ));
+        }
+        Limit::Max(0) if local => {
+            return Err(Error::usage(
+                "concurrency set: a local limit is 1..=100000 (pause a type to stop it)",
+            ));
+        }
+        Limit::Unlimited => (0, true),
+        Limit::Max(n) => (n, false),
+    };
+    Ok(v1::SetConcurrencyRequest {
+        limit,
+        unlimited,
+        scope: Some(scope),
+    })
+}
+
+/// The JSON of `concurrency set`; `null` limits mean unlimited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Changed {
+    pub scope: &'static str,
+    pub task_type: Option<String>,
+    pub previous: Option<u32>,
+    pub limit: Option<u32>,
+}
+
+/// Runs `concurrency set`.
+pub async fn run(agent: &Agent, request: v1::SetConcurrencyRequest, out: &mut Out) -> Result<u8> {
+    let (scope, task_type) = match &request.scope {
+        Some(Scope::Global(_)) | None => ("global", None),
+        Some(Scope::TaskType(t)) => ("type", Some(t.clone())),
+        Some(Scope::AgentLocal(_)) => ("local", None),
+    };
+    let reply = agent.set_concurrency(request).await?;
+    let changed = Changed {
+        scope,
+        task_type,
+        previous: reply.previous,
+        limit: reply.limit,
+    };
+    if out.json_mode() {
+        out.json(&changed)?;
+    } else {
+        out.line(&line(&changed))?;
+    }
+    Ok(exit::OK)
+}
+
+fn limit_text(l: Option<u32>) -> String {
+    l.map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
+}
+
+/// `global limit: unlimited → 10`.
+pub fn line(c: &Changed) -> String {
+    let name = match (c.scope, &c.task_type) {
+        ("type", Some(t)) => format!("type {} limit", shown(t, 64)),
+        (scope, _) => format!("{scope} limit"),
+    };
+    format!(
+        "{name}: {} → {}",
+        limit_text(c.previous),
+        limit_text(c.limit)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::ScopeArgs;
+
+    fn args(
+        limit: Limit,
+        global: bool,
+        task_type: Option<&str>,
+        local: bool,
+    ) -> ConcurrencySetArgs {
+        ConcurrencySetArgs {
+            limit,
+            scope: ScopeArgs {
+                global,
+                task_type: task_type.map(str::to_owned),
+                local,
+            },
+        }
+    }
+
+    #[test]
+    fn requests() {
+        assert_eq!(
+            prepare(&args(Limit::Max(10), true, None, false)).ok(),
+            Some(v1::SetConcurrencyRequest {
+                limit: 10,
+                unlimited: false,
+                scope: Some(Scope::Global(true)),
+            })
+        );
+        assert_eq!(
+            prepare(&args(Limit::Unlimited, false, Some("noop"), false)).ok(),
+            Some(v1::SetConcurrencyRequest {
+                limit: 0,
+                unlimited: true,
+                scope: Some(Scope::TaskType("noop".into())),
+            })
+        );
+        assert_eq!(
+            prepare(&args(Limit::Max(0), true, None, false))
+                .ok()
+                .map(|r| r.limit),
+            Some(0)
+        );
+        assert_eq!(
+            prepare(&args(Limit::Max(5), false, None, true))
+                .ok()
+                .map(|r| r.scope),
+            Some(Some(Scope::AgentLocal(true)))
+        );
+    }
+
+    #[test]
+    fn local_limits_are_bounded_and_never_unlimited() {
+        assert!(matches!(
+            prepare(&args(Limit::Unlimited, false, None, true)),
+            Err(Error::Usage(m)) if m.contains("cannot be unlimited")
+        ));
+        assert!(matches!(
+            prepare(&args(Limit::Max(0), false, None, true)),
+            Err(Error::Usage(_))
+        ));
+    }
+
+    #[test]
+    fn lines_and_json() {
+        let c = Changed {
+            scope: "type",
+            task_type: Some("noop".into()),
+            previous: None,
+            limit: Some(3),
+        };
+        assert_eq!(line(&c), "type noop limit: unlimited → 3");
+        assert_eq!(
+            serde_json::to_string(&c).ok().as_deref(),
+            Some(r#"{"scope":"type","task_type":"noop","previous":null,"limit":3}"#)
+        );
+        let c = Changed {
+            scope: "local",
+            task_type: None,
+            previous: Some(100),
+            limit: Some(50),
+        };
+        assert_eq!(line(&c), "local limit: 100 → 50");
+    }
+}

@@ -1,0 +1,116 @@
+//! The headless commands, one file per command group. Each command works in two steps:
+//!
+//! ```text
+//! args ──prepare (pure: checks, request)──▶ request ──connect──▶ agent ──call──▶ render ──▶ Out
+//!        bad input: exit 2, no connection         exit 3 when unreachable
+//! ```
+//!
+//! so bad input is refused before anything touches the network, and rendering is a pure
+//! function of the reply (unit-tested without an agent). A command returns the exit code of
+//! its outcome (0, or 1 when a task failed); failures are errors mapped by [`crate::exit`].
+
+pub mod agents;
+pub mod cancel;
+pub mod concurrency;
+pub mod dlq;
+pub mod enqueue;
+pub mod pause;
+pub mod requeue;
+pub mod tasks;
+pub mod wait;
+pub mod watch;
+
+use chrono::Utc;
+
+use crate::cli::{
+    AgentsCommand, Command, ConcurrencyCommand, DlqCommand, GlobalArgs, TasksCommand,
+};
+use crate::client::{self, Agent};
+use crate::error::Result;
+use crate::output::Out;
+
+/// Runs one command and returns its exit code.
+pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result<u8> {
+    let settings = client::settings(global)?;
+    let now = Utc::now();
+    match command {
+        Command::Demo => Ok(crate::exit::USAGE),
+        Command::Enqueue(args) => {
+            let request = enqueue::prepare(&args, now)?;
+            enqueue::run(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Tasks(TasksCommand::Ls(args)) => {
+            let request = tasks::prepare_ls(&args, now)?;
+            tasks::run_ls(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Tasks(TasksCommand::Show(args)) => {
+            tasks::run_show(&Agent::connect(&settings).await?, args.id, out).await
+        }
+        Command::Cancel(args) => {
+            let requests = cancel::prepare(&args)?;
+            cancel::run(&Agent::connect(&settings).await?, requests, out).await
+        }
+        Command::Requeue(args) => {
+            let ids = unique(&args.ids);
+            requeue::run(&Agent::connect(&settings).await?, ids, out).await
+        }
+        Command::Dlq(DlqCommand::Ls(args)) => {
+            let request = dlq::prepare_ls(&args, now)?;
+            dlq::run_ls(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Dlq(DlqCommand::Requeue(args)) => {
+            let request = dlq::prepare_requeue(&args, now)?;
+            dlq::run_requeue(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Concurrency(ConcurrencyCommand::Set(args)) => {
+            let request = concurrency::prepare(&args)?;
+            concurrency::run(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Pause(args) => {
+            pause::run_pause(&Agent::connect(&settings).await?, args.task_type, out).await
+        }
+        Command::Resume(args) => {
+            pause::run_resume(&Agent::connect(&settings).await?, args.task_type, out).await
+        }
+        Command::Agents(AgentsCommand::Ls) => {
+            agents::run_ls(&Agent::connect(&settings).await?, out).await
+        }
+        Command::Drain => agents::run_drain(&Agent::connect(&settings).await?, out).await,
+        Command::Watch => watch::run(&settings, out).await,
+        Command::Wait(args) => {
+            let plan = wait::prepare(&args);
+            wait::run(&Agent::connect(&settings).await?, plan, out).await
+        }
+    }
+}
+
+/// Ids in the order given, each once.
+pub fn unique(ids: &[i64]) -> Vec<i64> {
+    let mut seen = std::collections::HashSet::new();
+    ids.iter().copied().filter(|id| seen.insert(*id)).collect()
+}
+
+/// `n thing` or `n things`.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_deduplicated_in_order() {
+        assert_eq!(unique(&[3, 1, 3, 2, 1]), [3, 1, 2]);
+    }
+
+    #[test]
+    fn plurals() {
+        assert_eq!(plural(1, "dead task", "dead tasks"), "1 dead task");
+        assert_eq!(plural(0, "dead task", "dead tasks"), "0 dead tasks");
+    }
+}

@@ -1,0 +1,427 @@
+//! Watch updates from the wire, flattened into one line per event for `leasehold watch`.
+//!
+//! Every [`WatchLine`] repeats its update's `seq`, `now_ms`, `agent_id` and `dropped_events`,
+//! names its event in `kind`, and carries the event's body under a key of the same name:
+//!
+//! ```text
+//! {"seq":0,"now_ms":…,"agent_id":"web-1#7","dropped_events":0,"kind":"snapshot","snapshot":{"leases":[…],"stats":{…}}}
+//! {"seq":1,"now_ms":…,"agent_id":"web-1#7","dropped_events":0,"kind":"lease_acquired","lease_acquired":{"task_id":42,…}}
+//! {"seq":9,"now_ms":…,"agent_id":"web-1#7","dropped_events":0,"kind":"closing","closing":true}
+//! ```
+//!
+//! An update yields its snapshot (if any), then its deltas in order, then `closing` (if set).
+//! A delta whose kind this build does not know (a newer agent) is skipped, as the contract
+//! allows a client to ignore what it does not know.
+
+use leasehold_proto::v1;
+use leasehold_proto::v1::delta::Kind;
+use serde::Serialize;
+
+use super::{Timestamp, WireError, opt_ms, opt_string, opt_time};
+
+/// One printed line of `watch`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WatchLine {
+    pub seq: u64,
+    pub now_ms: i64,
+    pub agent_id: String,
+    pub dropped_events: u64,
+    pub kind: &'static str,
+    #[serde(flatten)]
+    pub event: WatchEvent,
+}
+
+/// What one line reports; serialised as `"<kind>": <body>`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchEvent {
+    Snapshot(SnapshotView),
+    LeaseAcquired(LeaseView),
+    LeaseRenewed(RenewedView),
+    RenewalFailed(RenewalFailedView),
+    LeaseReleased(ReleasedView),
+    LeaseFenced(FencedView),
+    Progress(ProgressUpdateView),
+    Slow(SlowView),
+    Stats(StatsView),
+    CancelRequested(TaskEpoch),
+    /// The agent is shutting down and closes the stream after this update.
+    Closing(bool),
+}
+
+impl WatchEvent {
+    /// The `kind` of the line.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WatchEvent::Snapshot(_) => "snapshot",
+            WatchEvent::LeaseAcquired(_) => "lease_acquired",
+            WatchEvent::LeaseRenewed(_) => "lease_renewed",
+            WatchEvent::RenewalFailed(_) => "renewal_failed",
+            WatchEvent::LeaseReleased(_) => "lease_released",
+            WatchEvent::LeaseFenced(_) => "lease_fenced",
+            WatchEvent::Progress(_) => "progress",
+            WatchEvent::Slow(_) => "slow",
+            WatchEvent::Stats(_) => "stats",
+            WatchEvent::CancelRequested(_) => "cancel_requested",
+            WatchEvent::Closing(_) => "closing",
+        }
+    }
+}
+
+/// Every lease the agent holds and its stats.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotView {
+    pub leases: Vec<LeaseView>,
+    /// `null` when the agent sent none.
+    pub stats: Option<StatsView>,
+}
+
+/// A lease held by the agent serving the stream.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LeaseView {
+    pub task_id: i64,
+    pub task_type: String,
+    pub epoch: i64,
+    pub owner: String,
+    pub attempt: i32,
+    pub priority: i32,
+    pub started_at: Option<Timestamp>,
+    pub lease_until: Option<Timestamp>,
+    pub heartbeat_at: Option<Timestamp>,
+    pub timeout_ms: Option<i64>,
+    pub progress: Option<ProgressView>,
+    pub slow: bool,
+    pub cancel_requested: bool,
+    pub renewal_failures: u32,
+    pub renewal_failure_reason: Option<String>,
+}
+
+/// Progress counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProgressView {
+    pub total: u64,
+    pub processed: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub skipped: u64,
+}
+
+impl From<v1::Progress> for ProgressView {
+    fn from(p: v1::Progress) -> Self {
+        Self {
+            total: p.total,
+            processed: p.processed,
+            succeeded: p.succeeded,
+            failed: p.failed,
+            skipped: p.skipped,
+        }
+    }
+}
+
+/// The agent's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatsView {
+    pub state: String,
+    pub leader: bool,
+    pub active: u32,
+    pub local_limit: u32,
+    pub held: u32,
+    pub claimed: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub retried: u64,
+    pub dead: u64,
+    pub cancelled: u64,
+    pub released: u64,
+    pub lease_lost: u64,
+    pub fenced_writes: u64,
+    pub renewal_failures: u64,
+}
+
+impl From<v1::AgentStats> for StatsView {
+    fn from(s: v1::AgentStats) -> Self {
+        Self {
+            state: s.state,
+            leader: s.leader,
+            active: s.active,
+            local_limit: s.local_limit,
+            held: s.held,
+            claimed: s.claimed,
+            succeeded: s.succeeded,
+            failed: s.failed,
+            retried: s.retried,
+            dead: s.dead,
+            cancelled: s.cancelled,
+            released: s.released,
+            lease_lost: s.lease_lost,
+            fenced_writes: s.fenced_writes,
+            renewal_failures: s.renewal_failures,
+        }
+    }
+}
+
+/// A renewal that landed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RenewedView {
+    pub task_id: i64,
+    pub epoch: i64,
+    pub lease_until: Option<Timestamp>,
+    pub heartbeat_at: Option<Timestamp>,
+}
+
+/// A renewal that failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RenewalFailedView {
+    pub task_id: i64,
+    pub epoch: i64,
+    pub reason: String,
+    pub consecutive: u32,
+}
+
+/// A lease that ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReleasedView {
+    pub task_id: i64,
+    pub epoch: i64,
+    pub outcome: String,
+}
+
+/// A refused holder write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FencedView {
+    pub task_id: i64,
+    pub epoch: i64,
+    pub write: String,
+}
+
+/// New progress of a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProgressUpdateView {
+    pub task_id: i64,
+    pub epoch: i64,
+    pub progress: Option<ProgressView>,
+}
+
+/// A lease past its slow threshold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SlowView {
+    pub task_id: i64,
+    pub epoch: i64,
+    pub running_ms: i64,
+}
+
+/// A task and the epoch of its holding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TaskEpoch {
+    pub task_id: i64,
+    pub epoch: i64,
+}
+
+impl LeaseView {
+    fn from_wire(l: v1::Lease) -> Result<Self, WireError> {
+        Ok(Self {
+            started_at: opt_time("lease started_at_ms", l.started_at_ms)?,
+            lease_until: opt_time("lease lease_until_ms", l.lease_until_ms)?,
+            heartbeat_at: opt_time("lease heartbeat_at_ms", l.heartbeat_at_ms)?,
+            timeout_ms: opt_ms("lease timeout_ms", l.timeout_ms)?,
+            task_id: l.task_id,
+            task_type: l.task_type,
+            epoch: l.epoch,
+            owner: l.owner,
+            attempt: l.attempt,
+            priority: l.priority,
+            progress: l.progress.map(ProgressView::from),
+            slow: l.slow,
+            cancel_requested: l.cancel_requested,
+            renewal_failures: l.renewal_failures,
+            renewal_failure_reason: opt_string(l.renewal_failure_reason),
+        })
+    }
+}
+
+fn event(kind: Kind) -> Result<WatchEvent, WireError> {
+    Ok(match kind {
+        Kind::LeaseAcquired(l) => WatchEvent::LeaseAcquired(LeaseView::from_wire(l)?),
+        Kind::LeaseRenewed(r) => WatchEvent::LeaseRenewed(RenewedView {
+            task_id: r.task_id,
+            epoch: r.epoch,
+            lease_until: opt_time("lease_until_ms", r.lease_until_ms)?,
+            heartbeat_at: opt_time("heartbeat_at_ms", r.heartbeat_at_ms)?,
+        }),
+        Kind::RenewalFailed(f) => WatchEvent::RenewalFailed(RenewalFailedView {
+            task_id: f.task_id,
+            epoch: f.epoch,
+            reason: f.reason,
+            consecutive: f.consecutive,
+        }),
+        Kind::LeaseReleased(r) => WatchEvent::LeaseReleased(ReleasedView {
+            task_id: r.task_id,
+            epoch: r.epoch,
+            outcome: r.outcome,
+        }),
+        Kind::LeaseFenced(f) => WatchEvent::LeaseFenced(FencedView {
+            task_id: f.task_id,
+            epoch: f.epoch,
+            write: f.write,
+        }),
+        Kind::Progress(p) => WatchEvent::Progress(ProgressUpdateView {
+            task_id: p.task_id,
+            epoch: p.epoch,
+            progress: p.progress.map(ProgressView::from),
+        }),
+        Kind::Slow(s) => WatchEvent::Slow(SlowView {
+            task_id: s.task_id,
+            epoch: s.epoch,
+            running_ms: opt_ms("running_ms", s.running_ms)?.unwrap_or(0),
+        }),
+        Kind::Stats(s) => WatchEvent::Stats(StatsView::from(s)),
+        Kind::CancelRequested(c) => WatchEvent::CancelRequested(TaskEpoch {
+            task_id: c.task_id,
+            epoch: c.epoch,
+        }),
+    })
+}
+
+/// The lines of one update, in order.
+pub fn lines(update: v1::WatchUpdate) -> Result<Vec<WatchLine>, WireError> {
+    if update.now_ms <= 0 {
+        return Err(WireError::Time {
+            field: "now_ms",
+            value: update.now_ms,
+        });
+    }
+    let mut events = Vec::with_capacity(update.deltas.len() + 2);
+    if let Some(s) = update.snapshot {
+        events.push(WatchEvent::Snapshot(SnapshotView {
+            leases: s
+                .leases
+                .into_iter()
+                .map(LeaseView::from_wire)
+                .collect::<Result<_, _>>()?,
+            stats: s.stats.map(StatsView::from),
+        }));
+    }
+    for delta in update.deltas {
+        if let Some(kind) = delta.kind {
+            events.push(event(kind)?);
+        }
+    }
+    if update.closing {
+        events.push(WatchEvent::Closing(true));
+    }
+    Ok(events
+        .into_iter()
+        .map(|event| WatchLine {
+            seq: update.seq,
+            now_ms: update.now_ms,
+            agent_id: update.agent_id.clone(),
+            dropped_events: update.dropped_events,
+            kind: event.kind(),
+            event,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn lease() -> v1::Lease {
+        v1::Lease {
+            task_id: 42,
+            task_type: "noop".into(),
+            epoch: 3,
+            owner: "web-1#7".into(),
+            attempt: 1,
+            started_at_ms: 1_764_588_000_000,
+            lease_until_ms: 1_764_588_020_000,
+            heartbeat_at_ms: 1_764_588_000_000,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn one_line_per_event_with_the_update_header_repeated() {
+        let update = v1::WatchUpdate {
+            now_ms: 1_764_588_001_000,
+            seq: 4,
+            dropped_events: 2,
+            agent_id: "web-1#7".into(),
+            snapshot: None,
+            deltas: vec![
+                v1::Delta {
+                    kind: Some(Kind::LeaseAcquired(lease())),
+                },
+                v1::Delta { kind: None },
+                v1::Delta {
+                    kind: Some(Kind::LeaseReleased(v1::LeaseReleased {
+                        task_id: 42,
+                        epoch: 3,
+                        outcome: "succeeded".into(),
+                    })),
+                },
+            ],
+            closing: true,
+        };
+        let lines = lines(update).unwrap_or_default();
+        let kinds: Vec<_> = lines.iter().map(|l| l.kind).collect();
+        assert_eq!(kinds, ["lease_acquired", "lease_released", "closing"]);
+        let json: Vec<serde_json::Value> = lines
+            .iter()
+            .filter_map(|l| serde_json::to_value(l).ok())
+            .collect();
+        assert_eq!(json[1]["seq"], 4);
+        assert_eq!(json[1]["dropped_events"], 2);
+        assert_eq!(json[1]["agent_id"], "web-1#7");
+        assert_eq!(json[1]["lease_released"]["outcome"], "succeeded");
+        assert_eq!(
+            json[0]["lease_acquired"]["lease_until"],
+            "2025-12-01T11:20:20.000Z"
+        );
+        assert_eq!(
+            json[0]["lease_acquired"]["renewal_failure_reason"],
+            serde_json::Value::Null
+        );
+        assert_eq!(json[2]["closing"], true);
+    }
+
+    #[test]
+    fn a_snapshot_is_one_line() {
+        let update = v1::WatchUpdate {
+            now_ms: 1_764_588_001_000,
+            seq: 0,
+            agent_id: "a".into(),
+            snapshot: Some(v1::Snapshot {
+                leases: vec![lease(), lease()],
+                stats: Some(v1::AgentStats {
+                    active: 2,
+                    local_limit: 10,
+                    state: "running".into(),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        let lines = lines(update).unwrap_or_default();
+        assert_eq!(lines.len(), 1);
+        let json = serde_json::to_value(&lines[0]).unwrap_or_default();
+        assert_eq!(json["kind"], "snapshot");
+        assert_eq!(json["snapshot"]["leases"].as_array().map(Vec::len), Some(2));
+        assert_eq!(json["snapshot"]["stats"]["local_limit"], 10);
+    }
+
+    #[test]
+    fn bad_times_are_refused() {
+        let mut bad = lease();
+        bad.lease_until_ms = -1;
+        let update = v1::WatchUpdate {
+            now_ms: 1,
+            deltas: vec![v1::Delta {
+                kind: Some(Kind::LeaseAcquired(bad)),
+            }],
+            ..Default::default()
+        };
+        assert!(lines(update).is_err());
+        assert!(lines(v1::WatchUpdate::default()).is_err());
+    }
+}

@@ -1,0 +1,90 @@
+//! `leasehold`, the Leasehold console: the headless, scriptable commands every CI pipeline and
+//! on-call script uses (the interactive console comes later).
+//!
+//! ```text
+//! main.rs ─▶ main_with_args ─▶ cli (clap) ─▶ commands::run ─▶ client (gRPC) ─▶ agent
+//!                                                  │
+//!                                   convert (wire → views) ─▶ output (table | JSON)
+//!                   errors ─▶ exit (the one mapping to exit codes)
+//! ```
+//!
+//! Modules: [`cli`] defines the flags and documents each command's output; [`client`] connects
+//! (address, TLS, token, timeouts) and wraps each RPC; [`commands`] has one file per command
+//! group; [`convert`] turns wire messages into printable views and refuses bad wire data;
+//! [`output`] renders tables (80 columns, inert text) and JSON lines; [`exit`] maps every
+//! error to an exit code.
+
+pub mod cli;
+pub mod client;
+pub mod commands;
+pub mod convert;
+pub mod error;
+pub mod exit;
+pub mod output;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::Cli;
+use crate::output::Out;
+
+/// Printed when `leasehold` is run without a command.
+pub const NO_CONSOLE: &str =
+    "the interactive console is not available in this build; see `leasehold --help`";
+
+/// Printed by `leasehold demo` until the embedded store exists.
+pub const NO_DEMO: &str = "`leasehold demo` needs the embedded SQLite store, which is not in \
+this build yet; see the README's \"Run an agent\" for PostgreSQL";
+
+/// Parses `args` (the program name first) and runs the command; the process's exit code.
+pub fn main_with_args<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version print on stdout and exit 0; usage errors on stderr, exit 2.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(exit::USAGE));
+        }
+    };
+    ExitCode::from(run(cli))
+}
+
+/// Runs a parsed command line; the exit code.
+pub fn run(cli: Cli) -> u8 {
+    let mut out = Out::stdio(cli.global.output);
+    let Some(command) = cli.command else {
+        out.note(NO_CONSOLE);
+        return exit::USAGE;
+    };
+    if matches!(command, cli::Command::Demo) {
+        out.note(NO_DEMO);
+        return exit::USAGE;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(source) => {
+            let err = error::Error::Local {
+                what: "starting the async runtime".into(),
+                source,
+            };
+            out.error(&err);
+            return exit::exit_code(&err);
+        }
+    };
+    match runtime.block_on(commands::run(&cli.global, command, &mut out)) {
+        Ok(code) => code,
+        Err(err) => {
+            out.error(&err);
+            exit::exit_code(&err)
+        }
+    }
+}

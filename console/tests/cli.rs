@@ -1,0 +1,538 @@
+//! The `leasehold` binary against a fake agent over real gRPC (plaintext, TLS, mutual TLS):
+//! output formats, exit codes, environment fallbacks, tokens. The fake is in `support/`; the
+//! end-to-end tests against a real agent live in the workspace's `tests/` crate.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use support::{Fake, Transport, WatchMode, leasehold, stderr, stdout};
+
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+async fn plain() -> (String, Fake) {
+    let running = Fake::new().start(Transport::Plain).await;
+    (running.addr.to_string(), running.fake)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_command_says_the_console_is_not_in_this_build() {
+    let o = leasehold(&[], &[]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("interactive console is not available in this build"));
+    assert!(stderr(&o).contains("leasehold --help"));
+    assert_eq!(stdout(&o), "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_errors_exit_2_before_any_connection() {
+    // Port 1 on loopback refuses connections: these must fail without trying.
+    for args in [
+        &["--agent", "127.0.0.1:1", "dlq", "requeue"][..],
+        &[
+            "--agent",
+            "127.0.0.1:1",
+            "enqueue",
+            "noop",
+            "--payload",
+            "{oops",
+        ],
+        &[
+            "--agent",
+            "127.0.0.1:1",
+            "concurrency",
+            "set",
+            "unlimited",
+            "--local",
+        ],
+        &["--agent", "127.0.0.1:1", "--tls", "drain"],
+        &["--agent", "not an address", "drain"],
+        &["tasks", "ls", "--status", "zombie"],
+        &["frobnicate"],
+    ] {
+        let o = leasehold(args, &[]).await;
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("cannot reach"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{args:?}");
+    }
+    let o = leasehold(&["dlq", "requeue"], &[]).await;
+    assert_eq!(
+        stderr(&o),
+        "leasehold: dlq requeue: give a filter or --all (--type, --code, --since, --until)\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_agent_is_exit_3() {
+    let o = leasehold(&["--agent", "127.0.0.1:1", "tasks", "ls"], &[]).await;
+    assert_eq!(o.status.code(), Some(3));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("leasehold: cannot reach agent at 127.0.0.1:1: "),
+        "{err}"
+    );
+    assert!(err.to_lowercase().contains("refused"), "{err}");
+    assert_eq!(stdout(&o), "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn env_fallbacks_and_flags_winning_over_them() {
+    let (addr, fake) = plain().await;
+    let o = leasehold(&["agents", "ls"], &[("LEASEHOLD_AGENT", &addr)]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("fake#1"));
+    // The flag wins over the variable.
+    let o = leasehold(
+        &["--agent", &addr, "agents", "ls"],
+        &[("LEASEHOLD_AGENT", "127.0.0.1:1")],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // LEASEHOLD_TOKEN and --token reach the agent as a bearer header.
+    leasehold(
+        &["--agent", &addr, "drain"],
+        &[("LEASEHOLD_TOKEN", "from-env")],
+    )
+    .await;
+    leasehold(
+        &["--agent", &addr, "--token", "from-flag", "drain"],
+        &[("LEASEHOLD_TOKEN", "from-env")],
+    )
+    .await;
+    leasehold(&["--agent", &addr, "drain"], &[]).await;
+    let auth = fake.auth();
+    let n = auth.len();
+    assert_eq!(
+        auth[n - 3..],
+        [
+            Some("Bearer from-env".to_owned()),
+            Some("Bearer from-flag".to_owned()),
+            None
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_unauthenticated_and_permission_denied_are_exit_4() {
+    let running = Fake::new()
+        .with_token("operator")
+        .start(Transport::Plain)
+        .await;
+    let addr = running.addr.to_string();
+    let o = leasehold(&["--agent", &addr, "drain"], &[]).await;
+    assert_eq!(o.status.code(), Some(4));
+    assert_eq!(
+        stderr(&o),
+        format!("leasehold: drain agent at {addr}: missing or unknown token (unauthenticated)\n")
+    );
+    let o = leasehold(
+        &["--agent", &addr, "--token", "viewer", "pause", "noop"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(4));
+    assert!(
+        stderr(&o).ends_with("(permission denied)\n"),
+        "{}",
+        stderr(&o)
+    );
+    let o = leasehold(
+        &["--agent", &addr, "--token", "viewer", "agents", "ls"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = leasehold(
+        &["--agent", &addr, "--token", "operator", "pause", "noop"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "paused type noop\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn enqueue_table_and_json() {
+    let (addr, fake) = plain().await;
+    let o = leasehold(
+        &["--agent", &addr, "enqueue", "noop", "--priority", "-2"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "enqueued task 42 (type noop, priority -2)\n");
+    let o = leasehold(
+        &[
+            "--agent",
+            &addr,
+            "--output",
+            "json",
+            "enqueue",
+            "sleep",
+            "--payload",
+            r#"{"ms": 5}"#,
+        ],
+        &[],
+    )
+    .await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["id"], 42);
+    assert_eq!(v["created"], true);
+    assert_eq!(v["task_type"], "sleep");
+    assert_eq!(v["payload"], serde_json::json!({"ms": 5}));
+    let o = leasehold(
+        &[
+            "--agent",
+            &addr,
+            "enqueue",
+            "noop",
+            "--idempotency-key",
+            "seen",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        stdout(&o),
+        "task 42 already exists (idempotency key seen)\n"
+    );
+    assert!(
+        fake.calls()
+            .contains(&r#"enqueue sleep {"ms": 5} prio=0"#.to_owned())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn enqueue_reads_the_payload_from_stdin() {
+    let (addr, fake) = plain().await;
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["--agent", &addr, "enqueue", "noop", "--payload-file", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"[1, 2]").unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        fake.calls()
+            .contains(&"enqueue noop [1, 2] prio=0".to_owned())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_errors_are_one_line_on_stderr_with_the_code() {
+    let (addr, _) = plain().await;
+    let o = leasehold(
+        &["--agent", &addr, "--output", "json", "enqueue", "unknown"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stdout(&o), "");
+    assert_eq!(
+        stderr(&o),
+        "leasehold: enqueue unknown: task_type: no agent serves type unknown (invalid argument)\n"
+    );
+    let o = leasehold(&["--agent", &addr, "tasks", "show", "404"], &[]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "leasehold: get task 404: no task 404 (not found)\n"
+    );
+    let o = leasehold(&["--agent", &addr, "tasks", "show", "666"], &[]).await;
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        stderr(&o).contains("get task 666: the agent sent task status 0"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_ls_and_show() {
+    let (addr, fake) = plain().await;
+    let o = leasehold(
+        &[
+            "--agent", &addr, "tasks", "ls", "--status", "dead", "--limit", "2",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].contains("ID") && lines[0].contains("STATUS"),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("dead") && lines[1].contains("smtp_timeout: connection timed out"),
+        "{text}"
+    );
+    assert_eq!(lines.last(), Some(&"next page: --before 1"));
+    assert!(text.lines().all(|l| l.chars().count() <= 80));
+    assert!(
+        fake.calls()
+            .iter()
+            .any(|c| c == "list_tasks statuses=[8] type= before=0 limit=2")
+    );
+    let o = leasehold(&["--agent", &addr, "--output", "json", "tasks", "ls"], &[]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["next_before_id"], 1);
+    assert_eq!(v["tasks"][0]["status"], "dead");
+    let o = leasehold(&["--agent", &addr, "tasks", "show", "2"], &[]).await;
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        stdout(&o).starts_with("task 2: noop, dead\n"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).contains("Attempts:"));
+    let o = leasehold(
+        &["--agent", &addr, "--output", "json", "tasks", "show", "2"],
+        &[],
+    )
+    .await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["task"]["id"], 2);
+    assert_eq!(v["task"]["last_error"]["code"], "smtp_timeout");
+    assert_eq!(v["attempts"][0]["finished_at"], serde_json::Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_processes_every_id_and_exits_with_the_worst() {
+    let (addr, _) = plain().await;
+    let o = leasehold(&["--agent", &addr, "cancel", "7", "8", "9"], &[]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stdout(&o),
+        "task 7: cancelled\ntask 8: finished first: succeeded\n"
+    );
+    assert_eq!(
+        stderr(&o),
+        "leasehold: cancel task 9: task 9 is already finished (dead) (failed precondition)\n"
+    );
+    let o = leasehold(
+        &[
+            "--agent",
+            &addr,
+            "--output",
+            "json",
+            "cancel",
+            "8",
+            "--no-wait",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0));
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["outcome"], "succeeded");
+    assert_eq!(v["status"], "succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requeue_dlq_concurrency_pause_resume_drain() {
+    let (addr, fake) = plain().await;
+    let run = |args: Vec<&str>| {
+        let mut all = vec!["--agent", addr.as_str()];
+        all.extend(args);
+        let owned: Vec<String> = all.iter().map(|s| (*s).to_owned()).collect();
+        async move {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            leasehold(&refs, &[]).await
+        }
+    };
+    let o = run(vec!["requeue", "2"]).await;
+    assert_eq!(stdout(&o), "task 2: requeued (was dead)\n");
+    let o = run(vec!["dlq", "requeue", "--all", "--dry-run"]).await;
+    assert_eq!(stdout(&o), "would requeue 3 dead tasks (dry run)\n");
+    let o = run(vec!["--output", "json", "dlq", "requeue", "--type", "noop"]).await;
+    assert_eq!(stdout(&o), "{\"count\":3,\"dry_run\":false}\n");
+    let o = run(vec!["dlq", "ls"]).await;
+    assert!(
+        stdout(&o)
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("MESSAGE") && l.contains("DIED"))
+    );
+    let o = run(vec!["concurrency", "set", "5", "--type", "noop"]).await;
+    assert_eq!(stdout(&o), "type noop limit: unlimited → 5\n");
+    let o = run(vec!["concurrency", "set", "unlimited", "--global"]).await;
+    assert_eq!(stdout(&o), "global limit: unlimited → unlimited\n");
+    let o = run(vec!["resume", "noop"]).await;
+    assert_eq!(stdout(&o), "type noop was not paused (nothing changed)\n");
+    let o = run(vec!["drain"]).await;
+    assert_eq!(
+        stdout(&o),
+        format!("agent at {addr} is draining (3 leases held)\n")
+    );
+    let o = run(vec!["--output", "json", "agents", "ls"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["agents"][0]["heartbeat_age_ms"], 2000);
+    let calls = fake.calls();
+    assert!(
+        calls.contains(&"requeue_dead type= all=true dry_run=true".to_owned()),
+        "{calls:?}"
+    );
+    assert!(
+        calls.contains(&"set_concurrency Some(TaskType(\"noop\")) 5 false".to_owned()),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_exit_codes() {
+    let (addr, fake) = plain().await;
+    let o = leasehold(
+        &["--agent", &addr, "wait", "1", "3", "--interval", "10ms"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "task 1: succeeded\ntask 3: succeeded\n");
+    assert_eq!(
+        fake.calls().iter().filter(|c| *c == "get_task 3").count(),
+        3
+    );
+    assert_eq!(
+        fake.calls().iter().filter(|c| *c == "get_task 1").count(),
+        1
+    );
+    let o = leasehold(
+        &["--agent", &addr, "--output", "json", "wait", "1", "2"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(1));
+    let v = json_lines(&stdout(&o));
+    assert_eq!(v[1]["status"], "dead");
+    assert_eq!(v[1]["last_error"]["code"], "smtp_timeout");
+    let o = leasehold(
+        &[
+            "--agent",
+            &addr,
+            "wait",
+            "1",
+            "4",
+            "--timeout",
+            "300ms",
+            "--interval",
+            "50ms",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stdout(&o),
+        "task 1: succeeded\ntask 4: not finished: running\n"
+    );
+    assert_eq!(
+        stderr(&o),
+        "leasehold: wait timed out after 300ms: task 4 not finished\n"
+    );
+    let o = leasehold(&["--agent", &addr, "wait", "404"], &[]).await;
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_prints_json_lines_until_the_agent_closes() {
+    let (addr, _) = plain().await;
+    let o = leasehold(&["--agent", &addr, "--output", "json", "watch"], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json_lines(&stdout(&o));
+    let kinds: Vec<&str> = v.iter().map(|l| l["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["snapshot", "lease_acquired", "lease_released", "closing"]
+    );
+    assert_eq!(v[1]["seq"], 1);
+    assert_eq!(v[2]["seq"], 1);
+    assert_eq!(v[2]["lease_released"]["outcome"], "succeeded");
+    assert_eq!(v[0]["snapshot"]["leases"][0]["task_id"], 4);
+    let o = leasehold(&["--agent", &addr, "watch"], &[]).await;
+    assert_eq!(o.status.code(), Some(0));
+    let text = stdout(&o);
+    assert!(
+        text.contains("#0 snapshot of fake#1: 1 lease, active 1/10, running"),
+        "{text}"
+    );
+    assert!(
+        text.contains("#2 closing: the agent is shutting down"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_dropped_by_the_agent_exits_as_mapped() {
+    let running = Fake::new()
+        .with_watch(WatchMode::Dropped)
+        .start(Transport::Plain)
+        .await;
+    let o = leasehold(
+        &[
+            "--agent",
+            &running.addr.to_string(),
+            "--output",
+            "json",
+            "watch",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(json_lines(&stdout(&o)).len(), 1);
+    assert_eq!(
+        stderr(&o),
+        "leasehold: watch: watcher fell behind (resource exhausted)\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_ends_with_0_on_sigterm_and_sigint() {
+    let running = Fake::new()
+        .with_watch(WatchMode::Hang)
+        .start(Transport::Plain)
+        .await;
+    let addr = running.addr.to_string();
+    for signal in ["-TERM", "-INT"] {
+        let addr = addr.clone();
+        let code = tokio::task::spawn_blocking(move || {
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+                .args(["--agent", &addr, "--output", "json", "watch"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            // The snapshot line proves the stream is open.
+            let mut first = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut first)
+                .unwrap();
+            assert!(first.contains("\"kind\":\"snapshot\""), "{first}");
+            std::process::Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status()
+                .unwrap();
+            child.wait().unwrap().code()
+        })
+        .await
+        .unwrap();
+        assert_eq!(code, Some(0), "after {signal}");
+    }
+}

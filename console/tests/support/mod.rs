@@ -1,0 +1,505 @@
+//! A fake agent for the `leasehold` binary's tests: a real tonic server of
+//! `leasehold.v1.AgentService` on a loopback port (plaintext, TLS or mutual TLS) whose answers
+//! are canned per task id, so each test can drive one path of the client over real gRPC.
+//!
+//! Canned tasks: 1 succeeded, 2 dead (smtp_timeout), 3 running for its first two reads then
+//! succeeded, 4 running forever, 404 not found, 666 an unspecified status (bad wire data).
+//! Tokens: when a token is configured, `operator` may do everything, `viewer` only reads.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+
+use leasehold_proto::v1;
+use leasehold_proto::v1::agent_service_server::{AgentService, AgentServiceServer};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::{Request, Response, Status};
+
+pub const NOW_MS: i64 = 1_764_588_000_000;
+
+/// How the fake serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Plain,
+    Tls,
+    MutualTls,
+}
+
+/// How Watch behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WatchMode {
+    /// Snapshot, one delta update, then a closing update; the stream ends OK.
+    #[default]
+    Closing,
+    /// Snapshot, then nothing until the client goes away.
+    Hang,
+    /// Snapshot, then RESOURCE_EXHAUSTED (a watcher dropped for falling behind).
+    Dropped,
+}
+
+#[derive(Default)]
+struct State {
+    /// Every call, as `method id-or-detail`, in order.
+    calls: Vec<String>,
+    /// Authorization header values seen.
+    auth: Vec<Option<String>>,
+    reads: HashMap<i64, usize>,
+}
+
+#[derive(Clone, Default)]
+pub struct Fake {
+    token: Option<String>,
+    watch: WatchMode,
+    state: Arc<Mutex<State>>,
+}
+
+pub struct Running {
+    pub addr: SocketAddr,
+    pub fake: Fake,
+}
+
+impl Fake {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_token(mut self, token: &str) -> Self {
+        self.token = Some(token.to_owned());
+        self
+    }
+
+    pub fn with_watch(mut self, mode: WatchMode) -> Self {
+        self.watch = mode;
+        self
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.state.lock().unwrap().calls.clone()
+    }
+
+    pub fn auth(&self) -> Vec<Option<String>> {
+        self.state.lock().unwrap().auth.clone()
+    }
+
+    fn record<T>(&self, request: &Request<T>, call: String, action: bool) -> Result<(), Status> {
+        let auth = request
+            .metadata()
+            .get(leasehold_proto::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut state = self.state.lock().unwrap();
+        state.calls.push(call);
+        state.auth.push(auth.clone());
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        match auth.as_deref().and_then(|a| a.strip_prefix("Bearer ")) {
+            Some(t) if t == token => Ok(()),
+            Some("viewer") if action => Err(Status::permission_denied(
+                "viewer token: operator role needed",
+            )),
+            Some("viewer") => Ok(()),
+            _ => Err(Status::unauthenticated("missing or unknown token")),
+        }
+    }
+
+    /// Serves on a fresh loopback port.
+    pub async fn start(self, transport: Transport) -> Running {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut builder = Server::builder();
+        if transport != Transport::Plain {
+            let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
+                fixture("server.pem"),
+                fixture("server.key"),
+            ));
+            if transport == Transport::MutualTls {
+                tls = tls.client_ca_root(Certificate::from_pem(fixture("ca.pem")));
+            }
+            builder = builder.tls_config(tls).unwrap();
+        }
+        let router = builder.add_service(AgentServiceServer::new(self.clone()));
+        tokio::spawn(router.serve_with_incoming(TcpListenerStream::new(listener)));
+        Running { addr, fake: self }
+    }
+}
+
+pub fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tls")
+        .join(name)
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(fixture_path(name)).unwrap()
+}
+
+/// A task in a given state.
+pub fn task(id: i64, status: v1::TaskStatus) -> v1::Task {
+    let finished = matches!(
+        status,
+        v1::TaskStatus::Succeeded | v1::TaskStatus::Dead | v1::TaskStatus::Cancelled
+    );
+    v1::Task {
+        id,
+        task_type: "noop".into(),
+        payload_json: "{}".into(),
+        priority: 0,
+        status: status as i32,
+        attempt: 1,
+        max_attempts: 3,
+        lease_owner: "fake#1".into(),
+        lease_epoch: 1,
+        available_at_ms: NOW_MS - 60_000,
+        created_at_ms: NOW_MS - 60_000,
+        finished_at_ms: if finished { NOW_MS - 1_000 } else { 0 },
+        last_error: (status == v1::TaskStatus::Dead).then(|| v1::TaskError {
+            code: "smtp_timeout".into(),
+            message: "connection timed out".into(),
+            retryable: true,
+        }),
+        updated_at_ms: NOW_MS - 1_000,
+        started_at_ms: NOW_MS - 50_000,
+        ..Default::default()
+    }
+}
+
+fn lease(task_id: i64) -> v1::Lease {
+    v1::Lease {
+        task_id,
+        task_type: "noop".into(),
+        epoch: 1,
+        owner: "fake#1".into(),
+        attempt: 1,
+        started_at_ms: NOW_MS - 5_000,
+        lease_until_ms: NOW_MS + 15_000,
+        heartbeat_at_ms: NOW_MS - 1_000,
+        ..Default::default()
+    }
+}
+
+fn update(seq: u64) -> v1::WatchUpdate {
+    v1::WatchUpdate {
+        now_ms: NOW_MS + seq as i64,
+        seq,
+        dropped_events: 0,
+        agent_id: "fake#1".into(),
+        ..Default::default()
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchUpdate, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AgentService for Fake {
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<v1::WatchRequest>,
+    ) -> Result<Response<WatchStream>, Status> {
+        self.record(&request, "watch".into(), false)?;
+        let mut snapshot = update(0);
+        snapshot.snapshot = Some(v1::Snapshot {
+            leases: vec![lease(4)],
+            stats: Some(v1::AgentStats {
+                active: 1,
+                local_limit: 10,
+                state: "running".into(),
+                ..Default::default()
+            }),
+        });
+        let mut delta = update(1);
+        delta.deltas = vec![
+            v1::Delta {
+                kind: Some(v1::delta::Kind::LeaseAcquired(lease(5))),
+            },
+            v1::Delta {
+                kind: Some(v1::delta::Kind::LeaseReleased(v1::LeaseReleased {
+                    task_id: 4,
+                    epoch: 1,
+                    outcome: "succeeded".into(),
+                })),
+            },
+        ];
+        let mut closing = update(2);
+        closing.closing = true;
+        let stream: WatchStream = match self.watch {
+            WatchMode::Closing => Box::pin(tokio_stream::iter(vec![
+                Ok(snapshot),
+                Ok(delta),
+                Ok(closing),
+            ])),
+            WatchMode::Hang => Box::pin(tokio_stream::StreamExt::chain(
+                tokio_stream::iter(vec![Ok(snapshot)]),
+                tokio_stream::pending(),
+            )),
+            WatchMode::Dropped => Box::pin(tokio_stream::iter(vec![
+                Ok(snapshot),
+                Err(Status::resource_exhausted("watcher fell behind")),
+            ])),
+        };
+        Ok(Response::new(stream))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<v1::ListTasksRequest>,
+    ) -> Result<Response<v1::ListTasksResponse>, Status> {
+        let r = request.get_ref();
+        let call = format!(
+            "list_tasks statuses={:?} type={} before={} limit={}",
+            r.statuses, r.task_type, r.before_id, r.limit
+        );
+        self.record(&request, call, false)?;
+        Ok(Response::new(v1::ListTasksResponse {
+            tasks: vec![
+                task(2, v1::TaskStatus::Dead),
+                task(1, v1::TaskStatus::Succeeded),
+            ],
+            next_before_id: 1,
+            now_ms: NOW_MS,
+        }))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<v1::GetTaskRequest>,
+    ) -> Result<Response<v1::GetTaskResponse>, Status> {
+        let id = request.get_ref().id;
+        self.record(&request, format!("get_task {id}"), false)?;
+        let reads = {
+            let mut state = self.state.lock().unwrap();
+            let n = state.reads.entry(id).or_default();
+            *n += 1;
+            *n
+        };
+        let t = match id {
+            1 => task(1, v1::TaskStatus::Succeeded),
+            2 => task(2, v1::TaskStatus::Dead),
+            3 if reads <= 2 => task(3, v1::TaskStatus::Running),
+            3 => task(3, v1::TaskStatus::Succeeded),
+            4 => task(4, v1::TaskStatus::Running),
+            666 => task(666, v1::TaskStatus::Unspecified),
+            _ => return Err(Status::not_found(format!("no task {id}"))),
+        };
+        Ok(Response::new(v1::GetTaskResponse {
+            task: Some(t),
+            attempts: vec![v1::Attempt {
+                epoch: 1,
+                attempt: 1,
+                agent: "fake#1".into(),
+                started_at_ms: NOW_MS - 50_000,
+                ..Default::default()
+            }],
+            why_not_running: String::new(),
+            blockers: vec![],
+            now_ms: NOW_MS,
+        }))
+    }
+
+    async fn list_agents(
+        &self,
+        request: Request<v1::ListAgentsRequest>,
+    ) -> Result<Response<v1::ListAgentsResponse>, Status> {
+        self.record(&request, "list_agents".into(), false)?;
+        Ok(Response::new(v1::ListAgentsResponse {
+            agents: vec![v1::AgentInfo {
+                id: "fake#1".into(),
+                name: "fake".into(),
+                state: "running".into(),
+                heartbeat_at_ms: NOW_MS - 2_000,
+                local_concurrency: 10,
+                leader: true,
+                version: "0.1.0".into(),
+                grpc_address: "127.0.0.1:7070".into(),
+                ..Default::default()
+            }],
+            now_ms: NOW_MS,
+            answered_by: "fake#1".into(),
+        }))
+    }
+
+    async fn enqueue(
+        &self,
+        request: Request<v1::EnqueueRequest>,
+    ) -> Result<Response<v1::EnqueueResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!(
+                "enqueue {} {} prio={}",
+                r.task_type, r.payload_json, r.priority
+            ),
+            true,
+        )?;
+        if r.task_type == "unknown" {
+            return Err(Status::invalid_argument(
+                "task_type: no agent serves type unknown",
+            ));
+        }
+        let created = r.idempotency_key != "seen";
+        let mut t = task(42, v1::TaskStatus::Queued);
+        t.task_type = r.task_type;
+        t.payload_json = if r.payload_json.is_empty() {
+            "{}".into()
+        } else {
+            r.payload_json
+        };
+        t.priority = r.priority;
+        t.idempotency_key = r.idempotency_key;
+        Ok(Response::new(v1::EnqueueResponse {
+            id: 42,
+            created,
+            task: Some(t),
+        }))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<v1::CancelRequest>,
+    ) -> Result<Response<v1::CancelResponse>, Status> {
+        let r = *request.get_ref();
+        self.record(
+            &request,
+            format!("cancel {} wait={} wait_ms={}", r.id, r.wait, r.wait_ms),
+            true,
+        )?;
+        let (outcome, status) = match r.id {
+            7 => ("cancelled", v1::TaskStatus::Cancelled),
+            8 => ("succeeded", v1::TaskStatus::Succeeded),
+            9 => {
+                return Err(Status::failed_precondition(
+                    "task 9 is already finished (dead)",
+                ));
+            }
+            _ => return Err(Status::not_found(format!("no task {}", r.id))),
+        };
+        Ok(Response::new(v1::CancelResponse {
+            outcome: outcome.into(),
+            status: status as i32,
+            holder: String::new(),
+        }))
+    }
+
+    async fn requeue(
+        &self,
+        request: Request<v1::RequeueRequest>,
+    ) -> Result<Response<v1::RequeueResponse>, Status> {
+        let id = request.get_ref().id;
+        self.record(&request, format!("requeue {id}"), true)?;
+        match id {
+            2 => Ok(Response::new(v1::RequeueResponse {
+                previous: v1::TaskStatus::Dead as i32,
+            })),
+            _ => Err(Status::not_found(format!("no task {id}"))),
+        }
+    }
+
+    async fn requeue_dead(
+        &self,
+        request: Request<v1::RequeueDeadRequest>,
+    ) -> Result<Response<v1::RequeueDeadResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!(
+                "requeue_dead type={} all={} dry_run={}",
+                r.task_type, r.all, r.dry_run
+            ),
+            true,
+        )?;
+        Ok(Response::new(v1::RequeueDeadResponse {
+            count: 3,
+            dry_run: r.dry_run,
+        }))
+    }
+
+    async fn set_concurrency(
+        &self,
+        request: Request<v1::SetConcurrencyRequest>,
+    ) -> Result<Response<v1::SetConcurrencyResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!("set_concurrency {:?} {} {}", r.scope, r.limit, r.unlimited),
+            true,
+        )?;
+        Ok(Response::new(v1::SetConcurrencyResponse {
+            limit: (!r.unlimited).then_some(r.limit),
+            previous: None,
+        }))
+    }
+
+    async fn pause_type(
+        &self,
+        request: Request<v1::PauseTypeRequest>,
+    ) -> Result<Response<v1::PauseTypeResponse>, Status> {
+        self.record(
+            &request,
+            format!("pause {}", request.get_ref().task_type),
+            true,
+        )?;
+        Ok(Response::new(v1::PauseTypeResponse { changed: true }))
+    }
+
+    async fn resume_type(
+        &self,
+        request: Request<v1::ResumeTypeRequest>,
+    ) -> Result<Response<v1::ResumeTypeResponse>, Status> {
+        self.record(
+            &request,
+            format!("resume {}", request.get_ref().task_type),
+            true,
+        )?;
+        Ok(Response::new(v1::ResumeTypeResponse { changed: false }))
+    }
+
+    async fn drain(
+        &self,
+        request: Request<v1::DrainRequest>,
+    ) -> Result<Response<v1::DrainResponse>, Status> {
+        self.record(&request, "drain".into(), true)?;
+        Ok(Response::new(v1::DrainResponse { held: 3 }))
+    }
+}
+
+/// Runs the `leasehold` binary with `args` and `env` (and no LEASEHOLD_* from the test's own
+/// environment), off the async runtime.
+pub async fn leasehold(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        for var in [
+            "LEASEHOLD_AGENT",
+            "LEASEHOLD_TOKEN",
+            "LEASEHOLD_CA",
+            "LEASEHOLD_CERT",
+            "LEASEHOLD_KEY",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.args(&args).envs(env).output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
