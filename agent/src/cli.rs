@@ -396,9 +396,10 @@ async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
             auth,
         });
     }
-    let agent = builder.connect(&config.database_url).await?;
+    // Before connecting, so a SIGTERM while the agent starts drains it instead of killing it.
     let shutdown = Shutdown::default();
     spawn_signal_handler(shutdown.clone())?;
+    let agent = builder.connect(&config.database_url).await?;
     let summary = agent.run(shutdown).await?;
     print_summary(&summary, config.output)?;
     if config.runtime.exit_when_idle && !summary.all_succeeded() {

@@ -26,6 +26,7 @@
 
 pub mod agent;
 pub mod bin;
+pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod db;

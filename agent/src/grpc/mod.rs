@@ -3,9 +3,10 @@
 //! configured, with tokens and roles.
 //!
 //! Limits: messages up to [`leasehold_proto::MAX_MESSAGE_BYTES`] in both directions, checked
-//! after decompression (gzip is accepted); at most [`MAX_STREAMS_PER_CONNECTION`] concurrent
-//! streams per connection and [`hub::MAX_WATCHERS`] watchers per agent; HTTP/2 keepalive pings
-//! find dead clients (a watcher that stops reading is dropped by the aggregator anyway).
+//! after decompression (gzip is accepted; a request above them is RESOURCE_EXHAUSTED, see
+//! [`limits`]); at most [`MAX_STREAMS_PER_CONNECTION`] concurrent streams per connection and
+//! [`hub::MAX_WATCHERS`] watchers per agent; HTTP/2 keepalive pings find dead clients (a
+//! watcher that stops reading is dropped by the aggregator anyway).
 //!
 //! Start and stop: the server starts after the agent registered (its address is in the
 //! registry) and stops after the last leases were released: the aggregator sends every
@@ -15,6 +16,7 @@
 pub mod auth;
 pub mod convert;
 pub mod hub;
+pub mod limits;
 pub mod service;
 pub mod status;
 
@@ -165,7 +167,8 @@ pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> anyhow::Result<Ru
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(agent);
+        // A request above the message limit is RESOURCE_EXHAUSTED, as the contract says.
+        .add_service(limits::MessageLimit::new(agent));
     let server_stop = CancellationToken::new();
     let hub_stop = CancellationToken::new();
     let incoming = TcpIncoming::from(options.listener).with_nodelay(Some(true));

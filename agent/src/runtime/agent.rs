@@ -102,7 +102,13 @@ impl AgentBuilder {
         );
         let mut settings = self.settings;
         if let Some(grpc) = &self.grpc {
-            settings.grpc_address = Some(grpc.local_addr()?.to_string());
+            let addr = grpc.local_addr()?;
+            // A wildcard address is no use to a client on another host: publish the host name.
+            settings.grpc_address = Some(if addr.ip().is_unspecified() {
+                format!("{}:{}", super::settings::default_name(), addr.port())
+            } else {
+                addr.to_string()
+            });
         }
         let server_timeout = (settings.lease_ttl / 2).max(Duration::from_secs(1));
         let main = PgStore::connect(

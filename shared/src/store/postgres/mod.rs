@@ -70,6 +70,7 @@ pub(crate) mod sql {
             task_attempt_outcomes,
             lease_release_many,
             task_cancel,
+            task_lock,
             task_requeue,
             task_requeue_dead,
             task_count_dead,

@@ -141,9 +141,25 @@ pub(super) async fn task_enqueue_audited(
     Ok(done)
 }
 
+/// Locks the task's row in its own statement, so the action's statement reads the row as it
+/// is once the lock is ours (see task_lock.sql). A missing task locks nothing.
+async fn lock_task(
+    tx: &mut Transaction<'static, Postgres>,
+    id: crate::domain::TaskId,
+    op: &'static str,
+) -> Result<()> {
+    sqlx::query(sql::task_lock)
+        .bind(id.0)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(StoreError::db(op))?;
+    Ok(())
+}
+
 pub(super) async fn task_cancel(pool: &PgPool, params: &CancelParams) -> Result<CancelOutcome> {
     authorize(pool, &params.actor, "cancel", format!("task:{}", params.id)).await?;
     let mut tx = begin(pool, "task_cancel").await?;
+    lock_task(&mut tx, params.id, "task_cancel").await?;
     let row = sqlx::query(sql::task_cancel)
         .bind(params.id.0)
         .fetch_optional(&mut *tx)
@@ -217,6 +233,7 @@ pub(super) async fn task_requeue(pool: &PgPool, params: &RequeueParams) -> Resul
     )
     .await?;
     let mut tx = begin(pool, "task_requeue").await?;
+    lock_task(&mut tx, params.id, "task_requeue").await?;
     let row = sqlx::query(sql::task_requeue)
         .bind(params.id.0)
         .fetch_optional(&mut *tx)
