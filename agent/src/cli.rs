@@ -389,7 +389,9 @@ async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
         }
         let listener = tokio::net::TcpListener::bind(grpc.listen)
             .await
-            .map_err(|e| usage_error("listen", &format!("cannot listen on {}: {e}", grpc.listen)))?;
+            .map_err(|e| {
+                usage_error("listen", &format!("cannot listen on {}: {e}", grpc.listen))
+            })?;
         builder = builder.grpc(crate::grpc::GrpcOptions {
             listener,
             tls: grpc.tls.clone(),

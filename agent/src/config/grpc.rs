@@ -147,7 +147,10 @@ pub fn resolve(
             _ => {
                 return Err(invalid(
                     "tokens",
-                    format!("token {:?}: give exactly one of secret, secret_file", t.name),
+                    format!(
+                        "token {:?}: give exactly one of secret, secret_file",
+                        t.name
+                    ),
                 ));
             }
         };
@@ -168,8 +171,7 @@ pub fn resolve(
         insecure,
     };
     config.auth()?;
-    if !addr.ip().is_loopback() && !insecure && (config.tls.is_none() || config.tokens.is_empty())
-    {
+    if !addr.ip().is_loopback() && !insecure && (config.tls.is_none() || config.tokens.is_empty()) {
         return Err(invalid(
             "listen",
             format!(
@@ -218,7 +220,11 @@ mod tests {
             .unwrap();
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert!(c.tls.is_none() && c.tokens.is_empty());
-        assert!(resolve(listen("off"), None, None, None, None).unwrap().is_none());
+        assert!(
+            resolve(listen("off"), None, None, None, None)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -261,10 +267,7 @@ mod tests {
 
     #[test]
     fn half_given_tls_and_bad_tokens_are_refused_by_name() {
-        let half = TlsFile {
-            key: None,
-            ..tls()
-        };
+        let half = TlsFile { key: None, ..tls() };
         let e = resolve(GrpcOverrides::default(), None, Some(half), None, None).unwrap_err();
         assert!(e.to_string().starts_with("tls:"), "{e}");
         let ca_only = TlsFile {
@@ -275,7 +278,14 @@ mod tests {
         assert!(resolve(GrpcOverrides::default(), None, Some(ca_only), None, None).is_err());
         let mut short = token(RoleName::Operator);
         short.secret = Some("short".into());
-        let e = resolve(GrpcOverrides::default(), None, None, Some(vec![short]), None).unwrap_err();
+        let e = resolve(
+            GrpcOverrides::default(),
+            None,
+            None,
+            Some(vec![short]),
+            None,
+        )
+        .unwrap_err();
         assert!(e.to_string().starts_with("tokens:"), "{e}");
         let mut both = token(RoleName::Operator);
         both.secret_file = Some("/nowhere".into());
@@ -283,8 +293,14 @@ mod tests {
         let mut missing = token(RoleName::Operator);
         missing.secret = None;
         missing.secret_file = Some("/nowhere/at/all".into());
-        let e =
-            resolve(GrpcOverrides::default(), None, None, Some(vec![missing]), None).unwrap_err();
+        let e = resolve(
+            GrpcOverrides::default(),
+            None,
+            None,
+            Some(vec![missing]),
+            None,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("cannot read secret_file"), "{e}");
         let e = resolve(listen("localhost"), None, None, None, None).unwrap_err();
         assert!(e.to_string().starts_with("listen:"), "{e}");
@@ -302,7 +318,10 @@ mod tests {
         assert_eq!(c.tokens[0].role, Role::Viewer);
         assert!(c.tls.is_some());
         assert!(
-            toml::from_str::<crate::config::FileConfig>("[[tokens]]\nname = \"x\"\nrole = \"admin\"\nsecret = \"0123456789abcdefg\"\n").is_err()
+            toml::from_str::<crate::config::FileConfig>(
+                "[[tokens]]\nname = \"x\"\nrole = \"admin\"\nsecret = \"0123456789abcdefg\"\n"
+            )
+            .is_err()
         );
     }
 }

@@ -191,9 +191,13 @@ mod tests {
             token("dash", Role::Viewer, "viewer-secret-01234"),
         ])
         .unwrap();
-        let ops = auth.authenticate(&meta("Bearer operator-secret-0123")).unwrap();
+        let ops = auth
+            .authenticate(&meta("Bearer operator-secret-0123"))
+            .unwrap();
         assert_eq!((ops.name.as_str(), ops.role), ("ops", Role::Operator));
-        let dash = auth.authenticate(&meta("Bearer viewer-secret-01234")).unwrap();
+        let dash = auth
+            .authenticate(&meta("Bearer viewer-secret-01234"))
+            .unwrap();
         assert_eq!(dash.role, Role::Viewer);
         for bad in [
             "Bearer operator-secret-012",

@@ -337,7 +337,11 @@ mod tests {
         assert!(time_from_wire("since_ms", -1).is_err());
         assert!(time_from_wire("since_ms", i64::MAX).is_err());
         assert_eq!(time_from_wire("since_ms", 0).unwrap(), None);
-        assert!(time_from_wire("since_ms", 1_700_000_000_000).unwrap().is_some());
+        assert!(
+            time_from_wire("since_ms", 1_700_000_000_000)
+                .unwrap()
+                .is_some()
+        );
         assert!(duration_from_wire("delay_ms", -1).is_err());
         assert!(opt_error_code("error_code", &"x".repeat(65)).is_err());
         assert!(opt_error_code("error_code", "a\u{1b}b").is_err());

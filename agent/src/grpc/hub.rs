@@ -13,6 +13,11 @@
 //! snapshot plus exactly the deltas after it: consistent. A watcher never slows the agent: its
 //! buffer is bounded and a full one drops the watcher, not the update of anyone else.
 //!
+//! Cost per watcher: each flush builds its batch of deltas once and hands every watcher a shared
+//! reference to it; a watcher's own update is made from it only when its stream is polled for
+//! the next message, and the last watcher to do so takes the deltas without a copy. So watchers
+//! that fall behind hold references to one copy of the deltas, not a copy each.
+//!
 //! When things fail: events the runtime could not queue (a full feed) are counted in
 //! `dropped_events`; the aggregator then reconciles its view with the lease book and sends the
 //! differences as deltas, so views converge again. Times are database times: the last database
@@ -51,11 +56,25 @@ pub const MAX_WATCHERS: usize = 64;
 
 type Item = Result<pb::WatchUpdate, Status>;
 
+/// What waits in a watcher's buffer.
+enum Queued {
+    /// An update made for this watcher alone (snapshot, closing).
+    Update(pb::WatchUpdate),
+    /// One flush's deltas, shared by every watcher; the update is made when it is sent.
+    Deltas {
+        seq: u64,
+        now_ms: i64,
+        dropped_events: u64,
+        deltas: Arc<Vec<pb::Delta>>,
+    },
+}
+
 /// A Watch RPC's stream: updates until the agent closes it, or the watcher is dropped for
 /// falling behind (then one RESOURCE_EXHAUSTED error ends it).
 pub struct WatchStream {
-    rx: mpsc::Receiver<Item>,
+    rx: mpsc::Receiver<Queued>,
     kicked: Option<oneshot::Receiver<Status>>,
+    agent_id: String,
 }
 
 impl Stream for WatchStream {
@@ -71,10 +90,30 @@ impl Stream for WatchStream {
                 return Poll::Ready(Some(Err(status)));
             }
         }
-        self.rx.poll_recv(cx)
+        self.rx.poll_recv(cx).map(|queued| {
+            queued.map(|queued| {
+                Ok(match queued {
+                    Queued::Update(update) => update,
+                    Queued::Deltas {
+                        seq,
+                        now_ms,
+                        dropped_events,
+                        deltas,
+                    } => pb::WatchUpdate {
+                        now_ms,
+                        seq,
+                        dropped_events,
+                        agent_id: self.agent_id.clone(),
+                        snapshot: None,
+                        // The last watcher to send this batch takes it; the others copy it.
+                        deltas: Arc::unwrap_or_clone(deltas),
+                        closing: false,
+                    },
+                })
+            })
+        })
     }
 }
-
 
 enum Command {
     Subscribe {
@@ -102,7 +141,7 @@ impl HubHandle {
 }
 
 struct Watcher {
-    tx: mpsc::Sender<Item>,
+    tx: mpsc::Sender<Queued>,
     seq: u64,
     kick: Option<oneshot::Sender<Status>>,
 }
@@ -245,7 +284,7 @@ impl Hub {
         };
         let mut seq = 0;
         // The buffer was sized for these, so none of the sends can find it full.
-        let _ = tx.try_send(Ok(first));
+        let _ = tx.try_send(Queued::Update(first));
         let mut rest = rest.into_iter().peekable();
         while rest.peek().is_some() {
             seq += 1;
@@ -256,7 +295,7 @@ impl Hub {
                     kind: Some(pb::delta::Kind::LeaseAcquired(l)),
                 })
                 .collect();
-            let _ = tx.try_send(Ok(pb::WatchUpdate {
+            let _ = tx.try_send(Queued::Update(pb::WatchUpdate {
                 now_ms,
                 seq,
                 dropped_events,
@@ -274,6 +313,7 @@ impl Hub {
         Ok(WatchStream {
             rx,
             kicked: Some(kicked),
+            agent_id: self.agent_id.clone(),
         })
     }
 
@@ -503,29 +543,33 @@ impl Hub {
         let pending = std::mem::take(&mut self.pending);
         let now_ms = self.now_ms();
         let dropped_events = self.core.feed.dropped();
-        for chunk in pending.chunks(MAX_DELTAS_PER_UPDATE) {
+        let chunks: Vec<Arc<Vec<pb::Delta>>> = if pending.len() <= MAX_DELTAS_PER_UPDATE {
+            vec![Arc::new(pending)]
+        } else {
+            let mut rest = pending.into_iter();
+            std::iter::from_fn(|| {
+                let chunk: Vec<pb::Delta> = rest.by_ref().take(MAX_DELTAS_PER_UPDATE).collect();
+                (!chunk.is_empty()).then(|| Arc::new(chunk))
+            })
+            .collect()
+        };
+        for chunk in &chunks {
             for w in &mut self.watchers {
                 if w.kick.is_none() {
                     continue;
                 }
                 w.seq += 1;
-                let update = pb::WatchUpdate {
-                    now_ms,
+                let queued = Queued::Deltas {
                     seq: w.seq,
+                    now_ms,
                     dropped_events,
-                    agent_id: self.agent_id.clone(),
-                    snapshot: None,
-                    deltas: chunk.to_vec(),
-                    closing: false,
+                    deltas: Arc::clone(chunk),
                 };
-                match w.tx.try_send(Ok(update)) {
+                match w.tx.try_send(queued) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(_)) => {
                         if let Some(kick) = w.kick.take() {
-                            let _ = kick.send(Status::resource_exhausted(format!(
-                                "this watcher fell more than {WATCHER_BUFFER} updates behind \
-                                 and was dropped; reconnect for a fresh snapshot"
-                            )));
+                            let _ = kick.send(fell_behind());
                         }
                         tracing::warn!("a watcher fell behind and was dropped");
                     }
@@ -544,7 +588,7 @@ impl Hub {
         let dropped_events = self.core.feed.dropped();
         for mut w in self.watchers.drain(..) {
             w.seq += 1;
-            let _ = w.tx.try_send(Ok(pb::WatchUpdate {
+            let closing = Queued::Update(pb::WatchUpdate {
                 now_ms,
                 seq: w.seq,
                 dropped_events,
@@ -552,7 +596,21 @@ impl Hub {
                 snapshot: None,
                 deltas: Vec::new(),
                 closing: true,
-            }));
+            });
+            // No room for the closing update: the watcher was behind; it ends as one.
+            if let Err(mpsc::error::TrySendError::Full(_)) = w.tx.try_send(closing)
+                && let Some(kick) = w.kick.take()
+            {
+                let _ = kick.send(fell_behind());
+            }
         }
     }
+}
+
+/// The status that ends the stream of a watcher that fell behind.
+fn fell_behind() -> Status {
+    Status::resource_exhausted(format!(
+        "this watcher fell more than {WATCHER_BUFFER} updates behind and was dropped; reconnect \
+         for a fresh snapshot"
+    ))
 }

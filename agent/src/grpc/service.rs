@@ -165,9 +165,14 @@ impl Service {
         let Some(stop) = self.core.book.stop_of(id, epoch) else {
             return false;
         };
-        self.core.feed.push(FeedEvent::CancelRequested { id, epoch });
+        self.core
+            .feed
+            .push(FeedEvent::CancelRequested { id, epoch });
         stop.stop(StopReason::Cancelled);
-        tracing::info!(task.id = id.0, "cancel requested by an operator: stopping the execution");
+        tracing::info!(
+            task.id = id.0,
+            "cancel requested by an operator: stopping the execution"
+        );
         true
     }
 
@@ -558,7 +563,11 @@ impl AgentService for Service {
                 .await?;
                 self.core.book.set_limit(r.limit);
                 self.core.wake_claimers();
-                tracing::info!(previous, limit = r.limit, "local concurrency changed by an operator");
+                tracing::info!(
+                    previous,
+                    limit = r.limit,
+                    "local concurrency changed by an operator"
+                );
                 return Ok(Response::new(pb::SetConcurrencyResponse {
                     limit: Some(r.limit),
                     previous: Some(previous),

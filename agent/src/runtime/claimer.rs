@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use leasehold_shared::store::ClaimParams;
 use tokio_util::sync::CancellationToken;
 
-use super::feed::FeedEvent;
 use super::core::{BatchTimings, Core, bump};
 use super::executor;
+use super::feed::FeedEvent;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -125,7 +125,14 @@ impl Claimer {
             let mut timings = BatchTimings::default();
             let mut acquired = Vec::new();
             for task in claim.tasks {
-                executor::start(&self.core, task, claimed_at, now, &mut timings, &mut acquired);
+                executor::start(
+                    &self.core,
+                    task,
+                    claimed_at,
+                    now,
+                    &mut timings,
+                    &mut acquired,
+                );
             }
             if !acquired.is_empty() {
                 core.feed.push(FeedEvent::Acquired {

@@ -14,8 +14,8 @@
 //! ```
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -154,7 +154,11 @@ mod tests {
             id: TaskId(1),
             epoch: LeaseEpoch(1),
         });
-        assert_eq!(feed.dropped(), 0, "nobody reads: nothing is queued or counted");
+        assert_eq!(
+            feed.dropped(),
+            0,
+            "nobody reads: nothing is queued or counted"
+        );
         let mut rx = feed.take_receiver().unwrap_or_else(|| panic!("receiver"));
         assert!(feed.take_receiver().is_none(), "handed out once");
         for i in 0..FEED_CAPACITY as i64 + 10 {
