@@ -76,3 +76,23 @@ pub async fn audit_rows(
         })
         .collect()
 }
+
+/// Every row of `tasks` (but the ids in `skip`) and of `policies`, as text: equal digests
+/// before and after a refused call prove it changed nothing.
+pub async fn state_digest(pool: &PgPool, skip: &[i64]) -> anyhow::Result<(String, String)> {
+    let tasks: String = sqlx::query_scalar(
+        "SELECT coalesce(string_agg(to_jsonb(t)::text, E'\\n' ORDER BY id), '') FROM tasks t \
+         WHERE NOT (id = ANY($1))",
+    )
+    .bind(skip)
+    .fetch_one(pool)
+    .await
+    .context("digesting tasks")?;
+    let policies: String = sqlx::query_scalar(
+        "SELECT coalesce(string_agg(to_jsonb(p)::text, E'\\n' ORDER BY scope), '') FROM policies p",
+    )
+    .fetch_one(pool)
+    .await
+    .context("digesting policies")?;
+    Ok((tasks, policies))
+}

@@ -34,21 +34,7 @@ async fn start(db: &TestDb, name: &str, extra: &[&str]) -> (AgentHandle, String)
 
 /// Rows of `tasks` (except `skip`) and `policies`, as text.
 async fn digest(pool: &PgPool, skip: &[i64]) -> (String, String) {
-    let tasks: String = sqlx::query_scalar(
-        "SELECT coalesce(string_agg(to_jsonb(t)::text, E'\\n' ORDER BY id), '') FROM tasks t \
-         WHERE NOT (id = ANY($1))",
-    )
-    .bind(skip)
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    let policies: String = sqlx::query_scalar(
-        "SELECT coalesce(string_agg(to_jsonb(p)::text, E'\\n' ORDER BY scope), '') FROM policies p",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    (tasks, policies)
+    leasehold_tests::inspect::state_digest(pool, skip).await.unwrap()
 }
 
 async fn audit_count(pool: &PgPool) -> i64 {

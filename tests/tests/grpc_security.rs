@@ -91,19 +91,7 @@ async fn start_agent(db: &TestDb, name: &str, config: &Path) -> (AgentHandle, St
 
 /// A digest of every row of `tasks` and `policies`.
 async fn state_digest(pool: &PgPool) -> (String, String) {
-    let tasks: String = sqlx::query_scalar(
-        "SELECT coalesce(string_agg(to_jsonb(t)::text, E'\\n' ORDER BY id), '') FROM tasks t",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    let policies: String = sqlx::query_scalar(
-        "SELECT coalesce(string_agg(to_jsonb(p)::text, E'\\n' ORDER BY scope), '') FROM policies p",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    (tasks, policies)
+    leasehold_tests::inspect::state_digest(pool, &[]).await.unwrap()
 }
 
 async fn audit_after(pool: &PgPool, seen: usize) -> Vec<AuditRow> {
