@@ -34,7 +34,9 @@ async fn start(db: &TestDb, name: &str, extra: &[&str]) -> (AgentHandle, String)
 
 /// Rows of `tasks` (except `skip`) and `policies`, as text.
 async fn digest(pool: &PgPool, skip: &[i64]) -> (String, String) {
-    leasehold_tests::inspect::state_digest(pool, skip).await.unwrap()
+    leasehold_tests::inspect::state_digest(pool, skip)
+        .await
+        .unwrap()
 }
 
 async fn audit_count(pool: &PgPool) -> i64 {

@@ -91,7 +91,9 @@ async fn start_agent(db: &TestDb, name: &str, config: &Path) -> (AgentHandle, St
 
 /// A digest of every row of `tasks` and `policies`.
 async fn state_digest(pool: &PgPool) -> (String, String) {
-    leasehold_tests::inspect::state_digest(pool, &[]).await.unwrap()
+    leasehold_tests::inspect::state_digest(pool, &[])
+        .await
+        .unwrap()
 }
 
 async fn audit_after(pool: &PgPool, seen: usize) -> Vec<AuditRow> {
