@@ -17,6 +17,7 @@ pub mod auth;
 pub mod convert;
 pub mod hub;
 pub mod limits;
+pub mod overview;
 pub mod service;
 pub mod status;
 
@@ -134,6 +135,7 @@ pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> anyhow::Result<Ru
         core: Arc::clone(core),
         hub: handle,
         auth: Arc::new(options.auth),
+        overview: Arc::default(),
     };
     let agent = AgentServiceServer::new(service)
         .max_decoding_message_size(leasehold_proto::MAX_MESSAGE_BYTES)

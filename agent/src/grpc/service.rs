@@ -28,6 +28,7 @@ use super::convert::{
     task_id_from_wire, task_to_wire, task_type_from_wire, text_without_nul, time_from_wire,
 };
 use super::hub::HubHandle;
+use super::overview::OverviewCache;
 use super::status::from_store;
 use crate::handler::StopReason;
 use crate::runtime::core::Core;
@@ -94,6 +95,7 @@ pub struct Service {
     pub(crate) core: Arc<Core>,
     pub(crate) hub: HubHandle,
     pub(crate) auth: Arc<Auth>,
+    pub(crate) overview: Arc<OverviewCache>,
 }
 
 /// What a call needs.
@@ -306,7 +308,7 @@ impl AgentService for Service {
         &self,
         request: Request<pb::ListAgentsRequest>,
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
-        self.caller(&request, Need::View).await?;
+        let caller = self.caller(&request, Need::View).await?;
         let store = &self.core.store;
         let agents = store
             .agent_list()
@@ -320,7 +322,26 @@ impl AgentService for Service {
             agents: agents.iter().map(agent_to_wire).collect(),
             now_ms,
             answered_by: self.core.id.as_str().to_string(),
+            caller_role: match caller.role {
+                Role::Viewer => "viewer",
+                Role::Operator | Role::System => "operator",
+            }
+            .to_string(),
+            stale_after_ms: i64::try_from(self.stale_after().as_millis()).unwrap_or(i64::MAX),
         }))
+    }
+
+    async fn get_overview(
+        &self,
+        request: Request<pb::GetOverviewRequest>,
+    ) -> Result<Response<pb::GetOverviewResponse>, Status> {
+        self.caller(&request, Need::View).await?;
+        let overview = self
+            .overview
+            .get(self.core.store.as_ref())
+            .await
+            .map_err(|e| from_store("get_overview", e))?;
+        Ok(Response::new(pb::GetOverviewResponse::clone(&overview)))
     }
 
     async fn enqueue(

@@ -116,6 +116,8 @@ mod tests {
         wide.version = "v".repeat(100);
         wide.heartbeat_at_ms = 0;
         let list = AgentList::from_wire(v1::ListAgentsResponse {
+            caller_role: String::new(),
+            stale_after_ms: 0,
             agents: vec![agent("web-1#3", true), wide],
             now_ms: 1_764_588_004_000,
             answered_by: "web-1#3".into(),

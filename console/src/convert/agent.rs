@@ -81,6 +81,8 @@ mod tests {
     #[test]
     fn heartbeat_age_comes_from_the_database_clock() {
         let r = v1::ListAgentsResponse {
+            caller_role: String::new(),
+            stale_after_ms: 0,
             agents: vec![v1::AgentInfo {
                 id: "web-1#3".into(),
                 heartbeat_at_ms: 1_000_000,
@@ -99,6 +101,8 @@ mod tests {
     #[test]
     fn a_bad_time_is_refused() {
         let r = v1::ListAgentsResponse {
+            caller_role: String::new(),
+            stale_after_ms: 0,
             agents: vec![v1::AgentInfo {
                 started_at_ms: -3,
                 ..Default::default()

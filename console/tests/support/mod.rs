@@ -324,6 +324,19 @@ impl AgentService for Fake {
             }],
             now_ms: NOW_MS,
             answered_by: "fake#1".into(),
+            caller_role: "operator".into(),
+            stale_after_ms: 30_000,
+        }))
+    }
+
+    async fn get_overview(
+        &self,
+        request: Request<v1::GetOverviewRequest>,
+    ) -> Result<Response<v1::GetOverviewResponse>, Status> {
+        self.record(&request, "get_overview".into(), false)?;
+        Ok(Response::new(v1::GetOverviewResponse {
+            now_ms: NOW_MS,
+            ..Default::default()
         }))
     }
 

@@ -130,4 +130,8 @@ pub trait Store: Send + Sync + 'static {
     /// [`BlockerKind`] order ([`BlockerKind::Claimable`] alone when nothing blocks a due task;
     /// empty for a running task). [`StoreError::NotFound`] for an unknown id.
     async fn task_explain(&self, params: ExplainParams) -> Result<Vec<Blocker>>;
+
+    /// Counts per task type and the global policy ([`Overview`]), in one statement that reads
+    /// only the live, dead and recently finished tasks through their partial indexes.
+    async fn task_overview(&self) -> Result<Overview>;
 }

@@ -270,3 +270,38 @@ pub struct PolicyChange {
     pub before: Policy,
     pub after: Policy,
 }
+
+/// Most task types an [`Overview`] lists.
+pub const OVERVIEW_TYPES_CAP: usize = 1000;
+
+/// Counts per task type and the global policy, as of `now`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overview {
+    /// By name; at most [`OVERVIEW_TYPES_CAP`].
+    pub types: Vec<TypeCounts>,
+    /// More types exist than are listed.
+    pub truncated: bool,
+    pub global_limit: Option<u32>,
+    pub global_paused: bool,
+    pub now: DateTime<Utc>,
+}
+
+/// One task type's counts, limit and pause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeCounts {
+    pub task_type: TaskType,
+    /// Queued and due.
+    pub queued: u64,
+    /// Queued, not yet due.
+    pub scheduled: u64,
+    pub retrying: u64,
+    /// Running or cancel_requested.
+    pub running: u64,
+    pub dead: u64,
+    /// Succeeded or partially succeeded in the last 60 s.
+    pub finished_last_minute: u64,
+    /// Dead-lettered in the last 60 s.
+    pub dead_last_minute: u64,
+    pub limit: Option<u32>,
+    pub paused: bool,
+}

@@ -29,11 +29,11 @@ use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
     CompleteParams, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams,
-    HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, PolicyChange,
-    PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered, ReleaseOutcome,
-    ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams,
-    Result, Store, StoreError, SuspectLease, SuspectParams, TaskDetail, TaskListParams, TaskPage,
-    UnservedParams,
+    HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, Overview,
+    PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
+    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
+    RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
+    TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -96,6 +96,7 @@ pub(crate) mod sql {
             task_get,
             task_attempts,
             task_explain,
+            task_overview,
         );
     }
     pub use names::*;
@@ -445,5 +446,9 @@ impl Store for PgStore {
 
     async fn task_explain(&self, params: ExplainParams) -> Result<Vec<Blocker>> {
         query::task_explain(&self.pool, &params).await
+    }
+
+    async fn task_overview(&self) -> Result<Overview> {
+        query::task_overview(&self.pool).await
     }
 }

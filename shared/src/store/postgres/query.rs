@@ -8,8 +8,8 @@ use super::{secs, sql};
 use crate::domain::{Policy, TaskError, TaskId, TaskStatus};
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, ExplainFacts, LimitUse, blockers};
 use crate::store::{
-    AuditListParams, AuditRecord, Blocker, ExplainParams, Result, StoreError, TaskDetail,
-    TaskListParams, TaskPage,
+    AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result,
+    StoreError, TaskDetail, TaskListParams, TaskPage, TypeCounts,
 };
 
 pub(super) async fn task_list(pool: &PgPool, params: &TaskListParams) -> Result<TaskPage> {
@@ -106,6 +106,60 @@ pub(super) async fn task_explain(pool: &PgPool, params: &ExplainParams) -> Resul
         ahead: u64::try_from(get::<i64>(&row, "ahead")?).unwrap_or(0),
     };
     Ok(blockers(&facts))
+}
+
+pub(super) async fn task_overview(pool: &PgPool) -> Result<Overview> {
+    let cap = i64::try_from(OVERVIEW_TYPES_CAP + 2).unwrap_or(i64::MAX);
+    let rows = sqlx::query(sql::task_overview)
+        .bind(cap)
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db("task_overview"))?;
+    let count =
+        |row, column| -> Result<u64> { Ok(u64::try_from(get::<i64>(row, column)?).unwrap_or(0)) };
+    let limit = |row| -> Result<Option<u32>> {
+        Ok(get::<Option<i32>>(row, "max_concurrency")?.map(|n| u32::try_from(n).unwrap_or(0)))
+    };
+    let mut overview = Overview {
+        types: Vec::with_capacity(rows.len()),
+        truncated: false,
+        global_limit: None,
+        global_paused: false,
+        now: match rows.first() {
+            Some(row) => get(row, "db_now")?,
+            None => {
+                return Err(StoreError::Corrupt {
+                    what: "task_overview",
+                    detail: "no global policy row".into(),
+                });
+            }
+        },
+    };
+    for row in &rows {
+        let name: &str = get(row, "task_type")?;
+        if name == "*" {
+            overview.global_limit = limit(row)?;
+            overview.global_paused = get(row, "paused")?;
+            continue;
+        }
+        if overview.types.len() == OVERVIEW_TYPES_CAP {
+            overview.truncated = true;
+            break;
+        }
+        overview.types.push(TypeCounts {
+            task_type: task_type(name.to_string())?,
+            queued: count(row, "queued")?,
+            scheduled: count(row, "scheduled")?,
+            retrying: count(row, "retrying")?,
+            running: count(row, "running")?,
+            dead: count(row, "dead")?,
+            finished_last_minute: count(row, "finished_last_minute")?,
+            dead_last_minute: count(row, "dead_last_minute")?,
+            limit: limit(row)?,
+            paused: get(row, "paused")?,
+        });
+    }
+    Ok(overview)
 }
 
 pub(super) async fn policy_list(pool: &PgPool) -> Result<Vec<Policy>> {

@@ -1,0 +1,67 @@
+//! `GetOverview`: counts per task type for consoles, served from a cache.
+//!
+//! Invariant: the database answers at most one overview query per [`OVERVIEW_MAX_AGE`] per
+//! agent, however many consoles ask — the callers of one refresh wait on the same query (the
+//! lock is held across it) and share its answer. Polling `count(*)` from every dashboard is what
+//! hurts other queues at scale; this keeps the cost flat.
+//!
+//! When things fail: a failed query is not cached; each waiting caller gets the error and the
+//! next call tries again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_proto::v1 as pb;
+use leasehold_shared::store::{Overview, Store, StoreError};
+use tokio::sync::Mutex;
+
+use super::convert::ms;
+
+/// How old a served overview may be.
+pub const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// The last overview and when it was read.
+#[derive(Default)]
+pub struct OverviewCache {
+    last: Mutex<Option<(Instant, Arc<pb::GetOverviewResponse>)>>,
+}
+
+impl OverviewCache {
+    /// The cached overview if fresh, else a new one from `store`.
+    pub async fn get(&self, store: &dyn Store) -> Result<Arc<pb::GetOverviewResponse>, StoreError> {
+        let mut last = self.last.lock().await;
+        if let Some((at, overview)) = last.as_ref()
+            && at.elapsed() < OVERVIEW_MAX_AGE
+        {
+            return Ok(Arc::clone(overview));
+        }
+        let fresh = Arc::new(to_wire(store.task_overview().await?));
+        *last = Some((Instant::now(), Arc::clone(&fresh)));
+        Ok(fresh)
+    }
+}
+
+fn to_wire(o: Overview) -> pb::GetOverviewResponse {
+    pb::GetOverviewResponse {
+        types: o
+            .types
+            .into_iter()
+            .map(|t| pb::TypeSummary {
+                task_type: t.task_type.as_str().to_string(),
+                queued: t.queued,
+                scheduled: t.scheduled,
+                retrying: t.retrying,
+                running: t.running,
+                dead: t.dead,
+                finished_last_minute: t.finished_last_minute,
+                dead_last_minute: t.dead_last_minute,
+                limit: t.limit,
+                paused: t.paused,
+            })
+            .collect(),
+        global_limit: o.global_limit,
+        global_paused: o.global_paused,
+        truncated: o.truncated,
+        now_ms: ms(o.now),
+    }
+}
