@@ -14,13 +14,19 @@
 //! [`output`] renders tables (80 columns, inert text) and JSON lines; [`exit`] maps every
 //! error to an exit code.
 
+pub mod app;
 pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod convert;
 pub mod error;
+pub mod event;
 pub mod exit;
+pub mod input;
 pub mod output;
+pub mod state;
+pub mod tui;
+pub mod view;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -29,10 +35,6 @@ use clap::Parser;
 
 use crate::cli::Cli;
 use crate::output::Out;
-
-/// Printed when `leasehold` is run without a command.
-pub const NO_CONSOLE: &str =
-    "the interactive console is not available in this build; see `leasehold --help`";
 
 /// Printed by `leasehold demo` until the embedded store exists.
 pub const NO_DEMO: &str = "`leasehold demo` needs the embedded SQLite store, which is not in \
@@ -59,8 +61,7 @@ where
 pub fn run(cli: Cli) -> u8 {
     let mut out = Out::stdio(cli.global.output);
     let Some(command) = cli.command else {
-        out.note(NO_CONSOLE);
-        return exit::USAGE;
+        return console(&cli, &mut out);
     };
     if matches!(command, cli::Command::Demo) {
         out.note(NO_DEMO);
@@ -81,6 +82,32 @@ pub fn run(cli: Cli) -> u8 {
         }
     };
     match runtime.block_on(commands::run(&cli.global, command, &mut out)) {
+        Ok(code) => code,
+        Err(err) => {
+            out.error(&err);
+            exit::exit_code(&err)
+        }
+    }
+}
+
+/// `leasehold` with no command: the interactive console.
+fn console(cli: &Cli, out: &mut Out) -> u8 {
+    let result = client::settings(&cli.global).and_then(|settings| {
+        let no_color =
+            cli.console.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        tui::run(
+            settings,
+            tui::Options {
+                display: state::Settings {
+                    color: !no_color,
+                    unicode: !cli.console.ascii,
+                },
+                read_only: cli.console.read_only,
+                log_file: cli.console.log_file.clone(),
+            },
+        )
+    });
+    match result {
         Ok(code) => code,
         Err(err) => {
             out.error(&err);

@@ -21,10 +21,15 @@ async fn plain() -> (String, Fake) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn no_command_says_the_console_is_not_in_this_build() {
+async fn no_command_without_a_terminal_says_the_console_needs_one() {
+    // The test's stdin and stdout are pipes, as in a script.
     let o = leasehold(&[], &[]).await;
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("interactive console is not available in this build"));
+    assert!(
+        stderr(&o).contains("the console needs a terminal"),
+        "{}",
+        stderr(&o)
+    );
     assert!(stderr(&o).contains("leasehold --help"));
     assert_eq!(stdout(&o), "");
 }

@@ -59,8 +59,9 @@ stand in for the flags of the same name; a flag wins over its variable.";
     version,
     about = "Leasehold console: live leases, slow tasks, renewal failures and dead letters",
     long_about = "Leasehold console: live leases, slow tasks, renewal failures and dead \
-letters.\n\nWithout a command, `leasehold` starts the interactive console (not available in \
-this build). The commands below are the headless, scriptable client: each talks to the agent \
+letters.\n\nWithout a command, `leasehold` starts the interactive console: it connects to --agent, \
+finds every other agent through the registry, merges their live lease streams and acts on \
+them (`?` inside lists the keys). The commands below are the headless, scriptable client: each talks to the agent \
 named by --agent over gRPC.",
     after_long_help = AFTER_HELP,
     propagate_version = true
@@ -68,8 +69,31 @@ named by --agent over gRPC.",
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
+    #[command(flatten)]
+    pub console: ConsoleArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// Flags of the interactive console (no command).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ConsoleArgs {
+    /// No colours (also when NO_COLOR is set): emphasis by bold, reverse and underline only.
+    #[arg(long)]
+    pub no_color: bool,
+
+    /// ASCII only: no Unicode gauges, sparklines, borders or symbols.
+    #[arg(long)]
+    pub ascii: bool,
+
+    /// Never send an action, whatever the token allows.
+    #[arg(long)]
+    pub read_only: bool,
+
+    /// Where the console logs (default: $XDG_STATE_HOME/leasehold/console.log, else
+    /// ~/.local/state/leasehold/console.log). Nothing is ever logged to the screen.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<std::path::PathBuf>,
 }
 
 /// Connection and output flags, accepted before or after the command.

@@ -16,6 +16,7 @@
 //! ([`diagnose`]) when TLS on one side only is the likely cause. The token is never printed.
 
 mod diagnose;
+pub mod fleet;
 mod settings;
 
 pub use diagnose::Security;
@@ -182,6 +183,16 @@ impl Agent {
             self.call_timeout,
             r,
             |mut c, r| async move { c.list_agents(r).await },
+        )
+        .await
+    }
+
+    pub async fn get_overview(&self) -> Result<v1::GetOverviewResponse> {
+        self.unary(
+            "get the overview".into(),
+            self.call_timeout,
+            v1::GetOverviewRequest {},
+            |mut c, r| async move { c.get_overview(r).await },
         )
         .await
     }

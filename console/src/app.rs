@@ -1,0 +1,659 @@
+//! The app: keys become actions, actions edit the [`State`] and queue [`Request`]s for the
+//! network side; events from the network edit the state. Pure and synchronous — the terminal
+//! loop ([`crate::tui`]) feeds it and sends what it queued — so every key path is tested with
+//! no terminal and no agent.
+//!
+//! Invariants: a destructive action (cancel, requeue, requeue all matching, drain) is only
+//! sent from a confirm dialog; in read-only mode no action that changes anything is sent (the
+//! agent refuses it too); the selection is re-found by key after every change.
+
+use crate::event::{Event, LimitScope, Request, RequestKind, TaskFilter};
+use crate::input::{Action, Key, action_of};
+use crate::state::prompt::{Edit, LineInput};
+use crate::state::{
+    Confirm, Detail, Focus, Overlay, Pending, Prompt, PromptKind, State, Targets, Verb, View,
+    sort_keys,
+};
+
+/// Rows asked per dead-letter page.
+pub const DEAD_PAGE: u32 = 200;
+/// How often the first dead-letter page is reloaded while shown (local ms).
+pub const DEAD_REFRESH_MS: i64 = 5_000;
+/// Largest type or global limit.
+pub const MAX_LIMIT: u32 = 1_000_000;
+/// Largest agent-local limit.
+pub const MAX_LOCAL_LIMIT: u32 = 100_000;
+
+/// The console's logic around its state.
+#[derive(Debug, Default)]
+pub struct App {
+    pub state: State,
+    outbox: Vec<Request>,
+    /// Local time the dead letters were last asked for.
+    dead_asked_ms: Option<i64>,
+    /// The screen must be cleared and redrawn whole (ctrl-l).
+    pub redraw: bool,
+}
+
+impl App {
+    pub fn new(state: State) -> Self {
+        Self {
+            state,
+            ..Self::default()
+        }
+    }
+
+    /// The requests queued since the last call.
+    pub fn take_requests(&mut self) -> Vec<Request> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    fn send(&mut self, kind: RequestKind, pending: Pending) {
+        let id = self.state.request_id(pending);
+        self.outbox.push(Request { id, kind });
+    }
+
+    /// Applies a network event.
+    pub fn on_event(&mut self, event: Event) {
+        let action_reply = matches!(&event, Event::Reply { id, .. }
+            if matches!(self.state.pending.get(id), Some(Pending::Action { .. })));
+        self.state.apply(event);
+        if action_reply && self.state.live.dead.loaded {
+            self.load_dead(false);
+        }
+    }
+
+    /// Advances the clock; reloads what is due. Call before each frame.
+    pub fn on_tick(&mut self, local_ms: i64) {
+        self.state.set_local_time(local_ms);
+        if self.state.view == View::Dead && self.state.frozen.is_none() {
+            let due = self
+                .dead_asked_ms
+                .is_none_or(|at| local_ms - at >= DEAD_REFRESH_MS);
+            let first_page_only = self.state.live.dead.tasks.len() <= DEAD_PAGE as usize;
+            if due && first_page_only && !self.state.live.dead.loading {
+                self.load_dead(false);
+            }
+        }
+        self.state.sync_selection();
+    }
+
+    /// Asks for the first dead-letter page (or, with `append`, the next one) under the Dead
+    /// view's filter.
+    fn load_dead(&mut self, append: bool) {
+        let typed = self.state.tables[View::Dead.index()].filter.clone();
+        let dead = &mut self.state.live.dead;
+        if append && (dead.next_before_id == 0 || dead.loading) {
+            return;
+        }
+        let before_id = if append { dead.next_before_id } else { 0 };
+        if dead.filter != typed {
+            dead.tasks.clear();
+            dead.loaded = false;
+            dead.next_before_id = 0;
+        }
+        dead.filter.clone_from(&typed);
+        dead.loading = true;
+        self.dead_asked_ms = Some(self.state.local_ms());
+        self.send(
+            RequestKind::DeadPage {
+                filter: TaskFilter::parse(&typed),
+                before_id,
+                limit: DEAD_PAGE,
+            },
+            Pending::DeadPage {
+                filter: typed,
+                append,
+            },
+        );
+    }
+
+    /// Handles one key.
+    pub fn on_key(&mut self, key: Key) {
+        match self.state.overlays.last() {
+            Some(Overlay::Prompt(_)) => self.prompt_key(key),
+            Some(Overlay::Confirm(_)) => self.confirm_key(key),
+            Some(Overlay::Help { .. } | Overlay::Log { .. } | Overlay::Detail(_)) => {
+                self.pane_key(key)
+            }
+            None => self.view_key(key),
+        }
+        self.state.sync_selection();
+    }
+
+    fn view_key(&mut self, key: Key) {
+        let Some(binding) = action_of(key, self.state.view) else {
+            return;
+        };
+        if binding.acts
+            && let Some(why) = &self.state.read_only
+        {
+            let text = format!("read-only ({why}): cannot {}", binding.help);
+            self.state.set_status(text, true);
+            return;
+        }
+        self.act(binding.action);
+    }
+
+    /// Does what an action asks (also used by the `:` commands).
+    pub fn act(&mut self, action: Action) {
+        let page = self.state.page_rows;
+        match action {
+            Action::Quit => self.state.quit = true,
+            Action::Back => {
+                if !self.state.marks.is_empty() {
+                    self.state.marks.clear();
+                } else if !self.state.table().filter.is_empty() {
+                    self.state.table_mut().filter.clear();
+                    if self.state.view == View::Dead {
+                        self.load_dead(false);
+                    }
+                }
+            }
+            Action::Help => self.state.overlays.push(Overlay::Help { scroll: 0 }),
+            Action::ActionLog => self.state.overlays.push(Overlay::Log { scroll: 0 }),
+            Action::Redraw => self.redraw = true,
+            Action::Show(view) => self.show(view),
+            Action::NextView => self.show(View::ALL[(self.state.view.index() + 1) % 6]),
+            Action::PrevView => self.show(View::ALL[(self.state.view.index() + 5) % 6]),
+            Action::Up | Action::Down | Action::PageUp | Action::PageDown => {
+                let delta = match action {
+                    Action::Up => -1,
+                    Action::Down => 1,
+                    Action::PageUp => -(page.max(1) as isize),
+                    _ => page.max(1) as isize,
+                };
+                let keys = self.state.row_keys(self.state.view);
+                self.state.table_mut().move_by(&keys, delta, page);
+                self.more_dead_if_at_end(&keys);
+            }
+            Action::Top | Action::Bottom => {
+                let keys = self.state.row_keys(self.state.view);
+                self.state
+                    .table_mut()
+                    .jump(&keys, action == Action::Bottom, page);
+                self.more_dead_if_at_end(&keys);
+            }
+            Action::Open => {
+                if let Some(id) = self.state.selected().and_then(|k| k.parse::<i64>().ok()) {
+                    self.open_detail(id);
+                }
+            }
+            Action::Mark => {
+                if let Some(id) = self.state.selected().and_then(|k| k.parse::<i64>().ok()) {
+                    if !self.state.marks.remove(&id) {
+                        self.state.marks.insert(id);
+                    }
+                    let keys = self.state.row_keys(self.state.view);
+                    self.state.table_mut().move_by(&keys, 1, page);
+                }
+            }
+            Action::MarkAll => {
+                let keys = self.state.row_keys(self.state.view);
+                self.state
+                    .marks
+                    .extend(keys.iter().filter_map(|k| k.parse::<i64>().ok()));
+            }
+            Action::ClearMarks => self.state.marks.clear(),
+            Action::Cancel => self.confirm_tasks(Verb::Cancel),
+            Action::Requeue => self.confirm_tasks(Verb::Requeue),
+            Action::RequeueMatching => self.confirm_requeue_matching(),
+            Action::LimitUp => self.step_limit(1),
+            Action::LimitDown => self.step_limit(-1),
+            Action::LimitTyped => {
+                if let Some(scope) = self.selected_scope() {
+                    self.open_prompt(PromptKind::Limit(scope), "");
+                }
+            }
+            Action::GlobalLimit => self.open_prompt(PromptKind::Limit(LimitScope::Global), ""),
+            Action::TogglePause => {
+                if let Some(t) = self.state.selected_type() {
+                    let (task_type, pause) = (t.task_type.clone(), !t.paused);
+                    let verb = if pause { "pause" } else { "resume" };
+                    self.send_action(
+                        format!("{verb} type {task_type}"),
+                        RequestKind::Pause { task_type, pause },
+                    );
+                } else {
+                    self.state.set_status("select a type first", true);
+                }
+            }
+            Action::Drain => match self.state.selected_agent() {
+                Some(row) => {
+                    let addr = row
+                        .conn
+                        .map(|c| c.addr.clone())
+                        .or_else(|| row.info.map(|i| i.grpc_address.clone()))
+                        .filter(|a| !a.is_empty());
+                    let agent_id = row.key.clone();
+                    match addr {
+                        Some(addr) => {
+                            self.state
+                                .overlays
+                                .push(Overlay::Confirm(Box::new(Confirm::new(
+                                    Verb::Drain,
+                                    Targets::Agent { addr, agent_id },
+                                ))))
+                        }
+                        None => self
+                            .state
+                            .set_status(format!("agent {agent_id} serves no gRPC"), true),
+                    }
+                }
+                None => self.state.set_status("select an agent first", true),
+            },
+            Action::Filter => {
+                let current = self.state.table().filter.clone();
+                self.open_prompt(PromptKind::Filter, &current);
+            }
+            Action::Command => self.open_prompt(PromptKind::Command, ""),
+            Action::SortNext => {
+                let n = sort_keys(self.state.view).len();
+                let t = self.state.table_mut();
+                t.sort = (t.sort + 1) % n;
+                t.reverse = false;
+            }
+            Action::SortReverse => {
+                let t = self.state.table_mut();
+                t.reverse = !t.reverse;
+            }
+            Action::Freeze => {
+                self.state.frozen = match self.state.frozen.take() {
+                    Some(_) => None,
+                    None => Some(Box::new(self.state.live.clone())),
+                };
+            }
+            Action::Refresh => {
+                if self.state.view == View::Dead {
+                    self.load_dead(false);
+                } else {
+                    self.state
+                        .set_status("live views follow the agents' streams", false);
+                }
+            }
+        }
+    }
+
+    fn show(&mut self, view: View) {
+        if view != self.state.view {
+            self.state.marks.clear();
+        }
+        self.state.view = view;
+        if view == View::Dead && !self.state.live.dead.loading {
+            self.load_dead(false);
+        }
+    }
+
+    fn more_dead_if_at_end(&mut self, keys: &[String]) {
+        if self.state.view == View::Dead
+            && !keys.is_empty()
+            && self.state.table().index + 1 >= keys.len()
+        {
+            self.load_dead(true);
+        }
+    }
+
+    fn open_detail(&mut self, id: i64) {
+        self.state.overlays.push(Overlay::Detail(Box::new(Detail {
+            id,
+            reply: None,
+            error: None,
+            scroll: 0,
+        })));
+        self.send(RequestKind::Task { id }, Pending::Task { id });
+    }
+
+    fn open_prompt(&mut self, kind: PromptKind, text: &str) {
+        self.state.overlays.push(Overlay::Prompt(Prompt {
+            kind,
+            input: LineInput::new(text),
+        }));
+    }
+
+    fn confirm_tasks(&mut self, verb: Verb) {
+        let ids = self.state.action_ids();
+        if ids.is_empty() {
+            self.state.set_status("no task selected", true);
+            return;
+        }
+        self.state
+            .overlays
+            .push(Overlay::Confirm(Box::new(Confirm::new(
+                verb,
+                Targets::Tasks(ids),
+            ))));
+    }
+
+    fn confirm_requeue_matching(&mut self) {
+        let typed = self.state.tables[View::Dead.index()].filter.clone();
+        let filter = TaskFilter::parse(&typed);
+        if filter.text.is_some() {
+            self.state.set_status(
+                "requeue-all takes type:NAME and code:CODE terms only; words match payloads and \
+                 are not a bulk filter — mark the rows instead",
+                true,
+            );
+            return;
+        }
+        self.state
+            .overlays
+            .push(Overlay::Confirm(Box::new(Confirm::new(
+                Verb::RequeueDead,
+                Targets::DeadMatching {
+                    filter: filter.clone(),
+                    typed,
+                },
+            ))));
+        self.send(
+            RequestKind::RequeueDead {
+                filter,
+                dry_run: true,
+            },
+            Pending::DryRun,
+        );
+    }
+
+    /// The limit the selected row of Types or Agents has, and its scope.
+    fn selected_scope(&self) -> Option<LimitScope> {
+        match self.state.view {
+            View::Types => self
+                .state
+                .selected_type()
+                .map(|t| LimitScope::Type(t.task_type.clone())),
+            View::Agents => {
+                let row = self.state.selected_agent()?;
+                let addr = row
+                    .conn
+                    .map(|c| c.addr.clone())
+                    .or_else(|| row.info.map(|i| i.grpc_address.clone()))?;
+                Some(LimitScope::Agent {
+                    addr,
+                    agent_id: row.key,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn step_limit(&mut self, step: i64) {
+        let (scope, current) = match self.state.view {
+            View::Types => match self.state.selected_type() {
+                Some(t) => (LimitScope::Type(t.task_type.clone()), t.limit),
+                None => return self.state.set_status("select a type first", true),
+            },
+            View::Agents => {
+                let current = self
+                    .state
+                    .selected_agent()
+                    .and_then(|r| r.info.map(|i| i.local_concurrency));
+                match self.selected_scope() {
+                    Some(scope) => (scope, current),
+                    None => return self.state.set_status("select an agent first", true),
+                }
+            }
+            _ => return,
+        };
+        let Some(current) = current else {
+            return self
+                .state
+                .set_status("unlimited: type a limit with =", true);
+        };
+        let floor = if matches!(scope, LimitScope::Agent { .. }) {
+            1
+        } else {
+            0
+        };
+        let next = (i64::from(current) + step).clamp(floor, i64::from(MAX_LIMIT));
+        let next = u32::try_from(next).unwrap_or(current);
+        if next == current {
+            return self
+                .state
+                .set_status(format!("the limit is already {current}"), true);
+        }
+        self.set_limit(scope, Some(next));
+    }
+
+    fn set_limit(&mut self, scope: LimitScope, limit: Option<u32>) {
+        let what = match &scope {
+            LimitScope::Global => "global".to_string(),
+            LimitScope::Type(t) => format!("type {t}"),
+            LimitScope::Agent { agent_id, .. } => format!("agent {agent_id}"),
+        };
+        let word = limit.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
+        self.send_action(
+            format!("set {what} limit to {word}"),
+            RequestKind::SetConcurrency { scope, limit },
+        );
+    }
+
+    fn send_action(&mut self, what: String, kind: RequestKind) {
+        self.state.set_status(format!("{what}…"), false);
+        let log = self.state.log_action(what);
+        self.send(kind, Pending::Action { log });
+    }
+
+    fn prompt_key(&mut self, key: Key) {
+        let Some(Overlay::Prompt(prompt)) = self.state.overlays.last_mut() else {
+            return;
+        };
+        let edit = match key {
+            Key::Esc => {
+                self.state.overlays.pop();
+                return;
+            }
+            Key::Enter => {
+                if let Some(Overlay::Prompt(p)) = self.state.overlays.pop() {
+                    self.commit_prompt(p);
+                }
+                return;
+            }
+            Key::Char(c) => Edit::Insert(c),
+            Key::Backspace => Edit::Backspace,
+            Key::Delete => Edit::Delete,
+            Key::Left => Edit::Left,
+            Key::Right => Edit::Right,
+            Key::Home | Key::Ctrl('a') => Edit::Home,
+            Key::End | Key::Ctrl('e') => Edit::End,
+            Key::Ctrl('w') => Edit::DeleteWord,
+            Key::Ctrl('u') => Edit::DeleteToStart,
+            _ => return,
+        };
+        prompt.input.edit(edit);
+        // Live views filter as the operator types; the database-backed one on Enter.
+        if prompt.kind == PromptKind::Filter && self.state.view != View::Dead {
+            let text = prompt.input.text();
+            self.state.table_mut().filter = text;
+        }
+    }
+
+    fn commit_prompt(&mut self, prompt: Prompt) {
+        let text = prompt.input.text();
+        match prompt.kind {
+            PromptKind::Filter => {
+                self.state.table_mut().filter = text.trim().to_string();
+                if self.state.view == View::Dead {
+                    self.load_dead(false);
+                }
+            }
+            PromptKind::Command => self.command(text.trim()),
+            PromptKind::Limit(scope) => match parse_limit(&text, &scope) {
+                Ok(limit) => self.set_limit(scope, limit),
+                Err(why) => {
+                    self.state.set_status(why, true);
+                    self.state.overlays.push(Overlay::Prompt(Prompt {
+                        kind: PromptKind::Limit(scope),
+                        input: prompt.input,
+                    }));
+                }
+            },
+        }
+    }
+
+    fn command(&mut self, command: &str) {
+        if let Some(view) = View::from_command(command) {
+            return self.show(view);
+        }
+        match command {
+            "" => {}
+            "q" | "q!" | "quit" => self.state.quit = true,
+            "help" => self.act(Action::Help),
+            "log" => self.act(Action::ActionLog),
+            other => {
+                let shown = crate::output::text::shown(other, 40);
+                self.state.set_status(
+                    format!("unknown command :{shown} (see ? for the commands)"),
+                    true,
+                );
+            }
+        }
+    }
+
+    fn confirm_key(&mut self, key: Key) {
+        let Some(Overlay::Confirm(dialog)) = self.state.overlays.last_mut() else {
+            return;
+        };
+        match key {
+            Key::Esc | Key::Char('n') => {
+                self.state.overlays.pop();
+            }
+            Key::Tab | Key::BackTab | Key::Left | Key::Right | Key::Char('h') | Key::Char('l') => {
+                dialog.focus = match dialog.focus {
+                    Focus::Cancel => Focus::Confirm,
+                    Focus::Confirm => Focus::Cancel,
+                };
+            }
+            Key::Char(c) if c.is_ascii_digit() && dialog.needs_typed_count() => {
+                dialog.typed.edit(Edit::Insert(c));
+            }
+            Key::Backspace => dialog.typed.edit(Edit::Backspace),
+            Key::Char('y') => self.confirm(),
+            Key::Enter => match dialog.focus {
+                Focus::Confirm => self.confirm(),
+                Focus::Cancel => {
+                    self.state.overlays.pop();
+                }
+            },
+            Key::Char('q') => self.state.quit = true,
+            _ => {}
+        }
+    }
+
+    fn confirm(&mut self) {
+        let Some(Overlay::Confirm(dialog)) = self.state.overlays.last() else {
+            return;
+        };
+        if !dialog.can_confirm() {
+            let text = match dialog.count {
+                None => "still counting…".to_string(),
+                Some(0) => "nothing to do: the count is 0".to_string(),
+                Some(n) => format!("type {n} to confirm"),
+            };
+            return self.state.set_status(text, true);
+        }
+        let Some(Overlay::Confirm(dialog)) = self.state.overlays.pop() else {
+            return;
+        };
+        let what = format!("{} {}", dialog.verb.word().to_lowercase(), dialog.what());
+        let what = match dialog.first_ids() {
+            Some(ids) => format!("{what} ({ids})"),
+            None => what,
+        };
+        let kind = match dialog.targets {
+            Targets::Tasks(ids) => match dialog.verb {
+                Verb::Cancel => RequestKind::Cancel { ids },
+                _ => RequestKind::Requeue { ids },
+            },
+            Targets::DeadMatching { filter, .. } => RequestKind::RequeueDead {
+                filter,
+                dry_run: false,
+            },
+            Targets::Agent { addr, .. } => RequestKind::Drain { addr },
+        };
+        self.state.marks.clear();
+        self.send_action(what, kind);
+    }
+
+    fn pane_key(&mut self, key: Key) {
+        let page = u16::try_from(self.state.page_rows.max(1)).unwrap_or(u16::MAX);
+        let (is_help, detail_id) = match self.state.overlays.last() {
+            Some(Overlay::Help { .. }) => (true, None),
+            Some(Overlay::Detail(d)) => (false, Some(d.id)),
+            _ => (false, None),
+        };
+        match key {
+            Key::Esc => {
+                self.state.overlays.pop();
+                return;
+            }
+            Key::Char('?') if is_help => {
+                self.state.overlays.pop();
+                return;
+            }
+            Key::Char('q') => {
+                self.state.quit = true;
+                return;
+            }
+            Key::Ctrl('l') => {
+                self.redraw = true;
+                return;
+            }
+            Key::Char('x') | Key::Char('r') => {
+                if let Some(id) = detail_id {
+                    if let Some(why) = &self.state.read_only {
+                        let text = format!("read-only ({why})");
+                        return self.state.set_status(text, true);
+                    }
+                    let verb = if key == Key::Char('x') {
+                        Verb::Cancel
+                    } else {
+                        Verb::Requeue
+                    };
+                    self.state
+                        .overlays
+                        .push(Overlay::Confirm(Box::new(Confirm::new(
+                            verb,
+                            Targets::Tasks(vec![id]),
+                        ))));
+                }
+                return;
+            }
+            _ => {}
+        }
+        let scroll = match self.state.overlays.last_mut() {
+            Some(Overlay::Help { scroll } | Overlay::Log { scroll }) => scroll,
+            Some(Overlay::Detail(d)) => &mut d.scroll,
+            _ => return,
+        };
+        match key {
+            Key::Char('j') | Key::Down => *scroll = scroll.saturating_add(1),
+            Key::Char('k') | Key::Up => *scroll = scroll.saturating_sub(1),
+            Key::PageDown | Key::Char(' ') => *scroll = scroll.saturating_add(page),
+            Key::PageUp => *scroll = scroll.saturating_sub(page),
+            Key::Char('g') | Key::Home => *scroll = 0,
+            _ => {}
+        }
+    }
+}
+
+/// A typed limit: a number in range, or `none` / `unlimited` (not for an agent's own limit).
+pub fn parse_limit(text: &str, scope: &LimitScope) -> Result<Option<u32>, String> {
+    let text = text.trim();
+    let local = matches!(scope, LimitScope::Agent { .. });
+    if matches!(text, "none" | "unlimited" | "off") {
+        return if local {
+            Err("an agent's local limit is a number from 1 to 100000".into())
+        } else {
+            Ok(None)
+        };
+    }
+    let max = if local { MAX_LOCAL_LIMIT } else { MAX_LIMIT };
+    let min = u32::from(local);
+    match text.parse::<u32>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        _ => Err(format!(
+            "{:?} is not a limit: give a number from {min} to {max}{}",
+            crate::output::text::shown(text, 20),
+            if local { "" } else { ", or none" }
+        )),
+    }
+}

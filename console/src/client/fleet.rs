@@ -1,0 +1,559 @@
+//! The console's live connections: one Watch stream per agent, found through the registry, and
+//! the requests the app sends, each answered as an [`Event`].
+//!
+//! ```text
+//!  seed agent ──ListAgents + GetOverview every 2 s──▶ Event::Agents / Event::Overview
+//!      │                                   new agent in the registry ─▶ spawn its watcher
+//!      ▼
+//!  watcher(addr): connect ─▶ Watch ─▶ Event::Watch … ─▶ stream ends ─▶ Event::Conn(Lost)
+//!                    ▲                                                   │ capped backoff
+//!                    └───────────────────────────────────────────────────┘
+//!  requests ─▶ one task each ─▶ the seed agent (drain / local limit: that agent) ─▶ Event::Reply
+//! ```
+//!
+//! Invariants: events go through one bounded channel, so a console that cannot draw fast
+//! enough slows its streams down instead of growing; the agent then drops the slow watcher and
+//! the reconnect's snapshot rebuilds the view (nothing is silently wrong). A watcher retries
+//! forever with a backoff capped at [`MAX_BACKOFF`] until its agent leaves the registry.
+//!
+//! When things fail: the registry is asked of the seed first, then of any other agent that
+//! answered, so the console keeps discovering while its seed is down. Every failure becomes an
+//! event with the error in words.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leasehold_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::{Agent, AgentAddr, Settings};
+use crate::error::Error;
+use crate::event::{ConnEvent, Event, LimitScope, Reply, Request, RequestKind, TaskFilter};
+
+/// How often the registry and the overview are read.
+pub const POLL_EVERY: Duration = Duration::from_secs(2);
+/// First reconnect delay; doubled per failure up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest reconnect delay.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A stream that lived this long resets the backoff.
+const HEALTHY_STREAM: Duration = Duration::from_secs(10);
+
+/// The running network side.
+pub struct Fleet {
+    tasks: Vec<JoinHandle<()>>,
+    watchers: Arc<Mutex<HashMap<String, Watcher>>>,
+}
+
+struct Watcher {
+    task: JoinHandle<()>,
+    /// The agent id its stream reported.
+    agent_id: Arc<Mutex<String>>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Ok(watchers) = self.watchers.lock() {
+            for w in watchers.values() {
+                w.task.abort();
+            }
+        }
+    }
+}
+
+/// Starts following the agent of `settings` and every agent its registry lists. Events go to
+/// `events`; requests are read from `requests`.
+pub fn start(
+    settings: Settings,
+    events: mpsc::Sender<Event>,
+    requests: mpsc::UnboundedReceiver<Request>,
+) -> Fleet {
+    let watchers: Arc<Mutex<HashMap<String, Watcher>>> = Arc::default();
+    let seed_addr = settings.addr.given.clone();
+    spawn_watcher(&watchers, &settings, seed_addr.clone(), &events);
+    let poll = tokio::spawn(poll_loop(
+        settings.clone(),
+        Arc::clone(&watchers),
+        events.clone(),
+    ));
+    let serve = tokio::spawn(request_loop(settings, requests, events));
+    Fleet {
+        tasks: vec![poll, serve],
+        watchers,
+    }
+}
+
+fn spawn_watcher(
+    watchers: &Arc<Mutex<HashMap<String, Watcher>>>,
+    settings: &Settings,
+    addr: String,
+    events: &mpsc::Sender<Event>,
+) {
+    let Ok(mut map) = watchers.lock() else { return };
+    if map.contains_key(&addr) {
+        return;
+    }
+    let agent_id = Arc::new(Mutex::new(String::new()));
+    let task = tokio::spawn(watch_loop(
+        settings_for(settings, &addr),
+        addr.clone(),
+        Arc::clone(&agent_id),
+        events.clone(),
+    ));
+    map.insert(addr, Watcher { task, agent_id });
+}
+
+/// The seed's settings (TLS, token, timeouts) aimed at another address.
+fn settings_for(seed: &Settings, addr: &str) -> Result<Settings, Error> {
+    if addr == seed.addr.given {
+        return Ok(seed.clone());
+    }
+    let mut parsed = AgentAddr::parse(addr)?;
+    parsed.scheme_tls = seed.addr.scheme_tls;
+    Ok(Settings {
+        addr: parsed,
+        ..seed.clone()
+    })
+}
+
+async fn watch_loop(
+    settings: Result<Settings, Error>,
+    addr: String,
+    agent_id: Arc<Mutex<String>>,
+    events: mpsc::Sender<Event>,
+) {
+    let settings = match settings {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = events
+                .send(Event::Conn {
+                    addr,
+                    conn: ConnEvent::Lost {
+                        reason: e.to_string(),
+                        retry_in_ms: 0,
+                    },
+                })
+                .await;
+            return;
+        }
+    };
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let conn = |conn| Event::Conn {
+            addr: addr.clone(),
+            conn,
+        };
+        if events.send(conn(ConnEvent::Connecting)).await.is_err() {
+            return;
+        }
+        let opened = Instant::now();
+        let reason = match follow(&settings, &addr, &agent_id, &events).await {
+            Ok(None) => return, // the console went away
+            Ok(Some(reason)) | Err(reason) => reason,
+        };
+        if opened.elapsed() > HEALTHY_STREAM {
+            backoff = FIRST_BACKOFF;
+        }
+        let retry_in_ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX);
+        tracing::info!(agent = %addr, %reason, retry_in_ms, "watch stream lost");
+        if events
+            .send(conn(ConnEvent::Lost {
+                reason,
+                retry_in_ms,
+            }))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Follows one stream until it ends: `Ok(Some(why))` when it ended, `Ok(None)` when the
+/// console went away, `Err(why)` when it could not open.
+async fn follow(
+    settings: &Settings,
+    addr: &str,
+    agent_id: &Mutex<String>,
+    events: &mpsc::Sender<Event>,
+) -> Result<Option<String>, String> {
+    let agent = Agent::connect(settings).await.map_err(|e| e.to_string())?;
+    let mut stream = agent.watch().await.map_err(|e| e.to_string())?;
+    if events
+        .send(Event::Conn {
+            addr: addr.to_string(),
+            conn: ConnEvent::Live,
+        })
+        .await
+        .is_err()
+    {
+        return Ok(None);
+    }
+    loop {
+        match stream.message().await {
+            Ok(Some(update)) => {
+                if !update.agent_id.is_empty()
+                    && let Ok(mut id) = agent_id.lock()
+                    && *id != update.agent_id
+                {
+                    id.clone_from(&update.agent_id);
+                }
+                let closing = update.closing;
+                let event = Event::Watch {
+                    addr: addr.to_string(),
+                    update,
+                };
+                if events.send(event).await.is_err() {
+                    return Ok(None);
+                }
+                if closing {
+                    return Ok(Some("the agent is shutting down".into()));
+                }
+            }
+            Ok(None) => return Ok(Some("the agent ended the stream".into())),
+            Err(status) => {
+                return Ok(Some(agent.status_error("watch".into(), status).to_string()));
+            }
+        }
+    }
+}
+
+async fn poll_loop(
+    settings: Settings,
+    watchers: Arc<Mutex<HashMap<String, Watcher>>>,
+    events: mpsc::Sender<Event>,
+) {
+    let mut clients: HashMap<String, Agent> = HashMap::new();
+    let mut tick = tokio::time::interval(POLL_EVERY);
+    loop {
+        tick.tick().await;
+        // The seed first, then any agent that answered before.
+        let mut order = vec![settings.addr.given.clone()];
+        order.extend(
+            clients
+                .keys()
+                .filter(|a| **a != settings.addr.given)
+                .cloned(),
+        );
+        let mut answered = None;
+        for addr in order {
+            let agent = match clients.get(&addr) {
+                Some(a) => a.clone(),
+                None => match settings_for(&settings, &addr) {
+                    Ok(s) => match Agent::connect(&s).await {
+                        Ok(a) => {
+                            clients.insert(addr.clone(), a.clone());
+                            a
+                        }
+                        Err(e) => {
+                            tracing::debug!(agent = %addr, error = %e, "registry read: no connection");
+                            continue;
+                        }
+                    },
+                    Err(_) => continue,
+                },
+            };
+            match agent.list_agents().await {
+                Ok(list) => {
+                    answered = Some((agent, list));
+                    break;
+                }
+                Err(e) => tracing::debug!(agent = %addr, error = %e, "registry read failed"),
+            }
+        }
+        let Some((agent, list)) = answered else {
+            continue;
+        };
+        discover(&settings, &watchers, &list, &events, &mut clients);
+        if events.send(Event::Agents(list)).await.is_err() {
+            return;
+        }
+        match agent.get_overview().await {
+            Ok(overview) => {
+                if events.send(Event::Overview(overview)).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "overview read failed"),
+        }
+    }
+}
+
+/// Starts a watcher for each registry agent not followed yet; stops following agents the
+/// registry reports stopped whose streams are not live.
+fn discover(
+    settings: &Settings,
+    watchers: &Arc<Mutex<HashMap<String, Watcher>>>,
+    list: &pb::ListAgentsResponse,
+    events: &mpsc::Sender<Event>,
+    clients: &mut HashMap<String, Agent>,
+) {
+    let followed_ids: Vec<String> = match watchers.lock() {
+        Ok(map) => map
+            .values()
+            .filter_map(|w| w.agent_id.lock().ok().map(|id| id.clone()))
+            .filter(|id| !id.is_empty())
+            .collect(),
+        Err(_) => return,
+    };
+    for agent in &list.agents {
+        if agent.grpc_address.is_empty() {
+            continue;
+        }
+        if agent.state == "stopped" {
+            if agent.grpc_address != settings.addr.given
+                && let Ok(mut map) = watchers.lock()
+                && let Some(w) = map.remove(&agent.grpc_address)
+            {
+                w.task.abort();
+                clients.remove(&agent.grpc_address);
+                let _ = events.try_send(Event::Conn {
+                    addr: agent.grpc_address.clone(),
+                    conn: ConnEvent::Gone,
+                });
+            }
+            continue;
+        }
+        if followed_ids.contains(&agent.id) {
+            continue;
+        }
+        spawn_watcher(watchers, settings, agent.grpc_address.clone(), events);
+    }
+}
+
+async fn request_loop(
+    settings: Settings,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+    events: mpsc::Sender<Event>,
+) {
+    let mut seed: Option<Agent> = None;
+    while let Some(request) = requests.recv().await {
+        let target = match &request.kind {
+            RequestKind::Drain { addr }
+            | RequestKind::SetConcurrency {
+                scope: LimitScope::Agent { addr, .. },
+                ..
+            } => Some(addr.clone()),
+            _ => None,
+        };
+        let agent = match target {
+            Some(addr) => match settings_for(&settings, &addr) {
+                Ok(s) => Agent::connect(&s).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+            None => match &seed {
+                Some(a) => Ok(a.clone()),
+                None => match Agent::connect(&settings).await {
+                    Ok(a) => {
+                        seed = Some(a.clone());
+                        Ok(a)
+                    }
+                    Err(e) => Err(e.to_string()),
+                },
+            },
+        };
+        let events = events.clone();
+        tokio::spawn(async move {
+            let reply = match agent {
+                Ok(agent) => serve(&agent, request.kind).await,
+                Err(e) => Err(e),
+            };
+            let _ = events
+                .send(Event::Reply {
+                    id: request.id,
+                    reply,
+                })
+                .await;
+        });
+    }
+}
+
+fn dead_request(filter: &TaskFilter) -> (String, String) {
+    (
+        filter.task_type.clone().unwrap_or_default(),
+        filter.error_code.clone().unwrap_or_default(),
+    )
+}
+
+fn limit_word(limit: Option<u32>) -> String {
+    limit.map_or_else(|| "unlimited".to_string(), |n| n.to_string())
+}
+
+/// Runs one request; the reply, or the error in words.
+async fn serve(agent: &Agent, kind: RequestKind) -> Result<Reply, String> {
+    let text = |e: Error| e.to_string();
+    match kind {
+        RequestKind::DeadPage {
+            filter,
+            before_id,
+            limit,
+        } => {
+            let page = agent
+                .list_tasks(pb::ListTasksRequest {
+                    statuses: vec![pb::TaskStatus::Dead as i32],
+                    task_type: filter.task_type.unwrap_or_default(),
+                    text: filter.text.unwrap_or_default(),
+                    before_id,
+                    limit,
+                    error_code: filter.error_code.unwrap_or_default(),
+                    since_ms: 0,
+                })
+                .await
+                .map_err(text)?;
+            Ok(Reply::Page(page))
+        }
+        RequestKind::Task { id } => Ok(Reply::Task(Box::new(
+            agent.get_task(id).await.map_err(text)?,
+        ))),
+        RequestKind::Cancel { ids } => {
+            let mut outcomes: Vec<(String, usize)> = Vec::new();
+            let mut failed = Vec::new();
+            for id in &ids {
+                let r = agent
+                    .cancel(pb::CancelRequest {
+                        id: *id,
+                        wait: false,
+                        wait_ms: 0,
+                    })
+                    .await;
+                match r {
+                    Ok(r) => tally(&mut outcomes, r.outcome),
+                    Err(e) => failed.push((*id, e.to_string())),
+                }
+            }
+            Ok(summarise("cancel", ids.len(), &outcomes, &failed))
+        }
+        RequestKind::Requeue { ids } => {
+            let mut outcomes: Vec<(String, usize)> = Vec::new();
+            let mut failed = Vec::new();
+            for id in &ids {
+                match agent.requeue(*id).await {
+                    Ok(_) => tally(&mut outcomes, "requeued".into()),
+                    Err(e) => failed.push((*id, e.to_string())),
+                }
+            }
+            Ok(summarise("requeue", ids.len(), &outcomes, &failed))
+        }
+        RequestKind::RequeueDead { filter, dry_run } => {
+            let (task_type, error_code) = dead_request(&filter);
+            let all = task_type.is_empty() && error_code.is_empty();
+            let r = agent
+                .requeue_dead(pb::RequeueDeadRequest {
+                    task_type,
+                    error_code,
+                    since_ms: 0,
+                    until_ms: 0,
+                    dry_run,
+                    all,
+                })
+                .await
+                .map_err(text)?;
+            if dry_run {
+                Ok(Reply::Count(r.count))
+            } else {
+                Ok(Reply::Action {
+                    summary: format!("requeued {} dead letters", r.count),
+                    failed: 0,
+                })
+            }
+        }
+        RequestKind::SetConcurrency { scope, limit } => {
+            let (wire_scope, what) = match &scope {
+                LimitScope::Global => (
+                    pb::set_concurrency_request::Scope::Global(true),
+                    "global".to_string(),
+                ),
+                LimitScope::Type(t) => (
+                    pb::set_concurrency_request::Scope::TaskType(t.clone()),
+                    format!("type {t}"),
+                ),
+                LimitScope::Agent { agent_id, .. } => (
+                    pb::set_concurrency_request::Scope::AgentLocal(true),
+                    format!("agent {agent_id}"),
+                ),
+            };
+            let r = agent
+                .set_concurrency(pb::SetConcurrencyRequest {
+                    scope: Some(wire_scope),
+                    limit: limit.unwrap_or(0),
+                    unlimited: limit.is_none(),
+                })
+                .await
+                .map_err(text)?;
+            Ok(Reply::Action {
+                summary: format!(
+                    "{what} limit {} → {}",
+                    limit_word(r.previous),
+                    limit_word(r.limit)
+                ),
+                failed: 0,
+            })
+        }
+        RequestKind::Pause { task_type, pause } => {
+            let changed = if pause {
+                agent
+                    .pause_type(task_type.clone())
+                    .await
+                    .map_err(text)?
+                    .changed
+            } else {
+                agent
+                    .resume_type(task_type.clone())
+                    .await
+                    .map_err(text)?
+                    .changed
+            };
+            let verb = if pause { "paused" } else { "resumed" };
+            let summary = if changed {
+                format!("{verb} type {task_type}")
+            } else {
+                format!("type {task_type} was already {verb}")
+            };
+            Ok(Reply::Action { summary, failed: 0 })
+        }
+        RequestKind::Drain { .. } => {
+            let r = agent.drain().await.map_err(text)?;
+            Ok(Reply::Action {
+                summary: format!(
+                    "draining {}: {} leases to finish or release",
+                    agent.addr(),
+                    r.held
+                ),
+                failed: 0,
+            })
+        }
+    }
+}
+
+fn tally(outcomes: &mut Vec<(String, usize)>, outcome: String) {
+    match outcomes.iter_mut().find(|(o, _)| *o == outcome) {
+        Some((_, n)) => *n += 1,
+        None => outcomes.push((outcome, 1)),
+    }
+}
+
+fn summarise(
+    verb: &str,
+    total: usize,
+    outcomes: &[(String, usize)],
+    failed: &[(i64, String)],
+) -> Reply {
+    let mut parts: Vec<String> = outcomes
+        .iter()
+        .map(|(o, n)| format!("{n} {}", o.replace('_', " ")))
+        .collect();
+    if let Some((id, error)) = failed.first() {
+        parts.push(format!("{} failed (task {id}: {error})", failed.len()));
+    }
+    Reply::Action {
+        summary: format!("{verb} {total}: {}", parts.join(", ")),
+        failed: failed.len(),
+    }
+}

@@ -1,0 +1,170 @@
+//! The confirm dialog of destructive actions, and the other overlays' models.
+//!
+//! Invariant: nothing destructive is sent without a confirmation that named the verb, the count
+//! and the first ids. Focus starts on Cancel, so a stray Enter does nothing; `y` confirms; an
+//! action on more than [`TYPE_COUNT_ABOVE`] tasks, or on "all matching the filter", is confirmed
+//! only by typing its count.
+
+use leasehold_proto::v1 as pb;
+
+use super::prompt::LineInput;
+use crate::event::{LimitScope, TaskFilter};
+
+/// Above this many tasks the count must be typed.
+pub const TYPE_COUNT_ABOVE: u64 = 50;
+/// How many ids the dialog lists.
+pub const IDS_SHOWN: usize = 5;
+
+/// A destructive verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Cancel,
+    Requeue,
+    RequeueDead,
+    Drain,
+}
+
+impl Verb {
+    pub fn word(self) -> &'static str {
+        match self {
+            Verb::Cancel => "Cancel",
+            Verb::Requeue => "Requeue",
+            Verb::RequeueDead => "Requeue",
+            Verb::Drain => "Drain",
+        }
+    }
+}
+
+/// What a confirmed action applies to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Targets {
+    Tasks(Vec<i64>),
+    /// Every dead letter matching the filter (`typed`: the filter as the operator wrote it).
+    DeadMatching {
+        filter: TaskFilter,
+        typed: String,
+    },
+    Agent {
+        addr: String,
+        agent_id: String,
+    },
+}
+
+/// Which button has the focus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Focus {
+    Cancel,
+    Confirm,
+}
+
+/// An open confirm dialog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Confirm {
+    pub verb: Verb,
+    pub targets: Targets,
+    pub focus: Focus,
+    /// How many it applies to; `None` while a dry run counts them.
+    pub count: Option<u64>,
+    /// The count typed so far (when one must be typed).
+    pub typed: LineInput,
+    /// The dry run failed.
+    pub error: Option<String>,
+}
+
+impl Confirm {
+    pub fn new(verb: Verb, targets: Targets) -> Self {
+        let count = match &targets {
+            Targets::Tasks(ids) => Some(ids.len() as u64),
+            Targets::Agent { .. } => Some(1),
+            Targets::DeadMatching { .. } => None,
+        };
+        Self {
+            verb,
+            targets,
+            focus: Focus::Cancel,
+            count,
+            typed: LineInput::default(),
+            error: None,
+        }
+    }
+
+    /// True when the count must be typed to confirm.
+    pub fn needs_typed_count(&self) -> bool {
+        matches!(self.targets, Targets::DeadMatching { .. })
+            || self.count.is_some_and(|n| n > TYPE_COUNT_ABOVE)
+    }
+
+    /// True when confirming now would be accepted.
+    pub fn can_confirm(&self) -> bool {
+        match self.count {
+            None | Some(0) => false,
+            Some(n) => !self.needs_typed_count() || self.typed.text().trim() == n.to_string(),
+        }
+    }
+
+    /// The noun phrase: "3 tasks", "all 120 dead letters matching type:mail", "agent web-1#3".
+    pub fn what(&self) -> String {
+        match (&self.targets, self.count) {
+            (Targets::Tasks(ids), _) if ids.len() == 1 => "1 task".into(),
+            (Targets::Tasks(ids), _) => format!("{} tasks", ids.len()),
+            (Targets::DeadMatching { typed, .. }, count) => {
+                let n = count.map_or_else(|| "…".to_string(), |n| n.to_string());
+                if typed.trim().is_empty() {
+                    format!("all {n} dead letters")
+                } else {
+                    format!("all {n} dead letters matching {}", typed.trim())
+                }
+            }
+            (Targets::Agent { agent_id, .. }, _) => format!("agent {agent_id}"),
+        }
+    }
+
+    /// The first ids, for the dialog.
+    pub fn first_ids(&self) -> Option<String> {
+        let Targets::Tasks(ids) = &self.targets else {
+            return None;
+        };
+        let mut shown: Vec<String> = ids.iter().take(IDS_SHOWN).map(i64::to_string).collect();
+        if ids.len() > IDS_SHOWN {
+            shown.push(format!("… +{}", ids.len() - IDS_SHOWN));
+        }
+        Some(shown.join(", "))
+    }
+}
+
+/// A task's detail pane.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detail {
+    pub id: i64,
+    pub reply: Option<Box<pb::GetTaskResponse>>,
+    pub error: Option<String>,
+    pub scroll: u16,
+}
+
+/// What a prompt's text is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptKind {
+    /// The `/` filter of the current view.
+    Filter,
+    /// The `:` command line.
+    Command,
+    /// A typed concurrency limit ("none" for unlimited).
+    Limit(LimitScope),
+}
+
+/// An open prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    pub kind: PromptKind,
+    pub input: LineInput,
+}
+
+/// Something drawn over the view; the last one opened has the keys.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Overlay {
+    Detail(Box<Detail>),
+    Confirm(Box<Confirm>),
+    Help { scroll: u16 },
+    Log { scroll: u16 },
+    Prompt(Prompt),
+}

@@ -1,0 +1,551 @@
+//! The console's state: what it knows of the cluster ([`Data`]), and where the operator is —
+//! the view, each table's selection, sort and filter, the overlays, the marked tasks, the
+//! status line and the log of actions sent. No ratatui and no I/O here: the network side feeds
+//! [`Event`]s in, the app edits the rest from keys, the view only reads.
+//!
+//! Time: leases are timed by the database clock, so the state keeps the database's `now` from
+//! the last update and advances it by the local clock between updates ([`State::set_local_time`]);
+//! a test fixes both.
+
+pub mod data;
+pub mod dialog;
+pub mod fleet;
+pub mod prompt;
+pub mod table;
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use leasehold_proto::v1 as pb;
+
+use crate::event::{ConnEvent, Event, Reply};
+pub use data::{AgentRow, Data, LeaseRow, SortKey, Suspect, Totals, sort_keys};
+pub use dialog::{Confirm, Detail, Focus, Overlay, Prompt, PromptKind, Targets, Verb};
+pub use fleet::{Conn, Health, Link, RenewalEvent, RenewalKind};
+pub use table::Table;
+
+/// Entries kept in the action log.
+pub const LOG_ENTRIES: usize = 200;
+
+/// The six views, in key order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum View {
+    #[default]
+    Leases,
+    Slow,
+    Renewals,
+    Dead,
+    Types,
+    Agents,
+}
+
+impl View {
+    pub const ALL: [View; 6] = [
+        View::Leases,
+        View::Slow,
+        View::Renewals,
+        View::Dead,
+        View::Types,
+        View::Agents,
+    ];
+
+    pub fn index(self) -> usize {
+        match self {
+            View::Leases => 0,
+            View::Slow => 1,
+            View::Renewals => 2,
+            View::Dead => 3,
+            View::Types => 4,
+            View::Agents => 5,
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Leases => "Leases",
+            View::Slow => "Slow",
+            View::Renewals => "Renewals",
+            View::Dead => "Dead letters",
+            View::Types => "Types",
+            View::Agents => "Agents",
+        }
+    }
+
+    /// The `:` command that opens it.
+    pub fn command(self) -> &'static str {
+        match self {
+            View::Leases => "leases",
+            View::Slow => "slow",
+            View::Renewals => "renewals",
+            View::Dead => "dlq",
+            View::Types => "types",
+            View::Agents => "agents",
+        }
+    }
+
+    pub fn from_command(command: &str) -> Option<View> {
+        View::ALL.into_iter().find(|v| v.command() == command)
+    }
+
+    /// Rows are task ids (so marks, cancel and requeue apply).
+    pub fn has_tasks(self) -> bool {
+        !matches!(self, View::Types | View::Agents)
+    }
+}
+
+/// Display options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Colours on (off with NO_COLOR or `--no-color`).
+    pub color: bool,
+    /// Unicode symbols and gauges (off with `--ascii`).
+    pub unicode: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            color: true,
+            unicode: true,
+        }
+    }
+}
+
+/// The status line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub text: String,
+    pub error: bool,
+    /// Local time it was set.
+    pub at_ms: i64,
+}
+
+/// How long the status line shows a message (local ms).
+pub const STATUS_SHOWN_MS: i64 = 15_000;
+
+/// One action sent, with its answer once it came.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Database time (estimated) when it was sent.
+    pub at_ms: i64,
+    pub what: String,
+    /// `None` while waiting; `Ok(summary)` or `Err(error)`.
+    pub result: Option<Result<String, String>>,
+}
+
+/// What a request in flight is for, so its reply lands in the right place (a reply to a
+/// superseded request is dropped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pending {
+    DeadPage { filter: String, append: bool },
+    Task { id: i64 },
+    DryRun,
+    Action { log: u64 },
+}
+
+/// Everything the console shows.
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    pub live: Data,
+    /// A copy shown instead of `live` while frozen (`Z`).
+    pub frozen: Option<Box<Data>>,
+    pub view: View,
+    pub tables: [Table; 6],
+    /// Bottom first; the last has the keys.
+    pub overlays: Vec<Overlay>,
+    /// Marked task ids (`space`).
+    pub marks: BTreeSet<i64>,
+    pub status: Option<Status>,
+    /// Oldest first; numbered by [`State::log_base`] + position.
+    pub log: VecDeque<LogEntry>,
+    pub log_base: u64,
+    /// Why the console is read-only, when it is.
+    pub read_only: Option<String>,
+    pub settings: Settings,
+    /// Rows a table page shows (set by the app from the last frame).
+    pub page_rows: usize,
+    pub pending: HashMap<u64, Pending>,
+    pub next_request: u64,
+    pub quit: bool,
+    /// Local time now and of the last database time heard.
+    local_ms: i64,
+    db_heard: Option<(i64, i64)>,
+    /// Local second of the last throughput sample, and each connection's finished total then.
+    last_sample: Option<(i64, HashMap<String, u64>)>,
+}
+
+impl State {
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            page_rows: 10,
+            ..Self::default()
+        }
+    }
+
+    /// What the views show: the frozen copy, else the live data.
+    pub fn data(&self) -> &Data {
+        self.frozen.as_deref().unwrap_or(&self.live)
+    }
+
+    pub fn table(&self) -> &Table {
+        &self.tables[self.view.index()]
+    }
+
+    pub fn table_mut(&mut self) -> &mut Table {
+        &mut self.tables[self.view.index()]
+    }
+
+    /// The sort key of the current view.
+    pub fn sort_key(&self, view: View) -> SortKey {
+        let keys = sort_keys(view);
+        keys[self.tables[view.index()].sort % keys.len()]
+    }
+
+    /// The overlay that has the keys.
+    pub fn top(&self) -> Option<&Overlay> {
+        self.overlays.last()
+    }
+
+    pub fn set_status(&mut self, text: impl Into<String>, error: bool) {
+        self.status = Some(Status {
+            text: text.into(),
+            error,
+            at_ms: self.local_ms,
+        });
+    }
+
+    /// A new request id, remembered as `pending`.
+    pub fn request_id(&mut self, pending: Pending) -> u64 {
+        self.next_request += 1;
+        self.pending.insert(self.next_request, pending);
+        self.next_request
+    }
+
+    /// Adds an action to the log; its log number.
+    pub fn log_action(&mut self, what: String) -> u64 {
+        if self.log.len() == LOG_ENTRIES {
+            self.log.pop_front();
+            self.log_base += 1;
+        }
+        self.log.push_back(LogEntry {
+            at_ms: self.live.now_ms,
+            what,
+            result: None,
+        });
+        self.log_base + self.log.len() as u64 - 1
+    }
+
+    fn log_result(&mut self, log: u64, result: Result<String, String>) {
+        if let Some(i) = log.checked_sub(self.log_base)
+            && let Some(entry) = self.log.get_mut(i as usize)
+        {
+            entry.result = Some(result);
+        }
+    }
+
+    /// Sets the local clock (ms since any fixed origin) and advances the database time from
+    /// the last one heard; takes a throughput sample each new second.
+    pub fn set_local_time(&mut self, local_ms: i64) {
+        self.local_ms = local_ms;
+        if let Some((db, at)) = self.db_heard {
+            self.live.now_ms = self
+                .live
+                .now_ms
+                .max(db + local_ms.saturating_sub(at).max(0));
+        }
+        let second = local_ms.div_euclid(1000);
+        if self.last_sample.as_ref().is_none_or(|(s, _)| *s != second) {
+            let totals: HashMap<String, u64> = self
+                .live
+                .conns
+                .iter()
+                .filter_map(|(addr, c)| c.stats.as_ref().map(|s| (addr.clone(), data::finished(s))))
+                .collect();
+            if let Some((before_s, before)) = &self.last_sample {
+                // Only what each connection finished since the last sample: a new or
+                // reconnected agent's lifetime counters are not a burst.
+                let done: u64 = totals
+                    .iter()
+                    .map(|(addr, t)| t.saturating_sub(*before.get(addr).unwrap_or(t)))
+                    .sum();
+                let secs = u64::try_from(second - before_s).unwrap_or(1).max(1);
+                if self.live.throughput.len() == data::THROUGHPUT_SAMPLES {
+                    self.live.throughput.pop_front();
+                }
+                self.live.throughput.push_back(done / secs);
+            }
+            self.last_sample = Some((second, totals));
+        }
+        if self
+            .status
+            .as_ref()
+            .is_some_and(|s| local_ms - s.at_ms > STATUS_SHOWN_MS)
+        {
+            self.status = None;
+        }
+        let now = self.live.now_ms;
+        for conn in self.live.conns.values_mut() {
+            conn.forget_expired(now);
+        }
+    }
+
+    pub fn local_ms(&self) -> i64 {
+        self.local_ms
+    }
+
+    fn heard_db_time(&mut self, db_ms: i64) {
+        if db_ms > 0 {
+            self.db_heard = Some((db_ms, self.local_ms));
+            self.live.now_ms = self.live.now_ms.max(db_ms);
+        }
+    }
+
+    /// Applies what the network side learnt.
+    pub fn apply(&mut self, event: Event) {
+        match event {
+            Event::Watch { addr, update } => {
+                self.heard_db_time(update.now_ms);
+                let local = self.local_ms;
+                let conn = self
+                    .live
+                    .conns
+                    .entry(addr.clone())
+                    .or_insert_with(|| Conn::new(addr));
+                let applied = conn.apply(update, local);
+                self.push_renewals(applied.renewals);
+            }
+            Event::Conn { addr, conn } => {
+                let local = self.local_ms;
+                let now = self.live.now_ms;
+                let c = self
+                    .live
+                    .conns
+                    .entry(addr.clone())
+                    .or_insert_with(|| Conn::new(addr));
+                let gone = conn == ConnEvent::Gone;
+                let mut lost = c.set_link(conn, local);
+                for e in &mut lost {
+                    e.at_ms = now;
+                }
+                self.push_renewals(lost);
+                if gone {
+                    // A stopped agent's row stays in the registry; its connection goes.
+                    self.live.conns.retain(|_, c| c.link != Link::Gone);
+                }
+            }
+            Event::Agents(agents) => {
+                self.heard_db_time(agents.now_ms);
+                self.apply_role(&agents.caller_role);
+                self.live.registry = fleet::Registry {
+                    now_ms: agents.now_ms,
+                    stale_after_ms: agents.stale_after_ms,
+                    caller_role: agents.caller_role,
+                    agents: agents.agents,
+                    received_ms: Some(self.local_ms),
+                };
+            }
+            Event::Overview(overview) => {
+                self.heard_db_time(overview.now_ms);
+                self.live.overview = Some(overview);
+            }
+            Event::Reply { id, reply } => self.apply_reply(id, reply),
+        }
+    }
+
+    fn apply_role(&mut self, role: &str) {
+        if role == "viewer" && self.read_only.is_none() {
+            self.read_only = Some("a viewer token: actions are refused".into());
+        }
+    }
+
+    fn push_renewals(&mut self, events: Vec<RenewalEvent>) {
+        for e in events {
+            if self.live.renewals.len() == data::RENEWAL_HISTORY {
+                self.live.renewals.pop_front();
+            }
+            self.live.renewals.push_back(e);
+        }
+    }
+
+    fn apply_reply(&mut self, id: u64, reply: Result<Reply, String>) {
+        let Some(pending) = self.pending.remove(&id) else {
+            return;
+        };
+        match (pending, reply) {
+            (Pending::DeadPage { filter, append }, reply) => {
+                let dead = &mut self.live.dead;
+                if dead.filter != filter {
+                    return; // superseded by a newer filter
+                }
+                dead.loading = false;
+                match reply {
+                    Ok(Reply::Page(page)) => {
+                        self.heard_db_time(page.now_ms);
+                        let dead = &mut self.live.dead;
+                        if append {
+                            let known: BTreeSet<i64> = dead.tasks.iter().map(|t| t.id).collect();
+                            dead.tasks
+                                .extend(page.tasks.into_iter().filter(|t| !known.contains(&t.id)));
+                        } else {
+                            dead.tasks = page.tasks;
+                        }
+                        dead.next_before_id = page.next_before_id;
+                        dead.error = None;
+                        dead.loaded = true;
+                    }
+                    Ok(_) => {}
+                    Err(e) => self.live.dead.error = Some(e),
+                }
+            }
+            (Pending::Task { id: task }, reply) => {
+                for overlay in self.overlays.iter_mut() {
+                    if let Overlay::Detail(d) = overlay
+                        && d.id == task
+                    {
+                        match &reply {
+                            Ok(Reply::Task(t)) => {
+                                d.reply = Some(t.clone());
+                                d.error = None;
+                            }
+                            Ok(_) => {}
+                            Err(e) => d.error = Some(e.clone()),
+                        }
+                    }
+                }
+                if let Ok(Reply::Task(t)) = reply {
+                    self.heard_db_time(t.now_ms);
+                }
+            }
+            (Pending::DryRun, reply) => {
+                for overlay in self.overlays.iter_mut() {
+                    if let Overlay::Confirm(c) = overlay
+                        && c.count.is_none()
+                    {
+                        match &reply {
+                            Ok(Reply::Count(n)) => c.count = Some(*n),
+                            Ok(_) => {}
+                            Err(e) => c.error = Some(e.clone()),
+                        }
+                    }
+                }
+            }
+            (Pending::Action { log }, reply) => {
+                let result = match reply {
+                    Ok(Reply::Action { summary, failed }) => {
+                        self.set_status(summary.clone(), failed > 0);
+                        if failed > 0 {
+                            Err(summary)
+                        } else {
+                            Ok(summary)
+                        }
+                    }
+                    Ok(Reply::Count(n)) => {
+                        let text = format!("{n} tasks");
+                        self.set_status(text.clone(), false);
+                        Ok(text)
+                    }
+                    Ok(_) => Ok("done".into()),
+                    Err(e) => {
+                        self.set_status(e.clone(), true);
+                        Err(e)
+                    }
+                };
+                self.log_result(log, result);
+            }
+        }
+    }
+
+    /// The keys of the current view's rows, in display order.
+    pub fn row_keys(&self, view: View) -> Vec<String> {
+        let data = self.data();
+        let table = &self.tables[view.index()];
+        let sort = self.sort_key(view);
+        match view {
+            View::Leases | View::Slow | View::Renewals => data
+                .lease_rows(view, &table.filter, sort, table.reverse)
+                .iter()
+                .map(|r| r.held.lease.task_id.to_string())
+                .collect(),
+            View::Dead => data
+                .dead_rows(sort, table.reverse)
+                .iter()
+                .map(|t| t.id.to_string())
+                .collect(),
+            View::Types => data
+                .type_rows(&table.filter, sort, table.reverse)
+                .iter()
+                .map(|t| t.task_type.clone())
+                .collect(),
+            View::Agents => data
+                .agent_rows(&table.filter, sort, table.reverse)
+                .into_iter()
+                .map(|r| r.key)
+                .collect(),
+        }
+    }
+
+    /// Re-finds the current view's selection among its rows (call after events and keys).
+    pub fn sync_selection(&mut self) {
+        let keys = self.row_keys(self.view);
+        let page = self.page_rows;
+        self.table_mut().sync(&keys, page);
+    }
+
+    /// The selected row's key in the current view.
+    pub fn selected(&self) -> Option<&str> {
+        self.table().selected.as_deref()
+    }
+
+    /// The task ids an action applies to: the marked ones (those still shown in this view)
+    /// if any, else the selected row.
+    pub fn action_ids(&self) -> Vec<i64> {
+        if !self.view.has_tasks() {
+            return Vec::new();
+        }
+        if !self.marks.is_empty() {
+            return self.marks.iter().copied().collect();
+        }
+        self.selected()
+            .and_then(|k| k.parse().ok())
+            .into_iter()
+            .collect()
+    }
+
+    /// The selected lease (Leases, Slow, Renewals).
+    pub fn selected_lease(&self) -> Option<&pb::Lease> {
+        let id: i64 = self.selected()?.parse().ok()?;
+        self.data()
+            .conns
+            .values()
+            .filter_map(|c| c.leases.get(&id))
+            .map(|h| &h.lease)
+            .max_by_key(|l| l.epoch)
+    }
+
+    /// The selected dead letter.
+    pub fn selected_dead(&self) -> Option<&pb::Task> {
+        let id: i64 = self.selected()?.parse().ok()?;
+        self.data().dead.tasks.iter().find(|t| t.id == id)
+    }
+
+    /// The selected type's overview row.
+    pub fn selected_type(&self) -> Option<&pb::TypeSummary> {
+        let name = self.selected()?;
+        self.data()
+            .overview
+            .as_ref()?
+            .types
+            .iter()
+            .find(|t| t.task_type == name)
+    }
+
+    /// The selected agent row.
+    pub fn selected_agent(&self) -> Option<AgentRow<'_>> {
+        let key = self.selected()?;
+        let table = &self.tables[View::Agents.index()];
+        self.data()
+            .agent_rows(&table.filter, self.sort_key(View::Agents), table.reverse)
+            .into_iter()
+            .find(|r| r.key == key)
+    }
+}

@@ -1,0 +1,166 @@
+//! The header: the cluster at a glance (agents up / suspect / down, running against the global
+//! limit, queued, retrying, dead letters, leader, badges), the view tabs with the filter and
+//! marks, and the throughput sparkline with each agent's connection.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use super::text::{dur, untrusted};
+use super::theme::Theme;
+use crate::state::{Link, State, View};
+
+/// Lines the header takes.
+pub const HEIGHT: u16 = 3;
+
+pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) {
+    let data = state.data();
+    let sep = || Span::styled(theme.sep(), theme.dim());
+    let (up, suspect, down) = data.health_counts();
+    let totals = data.totals();
+    // Narrow terminals get short labels so the whole line fits 80 columns.
+    let narrow = area.width < 110;
+    let mut first = Vec::new();
+    if !narrow {
+        first.push(Span::styled("Leasehold", theme.title()));
+        first.push(Span::raw(" "));
+    }
+    if state.read_only.is_some() {
+        first.push(Span::styled(" RO ", theme.badge()));
+        first.push(Span::raw(" "));
+    }
+    if state.frozen.is_some() {
+        first.push(Span::styled(" FROZEN ", theme.badge()));
+        first.push(Span::raw(" "));
+    }
+    let (l_agents, l_suspect, l_running, l_retry) = if narrow {
+        ("", "sus", "run", "retry")
+    } else {
+        ("agents ", "suspect", "running", "retrying")
+    };
+    first.push(Span::raw(format!("{l_agents}{up} up ")));
+    let count = |n: usize, word: &str, style| {
+        if n > 0 {
+            Span::styled(format!("{n} {word}"), style)
+        } else {
+            Span::raw(format!("{n} {word}"))
+        }
+    };
+    first.push(count(suspect, l_suspect, theme.warn()));
+    first.push(Span::raw(" "));
+    first.push(count(down, "down", theme.error()));
+    first.push(sep());
+    let limit = totals.global_limit.map_or_else(
+        || if theme.unicode { "∞" } else { "-" }.to_string(),
+        |n| n.to_string(),
+    );
+    let running = if totals.known {
+        totals.running
+    } else {
+        data.lease_count() as u64
+    };
+    first.push(Span::raw(format!("{l_running} {running}/{limit}")));
+    if totals.global_paused {
+        first.push(Span::styled(" PAUSED", theme.warn()));
+    }
+    if totals.known {
+        first.push(sep());
+        first.push(Span::raw(format!("queued {}", totals.queued)));
+        first.push(sep());
+        first.push(Span::raw(format!("{l_retry} {}", totals.retrying)));
+        first.push(sep());
+        let dead = format!("dead {}", totals.dead);
+        first.push(if totals.dead > 0 {
+            Span::styled(dead, theme.error())
+        } else {
+            Span::raw(dead)
+        });
+    }
+    first.push(sep());
+    first.push(Span::raw(format!(
+        "{} {}",
+        if narrow { "lead" } else { "leader" },
+        data.leader()
+            .map_or_else(|| "-".to_string(), |l| untrusted(l, 24))
+    )));
+
+    let mut tabs = Vec::new();
+    for view in View::ALL {
+        let label = format!("{} {}", view.index() + 1, view.title());
+        if view == state.view {
+            tabs.push(Span::styled(format!("[{label}]"), theme.active_tab()));
+        } else {
+            tabs.push(Span::raw(format!(" {label} ")));
+        }
+    }
+    let filter = &state.table().filter;
+    if !filter.is_empty() {
+        tabs.push(sep());
+        tabs.push(Span::styled(
+            format!("filter: {}", untrusted(filter, 30)),
+            theme.warn(),
+        ));
+    }
+    if !state.marks.is_empty() {
+        tabs.push(sep());
+        tabs.push(Span::styled(
+            format!("{} marked", state.marks.len()),
+            theme.warn(),
+        ));
+    }
+
+    let rate = data.throughput.back().copied().unwrap_or(0);
+    let samples: Vec<u64> = data.throughput.iter().copied().collect();
+    let mut third = vec![
+        Span::raw("done/s "),
+        Span::styled(theme.sparkline(&samples, 20), theme.good()),
+        Span::raw(format!(" {rate:>5}")),
+        sep(),
+    ];
+    let local = state.local_ms();
+    if narrow {
+        let live = data.conns.values().filter(|c| c.link.is_live()).count();
+        third.push(Span::styled(
+            format!("{live}/{} streams live", data.conns.len()),
+            theme.good(),
+        ));
+    }
+    let shown = data.conns.values().filter(|c| !narrow || !c.link.is_live());
+    for (i, conn) in shown.enumerate() {
+        if i > 0 || narrow {
+            third.push(Span::raw("  "));
+        }
+        let name = untrusted(conn.name(), 18);
+        let (word, style) = match &conn.link {
+            Link::Live => (
+                format!(
+                    "{name} live {}",
+                    conn.updated_ms
+                        .map_or_else(|| "-".into(), |u| format!("{} ago", dur(local - u)))
+                ),
+                theme.good(),
+            ),
+            Link::Lost {
+                since_ms,
+                retry_at_ms,
+                ..
+            } => (
+                if narrow {
+                    format!("{name} LOST {}", dur(local - since_ms))
+                } else {
+                    format!(
+                        "{name} LOST {} (retry in {})",
+                        dur(local - since_ms),
+                        dur((retry_at_ms - local).max(0))
+                    )
+                },
+                theme.error(),
+            ),
+            other => (format!("{name} {}", other.word()), theme.warn()),
+        };
+        third.push(Span::styled(word, style));
+    }
+    let lines = vec![Line::from(first), Line::from(tabs), Line::from(third)];
+    frame.render_widget(Paragraph::new(lines), area);
+}

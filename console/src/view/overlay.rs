@@ -1,0 +1,339 @@
+//! What is drawn over a view: the task detail pane, the confirm dialog, help, the action log
+//! and the prompt line.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Flex, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+
+use super::text::{ago, clock, datetime, untrusted};
+use super::theme::Theme;
+use crate::event::LimitScope;
+use crate::input::help_sections;
+use crate::state::{Confirm, Detail, Focus, Prompt, PromptKind, State};
+
+/// Longest payload value shown, in characters (the rest is cut with `…`).
+pub const PAYLOAD_VALUE_CHARS: usize = 120;
+/// Most payload lines shown.
+pub const PAYLOAD_LINES: usize = 200;
+
+fn centered(area: Rect, width_pct: u16, height: u16) -> Rect {
+    let [row] = Layout::vertical([Constraint::Length(height.min(area.height))])
+        .flex(Flex::Center)
+        .areas(area);
+    let [cell] = Layout::horizontal([Constraint::Percentage(width_pct)])
+        .flex(Flex::Center)
+        .areas(row);
+    cell
+}
+
+fn pane<'a>(title: String, theme: Theme) -> Block<'a> {
+    Block::new()
+        .borders(Borders::ALL)
+        .border_set(theme.border())
+        .title(Span::styled(title, theme.title()))
+}
+
+/// The task detail pane.
+pub fn detail(frame: &mut Frame<'_>, area: Rect, d: &Detail, theme: Theme) {
+    let rect = centered(area, 96, area.height.saturating_sub(2));
+    frame.render_widget(Clear, rect);
+    let block = pane(format!(" Task {} ", d.id), theme).title_bottom(Span::styled(
+        " esc back · j/k scroll · x cancel · r requeue ",
+        theme.dim(),
+    ));
+    let width = usize::from(rect.width.saturating_sub(2));
+    let mut lines: Vec<Line<'_>> = Vec::new();
+    match (&d.reply, &d.error) {
+        (_, Some(e)) => lines.push(Line::from(Span::styled(
+            format!("cannot load the task: {}", untrusted(e, 300)),
+            theme.error(),
+        ))),
+        (None, None) => lines.push(Line::from(Span::styled("loading…", theme.dim()))),
+        (Some(r), None) => {
+            let now = r.now_ms;
+            if let Some(t) = &r.task {
+                let status = crate::convert::status(t.status)
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|_| "unknown".into());
+                lines.push(Line::from(vec![
+                    Span::styled("status ", theme.dim()),
+                    Span::styled(status, theme.title()),
+                    Span::styled("  type ", theme.dim()),
+                    Span::raw(untrusted(&t.task_type, 64)),
+                    Span::styled("  attempt ", theme.dim()),
+                    Span::raw(format!("{}/{}", t.attempt, t.max_attempts)),
+                    Span::styled("  priority ", theme.dim()),
+                    Span::raw(t.priority.to_string()),
+                ]));
+                lines.push(Line::from(vec![
+                    Span::styled("created ", theme.dim()),
+                    Span::raw(format!(
+                        "{} ({})",
+                        datetime(t.created_at_ms),
+                        ago(now, t.created_at_ms)
+                    )),
+                    Span::styled("  due ", theme.dim()),
+                    Span::raw(ago(now, t.available_at_ms)),
+                ]));
+                let held = t.status == leasehold_proto::v1::TaskStatus::Running as i32
+                    || t.status == leasehold_proto::v1::TaskStatus::CancelRequested as i32;
+                if held {
+                    lines.push(Line::from(vec![
+                        Span::styled("held by ", theme.dim()),
+                        Span::raw(untrusted(&t.lease_owner, 60)),
+                        Span::styled("  epoch ", theme.dim()),
+                        Span::raw(t.lease_epoch.to_string()),
+                        Span::styled("  lease until ", theme.dim()),
+                        Span::raw(clock(t.lease_until_ms)),
+                    ]));
+                }
+                if !r.why_not_running.is_empty() {
+                    lines.push(Line::from(vec![
+                        Span::styled("why not running: ", theme.warn()),
+                        Span::raw(untrusted(
+                            &r.why_not_running,
+                            width.saturating_sub(18).max(20),
+                        )),
+                    ]));
+                    for b in r.blockers.iter().skip(1) {
+                        lines.push(Line::from(format!(
+                            "  also: {}",
+                            untrusted(&b.message, width.saturating_sub(8))
+                        )));
+                    }
+                }
+                if let Some(e) = &t.last_error {
+                    lines.push(Line::from(vec![
+                        Span::styled("last error ", theme.dim()),
+                        Span::styled(untrusted(&e.code, 40), theme.error()),
+                        Span::raw(": "),
+                        Span::raw(untrusted(&e.message, width.saturating_sub(20).max(20))),
+                    ]));
+                }
+                if !t.progress_json.is_empty() {
+                    lines.push(Line::from(vec![
+                        Span::styled("progress ", theme.dim()),
+                        Span::raw(untrusted(&t.progress_json, width.saturating_sub(10))),
+                    ]));
+                }
+                lines.push(Line::from(""));
+                lines.push(Line::from(Span::styled("Attempts", theme.header())));
+                if r.attempts.is_empty() {
+                    lines.push(Line::from(Span::styled("  none yet", theme.dim())));
+                }
+                for a in &r.attempts {
+                    let error = a
+                        .error
+                        .as_ref()
+                        .map(|e| {
+                            format!(" {}: {}", untrusted(&e.code, 30), untrusted(&e.message, 80))
+                        })
+                        .unwrap_or_default();
+                    let text = format!(
+                        "  #{} epoch {} {} {} → {} {}{error}",
+                        a.attempt,
+                        a.epoch,
+                        untrusted(&a.agent, 30),
+                        clock(a.started_at_ms),
+                        clock(a.finished_at_ms),
+                        untrusted(&a.outcome, 20),
+                    );
+                    lines.push(Line::from(untrusted(&text, width)));
+                }
+                lines.push(Line::from(""));
+                lines.push(Line::from(Span::styled("Payload", theme.header())));
+                for l in payload_lines(&t.payload_json, width) {
+                    lines.push(Line::from(l));
+                }
+                if !t.result_json.is_empty() {
+                    lines.push(Line::from(""));
+                    lines.push(Line::from(Span::styled("Result", theme.header())));
+                    for l in payload_lines(&t.result_json, width) {
+                        lines.push(Line::from(l));
+                    }
+                }
+            }
+        }
+    }
+    let p = Paragraph::new(lines)
+        .block(block)
+        .wrap(Wrap { trim: false })
+        .scroll((d.scroll, 0));
+    frame.render_widget(p, rect);
+}
+
+/// JSON pretty-printed, each line inert and cut, long string values truncated.
+pub fn payload_lines(json: &str, width: usize) -> Vec<String> {
+    let pretty = match serde_json::from_str::<serde_json::Value>(json) {
+        Ok(mut v) => {
+            cut_strings(&mut v);
+            serde_json::to_string_pretty(&v).unwrap_or_else(|_| json.to_string())
+        }
+        Err(_) => json.to_string(),
+    };
+    let mut lines: Vec<String> = pretty
+        .lines()
+        .take(PAYLOAD_LINES)
+        .map(|l| format!("  {}", untrusted(l, width.saturating_sub(2))))
+        .collect();
+    if pretty.lines().count() > PAYLOAD_LINES {
+        lines.push(format!(
+            "  … {} more lines",
+            pretty.lines().count() - PAYLOAD_LINES
+        ));
+    }
+    lines
+}
+
+fn cut_strings(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::String(s) if s.chars().count() > PAYLOAD_VALUE_CHARS => {
+            let total = s.chars().count();
+            let kept: String = s.chars().take(PAYLOAD_VALUE_CHARS).collect();
+            *s = format!("{kept}… ({total} chars)");
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(cut_strings),
+        serde_json::Value::Object(o) => o.values_mut().for_each(cut_strings),
+        _ => {}
+    }
+}
+
+/// The confirm dialog.
+pub fn confirm(frame: &mut Frame<'_>, area: Rect, c: &Confirm, theme: Theme) {
+    let rect = centered(area, 70, 9);
+    frame.render_widget(Clear, rect);
+    let title = format!(" {} {}? ", c.verb.word(), c.what());
+    let block = pane(
+        untrusted(&title, usize::from(rect.width).saturating_sub(4)),
+        theme,
+    );
+    let mut lines = vec![Line::from(vec![
+        Span::styled(format!("{} ", c.verb.word()), theme.error()),
+        Span::raw(c.what()),
+    ])];
+    if let Some(ids) = c.first_ids() {
+        lines.push(Line::from(format!("ids: {ids}")));
+    }
+    if let Some(e) = &c.error {
+        lines.push(Line::from(Span::styled(
+            format!("cannot count: {}", untrusted(e, 120)),
+            theme.error(),
+        )));
+    }
+    if c.needs_typed_count() {
+        let prompt = match c.count {
+            Some(n) => format!("type {n} to confirm: "),
+            None => "counting…".to_string(),
+        };
+        lines.push(Line::from(vec![
+            Span::raw(prompt),
+            Span::styled(format!("{}_", c.typed.text()), theme.key()),
+        ]));
+    } else {
+        lines.push(Line::from(Span::styled(
+            "y confirms · n or esc cancels",
+            theme.dim(),
+        )));
+    }
+    lines.push(Line::from(""));
+    let button = |label: &str, focused: bool| {
+        let text = if focused {
+            format!("[ {label} ]")
+        } else {
+            format!("  {label}  ")
+        };
+        Span::styled(
+            text,
+            if focused {
+                theme.selected()
+            } else {
+                Style::default()
+            },
+        )
+    };
+    lines.push(Line::from(vec![
+        button("Cancel", c.focus == Focus::Cancel),
+        Span::raw("   "),
+        button(c.verb.word(), c.focus == Focus::Confirm),
+    ]));
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        rect,
+    );
+}
+
+use ratatui::style::Style;
+
+/// The help screen, generated from the keymap.
+pub fn help(frame: &mut Frame<'_>, area: Rect, scroll: u16, theme: Theme) {
+    let rect = centered(area, 96, area.height.saturating_sub(2));
+    frame.render_widget(Clear, rect);
+    let block = pane(" Keys (esc closes) ".into(), theme);
+    let mut lines = Vec::new();
+    for (heading, bindings) in help_sections() {
+        lines.push(Line::from(Span::styled(heading, theme.header())));
+        for (keys, help) in bindings {
+            lines.push(Line::from(vec![
+                Span::styled(format!("  {keys:<14}"), theme.key()),
+                Span::raw(help),
+            ]));
+        }
+    }
+    frame.render_widget(Paragraph::new(lines).block(block).scroll((scroll, 0)), rect);
+}
+
+/// The log of actions sent.
+pub fn log(frame: &mut Frame<'_>, area: Rect, state: &State, scroll: u16, theme: Theme) {
+    let rect = centered(area, 96, area.height.saturating_sub(2));
+    frame.render_widget(Clear, rect);
+    let block = pane(format!(" Actions sent ({}) ", state.log.len()), theme);
+    let width = usize::from(rect.width.saturating_sub(2));
+    let mut lines = Vec::new();
+    if state.log.is_empty() {
+        lines.push(Line::from(Span::styled("no action sent yet", theme.dim())));
+    }
+    for e in state.log.iter().rev() {
+        let (result, style) = match &e.result {
+            None => ("waiting…".to_string(), theme.dim()),
+            Some(Ok(s)) => (s.clone(), theme.good()),
+            Some(Err(s)) => (s.clone(), theme.error()),
+        };
+        let text = format!("{} {} → ", clock(e.at_ms), e.what);
+        let left = untrusted(&text, width);
+        let rest = width.saturating_sub(crate::output::text::width(&left));
+        lines.push(Line::from(vec![
+            Span::raw(left),
+            Span::styled(untrusted(&result, rest), style),
+        ]));
+    }
+    frame.render_widget(Paragraph::new(lines).block(block).scroll((scroll, 0)), rect);
+}
+
+/// The prompt line (replaces the footer).
+pub fn prompt(frame: &mut Frame<'_>, area: Rect, p: &Prompt, theme: Theme) {
+    let label = match &p.kind {
+        PromptKind::Filter => "/".to_string(),
+        PromptKind::Command => ":".to_string(),
+        PromptKind::Limit(LimitScope::Global) => "global limit (number or none): ".to_string(),
+        PromptKind::Limit(LimitScope::Type(t)) => {
+            format!("limit of {} (number or none): ", untrusted(t, 30))
+        }
+        PromptKind::Limit(LimitScope::Agent { agent_id, .. }) => {
+            format!("local limit of {} (1-100000): ", untrusted(agent_id, 30))
+        }
+    };
+    let text = p.input.text();
+    let line = Line::from(vec![
+        Span::styled(label.clone(), theme.key()),
+        Span::raw(text.clone()),
+    ]);
+    frame.render_widget(Paragraph::new(line), area);
+    let before: String = text.chars().take(p.input.cursor()).collect();
+    let x = area.x
+        + u16::try_from(crate::output::text::width(&label) + crate::output::text::width(&before))
+            .unwrap_or(0);
+    frame.set_cursor_position((x.min(area.right().saturating_sub(1)), area.y));
+}
