@@ -163,16 +163,12 @@ impl App {
                     Action::PageUp => -(page.max(1) as isize),
                     _ => page.max(1) as isize,
                 };
-                let keys = self.state.row_keys(self.state.view);
-                self.state.table_mut().move_by(&keys, delta, page);
-                self.more_dead_if_at_end(&keys);
+                self.state.move_selection(delta);
+                self.more_dead_if_at_end();
             }
             Action::Top | Action::Bottom => {
-                let keys = self.state.row_keys(self.state.view);
-                self.state
-                    .table_mut()
-                    .jump(&keys, action == Action::Bottom, page);
-                self.more_dead_if_at_end(&keys);
+                self.state.jump_selection(action == Action::Bottom);
+                self.more_dead_if_at_end();
             }
             Action::Open => {
                 if let Some(id) = self.state.selected().and_then(|k| k.parse::<i64>().ok()) {
@@ -184,8 +180,7 @@ impl App {
                     if !self.state.marks.remove(&id) {
                         self.state.marks.insert(id);
                     }
-                    let keys = self.state.row_keys(self.state.view);
-                    self.state.table_mut().move_by(&keys, 1, page);
+                    self.state.move_selection(1);
                 }
             }
             Action::MarkAll => {
@@ -284,11 +279,9 @@ impl App {
         }
     }
 
-    fn more_dead_if_at_end(&mut self, keys: &[String]) {
-        if self.state.view == View::Dead
-            && !keys.is_empty()
-            && self.state.table().index + 1 >= keys.len()
-        {
+    fn more_dead_if_at_end(&mut self) {
+        let rows = self.state.row_count();
+        if self.state.view == View::Dead && rows > 0 && self.state.table().index + 1 >= rows {
             self.load_dead(true);
         }
     }

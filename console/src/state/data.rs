@@ -29,6 +29,8 @@ pub struct Data {
     pub throughput: VecDeque<u64>,
     /// Database time (estimated between updates).
     pub now_ms: i64,
+    /// Bumped by every change, so a cached row order knows it is stale.
+    pub version: u64,
 }
 
 /// The dead letters loaded so far (keyset pages, newest first).
@@ -90,6 +92,13 @@ impl LeaseRow<'_> {
     pub fn lease(&self) -> &pb::Lease {
         &self.held.lease
     }
+}
+
+/// A lease in a view's order: the connection (by position in `conns`) and the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRef {
+    pub conn: usize,
+    pub task_id: i64,
 }
 
 /// One row of the Agents view: a registry entry, a connection, or both.
@@ -154,101 +163,215 @@ pub fn sort_keys(view: View) -> &'static [SortKey] {
     }
 }
 
-/// Case-insensitive substring match of `needle` (already lower case) in any of `fields`.
+/// A hasher for task ids (Fibonacci hashing): the per-frame de-duplication of 10,000 leases
+/// must not pay SipHash for keys no attacker chooses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IdHash;
+
+/// The state of [`IdHash`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IdHasher(u64);
+
+impl std::hash::BuildHasher for IdHash {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_i64(&mut self, n: i64) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Case-insensitive substring match of `needle` (already lower case) in any of `fields`;
+/// ASCII fields are compared without allocating.
 fn matches(needle: &str, fields: &[&str]) -> bool {
-    needle.is_empty() || fields.iter().any(|f| f.to_lowercase().contains(needle))
+    if needle.is_empty() {
+        return true;
+    }
+    fields.iter().any(|f| {
+        if f.is_ascii() && needle.is_ascii() {
+            let (h, n) = (f.as_bytes(), needle.as_bytes());
+            n.len() <= h.len() && h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
+        } else {
+            f.to_lowercase().contains(needle)
+        }
+    })
 }
 
 impl Data {
-    /// Every held lease, one per task: when two agents report the same task (a stale holder
-    /// and its successor) the higher epoch wins.
-    fn leases(&self) -> Vec<LeaseRow<'_>> {
-        let mut best: HashMap<i64, LeaseRow<'_>> = HashMap::new();
-        for conn in self.conns.values() {
-            for held in conn.leases.values() {
-                let row = self.lease_row(conn, held);
-                match best.get(&held.lease.task_id) {
-                    Some(b) if b.held.lease.epoch >= held.lease.epoch => {}
-                    _ => {
-                        best.insert(held.lease.task_id, row);
-                    }
-                }
-            }
-        }
-        best.into_values().collect()
-    }
-
-    fn lease_row<'a>(&self, conn: &'a Conn, held: &'a Held) -> LeaseRow<'a> {
-        let l = &held.lease;
-        let left_ms = l.lease_until_ms.saturating_sub(self.now_ms);
-        let suspect = match &conn.link {
+    /// Why a lease is suspect, if it is.
+    fn suspect(&self, conn: &Conn, l: &pb::Lease) -> Option<Suspect> {
+        match &conn.link {
             Link::Lost { .. } | Link::Gone => Some(Suspect::AgentLost),
             Link::Closing => Some(Suspect::Closing),
-            Link::Connecting | Link::Live if left_ms < 0 => Some(Suspect::Expired),
+            _ if l.lease_until_ms < self.now_ms => Some(Suspect::Expired),
             _ if l.renewal_failures > 0 => Some(Suspect::Failing {
                 consecutive: l.renewal_failures,
                 reason: l.renewal_failure_reason.clone(),
             }),
             _ => None,
-        };
-        LeaseRow {
-            conn,
-            held,
-            left_ms,
-            age_ms: self.now_ms.saturating_sub(l.started_at_ms).max(0),
-            since_renewal_ms: self.now_ms.saturating_sub(l.heartbeat_at_ms).max(0),
-            suspect,
         }
     }
 
-    /// The rows of the Leases (all), Slow (flagged slow) or Renewals (suspect) view.
-    pub fn lease_rows(
+    /// True when [`Data::suspect`] would say something (without making its words).
+    fn is_suspect(&self, conn: &Conn, l: &pb::Lease) -> bool {
+        matches!(conn.link, Link::Lost { .. } | Link::Gone | Link::Closing)
+            || l.lease_until_ms < self.now_ms
+            || l.renewal_failures > 0
+    }
+
+    /// The row of one lease.
+    pub fn lease_row(&self, r: LeaseRef) -> Option<LeaseRow<'_>> {
+        let conn = self.conns.values().nth(r.conn)?;
+        let held = conn.leases.get(&r.task_id)?;
+        let l = &held.lease;
+        Some(LeaseRow {
+            conn,
+            held,
+            left_ms: l.lease_until_ms.saturating_sub(self.now_ms),
+            age_ms: self.now_ms.saturating_sub(l.started_at_ms).max(0),
+            since_renewal_ms: self.now_ms.saturating_sub(l.heartbeat_at_ms).max(0),
+            suspect: self.suspect(conn, l),
+        })
+    }
+
+    /// The Leases (all), Slow (flagged slow) or Renewals (suspect) view's rows in display
+    /// order, one per task: when two agents report the same task (a stale holder and its
+    /// successor) the higher epoch wins. Rows are references; [`Data::lease_row`] makes a
+    /// row to draw, so a frame only builds the rows it shows.
+    pub fn lease_order(
         &self,
         view: View,
         filter: &str,
         sort: SortKey,
         reverse: bool,
-    ) -> Vec<LeaseRow<'_>> {
+    ) -> Vec<LeaseRef> {
+        /// One lease, read once: its sort key, id, epoch, connection and the lease itself.
+        struct Entry<'a> {
+            key: i64,
+            id: i64,
+            epoch: i64,
+            conn: usize,
+            held: &'a Held,
+        }
+        let conns: Vec<&Conn> = self.conns.values().collect();
+        let total: usize = conns.iter().map(|c| c.leases.len()).sum();
+        let agent_rank: Vec<i64> = {
+            let mut by_name: Vec<usize> = (0..conns.len()).collect();
+            by_name.sort_by_key(|i| conns[*i].name());
+            let mut rank = vec![0; conns.len()];
+            for (r, i) in by_name.into_iter().enumerate() {
+                rank[i] = i64::try_from(r).unwrap_or(i64::MAX);
+            }
+            rank
+        };
+        let mut rows: Vec<Entry<'_>> = Vec::with_capacity(total);
+        for (conn, c) in conns.iter().enumerate() {
+            for held in c.leases.values() {
+                let l = &held.lease;
+                let key = match sort {
+                    // Longest running first: the earliest start.
+                    SortKey::Age => l.started_at_ms,
+                    SortKey::Id => l.task_id,
+                    SortKey::Agent => agent_rank[conn],
+                    // Ranked below, once the names are known.
+                    SortKey::Type => 0,
+                    // Least time left first: the earliest lease end.
+                    _ => l.lease_until_ms,
+                };
+                rows.push(Entry {
+                    key,
+                    id: l.task_id,
+                    epoch: l.epoch,
+                    conn,
+                    held,
+                });
+            }
+        }
+        if conns.len() > 1 {
+            // One row per task: the highest epoch when two connections report it.
+            let mut best: HashMap<i64, (i64, usize), IdHash> =
+                HashMap::with_capacity_and_hasher(rows.len(), IdHash);
+            let mut duplicated = false;
+            for (n, e) in rows.iter().enumerate() {
+                match best.get_mut(&e.id) {
+                    Some(b) => {
+                        duplicated = true;
+                        if e.epoch > b.0 {
+                            *b = (e.epoch, n);
+                        }
+                    }
+                    None => {
+                        best.insert(e.id, (e.epoch, n));
+                    }
+                }
+            }
+            if duplicated {
+                let mut n = 0;
+                rows.retain(|e| {
+                    let keep = best.get(&e.id).is_some_and(|b| b.1 == n);
+                    n += 1;
+                    keep
+                });
+            }
+        }
+        match view {
+            View::Slow => rows.retain(|e| e.held.lease.slow),
+            View::Renewals => rows.retain(|e| self.is_suspect(conns[e.conn], &e.held.lease)),
+            _ => {}
+        }
         let needle = filter.trim().to_lowercase();
-        let mut rows: Vec<LeaseRow<'_>> = self
-            .leases()
+        if !needle.is_empty() {
+            let mut id_text = String::new();
+            rows.retain(|e| {
+                let l = &e.held.lease;
+                let conn = conns[e.conn];
+                id_text.clear();
+                let _ = std::fmt::Write::write_fmt(&mut id_text, format_args!("{}", l.task_id));
+                matches(&needle, &[&id_text, &l.task_type, conn.name(), &l.owner])
+                    || (self.is_suspect(conn, l)
+                        && self
+                            .suspect(conn, l)
+                            .is_some_and(|s| matches(&needle, &[&s.word()])))
+            });
+        }
+        if sort == SortKey::Type {
+            // Rank the few distinct names, so no string is compared per row.
+            let names: std::collections::BTreeSet<&str> = rows
+                .iter()
+                .map(|e| e.held.lease.task_type.as_str())
+                .collect();
+            let rank: HashMap<&str, i64> = names.into_iter().zip(0..).collect();
+            for e in &mut rows {
+                e.key = rank
+                    .get(e.held.lease.task_type.as_str())
+                    .copied()
+                    .unwrap_or(0);
+            }
+        }
+        rows.sort_unstable_by_key(|e| (e.key, e.id));
+        let mut order: Vec<LeaseRef> = rows
             .into_iter()
-            .filter(|r| match view {
-                View::Slow => r.held.lease.slow,
-                View::Renewals => r.suspect.is_some(),
-                _ => true,
-            })
-            .filter(|r| {
-                let l = &r.held.lease;
-                let reason = r.suspect.as_ref().map(Suspect::word).unwrap_or_default();
-                matches(
-                    &needle,
-                    &[
-                        &l.task_id.to_string(),
-                        &l.task_type,
-                        r.conn.name(),
-                        &l.owner,
-                        &reason,
-                    ],
-                )
+            .map(|e| LeaseRef {
+                conn: e.conn,
+                task_id: e.id,
             })
             .collect();
-        let id = |r: &LeaseRow<'_>| r.held.lease.task_id;
-        match sort {
-            SortKey::Age => rows.sort_by_key(|r| (Reverse(r.age_ms), id(r))),
-            SortKey::Type => rows.sort_by(|a, b| {
-                (&a.held.lease.task_type, id(a)).cmp(&(&b.held.lease.task_type, id(b)))
-            }),
-            SortKey::Agent => {
-                rows.sort_by(|a, b| (a.conn.name(), id(a)).cmp(&(b.conn.name(), id(b))))
-            }
-            SortKey::Id => rows.sort_by_key(id),
-            _ => rows.sort_by_key(|r| (r.left_ms, id(r))),
-        }
         if reverse {
-            rows.reverse();
+            order.reverse();
         }
-        rows
+        order
     }
 
     /// The loaded dead letters, filtered by the server, sorted here.

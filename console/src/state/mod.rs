@@ -13,15 +13,16 @@ pub mod fleet;
 pub mod prompt;
 pub mod table;
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use leasehold_proto::v1 as pb;
 
 use crate::event::{ConnEvent, Event, Reply};
-pub use data::{AgentRow, Data, LeaseRow, SortKey, Suspect, Totals, sort_keys};
+pub use data::{AgentRow, Data, LeaseRef, LeaseRow, SortKey, Suspect, Totals, sort_keys};
 pub use dialog::{Confirm, Detail, Focus, Overlay, Prompt, PromptKind, Targets, Verb};
 pub use fleet::{Conn, Health, Link, RenewalEvent, RenewalKind};
-pub use table::Table;
+pub use table::{RowKeys, Table};
 
 /// Entries kept in the action log.
 pub const LOG_ENTRIES: usize = 200;
@@ -142,6 +143,56 @@ pub enum Pending {
     Action { log: u64 },
 }
 
+/// What a cached lease order answers: the data's version and the view's parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OrderKey {
+    frozen: bool,
+    version: u64,
+    view: View,
+    filter: String,
+    sort: SortKey,
+    reverse: bool,
+    /// Only the Renewals view depends on the time (a lease expires into it).
+    now_ms: Option<i64>,
+}
+
+/// The sort key `table` has in `view`.
+fn table_sort(view: View, table: &Table) -> SortKey {
+    let keys = sort_keys(view);
+    keys[table.sort % keys.len()]
+}
+
+/// The rows of a view for the selection: lease references, or row keys.
+#[derive(Debug)]
+pub enum Keys<'a> {
+    Leases(Cow<'a, [LeaseRef]>),
+    Names(Vec<String>),
+}
+
+impl RowKeys for Keys<'_> {
+    fn count(&self) -> usize {
+        match self {
+            Keys::Leases(l) => l.len(),
+            Keys::Names(n) => n.len(),
+        }
+    }
+    fn find(&self, key: &str) -> Option<usize> {
+        match self {
+            Keys::Leases(l) => {
+                let id: i64 = key.parse().ok()?;
+                l.iter().position(|r| r.task_id == id)
+            }
+            Keys::Names(n) => n.iter().position(|k| k == key),
+        }
+    }
+    fn key_at(&self, index: usize) -> Option<String> {
+        match self {
+            Keys::Leases(l) => l.get(index).map(|r| r.task_id.to_string()),
+            Keys::Names(n) => n.get(index).cloned(),
+        }
+    }
+}
+
 /// Everything the console shows.
 #[derive(Debug, Clone, Default)]
 pub struct State {
@@ -169,6 +220,8 @@ pub struct State {
     /// Local time now and of the last database time heard.
     local_ms: i64,
     db_heard: Option<(i64, i64)>,
+    /// The last lease order computed, reused by the frame while nothing changed.
+    order: Option<(OrderKey, std::sync::Arc<Vec<LeaseRef>>)>,
     /// Local second of the last throughput sample, and each connection's finished total then.
     last_sample: Option<(i64, HashMap<String, u64>)>,
 }
@@ -197,8 +250,7 @@ impl State {
 
     /// The sort key of the current view.
     pub fn sort_key(&self, view: View) -> SortKey {
-        let keys = sort_keys(view);
-        keys[self.tables[view.index()].sort % keys.len()]
+        table_sort(view, &self.tables[view.index()])
     }
 
     /// The overlay that has the keys.
@@ -284,8 +336,12 @@ impl State {
             self.status = None;
         }
         let now = self.live.now_ms;
+        let before = self.live.lease_count();
         for conn in self.live.conns.values_mut() {
             conn.forget_expired(now);
+        }
+        if self.live.lease_count() != before {
+            self.live.version += 1;
         }
     }
 
@@ -302,6 +358,7 @@ impl State {
 
     /// Applies what the network side learnt.
     pub fn apply(&mut self, event: Event) {
+        self.live.version += 1;
         match event {
             Event::Watch { addr, update } => {
                 self.heard_db_time(update.now_ms);
@@ -455,40 +512,124 @@ impl State {
         }
     }
 
-    /// The keys of the current view's rows, in display order.
-    pub fn row_keys(&self, view: View) -> Vec<String> {
+    fn order_key(&self, view: View, table: &Table) -> OrderKey {
         let data = self.data();
-        let table = &self.tables[view.index()];
-        let sort = self.sort_key(view);
-        match view {
-            View::Leases | View::Slow | View::Renewals => data
-                .lease_rows(view, &table.filter, sort, table.reverse)
-                .iter()
-                .map(|r| r.held.lease.task_id.to_string())
-                .collect(),
-            View::Dead => data
-                .dead_rows(sort, table.reverse)
-                .iter()
-                .map(|t| t.id.to_string())
-                .collect(),
-            View::Types => data
-                .type_rows(&table.filter, sort, table.reverse)
-                .iter()
-                .map(|t| t.task_type.clone())
-                .collect(),
-            View::Agents => data
-                .agent_rows(&table.filter, sort, table.reverse)
-                .into_iter()
-                .map(|r| r.key)
-                .collect(),
+        OrderKey {
+            frozen: self.frozen.is_some(),
+            version: data.version,
+            view,
+            filter: table.filter.clone(),
+            sort: table_sort(view, table),
+            reverse: table.reverse,
+            now_ms: (view == View::Renewals).then_some(data.now_ms),
         }
+    }
+
+    /// A lease view's rows in display order: the cached order when nothing changed since it
+    /// was computed, else a fresh one.
+    pub fn lease_order(&self, view: View) -> Cow<'_, [LeaseRef]> {
+        self.lease_order_with(view, &self.tables[view.index()])
+    }
+
+    fn lease_order_with(&self, view: View, table: &Table) -> Cow<'_, [LeaseRef]> {
+        let key = self.order_key(view, table);
+        if let Some((cached, order)) = &self.order
+            && *cached == key
+        {
+            return Cow::Borrowed(order.as_slice());
+        }
+        Cow::Owned(
+            self.data()
+                .lease_order(view, &table.filter, key.sort, table.reverse),
+        )
+    }
+
+    /// Computes and keeps the current lease view's order (call before drawing).
+    fn refresh_order(&mut self) {
+        let view = self.view;
+        if !matches!(view, View::Leases | View::Slow | View::Renewals) {
+            return;
+        }
+        let key = self.order_key(view, &self.tables[view.index()]);
+        if self.order.as_ref().is_some_and(|(k, _)| *k == key) {
+            return;
+        }
+        let t = &self.tables[view.index()];
+        let order = self
+            .data()
+            .lease_order(view, &t.filter, key.sort, t.reverse);
+        self.order = Some((key, std::sync::Arc::new(order)));
+    }
+
+    fn keys_with(&self, view: View, table: &Table) -> Keys<'_> {
+        let data = self.data();
+        let sort = table_sort(view, table);
+        match view {
+            View::Leases | View::Slow | View::Renewals => {
+                Keys::Leases(self.lease_order_with(view, table))
+            }
+            View::Dead => Keys::Names(
+                data.dead_rows(sort, table.reverse)
+                    .iter()
+                    .map(|t| t.id.to_string())
+                    .collect(),
+            ),
+            View::Types => Keys::Names(
+                data.type_rows(&table.filter, sort, table.reverse)
+                    .iter()
+                    .map(|t| t.task_type.clone())
+                    .collect(),
+            ),
+            View::Agents => Keys::Names(
+                data.agent_rows(&table.filter, sort, table.reverse)
+                    .into_iter()
+                    .map(|r| r.key)
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The keys of a view's rows, in display order (for tests and the app's bulk marks).
+    pub fn row_keys(&self, view: View) -> Vec<String> {
+        let keys = self.keys_with(view, &self.tables[view.index()]);
+        (0..keys.count()).filter_map(|i| keys.key_at(i)).collect()
+    }
+
+    /// Runs `f` on the current view's table with its rows.
+    fn with_table(&mut self, f: impl FnOnce(&mut Table, &Keys<'_>)) {
+        self.refresh_order();
+        let i = self.view.index();
+        let mut table = std::mem::take(&mut self.tables[i]);
+        {
+            let keys = self.keys_with(self.view, &table);
+            f(&mut table, &keys);
+        }
+        self.tables[i] = table;
     }
 
     /// Re-finds the current view's selection among its rows (call after events and keys).
     pub fn sync_selection(&mut self) {
-        let keys = self.row_keys(self.view);
         let page = self.page_rows;
-        self.table_mut().sync(&keys, page);
+        self.with_table(|t, keys| {
+            t.sync(keys, page);
+        });
+    }
+
+    /// Moves the selection by `delta` rows.
+    pub fn move_selection(&mut self, delta: isize) {
+        let page = self.page_rows;
+        self.with_table(|t, keys| t.move_by(keys, delta, page));
+    }
+
+    /// Selects the first or the last row.
+    pub fn jump_selection(&mut self, to_end: bool) {
+        let page = self.page_rows;
+        self.with_table(|t, keys| t.jump(keys, to_end, page));
+    }
+
+    /// Rows in the current view.
+    pub fn row_count(&self) -> usize {
+        self.keys_with(self.view, self.table()).count()
     }
 
     /// The selected row's key in the current view.

@@ -4,6 +4,26 @@
 //! number, so rows arriving, leaving or re-sorting under the cursor never move it to another
 //! task. When the selected row leaves, the selection passes to the row now at its position.
 
+/// The rows of a table as the selection sees them: how many, where a key is, the key at a
+/// position. Lease views answer from their cached order without making a string per row.
+pub trait RowKeys {
+    fn count(&self) -> usize;
+    fn find(&self, key: &str) -> Option<usize>;
+    fn key_at(&self, index: usize) -> Option<String>;
+}
+
+impl<S: AsRef<str>> RowKeys for [S] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn find(&self, key: &str) -> Option<usize> {
+        self.iter().position(|k| k.as_ref() == key)
+    }
+    fn key_at(&self, index: usize) -> Option<String> {
+        self.get(index).map(|k| k.as_ref().to_string())
+    }
+}
+
 /// The table part of one view.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Table {
@@ -24,27 +44,24 @@ pub struct Table {
 impl Table {
     /// Re-finds the selection among `keys` (in display order) and keeps it visible in a page
     /// of `page` rows; the selected index.
-    pub fn sync<S: AsRef<str>>(&mut self, keys: &[S], page: usize) -> Option<usize> {
-        if keys.is_empty() {
+    pub fn sync<K: RowKeys + ?Sized>(&mut self, keys: &K, page: usize) -> Option<usize> {
+        if keys.count() == 0 {
             self.offset = 0;
             self.index = 0;
             return None;
         }
-        let found = self
-            .selected
-            .as_deref()
-            .and_then(|k| keys.iter().position(|key| key.as_ref() == k));
-        let index = found.unwrap_or_else(|| self.index.min(keys.len() - 1));
+        let found = self.selected.as_deref().and_then(|k| keys.find(k));
+        let index = found.unwrap_or_else(|| self.index.min(keys.count() - 1));
         self.select_index(keys, index, page);
         Some(index)
     }
 
     /// Moves the selection by `delta` rows (clamped to the table).
-    pub fn move_by<S: AsRef<str>>(&mut self, keys: &[S], delta: isize, page: usize) {
+    pub fn move_by<K: RowKeys + ?Sized>(&mut self, keys: &K, delta: isize, page: usize) {
         let Some(current) = self.sync(keys, page) else {
             return;
         };
-        let last = keys.len() - 1;
+        let last = keys.count() - 1;
         let target = if delta < 0 {
             current.saturating_sub(delta.unsigned_abs())
         } else {
@@ -54,17 +71,17 @@ impl Table {
     }
 
     /// Selects the first (`false`) or last (`true`) row.
-    pub fn jump<S: AsRef<str>>(&mut self, keys: &[S], to_end: bool, page: usize) {
-        if keys.is_empty() {
+    pub fn jump<K: RowKeys + ?Sized>(&mut self, keys: &K, to_end: bool, page: usize) {
+        if keys.count() == 0 {
             return;
         }
-        let index = if to_end { keys.len() - 1 } else { 0 };
+        let index = if to_end { keys.count() - 1 } else { 0 };
         self.select_index(keys, index, page);
     }
 
-    fn select_index<S: AsRef<str>>(&mut self, keys: &[S], index: usize, page: usize) {
+    fn select_index<K: RowKeys + ?Sized>(&mut self, keys: &K, index: usize, page: usize) {
         self.index = index;
-        self.selected = keys.get(index).map(|k| k.as_ref().to_string());
+        self.selected = keys.key_at(index);
         let page = page.max(1);
         if index < self.offset {
             self.offset = index;
@@ -72,7 +89,7 @@ impl Table {
             self.offset = index + 1 - page;
         }
         // Never leave blank rows below the table when it could show more.
-        let max_offset = keys.len().saturating_sub(page);
+        let max_offset = keys.count().saturating_sub(page);
         self.offset = self.offset.min(max_offset);
     }
 }
@@ -84,38 +101,38 @@ mod tests {
     #[test]
     fn the_selection_follows_its_key_when_rows_move() {
         let mut t = Table::default();
-        t.sync(&["3", "1", "2"], 10);
-        t.move_by(&["3", "1", "2"], 1, 10);
+        t.sync(&["3", "1", "2"][..], 10);
+        t.move_by(&["3", "1", "2"][..], 1, 10);
         assert_eq!(t.selected.as_deref(), Some("1"));
         // A row arrives above it: still "1", now at index 2.
-        assert_eq!(t.sync(&["9", "3", "1", "2"], 10), Some(2));
+        assert_eq!(t.sync(&["9", "3", "1", "2"][..], 10), Some(2));
         assert_eq!(t.selected.as_deref(), Some("1"));
     }
 
     #[test]
     fn when_the_selected_row_leaves_its_neighbour_takes_its_place() {
         let mut t = Table::default();
-        t.jump(&["a", "b", "c"], true, 10);
-        t.move_by(&["a", "b", "c"], -1, 10);
+        t.jump(&["a", "b", "c"][..], true, 10);
+        t.move_by(&["a", "b", "c"][..], -1, 10);
         assert_eq!(t.selected.as_deref(), Some("b"));
-        assert_eq!(t.sync(&["a", "c"], 10), Some(1));
+        assert_eq!(t.sync(&["a", "c"][..], 10), Some(1));
         assert_eq!(t.selected.as_deref(), Some("c"));
-        assert_eq!(t.sync(&["a"], 10), Some(0));
+        assert_eq!(t.sync(&["a"][..], 10), Some(0));
         assert_eq!(t.selected.as_deref(), Some("a"));
-        assert_eq!(t.sync::<&str>(&[], 10), None);
+        assert_eq!(t.sync::<[&str]>(&[][..], 10), None);
     }
 
     #[test]
     fn scrolling_keeps_the_selection_in_the_page() {
         let keys: Vec<String> = (0..100).map(|i| i.to_string()).collect();
         let mut t = Table::default();
-        t.move_by(&keys, 30, 10);
+        t.move_by(&keys[..], 30, 10);
         assert_eq!((t.index, t.offset), (30, 21));
-        t.move_by(&keys, -5, 10);
+        t.move_by(&keys[..], -5, 10);
         assert_eq!((t.index, t.offset), (25, 21));
-        t.move_by(&keys, -25, 10);
+        t.move_by(&keys[..], -25, 10);
         assert_eq!((t.index, t.offset), (0, 0));
-        t.move_by(&keys, 1000, 10);
+        t.move_by(&keys[..], 1000, 10);
         assert_eq!((t.index, t.offset), (99, 90));
     }
 }

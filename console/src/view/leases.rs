@@ -24,11 +24,9 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
     };
     let data = state.data();
     let t = state.table();
-    let rows = data.lease_rows(view, &t.filter, state.sort_key(view), t.reverse);
-    let selected = t.selected.as_deref().and_then(|k| {
-        rows.iter()
-            .position(|r| r.held.lease.task_id.to_string() == k)
-    });
+    let rows = state.lease_order(view);
+    let selected_id: Option<i64> = t.selected.as_deref().and_then(|k| k.parse().ok());
+    let selected = selected_id.and_then(|id| rows.iter().position(|r| r.task_id == id));
     let wide = area.width >= 120;
     let spec = Spec {
         title: title(state, view, rows.len(), theme),
@@ -94,7 +92,8 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
     let range = table::visible(&spec, table_area);
     let cells = rows[range.clone()]
         .iter()
-        .map(|r| row(r, state, theme, wide, data.now_ms))
+        .filter_map(|r| data.lease_row(*r))
+        .map(|r| row(&r, state, theme, wide, data.now_ms))
         .collect();
     table::draw(frame, table_area, theme, spec, cells, range);
     if let Some(events_area) = events_area {
