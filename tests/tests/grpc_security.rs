@@ -350,6 +350,20 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
         "viewer may list agents"
     );
     assert_eq!(
+        agents.caller_role, "viewer",
+        "the console learns it is read-only"
+    );
+    assert!(agents.stale_after_ms > 0);
+    let overview = viewer
+        .get_overview(pb::GetOverviewRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        overview.types.iter().any(|t| t.task_type == "email.send"),
+        "viewer may read the overview: {overview:?}"
+    );
+    assert_eq!(
         audit_after(&db.pool, seen).await,
         Vec::<AuditRow>::new(),
         "reads are not actions: no audit rows"
@@ -468,6 +482,13 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
         )],
         "the operator's call is audited with its token's name"
     );
+    let role = op
+        .list_agents(pb::ListAgentsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .caller_role;
+    assert_eq!(role, "operator");
     // Positive control: the operator may do what the viewer could not.
     op.pause_type(pb::PauseTypeRequest {
         task_type: "email.send".into(),
