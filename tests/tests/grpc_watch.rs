@@ -321,6 +321,37 @@ async fn db_claims(pool: &PgPool, id: &str) -> (u64, u64) {
     (claimed as u64, succeeded as u64)
 }
 
+/// Checks that every lease of a new stream's snapshot is at least as new as the same lease (same
+/// epoch) in a view taken before the request: same claim, times no older, flags kept. Returns
+/// how many of the compared leases had been renewed since their claim.
+fn assert_no_older(
+    cycle: usize,
+    before: &BTreeMap<i64, pb::Lease>,
+    snapshot: &BTreeMap<i64, pb::Lease>,
+) -> usize {
+    let mut renewed = 0;
+    for (id, old) in before {
+        let Some(new) = snapshot.get(id).filter(|l| l.epoch == old.epoch) else {
+            continue;
+        };
+        let same_claim = (&new.owner, &new.task_type, new.attempt, new.started_at_ms)
+            == (&old.owner, &old.task_type, old.attempt, old.started_at_ms);
+        assert!(
+            same_claim
+                && new.lease_until_ms >= old.lease_until_ms
+                && new.heartbeat_at_ms >= old.heartbeat_at_ms
+                && (new.slow || !old.slow)
+                && (new.cancel_requested || !old.cancel_requested),
+            "reconnect {cycle}: the snapshot's lease of task {id} is older than what a watcher \
+             had before the request:\n  before   {old:?}\n  snapshot {new:?}"
+        );
+        if old.heartbeat_at_ms > old.started_at_ms {
+            renewed += 1;
+        }
+    }
+    renewed
+}
+
 /// `VmRSS` of a process, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -676,11 +707,14 @@ async fn a_reconnecting_watcher_rebuilds_the_same_view() {
         }
     });
     let mut client = connect(&addr).await.unwrap();
+    let mut renewed_compared = 0;
     for cycle in 0..MIDFLOW + QUICK {
         if cycle % 2 == 1 {
             // A new connection: the old one goes away with its stream.
             client = connect(&addr).await.unwrap();
         }
+        // What the steady watcher had before this request: the snapshot must be no older.
+        let before = steady.now().view.leases;
         let mut stream = client
             .watch(pb::WatchRequest {})
             .await
@@ -696,7 +730,11 @@ async fn a_reconnecting_watcher_rebuilds_the_same_view() {
                 .unwrap()
                 .expect("the stream stays open");
             let has_deltas = !update.deltas.is_empty();
+            let snapshot = update.seq == 0;
             view.apply(update).unwrap();
+            if snapshot {
+                renewed_compared += assert_no_older(cycle, &before, &view.leases);
+            }
             if has_deltas {
                 delta_updates += 1;
             }
@@ -706,6 +744,10 @@ async fn a_reconnecting_watcher_rebuilds_the_same_view() {
         }
         drop(stream);
     }
+    assert!(
+        renewed_compared > 0,
+        "no snapshot was compared with a renewed lease: the freshness check proved nothing"
+    );
     // The last reconnect, while the churn still runs; then the churn stops.
     let again = Follower::start(&connect(&addr).await.unwrap()).await;
     again.snapshot().await;
