@@ -76,12 +76,14 @@ pub fn start(
     let watchers: Arc<Mutex<HashMap<String, Watcher>>> = Arc::default();
     let seed_addr = settings.addr.given.clone();
     spawn_watcher(&watchers, &settings, seed_addr.clone(), &events);
+    let refresh = Arc::new(tokio::sync::Notify::new());
     let poll = tokio::spawn(poll_loop(
         settings.clone(),
         Arc::clone(&watchers),
         events.clone(),
+        Arc::clone(&refresh),
     ));
-    let serve = tokio::spawn(request_loop(settings, requests, events));
+    let serve = tokio::spawn(request_loop(settings, requests, events, refresh));
     Fleet {
         tasks: vec![poll, serve],
         watchers,
@@ -225,15 +227,25 @@ async fn follow(
     }
 }
 
+/// How long discovery waits for the seed's stream to say which agent it is, so the seed is not
+/// followed twice under two spellings of its address.
+const SEED_ID_WAIT: Duration = Duration::from_secs(3);
+
 async fn poll_loop(
     settings: Settings,
     watchers: Arc<Mutex<HashMap<String, Watcher>>>,
     events: mpsc::Sender<Event>,
+    refresh: Arc<tokio::sync::Notify>,
 ) {
     let mut clients: HashMap<String, Agent> = HashMap::new();
     let mut tick = tokio::time::interval(POLL_EVERY);
+    let started = Instant::now();
     loop {
-        tick.tick().await;
+        // Every POLL_EVERY, and at once after an action (its effect shows without waiting).
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = refresh.notified() => {}
+        }
         // The seed first, then any agent that answered before.
         let mut order = vec![settings.addr.given.clone()];
         order.extend(
@@ -271,7 +283,13 @@ async fn poll_loop(
         let Some((agent, list)) = answered else {
             continue;
         };
-        discover(&settings, &watchers, &list, &events, &mut clients);
+        let seed_known = watchers.lock().is_ok_and(|map| {
+            map.get(&settings.addr.given)
+                .is_some_and(|w| w.agent_id.lock().is_ok_and(|id| !id.is_empty()))
+        });
+        if seed_known || started.elapsed() > SEED_ID_WAIT {
+            discover(&settings, &watchers, &list, &events, &mut clients);
+        }
         if events.send(Event::Agents(list)).await.is_err() {
             return;
         }
@@ -332,6 +350,7 @@ async fn request_loop(
     settings: Settings,
     mut requests: mpsc::UnboundedReceiver<Request>,
     events: mpsc::Sender<Event>,
+    refresh: Arc<tokio::sync::Notify>,
 ) {
     let mut seed: Option<Agent> = None;
     while let Some(request) = requests.recv().await {
@@ -360,11 +379,21 @@ async fn request_loop(
             },
         };
         let events = events.clone();
+        let refresh = Arc::clone(&refresh);
         tokio::spawn(async move {
+            let changes = !matches!(
+                request.kind,
+                RequestKind::DeadPage { .. }
+                    | RequestKind::Task { .. }
+                    | RequestKind::RequeueDead { dry_run: true, .. }
+            );
             let reply = match agent {
                 Ok(agent) => serve(&agent, request.kind).await,
                 Err(e) => Err(e),
             };
+            if changes {
+                refresh.notify_one();
+            }
             let _ = events
                 .send(Event::Reply {
                     id: request.id,
