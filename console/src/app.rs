@@ -108,6 +108,17 @@ impl App {
         );
     }
 
+    /// Pasted text: typed into an open prompt, ignored anywhere else (a paste into a view must
+    /// never become a stream of action keys).
+    pub fn on_paste(&mut self, text: &str) {
+        if matches!(self.state.overlays.last(), Some(Overlay::Prompt(_))) {
+            for c in text.chars().filter(|c| !c.is_control()) {
+                self.prompt_key(Key::Char(c));
+            }
+            self.state.sync_selection();
+        }
+    }
+
     /// Handles one key.
     pub fn on_key(&mut self, key: Key) {
         match self.state.overlays.last() {

@@ -359,3 +359,16 @@ fn action_replies_land_in_the_status_line_and_the_log() {
     assert!(status.error && status.text.contains("permission denied"));
     assert!(matches!(&app.state.log[0].result, Some(Err(e)) if e.contains("permission denied")));
 }
+
+#[test]
+fn a_paste_types_into_a_prompt_and_never_acts_on_a_view() {
+    let mut app = app();
+    app.take_requests();
+    app.on_paste("xyxy");
+    assert!(app.state.top().is_none(), "no dialog from pasted text");
+    assert!(kinds(&mut app).is_empty());
+    app.on_key(Key::Char('/'));
+    app.on_paste("rep\u{1b}[2Jort");
+    app.on_key(Key::Enter);
+    assert_eq!(app.state.table().filter, "rep[2Jort");
+}

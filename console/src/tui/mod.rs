@@ -132,9 +132,7 @@ async fn run_loop(settings: Settings, mut app: App) -> Result<u8> {
                     }
                 }
                 Some(Ok(TermEvent::Paste(text))) => {
-                    for c in text.chars() {
-                        app.on_key(crate::input::Key::Char(c));
-                    }
+                    app.on_paste(&text);
                     dirty = true;
                 }
                 Some(Ok(TermEvent::Resize(_, _))) => {
