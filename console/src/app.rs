@@ -657,7 +657,7 @@ pub fn parse_limit(text: &str, scope: &LimitScope) -> Result<Option<u32>, String
         _ => Err(format!(
             "{:?} is not a limit: give a number from {min} to {max}{}",
             crate::output::text::shown(text, 20),
-            if local { "" } else { ", or none" }
+            if local { "" } else { ", or unlimited" }
         )),
     }
 }

@@ -51,6 +51,33 @@ struct Watcher {
     task: JoinHandle<()>,
     /// The agent id its stream reported.
     agent_id: Arc<Mutex<String>>,
+    /// Its stream is open now.
+    live: Arc<std::sync::atomic::AtomicBool>,
+}
+
+type Watchers = Arc<Mutex<HashMap<String, Watcher>>>;
+
+/// Addresses to ask, best first: the seed if its stream is live, then the other live agents,
+/// then the seed anyway (it may be back).
+fn candidates(watchers: &Watchers, seed: &str) -> Vec<String> {
+    let Ok(map) = watchers.lock() else {
+        return vec![seed.to_string()];
+    };
+    let is_live = |addr: &str| {
+        map.get(addr)
+            .is_some_and(|w| w.live.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    let mut out = Vec::new();
+    if is_live(seed) {
+        out.push(seed.to_string());
+    }
+    let mut others: Vec<&String> = map.keys().filter(|a| *a != seed && is_live(a)).collect();
+    others.sort();
+    out.extend(others.into_iter().cloned());
+    if !out.iter().any(|a| a == seed) {
+        out.push(seed.to_string());
+    }
+    out
 }
 
 impl Drop for Fleet {
@@ -83,7 +110,13 @@ pub fn start(
         events.clone(),
         Arc::clone(&refresh),
     ));
-    let serve = tokio::spawn(request_loop(settings, requests, events, refresh));
+    let serve = tokio::spawn(request_loop(
+        settings,
+        requests,
+        events,
+        refresh,
+        Arc::clone(&watchers),
+    ));
     Fleet {
         tasks: vec![poll, serve],
         watchers,
@@ -101,13 +134,22 @@ fn spawn_watcher(
         return;
     }
     let agent_id = Arc::new(Mutex::new(String::new()));
+    let live = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let task = tokio::spawn(watch_loop(
         settings_for(settings, &addr),
         addr.clone(),
         Arc::clone(&agent_id),
+        Arc::clone(&live),
         events.clone(),
     ));
-    map.insert(addr, Watcher { task, agent_id });
+    map.insert(
+        addr,
+        Watcher {
+            task,
+            agent_id,
+            live,
+        },
+    );
 }
 
 /// The seed's settings (TLS, token, timeouts) aimed at another address.
@@ -127,6 +169,7 @@ async fn watch_loop(
     settings: Result<Settings, Error>,
     addr: String,
     agent_id: Arc<Mutex<String>>,
+    live: Arc<std::sync::atomic::AtomicBool>,
     events: mpsc::Sender<Event>,
 ) {
     let settings = match settings {
@@ -154,7 +197,9 @@ async fn watch_loop(
             return;
         }
         let opened = Instant::now();
-        let reason = match follow(&settings, &addr, &agent_id, &events).await {
+        let followed = follow(&settings, &addr, &agent_id, &live, &events).await;
+        live.store(false, std::sync::atomic::Ordering::Relaxed);
+        let reason = match followed {
             Ok(None) => return, // the console went away
             Ok(Some(reason)) | Err(reason) => reason,
         };
@@ -184,10 +229,12 @@ async fn follow(
     settings: &Settings,
     addr: &str,
     agent_id: &Mutex<String>,
+    live: &std::sync::atomic::AtomicBool,
     events: &mpsc::Sender<Event>,
 ) -> Result<Option<String>, String> {
     let agent = Agent::connect(settings).await.map_err(|e| e.to_string())?;
     let mut stream = agent.watch().await.map_err(|e| e.to_string())?;
+    live.store(true, std::sync::atomic::Ordering::Relaxed);
     if events
         .send(Event::Conn {
             addr: addr.to_string(),
@@ -247,13 +294,9 @@ async fn poll_loop(
             () = refresh.notified() => {}
         }
         // The seed first, then any agent that answered before.
-        let mut order = vec![settings.addr.given.clone()];
-        order.extend(
-            clients
-                .keys()
-                .filter(|a| **a != settings.addr.given)
-                .cloned(),
-        );
+        // The seed if it is up, else any agent whose stream is live: the console keeps its
+        // registry and overview while its seed is down.
+        let order = candidates(&watchers, &settings.addr.given);
         let mut answered = None;
         for addr in order {
             let agent = match clients.get(&addr) {
@@ -351,8 +394,9 @@ async fn request_loop(
     mut requests: mpsc::UnboundedReceiver<Request>,
     events: mpsc::Sender<Event>,
     refresh: Arc<tokio::sync::Notify>,
+    watchers: Watchers,
 ) {
-    let mut seed: Option<Agent> = None;
+    let mut clients: HashMap<String, Agent> = HashMap::new();
     while let Some(request) = requests.recv().await {
         let target = match &request.kind {
             RequestKind::Drain { addr }
@@ -367,16 +411,28 @@ async fn request_loop(
                 Ok(s) => Agent::connect(&s).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             },
-            None => match &seed {
-                Some(a) => Ok(a.clone()),
-                None => match Agent::connect(&settings).await {
-                    Ok(a) => {
-                        seed = Some(a.clone());
-                        Ok(a)
+            // Any agent answers for the cluster: the seed if its stream is live, else another.
+            None => {
+                let mut picked = Err("no agent is reachable".to_string());
+                for addr in candidates(&watchers, &settings.addr.given) {
+                    if let Some(a) = clients.get(&addr) {
+                        picked = Ok(a.clone());
+                        break;
                     }
-                    Err(e) => Err(e.to_string()),
-                },
-            },
+                    match settings_for(&settings, &addr) {
+                        Ok(s) => match Agent::connect(&s).await {
+                            Ok(a) => {
+                                clients.insert(addr, a.clone());
+                                picked = Ok(a);
+                                break;
+                            }
+                            Err(e) => picked = Err(e.to_string()),
+                        },
+                        Err(e) => picked = Err(e.to_string()),
+                    }
+                }
+                picked
+            }
         };
         let events = events.clone();
         let refresh = Arc::clone(&refresh);

@@ -400,12 +400,36 @@ impl State {
                     agents: agents.agents,
                     received_ms: Some(self.local_ms),
                 };
+                self.forget_dead_agents();
             }
             Event::Overview(overview) => {
                 self.heard_db_time(overview.now_ms);
                 self.live.overview = Some(overview);
             }
             Event::Reply { id, reply } => self.apply_reply(id, reply),
+        }
+    }
+
+    /// A lost agent the registry now calls down (stopped, or its heartbeat older than the
+    /// agents' staleness rule) holds nothing any more: recovery has taken or will take its
+    /// leases, so they leave the lease views.
+    fn forget_dead_agents(&mut self) {
+        let data = &mut self.live;
+        let dead: Vec<String> = data
+            .registry
+            .agents
+            .iter()
+            .filter_map(|info| {
+                let conn = data.conn_of(info)?;
+                let lost = matches!(conn.link, Link::Lost { .. } | Link::Closing);
+                (lost && data.registry.health(info, Some(&conn.link)) == Health::Down)
+                    .then(|| conn.addr.clone())
+            })
+            .collect();
+        for addr in dead {
+            if let Some(conn) = data.conns.get_mut(&addr) {
+                conn.leases.clear();
+            }
         }
     }
 

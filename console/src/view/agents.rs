@@ -20,7 +20,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         .selected
         .as_deref()
         .and_then(|k| rows.iter().position(|r| r.key == k));
-    let wide = area.width >= 120;
+    let wide = area.width >= 140;
     let nw: u16 = if wide { 28 } else { 16 };
     let spec = Spec {
         title: title(state, View::Agents, rows.len(), theme),

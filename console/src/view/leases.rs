@@ -27,7 +27,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
     let rows = state.lease_order(view);
     let selected_id: Option<i64> = t.selected.as_deref().and_then(|k| k.parse().ok());
     let selected = selected_id.and_then(|id| rows.iter().position(|r| r.task_id == id));
-    let wide = area.width >= 120;
+    let wide = area.width >= 124;
     let spec = Spec {
         title: title(state, view, rows.len(), theme),
         header: if wide {
@@ -53,14 +53,14 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         widths: if wide {
             vec![
                 Constraint::Length(1),
-                Constraint::Length(9),
-                Constraint::Length(20),
-                Constraint::Length(20),
+                Constraint::Length(8),
+                Constraint::Length(18),
+                Constraint::Length(18),
                 Constraint::Length(4),
                 Constraint::Length(4),
                 Constraint::Length(7),
-                Constraint::Length(18),
-                Constraint::Length(9),
+                Constraint::Length(17),
+                Constraint::Length(8),
                 Constraint::Length(12),
                 Constraint::Length(3),
                 Constraint::Min(10),
@@ -73,7 +73,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
                 Constraint::Length(10),
                 Constraint::Length(3),
                 Constraint::Length(6),
-                Constraint::Length(10),
+                Constraint::Length(11),
                 Constraint::Length(5),
                 Constraint::Length(4),
                 Constraint::Length(2),
@@ -178,7 +178,7 @@ fn row<'a>(
     } else {
         words.join(", ")
     };
-    let (tw, aw) = if wide { (20, 20) } else { (10, 10) };
+    let (tw, aw) = if wide { (18, 18) } else { (10, 10) };
     let mut cells = vec![
         Cell::from(mark),
         Cell::from(l.task_id.to_string()),

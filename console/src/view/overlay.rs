@@ -252,10 +252,11 @@ pub fn confirm(frame: &mut Frame<'_>, area: Rect, c: &Confirm, theme: Theme) {
             },
         )
     };
+    let yes = format!("Yes, {}", c.verb.word().to_lowercase());
     lines.push(Line::from(vec![
-        button("Cancel", c.focus == Focus::Cancel),
+        button("No", c.focus == Focus::Cancel),
         Span::raw("   "),
-        button(c.verb.word(), c.focus == Focus::Confirm),
+        button(&yes, c.focus == Focus::Confirm),
     ]));
     frame.render_widget(
         Paragraph::new(lines)
@@ -317,15 +318,16 @@ pub fn prompt(frame: &mut Frame<'_>, area: Rect, p: &Prompt, theme: Theme) {
     let label = match &p.kind {
         PromptKind::Filter => "/".to_string(),
         PromptKind::Command => ":".to_string(),
-        PromptKind::Limit(LimitScope::Global) => "global limit (number or none): ".to_string(),
+        PromptKind::Limit(LimitScope::Global) => "global limit (number or unlimited): ".to_string(),
         PromptKind::Limit(LimitScope::Type(t)) => {
-            format!("limit of {} (number or none): ", untrusted(t, 30))
+            format!("limit of {} (number or unlimited): ", untrusted(t, 30))
         }
         PromptKind::Limit(LimitScope::Agent { agent_id, .. }) => {
             format!("local limit of {} (1-100000): ", untrusted(agent_id, 30))
         }
     };
     let text = p.input.text();
+    frame.render_widget(Clear, area);
     let line = Line::from(vec![
         Span::styled(label.clone(), theme.key()),
         Span::raw(text.clone()),
