@@ -57,6 +57,27 @@ async fn build() -> anyhow::Result<PathBuf> {
         .arg("--manifest-path")
         .arg(manifest)
         .env("CARGO_TARGET_DIR", &target_dir);
+        // What cargo set for this test (its package, its manifest) must not reach the inner
+        // build: build scripts that watch such variables (ring's) would re-run, and the outer
+        // and inner builds would rebuild each other's dependencies on every run.
+        for (key, _) in std::env::vars_os() {
+            let Some(key) = key.to_str() else { continue };
+            let set_by_cargo_for_the_test = [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+            ]
+            .iter()
+            .any(|p| key.starts_with(p))
+                || matches!(
+                    key,
+                    "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "OUT_DIR"
+                );
+            if set_by_cargo_for_the_test {
+                cmd.env_remove(key);
+            }
+        }
         if profile == "release" {
             cmd.arg("--release");
         } else if profile != "debug" {
