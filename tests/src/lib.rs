@@ -5,7 +5,8 @@
 //! For end-to-end and fault tests: real agent processes to signal ([`agent`]), a TCP proxy
 //! that resets, blackholes or delays connections ([`proxy`]), a private PostgreSQL server to
 //! restart or crash ([`cluster`]) and the ledger that proves nothing was lost or done twice
-//! ([`ledger`]).
+//! ([`ledger`]). The interactive console runs in a real terminal, a private tmux server
+//! ([`tmux`]).
 //!
 //! The harness returns [`anyhow::Result`] everywhere and never unwraps, so it follows the
 //! workspace lints; the tests built on it may unwrap freely.
@@ -38,6 +39,7 @@ pub mod inspect;
 pub mod ledger;
 pub mod proxy;
 pub mod server;
+pub mod tmux;
 pub mod wait;
 
 pub use agent::{AgentHandle, wait_registered};

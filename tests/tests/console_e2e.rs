@@ -1,0 +1,917 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The interactive console end to end (TESTING.md §4): `leasehold` in a real terminal (a
+//! private tmux server, [`leasehold_tests::tmux`]) against real agents and a real database.
+//! Each test drives the console with keys as an operator would, waits for what the screen
+//! shows, and then checks the rows the keys changed (or did not change) in `tasks`,
+//! `policies`, `task_attempts` and `audit_log`.
+//!
+//! Covered: a live lease shown and the terminal restored on `q`; an agent killed with
+//! SIGKILL (its leases "agent lost", the Renewals view, the agent suspect); a dead letter
+//! requeued with `r` `y`; a running task cancelled with `x` `y`; a type's limit set from the
+//! Types view and obeyed; a viewer token refused locally (nothing sent, nothing audited); and
+//! T33, escape sequences and bidi controls in a payload and an error shown inert; the console
+//! going on through another agent when its seed dies; a prompt replacing the footer line.
+//!
+//! The agents run with 10 s leases (see [`TIMINGS`]): the console's "agent lost" comes from its
+//! stream, not from lease expiry, so nothing here waits on a quick takeover.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold_tests::cli::{Cli, CliOutput};
+use leasehold_tests::fleet::spawn_agent;
+use leasehold_tests::grpc::agent_address;
+use leasehold_tests::tmux::{Console, line_starting};
+use leasehold_tests::{AgentHandle, TestDb, attempt_rows, audit_rows, task_status, wait_until};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+/// Generous: the machines are shared and noisy.
+const WAIT: Duration = Duration::from_secs(60);
+/// A sleep that outlives any test.
+const LONG_MS: u64 = 600_000;
+/// The handlers of every test agent.
+const HANDLERS: &str = "sleep,noop,fail";
+/// Lease timings of every test agent, after the harness's fast ones: a 400 ms renewal
+/// timeout loses leases on a loaded machine, and nothing here needs a quick takeover.
+const TIMINGS: [&str; 6] = ["--lease-ttl", "10s", "--heartbeat", "2s", "--grace", "2s"];
+
+type AuditRow = (String, String, String, String, String);
+
+fn local(action: &str, target: &str, result: &str) -> AuditRow {
+    (
+        "local".into(),
+        "operator".into(),
+        action.into(),
+        target.into(),
+        result.into(),
+    )
+}
+
+/// One agent under test and the CLI aimed at it.
+struct Fixture {
+    agent: AgentHandle,
+    /// Its agent id (lease owner), `name#n`.
+    id: String,
+    /// Its gRPC address.
+    addr: String,
+    cli: Cli,
+}
+
+async fn start(db: &TestDb, name: &str, extra: &[&str]) -> Fixture {
+    start_serving(db, name, HANDLERS, extra).await
+}
+
+async fn start_serving(db: &TestDb, name: &str, handlers: &str, extra: &[&str]) -> Fixture {
+    let mut args = TIMINGS.to_vec();
+    args.extend_from_slice(extra);
+    let agent = spawn_agent(
+        "leasehold-agent",
+        &db.url,
+        name,
+        handlers,
+        &args,
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    let id = agent.wait_registered(&db.pool, name, WAIT).await.unwrap();
+    let addr = agent_address(&db.pool, name, WAIT).await.unwrap();
+    let cli = Cli::new(&addr).await.unwrap();
+    Fixture {
+        agent,
+        id,
+        addr,
+        cli,
+    }
+}
+
+fn ok(o: &CliOutput) {
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+}
+
+/// Enqueues through the CLI and returns the new task's id.
+async fn enqueue(cli: &Cli, task_type: &str, payload: &Value, extra: &[&str]) -> i64 {
+    let payload = payload.to_string();
+    let mut args = vec![
+        "--output",
+        "json",
+        "enqueue",
+        task_type,
+        "--payload",
+        &payload,
+    ];
+    args.extend_from_slice(extra);
+    let o = cli.run(&args).await.unwrap();
+    ok(&o);
+    o.json().unwrap()["id"].as_i64().unwrap()
+}
+
+async fn wait_status(pool: &PgPool, id: i64, status: &str) {
+    wait_until(&format!("task {id} is {status}"), WAIT, || async move {
+        Ok(task_status(pool, id).await? == status)
+    })
+    .await
+    .unwrap();
+}
+
+/// `(running, waiting)` tasks of a type: running or cancel_requested, and queued or
+/// retry_wait.
+async fn running_of(pool: &PgPool, task_type: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE status IN ('running', 'cancel_requested')), \
+                count(*) FILTER (WHERE status IN ('queued', 'retry_wait')) \
+         FROM tasks WHERE task_type::text = $1",
+    )
+    .bind(task_type)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Ids of the running tasks held by `owner`.
+async fn held_by(pool: &PgPool, owner: &str) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT id FROM tasks WHERE status = 'running' AND lease_owner::text = $1 ORDER BY id",
+    )
+    .bind(owner)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// `(max_concurrency, paused)` of a policy row.
+async fn policy(pool: &PgPool, scope: &str) -> Option<(Option<i32>, bool)> {
+    sqlx::query_as("SELECT max_concurrency, paused FROM policies WHERE scope = $1")
+        .bind(scope)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+}
+
+/// The screen below the console's three header lines (counts, view tabs, throughput).
+fn body(screen: &str) -> &str {
+    screen.splitn(4, '\n').nth(3).unwrap_or("")
+}
+
+/// The line of the table row whose first cell is `first`, below the header.
+fn table_line<'a>(screen: &'a str, first: &str) -> Option<&'a str> {
+    line_starting(body(screen), first)
+}
+
+/// The words of the table row of task `id` on the screen, if it is shown.
+fn row(screen: &str, id: i64) -> Option<Vec<&str>> {
+    table_line(screen, &id.to_string()).map(|l| l.split_whitespace().collect())
+}
+
+/// Whether the screen shows task `id` of type `task_type` held by `agent` in state `state`
+/// (the last words of a lease row).
+fn lease_shown(screen: &str, id: i64, task_type: &str, agent: &str, state: &str) -> bool {
+    let Some(line) = table_line(screen, &id.to_string()) else {
+        return false;
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words.len() > 3 && words[1] == task_type && words[2] == agent && line.ends_with(state)
+}
+
+/// The last line of the screen (the footer / status line).
+fn status_line(screen: &str) -> &str {
+    screen.lines().last().unwrap_or("").trim()
+}
+
+/// A scratch directory of this test process.
+fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-console-e2e-{}-{tag}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+// -------------------------------------------------------------------------------------------
+// A live lease; `q` restores the terminal
+// -------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_lease_is_shown_and_q_restores_the_terminal() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "live", &[]).await;
+    let id = enqueue(&f.cli, "sleep", &json!({"ms": LONG_MS}), &[]).await;
+    wait_status(&db.pool, id, "running").await;
+
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    let screen = console
+        .wait_for(&format!("task {id} (sleep) held by {}", f.id), |s| {
+            lease_shown(s, id, "sleep", &f.id, "ok")
+        })
+        .await
+        .unwrap();
+    assert!(screen.contains("Leases (1)"), "{screen}");
+    assert!(screen.contains("[1 Leases]"), "{screen}");
+    assert_eq!(console.tmux().pane_format("#{alternate_on}").unwrap(), "1");
+
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    let screen = console.screen().unwrap();
+    // The shell's own screen is back: only the EXIT line, nothing of the console's.
+    let lines: Vec<&str> = screen.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines, ["EXIT=0"], "{screen}");
+    assert_eq!(console.tmux().pane_format("#{alternate_on}").unwrap(), "0");
+    assert_eq!(
+        console.tmux().pane_format("#{cursor_flag}").unwrap(),
+        "1",
+        "the cursor is shown again"
+    );
+
+    // Looking changed nothing.
+    assert_eq!(task_status(&db.pool, id).await.unwrap(), "running");
+    assert_eq!(
+        audit_rows(&db.pool).await.unwrap(),
+        [local("enqueue", &format!("task:{id}"), "applied")]
+    );
+    drop(f);
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// kill -9 of an agent: its leases "agent lost", the Renewals view, the agent suspect
+// -------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_shows_its_leases_lost_in_leases_and_renewals() {
+    let db = TestDb::new().await.unwrap();
+    let seed = start(&db, "web-1", &["--concurrency", "2"]).await;
+    let mut victim = start(&db, "web-2", &["--concurrency", "2"]).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(enqueue(&seed.cli, "sleep", &json!({"ms": LONG_MS}), &[]).await);
+    }
+    wait_until("two sleeps run on each agent", WAIT, || {
+        let (pool, a, b) = (db.pool.clone(), seed.id.clone(), victim.id.clone());
+        async move { Ok(held_by(&pool, &a).await.len() == 2 && held_by(&pool, &b).await.len() == 2) }
+    })
+    .await
+    .unwrap();
+    let kept = held_by(&db.pool, &seed.id).await;
+    let lost = held_by(&db.pool, &victim.id).await;
+
+    let console = Console::start(&seed.addr, &[]).await.unwrap();
+    console
+        .wait_for("all four leases ok, on both agents", |s| {
+            kept.iter()
+                .all(|&id| lease_shown(s, id, "sleep", &seed.id, "ok"))
+                && lost
+                    .iter()
+                    .all(|&id| lease_shown(s, id, "sleep", &victim.id, "ok"))
+        })
+        .await
+        .unwrap();
+    console
+        .wait_text("agents 2 up 0 suspect 0 down")
+        .await
+        .unwrap();
+
+    victim.agent.kill9().unwrap();
+    victim.agent.wait_exit(WAIT).await.unwrap();
+    let screen = console
+        .wait_for("the killed agent's leases as agent lost", |s| {
+            lost.iter()
+                .all(|&id| lease_shown(s, id, "sleep", &victim.id, "agent lost"))
+        })
+        .await
+        .unwrap();
+    // The survivor's leases are untouched.
+    for &id in &kept {
+        assert!(
+            lease_shown(&screen, id, "sleep", &seed.id, "ok"),
+            "{screen}"
+        );
+    }
+
+    // The Renewals view lists the lost leases, and the history says what happened.
+    console.keys(&["3"]).unwrap();
+    let screen = console
+        .wait_for("the lost leases in Renewals", |s| {
+            s.contains("[3 Renewals]")
+                && lost
+                    .iter()
+                    .all(|&id| lease_shown(s, id, "sleep", &victim.id, "agent lost"))
+                && s.contains("Renewal problems as they happened")
+                && lost.iter().all(|&id| {
+                    s.contains(&format!(
+                        "task {id} (sleep) epoch 1 on {}: agent lost",
+                        victim.id
+                    ))
+                })
+        })
+        .await
+        .unwrap();
+    for &id in &kept {
+        assert!(
+            row(&screen, id).is_none(),
+            "a healthy lease in Renewals:\n{screen}"
+        );
+    }
+
+    // The header counts it suspect (its stream is lost), or down once its heartbeat is older
+    // than TTL + grace; the Agents view says so.
+    console
+        .wait_for("the killed agent suspect or down in the header", |s| {
+            let head = s.lines().next().unwrap_or("");
+            head.contains("agents 1 up 1 suspect 0 down")
+                || head.contains("agents 1 up 0 suspect 1 down")
+        })
+        .await
+        .unwrap();
+    console.keys(&["6"]).unwrap();
+    let screen = console
+        .wait_for("the killed agent suspect in Agents", |s| {
+            s.contains("[6 Agents]")
+                && table_line(s, &victim.id)
+                    .is_some_and(|l| l.contains("suspect") || l.contains("down"))
+        })
+        .await
+        .unwrap();
+    let survivor = table_line(&screen, &seed.id).unwrap();
+    assert!(
+        survivor.contains("up") && survivor.contains("live"),
+        "{screen}"
+    );
+
+    // Positive control: the database saw the kill too; the lost leases were recovered.
+    wait_until("the killed agent's leases are recovered", WAIT, || {
+        let (pool, lost) = (db.pool.clone(), lost.clone());
+        async move {
+            for id in lost {
+                let attempts = attempt_rows(&pool, id).await?;
+                if attempts.first().map(|a| a.2.as_str()) != Some("lease_expired") {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+    })
+    .await
+    .unwrap();
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop((seed, victim));
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// kill -9 of the agent given with --agent (the seed)
+// -------------------------------------------------------------------------------------------
+
+/// The console reads the registry and the overview from the seed first, "then any agent that
+/// answered before" (client/fleet.rs), and sends actions to the seed. When the seed dies the
+/// console should go on through the agents it discovered: the dead seed turns down, and a
+/// lease held by a live agent can still be cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_goes_on_through_other_agents_when_its_seed_dies() {
+    let db = TestDb::new().await.unwrap();
+    // The seed runs nothing; the worker holds the lease.
+    let mut seed = start_serving(&db, "seed", "noop", &[]).await;
+    let worker = start_serving(&db, "worker", "sleep", &[]).await;
+    let id = enqueue(&seed.cli, "sleep", &json!({"ms": LONG_MS}), &[]).await;
+    wait_status(&db.pool, id, "running").await;
+
+    let console = Console::start(&seed.addr, &[]).await.unwrap();
+    console
+        .wait_for(&format!("task {id} on {}", worker.id), |s| {
+            lease_shown(s, id, "sleep", &worker.id, "ok")
+                && s.contains("agents 2 up 0 suspect 0 down")
+        })
+        .await
+        .unwrap();
+    seed.agent.kill9().unwrap();
+    seed.agent.wait_exit(WAIT).await.unwrap();
+
+    // Its heartbeat ages past TTL + grace: down, as the worker's registry says.
+    console.keys(&["6"]).unwrap();
+    console
+        .wait_for("the dead seed down in the header and in Agents", |s| {
+            s.contains("agents 1 up 0 suspect 1 down")
+                && table_line(s, &seed.id).is_some_and(|l| l.contains("down"))
+        })
+        .await
+        .unwrap();
+
+    // The worker is alive: cancelling its task works.
+    console.keys(&["1"]).unwrap();
+    console
+        .wait_for(&format!("task {id} still ok"), |s| {
+            lease_shown(s, id, "sleep", &worker.id, "ok")
+        })
+        .await
+        .unwrap();
+    console.keys(&["x"]).unwrap();
+    console.wait_text("Cancel 1 task?").await.unwrap();
+    console.keys(&["y"]).unwrap();
+    console
+        .wait_for("the cancel's result", |s| {
+            status_line(s).contains("cancel 1: 1 cancel requested")
+        })
+        .await
+        .unwrap();
+    wait_status(&db.pool, id, "cancelled").await;
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop((seed, worker));
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// Dead letters: `r` `y` requeues
+// -------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_requeued_with_r_and_y() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "dlq", &[]).await;
+    let id = enqueue(
+        &f.cli,
+        "fail",
+        &json!({"message": "boom"}),
+        &["--max-attempts", "1"],
+    )
+    .await;
+    wait_status(&db.pool, id, "dead").await;
+    // Paused, so the requeued task stays queued instead of failing again at once.
+    ok(&f.cli.run(&["pause", "fail"]).await.unwrap());
+
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console.keys(&["4"]).unwrap();
+    let screen = console
+        .wait_for(&format!("dead task {id}"), |s| {
+            s.contains("[4 Dead letters]")
+                && row(s, id).is_some_and(|w| w.len() > 2 && w[1] == "fail")
+        })
+        .await
+        .unwrap();
+    assert!(
+        table_line(&screen, &id.to_string())
+            .unwrap()
+            .contains("boom"),
+        "{screen}"
+    );
+
+    console.keys(&["r"]).unwrap();
+    let screen = console.wait_text("Requeue 1 task?").await.unwrap();
+    assert!(screen.contains(&format!("ids: {id}")), "{screen}");
+    // Nothing is sent before the confirmation.
+    assert_eq!(task_status(&db.pool, id).await.unwrap(), "dead");
+    console.keys(&["y"]).unwrap();
+    let screen = console
+        .wait_for("the requeue's result", |s| {
+            status_line(s).contains("requeue 1: 1 requeued")
+        })
+        .await
+        .unwrap();
+    assert!(
+        !screen.contains("Requeue 1 task?"),
+        "dialog closed: {screen}"
+    );
+    wait_status(&db.pool, id, "queued").await;
+    console
+        .wait_text("the dead-letter queue is empty")
+        .await
+        .unwrap();
+
+    assert_eq!(
+        audit_rows(&db.pool).await.unwrap(),
+        [
+            local("enqueue", &format!("task:{id}"), "applied"),
+            local("policy_set", "policy:fail", "applied"),
+            local("requeue", &format!("task:{id}"), "applied"),
+        ]
+    );
+    assert_eq!(
+        attempt_rows(&db.pool, id).await.unwrap(),
+        [(1, f.id.clone(), "failed".to_string())]
+    );
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop(f);
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// Leases: `x` `y` cancels a running task
+// -------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_is_cancelled_with_x_and_y() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "cancel", &[]).await;
+    let id = enqueue(&f.cli, "sleep", &json!({"ms": LONG_MS}), &[]).await;
+    wait_status(&db.pool, id, "running").await;
+
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console
+        .wait_for(&format!("task {id} running"), |s| {
+            lease_shown(s, id, "sleep", &f.id, "ok")
+        })
+        .await
+        .unwrap();
+    console.keys(&["x"]).unwrap();
+    let screen = console.wait_text("Cancel 1 task?").await.unwrap();
+    assert!(screen.contains(&format!("ids: {id}")), "{screen}");
+    assert_eq!(task_status(&db.pool, id).await.unwrap(), "running");
+    console.keys(&["y"]).unwrap();
+    console
+        .wait_for("the cancel's result", |s| {
+            status_line(s).contains("cancel 1: 1 cancel requested")
+        })
+        .await
+        .unwrap();
+    wait_status(&db.pool, id, "cancelled").await;
+    // The holder stopped it: the lease goes from the screen.
+    console.wait_text("no live leases").await.unwrap();
+
+    assert_eq!(
+        attempt_rows(&db.pool, id).await.unwrap(),
+        [(1, f.id.clone(), "cancelled".to_string())]
+    );
+    assert_eq!(
+        audit_rows(&db.pool).await.unwrap(),
+        [
+            local("enqueue", &format!("task:{id}"), "applied"),
+            local("cancel", &format!("task:{id}"), "applied"),
+        ]
+    );
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop(f);
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// Types: `=` sets a limit, `+` raises it; both obeyed
+// -------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_limit_set_in_the_types_view_is_obeyed() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "limits", &[]).await;
+    // One quick task, so the type has a row in the overview.
+    let first = enqueue(&f.cli, "sleep", &json!({"ms": 1}), &[]).await;
+    wait_status(&db.pool, first, "succeeded").await;
+
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console.keys(&["5"]).unwrap();
+    let screen = console
+        .wait_for("the sleep type, unlimited", |s| {
+            s.contains("[5 Types]") && table_line(s, "sleep").is_some_and(|l| l.contains("0/-"))
+        })
+        .await
+        .unwrap();
+    assert!(
+        table_line(&screen, "sleep").unwrap().ends_with("active"),
+        "{screen}"
+    );
+
+    console.keys(&["="]).unwrap();
+    console
+        .wait_text("limit of sleep (number or unlimited):")
+        .await
+        .unwrap();
+    console.type_text("2").unwrap();
+    console
+        .wait_text("limit of sleep (number or unlimited): 2")
+        .await
+        .unwrap();
+    console.keys(&["Enter"]).unwrap();
+    console
+        .wait_for("the limit's result", |s| {
+            status_line(s).contains("type sleep limit unlimited → 2")
+        })
+        .await
+        .unwrap();
+    assert_eq!(policy(&db.pool, "sleep").await, Some((Some(2), false)));
+
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(enqueue(&f.cli, "sleep", &json!({"ms": LONG_MS}), &[]).await);
+    }
+    wait_until("two sleeps run", WAIT, || {
+        let pool = db.pool.clone();
+        async move { Ok(running_of(&pool, "sleep").await.0 == 2) }
+    })
+    .await
+    .unwrap();
+    // While the limit holds, never more than two run and the others wait.
+    for _ in 0..10 {
+        let (running, waiting) = running_of(&db.pool, "sleep").await;
+        assert!(running <= 2, "{running} sleeps running under a limit of 2");
+        assert_eq!(running + waiting, 6);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    console
+        .wait_for("sleep at its limit", |s| {
+            table_line(s, "sleep").is_some_and(|l| l.contains("2/2") && l.ends_with("at limit"))
+        })
+        .await
+        .unwrap();
+
+    // `+` raises it by one: a third runs.
+    console.keys(&["+"]).unwrap();
+    console
+        .wait_for("the raise's result", |s| {
+            status_line(s).contains("type sleep limit 2 → 3")
+        })
+        .await
+        .unwrap();
+    assert_eq!(policy(&db.pool, "sleep").await, Some((Some(3), false)));
+    wait_until("three sleeps run", WAIT, || {
+        let pool = db.pool.clone();
+        async move { Ok(running_of(&pool, "sleep").await.0 == 3) }
+    })
+    .await
+    .unwrap();
+    for _ in 0..5 {
+        assert!(running_of(&db.pool, "sleep").await.0 <= 3);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut expected = vec![local("enqueue", &format!("task:{first}"), "applied")];
+    expected.push(local("policy_set", "policy:sleep", "applied"));
+    expected.extend(
+        ids.iter()
+            .map(|id| local("enqueue", &format!("task:{id}"), "applied")),
+    );
+    expected.push(local("policy_set", "policy:sleep", "applied"));
+    assert_eq!(audit_rows(&db.pool).await.unwrap(), expected);
+    let params: Vec<Value> =
+        sqlx::query_scalar("SELECT params FROM audit_log WHERE action = 'policy_set' ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let limits: Vec<&Value> = params.iter().map(|p| &p["max_concurrency"]).collect();
+    assert_eq!(limits, [&json!(2), &json!(3)]);
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop(f);
+    db.drop_db().await.unwrap();
+}
+
+/// A prompt replaces the footer line: nothing of the footer may show after the typed text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_replaces_the_footer_line() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "prompt", &[]).await;
+    let first = enqueue(&f.cli, "sleep", &json!({"ms": 1}), &[]).await;
+    wait_status(&db.pool, first, "succeeded").await;
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console.keys(&["5"]).unwrap();
+    console
+        .wait_for("the sleep type", |s| table_line(s, "sleep").is_some())
+        .await
+        .unwrap();
+    console.keys(&["="]).unwrap();
+    console.type_text("2").unwrap();
+    let screen = console
+        .wait_text("limit of sleep (number or unlimited): 2")
+        .await
+        .unwrap();
+    assert_eq!(
+        status_line(&screen),
+        "limit of sleep (number or unlimited): 2",
+        "{screen}"
+    );
+    console.escape().await.unwrap();
+    console.keys(&["1", "/"]).unwrap();
+    console.type_text("sl").unwrap();
+    let screen = console
+        .wait_for("the filter prompt", |s| status_line(s).starts_with("/sl"))
+        .await
+        .unwrap();
+    assert_eq!(status_line(&screen), "/sl", "{screen}");
+    drop(f);
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// A viewer token: read-only, refused locally
+// -------------------------------------------------------------------------------------------
+
+const OPERATOR: &str = "ops-operator-secret-0123456789abcdef";
+const VIEWER: &str = "val-viewer-secret-fedcba9876543210";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_token_makes_the_console_read_only_and_sends_nothing() {
+    let db = TestDb::new().await.unwrap();
+    let config = scratch_dir("viewer").join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tokens]]\nname = \"ops\"\nrole = \"operator\"\nsecret = {OPERATOR:?}\n\n\
+             [[tokens]]\nname = \"val\"\nrole = \"viewer\"\nsecret = {VIEWER:?}\n"
+        ),
+    )
+    .unwrap();
+    let f = start(&db, "ro", &["--config", config.to_str().unwrap()]).await;
+    let operator = f.cli.with_token(OPERATOR);
+    let id = enqueue(&operator, "sleep", &json!({"ms": LONG_MS}), &[]).await;
+    wait_status(&db.pool, id, "running").await;
+
+    let console = Console::start(&f.addr, &["--token", VIEWER]).await.unwrap();
+    console
+        .wait_for("the RO badge and the lease", |s| {
+            s.lines().next().is_some_and(|l| l.contains(" RO "))
+                && lease_shown(s, id, "sleep", &f.id, "ok")
+        })
+        .await
+        .unwrap();
+    console.keys(&["x"]).unwrap();
+    let screen = console
+        .wait_for("the read-only refusal", |s| {
+            status_line(s).contains(
+                "error: read-only (a viewer token: actions are refused): cannot cancel the task(s)",
+            )
+        })
+        .await
+        .unwrap();
+    assert!(!screen.contains("Cancel 1 task?"), "no dialog: {screen}");
+    // `y` now must not confirm anything either.
+    console.keys(&["y"]).unwrap();
+
+    // Nothing reached the agent: the task runs on and no call by `val` was audited, over
+    // several registry polls of the console.
+    for _ in 0..15 {
+        assert_eq!(task_status(&db.pool, id).await.unwrap(), "running");
+        let rows = audit_rows(&db.pool).await.unwrap();
+        assert!(
+            rows.iter().all(|r| r.0 != "val"),
+            "the console sent an action: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        audit_rows(&db.pool).await.unwrap(),
+        [(
+            "ops".to_string(),
+            "operator".to_string(),
+            "enqueue".to_string(),
+            format!("task:{id}"),
+            "applied".to_string()
+        )]
+    );
+    // Positive control: had the console sent the cancel, the agent would have audited it.
+    let o = f
+        .cli
+        .with_token(VIEWER)
+        .run(&["cancel", &id.to_string()])
+        .await
+        .unwrap();
+    assert_eq!(o.code, Some(4), "{}", o.describe());
+    let rows = audit_rows(&db.pool).await.unwrap();
+    assert_eq!(
+        rows.last().unwrap(),
+        &(
+            "val".to_string(),
+            "viewer".to_string(),
+            "cancel".to_string(),
+            format!("task:{id}"),
+            "denied".to_string()
+        )
+    );
+    assert_eq!(task_status(&db.pool, id).await.unwrap(), "running");
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop(f);
+    let _ = std::fs::remove_dir_all(scratch_dir("viewer"));
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// T33: escape sequences and bidi controls are shown inert
+// -------------------------------------------------------------------------------------------
+
+/// Escape sequences in the `-e` capture that are not tmux's own SGR (`ESC [ params m`).
+fn foreign_escapes(captured: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = captured;
+    while let Some(at) = rest.find('\u{1b}') {
+        let after = &rest[at + 1..];
+        let sgr = after.strip_prefix('[').and_then(|params| {
+            let end = params.find(|c: char| !(c.is_ascii_digit() || c == ';' || c == ':'))?;
+            (params[end..].starts_with('m')).then_some(end + 2)
+        });
+        match sgr {
+            Some(len) => rest = &after[len..],
+            None => {
+                found.push(after.chars().take(12).collect());
+                rest = after;
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t33_escapes_and_bidi_controls_in_a_dead_letter_are_shown_inert() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "t33", &[]).await;
+    let evil = "boom \u{1b}[2J\u{1b}[31mred \u{202e}evil\u{1b}]0;pwned\u{7}";
+    let id = enqueue(
+        &f.cli,
+        "fail",
+        &json!({"message": evil}),
+        &["--max-attempts", "1"],
+    )
+    .await;
+    wait_status(&db.pool, id, "dead").await;
+    let stored: Value = sqlx::query_scalar("SELECT last_error FROM tasks WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        stored["message"].as_str().unwrap().contains('\u{1b}'),
+        "{stored}"
+    );
+
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console.keys(&["4"]).unwrap();
+    let screen = console
+        .wait_for(&format!("dead task {id}"), |s| {
+            s.contains("[4 Dead letters]") && row(s, id).is_some()
+        })
+        .await
+        .unwrap();
+    let line = table_line(&screen, &id.to_string()).unwrap();
+    assert!(
+        line.contains(r"boom \u{1b}[2J\u{1b}[31mred \u{202e}"),
+        "{screen}"
+    );
+    let header = screen.lines().next().unwrap().to_string();
+    assert!(header.starts_with("Leasehold"), "{screen}");
+
+    console.keys(&["Enter"]).unwrap();
+    let screen = console
+        .wait_for("the detail pane with the payload", |s| {
+            s.contains(&format!("Task {id}")) && s.contains("Payload") && s.contains("\"message\"")
+        })
+        .await
+        .unwrap();
+    // The error as text, the payload as JSON: every control character written out.
+    assert!(
+        screen.contains(r"last error fail: boom \u{1b}[2J\u{1b}[31mred \u{202e}evil"),
+        "{screen}"
+    );
+    assert!(screen.contains(r"\u001b[2J\u001b[31mred"), "{screen}");
+    assert!(
+        screen.contains(r"\u{202e}") || screen.contains(r"\u202e"),
+        "{screen}"
+    );
+    // Nothing was cleared, retitled or reordered: the header and tabs are still there.
+    let mut lines = screen.lines();
+    assert_eq!(lines.next().unwrap(), header, "{screen}");
+    assert!(
+        lines.next().unwrap().contains("[4 Dead letters]"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains('\u{202e}'),
+        "a raw bidi override: {screen}"
+    );
+    assert!(
+        !screen.contains("pwned") || screen.contains(r"\u{1b}]0;pwned"),
+        "{screen}"
+    );
+    assert_ne!(
+        console.tmux().pane_format("#{pane_title}").unwrap(),
+        "pwned",
+        "the payload set the terminal title"
+    );
+
+    // With attributes: only tmux's own colour escapes, and the payload's red never took effect
+    // (it would show as tmux's SGR 31 right before the word).
+    let coloured = console.tmux().screen_with_escapes().unwrap();
+    assert_eq!(
+        foreign_escapes(&coloured),
+        Vec::<String>::new(),
+        "{coloured:?}"
+    );
+    assert!(
+        !coloured.contains("\u{1b}[31mred"),
+        "the payload coloured the screen: {coloured:?}"
+    );
+    assert!(!coloured.contains('\u{202e}'));
+
+    console.escape().await.unwrap();
+    console
+        .wait_for("the detail closed", |s| {
+            !s.contains(&format!("Task {id}")) && row(s, id).is_some()
+        })
+        .await
+        .unwrap();
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    // Looking changed nothing.
+    assert_eq!(task_status(&db.pool, id).await.unwrap(), "dead");
+    drop(f);
+    db.drop_db().await.unwrap();
+}
