@@ -915,3 +915,42 @@ async fn t33_escapes_and_bidi_controls_in_a_dead_letter_are_shown_inert() {
     drop(f);
     db.drop_db().await.unwrap();
 }
+
+// -------------------------------------------------------------------------------------------
+// SIGTERM: the console leaves cleanly and the terminal is restored
+// -------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_restores_the_terminal() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "term", &[]).await;
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console.wait_text("[1 Leases]").await.unwrap();
+    assert_eq!(console.tmux().pane_format("#{alternate_on}").unwrap(), "1");
+    // The pane runs `sh -c '…leasehold…; echo EXIT=$?'`: the console is the shell's child.
+    let shell: u32 = console
+        .tmux()
+        .pane_format("#{pane_pid}")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
+    let pid = children
+        .split_whitespace()
+        .next()
+        .expect("the console runs under the pane's shell");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    let screen = console.screen().unwrap();
+    let lines: Vec<&str> = screen.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines, ["EXIT=0"], "{screen}");
+    assert_eq!(console.tmux().pane_format("#{alternate_on}").unwrap(), "0");
+    assert_eq!(console.tmux().pane_format("#{cursor_flag}").unwrap(), "1");
+    drop(f);
+    db.drop_db().await.unwrap();
+}
