@@ -158,6 +158,42 @@ pub struct Hub {
     last_stats: Option<pb::AgentStats>,
     reconciled_at_drops: u64,
     agent_id: String,
+    /// Holdings that ended before their claim reached the hub: the claimer reports a batch
+    /// once every task of it has started, so a quick task's end (or fence) can arrive first.
+    /// Such a claim is then not added (it would stay in the view forever).
+    ended_early: EndedEarly,
+}
+
+/// Most early ends remembered; older ones are forgotten first.
+const ENDED_EARLY_CAP: usize = 4096;
+
+/// A bounded set of (task, epoch) holdings whose end arrived before their claim.
+#[derive(Default)]
+struct EndedEarly {
+    set: std::collections::HashSet<(i64, i64)>,
+    order: std::collections::VecDeque<(i64, i64)>,
+}
+
+impl EndedEarly {
+    fn insert(&mut self, key: (i64, i64)) {
+        if self.set.insert(key) {
+            self.order.push_back(key);
+            if self.order.len() > ENDED_EARLY_CAP
+                && let Some(old) = self.order.pop_front()
+            {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    /// True (and forgotten) when `key` ended before its claim arrived.
+    fn take(&mut self, key: (i64, i64)) -> bool {
+        if self.set.is_empty() || !self.set.remove(&key) {
+            return false;
+        }
+        self.order.retain(|k| *k != key);
+        true
+    }
 }
 
 impl Hub {
@@ -172,6 +208,7 @@ impl Hub {
                 feed,
                 commands,
                 view: HashMap::new(),
+                ended_early: EndedEarly::default(),
                 pending: Vec::new(),
                 watchers: Vec::new(),
                 clock: None,
@@ -329,6 +366,9 @@ impl Hub {
                 self.set_clock(now);
                 let heartbeat_at_ms = ms(now);
                 for l in leases {
+                    if self.ended_early.take((l.id.0, l.epoch.0)) {
+                        continue;
+                    }
                     let lease = pb::Lease {
                         task_id: l.id.0,
                         task_type: l.task_type.as_str().to_string(),
@@ -401,15 +441,30 @@ impl Hub {
                         epoch: epoch.0,
                         outcome: outcome.to_string(),
                     }));
+                } else if !self.view.contains_key(&id.0) {
+                    self.ended_early.insert((id.0, epoch.0));
                 }
             }
             FeedEvent::Fenced { id, epoch, write } => {
-                self.remove(id.0, epoch.0);
+                let held = self.remove(id.0, epoch.0);
+                if !held && !self.view.contains_key(&id.0) {
+                    self.ended_early.insert((id.0, epoch.0));
+                }
                 self.delta(pb::delta::Kind::LeaseFenced(pb::LeaseFenced {
                     task_id: id.0,
                     epoch: epoch.0,
                     write: write.to_string(),
                 }));
+                // A fenced write ends the holding: the view drops it, so a watcher must too.
+                // Without this release a watcher kept a lease the agent no longer held (found
+                // by T22 under load, when renewals were fenced after a takeover).
+                if held {
+                    self.delta(pb::delta::Kind::LeaseReleased(pb::LeaseReleased {
+                        task_id: id.0,
+                        epoch: epoch.0,
+                        outcome: "fenced".to_string(),
+                    }));
+                }
             }
             FeedEvent::Progress {
                 id,
