@@ -27,6 +27,15 @@ pub async fn task_status(pool: &PgPool, id: i64) -> anyhow::Result<String> {
     Ok(row.try_get("status")?)
 }
 
+/// `(max_concurrency, paused)` of a policy row, `None` when there is no row.
+pub async fn policy_row(pool: &PgPool, scope: &str) -> anyhow::Result<Option<(Option<i32>, bool)>> {
+    sqlx::query_as("SELECT max_concurrency, paused FROM policies WHERE scope = $1")
+        .bind(scope)
+        .fetch_optional(pool)
+        .await
+        .with_context(|| format!("reading the policy of {scope}"))
+}
+
 /// Runs a `SELECT count(*) …` (or any one-bigint query) and returns the number.
 pub async fn count(pool: &PgPool, sql: &'static str) -> anyhow::Result<i64> {
     let row = sqlx::query(sql)

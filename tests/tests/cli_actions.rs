@@ -127,9 +127,7 @@ async fn digest(pool: &PgPool) -> String {
 
 /// `(max_concurrency, paused)` of a policy row, `None` when there is no row.
 async fn policy(pool: &PgPool, scope: &str) -> Option<(Option<i32>, bool)> {
-    sqlx::query_as("SELECT max_concurrency, paused FROM policies WHERE scope = $1")
-        .bind(scope)
-        .fetch_optional(pool)
+    leasehold_tests::inspect::policy_row(pool, scope)
         .await
         .unwrap()
 }

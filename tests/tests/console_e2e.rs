@@ -140,11 +140,9 @@ async fn held_by(pool: &PgPool, owner: &str) -> Vec<i64> {
     .unwrap()
 }
 
-/// `(max_concurrency, paused)` of a policy row.
+/// `(max_concurrency, paused)` of a policy row, `None` when there is no row.
 async fn policy(pool: &PgPool, scope: &str) -> Option<(Option<i32>, bool)> {
-    sqlx::query_as("SELECT max_concurrency, paused FROM policies WHERE scope = $1")
-        .bind(scope)
-        .fetch_optional(pool)
+    leasehold_tests::inspect::policy_row(pool, scope)
         .await
         .unwrap()
 }
