@@ -46,7 +46,9 @@ pub enum StoreError {
     #[error("unreadable {what} in the database: {detail}")]
     Corrupt { what: &'static str, detail: String },
     /// The URL names a database this build has no store for.
-    #[error("unsupported database URL {0:?}: use postgres://… (or postgresql://…)")]
+    #[error(
+        "unsupported database URL {0:?}: use postgres://HOST/DB (or postgresql://…) or sqlite://PATH"
+    )]
     UnsupportedUrl(String),
 }
 
@@ -55,19 +57,28 @@ impl StoreError {
     /// database enforces (sizes, ranges, formats) is bad input, reported as such.
     pub fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
         move |source| {
-            if let sqlx::Error::Database(e) = &source
-                && e.code().as_deref() == Some(CHECK_VIOLATION)
-            {
-                let constraint = e.constraint().unwrap_or("a check").to_string();
-                return StoreError::Invalid(ValidationError::Invalid {
-                    field: "input",
-                    detail: format!("refused by the database constraint {constraint} in {op}"),
-                });
-            }
-            if let sqlx::Error::Database(e) = &source
-                && e.code().as_deref() == Some(LOCK_NOT_AVAILABLE)
-            {
-                return StoreError::Busy { op };
+            if let sqlx::Error::Database(e) = &source {
+                if e.kind() == sqlx::error::ErrorKind::CheckViolation
+                    || e.code().as_deref() == Some(CHECK_VIOLATION)
+                {
+                    // PostgreSQL names the constraint; SQLite puts it in the message.
+                    let constraint = e
+                        .constraint()
+                        .map(str::to_string)
+                        .or_else(|| {
+                            e.message()
+                                .strip_prefix("CHECK constraint failed: ")
+                                .map(str::to_string)
+                        })
+                        .unwrap_or_else(|| "a check".to_string());
+                    return StoreError::Invalid(ValidationError::Invalid {
+                        field: "input",
+                        detail: format!("refused by the database constraint {constraint} in {op}"),
+                    });
+                }
+                if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) || sqlite_busy(e.as_ref()) {
+                    return StoreError::Busy { op };
+                }
             }
             StoreError::Database { op, source }
         }
@@ -89,6 +100,17 @@ impl StoreError {
                 }
         )
     }
+}
+
+/// SQLite's SQLITE_BUSY and SQLITE_LOCKED, with their extended codes: the write lock (or a
+/// table lock) stayed taken for the whole busy timeout.
+fn sqlite_busy(e: &dyn sqlx::error::DatabaseError) -> bool {
+    if e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_none() {
+        return false;
+    }
+    e.code()
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
 }
 
 /// Result of a store operation.

@@ -22,15 +22,18 @@
 //! (task, epoch, owner, outcome) reports `Repeated`. Recovery re-checks status, owner, epoch and
 //! expiry in the statement that changes the row, so it never touches a finished or newer row.
 
+mod any;
 mod error;
 pub mod explain;
 pub mod outcomes;
 pub mod params;
 pub mod postgres;
+pub mod sqlite;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+pub use any::AnyStore;
 pub use error::{Result, StoreError};
 pub use outcomes::*;
 pub use params::*;

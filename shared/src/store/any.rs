@@ -1,0 +1,93 @@
+//! [`AnyStore`]: the store a database URL names — `postgres://…` (or `postgresql://…`) or
+//! `sqlite://PATH` — for the binaries and tools that take a URL.
+
+use std::sync::Arc;
+
+use super::postgres::{PgStore, PgStoreOptions};
+use super::sqlite::{SqliteStore, SqliteStoreOptions, is_sqlite_url};
+use super::{Result, Store, StoreError};
+use crate::domain::TaskType;
+
+/// A connected store of either backend.
+#[derive(Debug, Clone)]
+pub enum AnyStore {
+    Postgres(PgStore),
+    Sqlite(SqliteStore),
+}
+
+impl AnyStore {
+    /// Connects to `url` with a pool of `max_connections` (a SQLite file is created when
+    /// missing; neither is migrated here).
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        if is_sqlite_url(url) {
+            let store = SqliteStore::connect(
+                url,
+                SqliteStoreOptions {
+                    max_connections,
+                    ..SqliteStoreOptions::default()
+                },
+            )
+            .await?;
+            return Ok(AnyStore::Sqlite(store));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let store = PgStore::connect(
+                url,
+                PgStoreOptions {
+                    max_connections,
+                    ..PgStoreOptions::default()
+                },
+            )
+            .await?;
+            return Ok(AnyStore::Postgres(store));
+        }
+        Err(StoreError::UnsupportedUrl(
+            crate::domain::ids::truncate_for_error(url),
+        ))
+    }
+
+    /// The store behind the trait.
+    pub fn store(&self) -> Arc<dyn Store> {
+        match self {
+            AnyStore::Postgres(s) => Arc::new(s.clone()),
+            AnyStore::Sqlite(s) => Arc::new(s.clone()),
+        }
+    }
+
+    /// Applies pending migrations of the backend.
+    pub async fn migrate(&self) -> Result<()> {
+        match self {
+            AnyStore::Postgres(s) => s.migrate().await,
+            AnyStore::Sqlite(s) => s.migrate().await,
+        }
+    }
+
+    /// Deletes every task of `task_type` (and its attempts), whatever its status: for tools
+    /// that own a type of their own, like the bench.
+    pub async fn delete_tasks_of_type(&self, task_type: &TaskType) -> Result<u64> {
+        let op = "delete_tasks_of_type";
+        let done = match self {
+            AnyStore::Postgres(s) => sqlx::query("DELETE FROM tasks WHERE task_type = $1")
+                .bind(task_type.as_str())
+                .execute(s.pool())
+                .await
+                .map_err(StoreError::db(op))?
+                .rows_affected(),
+            AnyStore::Sqlite(s) => sqlx::query("DELETE FROM tasks WHERE task_type = ?1")
+                .bind(task_type.as_str())
+                .execute(s.pool())
+                .await
+                .map_err(StoreError::db(op))?
+                .rows_affected(),
+        };
+        Ok(done)
+    }
+
+    /// Closes the pool (a SQLite file is checkpointed by its last connection closing).
+    pub async fn close(&self) {
+        match self {
+            AnyStore::Postgres(s) => s.close().await,
+            AnyStore::Sqlite(s) => s.close().await,
+        }
+    }
+}

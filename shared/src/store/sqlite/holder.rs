@@ -1,0 +1,651 @@
+//! Enqueue, claim and the holder writes (renew, progress, complete, release). Each runs in one
+//! BEGIN IMMEDIATE transaction: it holds the write lock from its first read, so what it reads
+//! is what it changes. Holder writes carry the lease key (task, owner, epoch) and change
+//! nothing when it no longer matches: the outcome says `Fenced`.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::json;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Sqlite, SqlitePool, Transaction};
+
+use super::rows::{self, get, micros, span, status, task};
+use super::{commit, json_list, write_tx};
+use crate::domain::{InputLimits, LeaseEpoch, Policy, PolicyScope, TaskId, TaskStatus};
+use crate::store::params::{ValidTask, validate_bulk};
+use crate::store::{
+    ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, Completion, Enqueued, HolderWrite,
+    NewTask, ProgressParams, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams,
+    RenewedLease, Result, StoreError,
+};
+
+pub(super) async fn task_enqueue(
+    pool: &SqlitePool,
+    task: &NewTask,
+    limits: &InputLimits,
+) -> Result<Enqueued> {
+    let valid = task.validate(limits)?;
+    let (mut tx, now) = write_tx(pool, "task_enqueue").await?;
+    let done = enqueue_valid(&mut tx, &valid, now).await?;
+    commit(tx, "task_enqueue").await?;
+    Ok(done)
+}
+
+pub(super) async fn task_enqueue_many(
+    pool: &SqlitePool,
+    tasks: &[NewTask],
+    limits: &InputLimits,
+) -> Result<Vec<Enqueued>> {
+    let valid = validate_bulk(tasks, limits)?;
+    if valid.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (mut tx, now) = write_tx(pool, "task_enqueue_many").await?;
+    let mut out = Vec::with_capacity(valid.len());
+    for v in &valid {
+        out.push(enqueue_valid(&mut tx, v, now).await?);
+    }
+    commit(tx, "task_enqueue_many").await?;
+    Ok(out)
+}
+
+/// Inserts one validated task inside a write transaction (or finds the task of its
+/// idempotency key: the write lock means no concurrent insert can slip in between).
+pub(super) async fn enqueue_valid(
+    tx: &mut Transaction<'static, Sqlite>,
+    v: &ValidTask,
+    now: i64,
+) -> Result<Enqueued> {
+    if let Some(key) = &v.idempotency_key {
+        let existing: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM tasks WHERE idempotency_key = ?1")
+                .bind(key)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(StoreError::db("task_enqueue"))?;
+        if let Some(id) = existing {
+            return Ok(Enqueued {
+                id: TaskId(id),
+                created: false,
+            });
+        }
+    }
+    let available_at = match v.run_at {
+        Some(at) => micros(at),
+        None => now.saturating_add(v.delay_ms.saturating_mul(1000)),
+    };
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO tasks (task_type, payload, priority, available_at, deadline_at, timeout_ms, \
+         max_attempts, idempotency_key, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) RETURNING id",
+    )
+    .bind(&v.task_type)
+    .bind(&v.payload)
+    .bind(v.priority)
+    .bind(available_at)
+    .bind(v.deadline.map(micros))
+    .bind(v.timeout_ms)
+    .bind(v.max_attempts)
+    .bind(&v.idempotency_key)
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(StoreError::db("task_enqueue"))?;
+    Ok(Enqueued {
+        id: TaskId(id),
+        created: true,
+    })
+}
+
+async fn policies(tx: &mut Transaction<'static, Sqlite>, op: &'static str) -> Result<Vec<Policy>> {
+    let found = sqlx::query(
+        "SELECT scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms, \
+         retry_jitter, timeout_ms, slow_ms FROM policies",
+    )
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(StoreError::db(op))?;
+    found.iter().map(rows::policy).collect()
+}
+
+/// Claim (DESIGN §4 order, §5 limits). The write lock serialises claimers, so the running
+/// counts read here include every committed claim and none can commit before this one.
+pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Result<ClaimBatch> {
+    params.validate()?;
+    const OP: &str = "task_claim";
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let now_time = rows::time(now, "now")?;
+    let policies = policies(&mut tx, OP).await?;
+    let global = policies.iter().find(|p| p.scope == PolicyScope::Global);
+    let of_type = |t: &str| {
+        policies
+            .iter()
+            .find(|p| matches!(&p.scope, PolicyScope::Type(x) if x.as_str() == t))
+    };
+    let batch = usize::try_from(params.batch).unwrap_or(usize::MAX);
+    let mut global_cap = batch;
+    if global.is_some_and(|g| g.paused) {
+        global_cap = 0;
+    }
+    let limited = global.and_then(|g| g.max_concurrency).is_some()
+        || params.task_types.iter().any(|t| {
+            of_type(t.as_str())
+                .and_then(|p| p.max_concurrency)
+                .is_some()
+        });
+    let mut running: HashMap<String, usize> = HashMap::new();
+    let mut running_total = 0usize;
+    if limited && global_cap > 0 {
+        let counts = sqlx::query(
+            "SELECT task_type, count(*) AS n FROM tasks \
+             WHERE status IN ('running', 'cancel_requested') GROUP BY task_type",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+        for row in &counts {
+            let n = usize::try_from(get::<i64>(row, "n")?).unwrap_or(0);
+            running_total += n;
+            running.insert(get(row, "task_type")?, n);
+        }
+    }
+    if let Some(limit) = global.and_then(|g| g.max_concurrency) {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        global_cap = global_cap.min(limit.saturating_sub(running_total));
+    }
+    // Capacity left per open type (None: unlimited); paused and full types are left out.
+    let mut type_cap: HashMap<&str, Option<usize>> = HashMap::new();
+    for t in &params.task_types {
+        let policy = of_type(t.as_str());
+        if policy.is_some_and(|p| p.paused) {
+            continue;
+        }
+        let cap = policy.and_then(|p| p.max_concurrency).map(|limit| {
+            let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+            limit.saturating_sub(running.get(t.as_str()).copied().unwrap_or(0))
+        });
+        if cap != Some(0) {
+            type_cap.insert(t.as_str(), cap);
+        }
+    }
+    if global_cap == 0 || type_cap.is_empty() {
+        commit(tx, OP).await?;
+        return Ok(ClaimBatch {
+            now: now_time,
+            tasks: Vec::new(),
+            contended: false,
+        });
+    }
+    let open: Vec<&str> = type_cap.keys().copied().collect();
+    let candidates = sqlx::query(
+        "SELECT id, task_type FROM tasks \
+         WHERE status IN ('queued', 'retry_wait') AND available_at <= ?1 \
+           AND (deadline_at IS NULL OR deadline_at > ?1) \
+           AND task_type IN (SELECT value FROM json_each(?2)) \
+         ORDER BY priority DESC, available_at, id LIMIT ?3",
+    )
+    .bind(now)
+    .bind(json_list(&open)?)
+    .bind(i64::from(params.batch))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    let mut chosen = Vec::with_capacity(candidates.len());
+    for row in &candidates {
+        if chosen.len() >= global_cap {
+            break;
+        }
+        let task_type: String = get(row, "task_type")?;
+        if let Some(cap) = type_cap.get_mut(task_type.as_str()) {
+            match cap {
+                Some(0) => continue,
+                Some(left) => *left -= 1,
+                None => {}
+            }
+            chosen.push(get::<i64>(row, "id")?);
+        }
+    }
+    let mut tasks = if chosen.is_empty() {
+        Vec::new()
+    } else {
+        let claimed = sqlx::query(
+            "UPDATE tasks SET status = 'running', lease_owner = ?1, lease_epoch = lease_epoch + 1, \
+             lease_until = ?2, heartbeat_at = ?3, attempt = attempt + 1, started_at = ?3, \
+             progress = NULL, updated_at = ?3 \
+             WHERE id IN (SELECT value FROM json_each(?4)) AND status IN ('queued', 'retry_wait') \
+             RETURNING *",
+        )
+        .bind(params.owner.as_str())
+        .bind(now.saturating_add(span(params.lease_ttl)))
+        .bind(now)
+        .bind(json_list(&chosen)?)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+        claimed.iter().map(task).collect::<Result<Vec<_>>>()?
+    };
+    commit(tx, OP).await?;
+    tasks.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.available_at.cmp(&b.available_at))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(ClaimBatch {
+        now: now_time,
+        tasks,
+        contended: false,
+    })
+}
+
+/// The rows of `ids` that `owner` holds at the given epochs (leased, key matching).
+async fn held_rows(
+    tx: &mut Transaction<'static, Sqlite>,
+    owner: &str,
+    leases: &[(TaskId, LeaseEpoch)],
+    op: &'static str,
+) -> Result<Vec<SqliteRow>> {
+    let ids: Vec<i64> = leases.iter().map(|(id, _)| id.0).collect();
+    let wanted: HashSet<(i64, i64)> = leases.iter().map(|(id, e)| (id.0, e.0)).collect();
+    let found = sqlx::query(
+        "SELECT id, lease_epoch, status, attempt, started_at FROM tasks \
+         WHERE id IN (SELECT value FROM json_each(?1)) AND lease_owner = ?2 \
+           AND status IN ('running', 'cancel_requested') ORDER BY id",
+    )
+    .bind(json_list(&ids)?)
+    .bind(owner)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(StoreError::db(op))?;
+    let mut held = Vec::with_capacity(found.len());
+    for row in found {
+        let key = (get::<i64>(&row, "id")?, get::<i64>(&row, "lease_epoch")?);
+        if wanted.contains(&key) {
+            held.push(row);
+        }
+    }
+    Ok(held)
+}
+
+pub(super) async fn lease_renew_many(
+    pool: &SqlitePool,
+    params: &RenewParams,
+) -> Result<RenewOutcome> {
+    params.validate()?;
+    const OP: &str = "lease_renew_many";
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let held = held_rows(&mut tx, params.owner.as_str(), &params.leases, OP).await?;
+    let until = now.saturating_add(span(params.lease_ttl));
+    let mut renewed = Vec::with_capacity(held.len());
+    let mut ids = Vec::with_capacity(held.len());
+    for row in &held {
+        let id = get::<i64>(row, "id")?;
+        ids.push(id);
+        renewed.push(RenewedLease {
+            id: TaskId(id),
+            epoch: LeaseEpoch(get(row, "lease_epoch")?),
+            lease_until: rows::time(until, "lease_until")?,
+            cancel_requested: get::<&str>(row, "status")? == "cancel_requested",
+        });
+    }
+    if !ids.is_empty() {
+        sqlx::query(
+            "UPDATE tasks SET lease_until = ?1, heartbeat_at = ?2 \
+             WHERE id IN (SELECT value FROM json_each(?3))",
+        )
+        .bind(until)
+        .bind(now)
+        .bind(json_list(&ids)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    }
+    commit(tx, OP).await?;
+    let kept: HashSet<(TaskId, LeaseEpoch)> = renewed.iter().map(|r| (r.id, r.epoch)).collect();
+    let lost = params
+        .leases
+        .iter()
+        .copied()
+        .filter(|key| !kept.contains(key))
+        .collect();
+    Ok(RenewOutcome {
+        now: rows::time(now, "now")?,
+        renewed,
+        lost,
+    })
+}
+
+pub(super) async fn task_progress(
+    pool: &SqlitePool,
+    params: &ProgressParams,
+) -> Result<HolderWrite> {
+    const OP: &str = "task_progress";
+    let key = &params.key;
+    let progress = rows::to_text(&params.progress, "task progress")?;
+    let (mut tx, _now) = write_tx(pool, OP).await?;
+    let done = sqlx::query(
+        "UPDATE tasks SET progress = ?4 \
+         WHERE id = ?1 AND lease_owner = ?2 AND lease_epoch = ?3 \
+           AND status IN ('running', 'cancel_requested')",
+    )
+    .bind(key.id.0)
+    .bind(key.owner.as_str())
+    .bind(key.epoch.0)
+    .bind(progress)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await?;
+    Ok(if done.rows_affected() == 1 {
+        HolderWrite::Held
+    } else {
+        HolderWrite::Fenced
+    })
+}
+
+/// What one completion does to its row.
+struct Decision {
+    status: TaskStatus,
+    available_at: Option<i64>,
+    last_error: Option<String>,
+    result: Option<String>,
+    finished_at: Option<i64>,
+    attempt_error: Option<String>,
+}
+
+pub(super) async fn task_complete_many(
+    pool: &SqlitePool,
+    batch: &[CompleteParams],
+) -> Result<Vec<CompleteOutcome>> {
+    const OP: &str = "task_complete";
+    let mut seen = HashSet::with_capacity(batch.len());
+    for params in batch {
+        params.validate()?;
+        if !seen.insert(params.key.id) {
+            return Err(StoreError::Invalid(crate::ValidationError::Invalid {
+                field: "completions",
+                detail: format!("task {} appears twice in one batch", params.key.id),
+            }));
+        }
+    }
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let ids: Vec<i64> = batch.iter().map(|p| p.key.id.0).collect();
+    let found = sqlx::query(
+        "SELECT id, task_type, status, lease_owner, lease_epoch, attempt, max_attempts, \
+                deadline_at, started_at, result, last_error \
+         FROM tasks WHERE id IN (SELECT value FROM json_each(?1))",
+    )
+    .bind(json_list(&ids)?)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    let mut by_id: HashMap<i64, SqliteRow> = HashMap::with_capacity(found.len());
+    for row in found {
+        by_id.insert(get(&row, "id")?, row);
+    }
+    let needs_policy = batch
+        .iter()
+        .any(|p| matches!(p.completion, Completion::Failed { .. }));
+    let policies = if needs_policy {
+        policies(&mut tx, OP).await?
+    } else {
+        Vec::new()
+    };
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for params in batch {
+        let key = &params.key;
+        let row = by_id.get(&key.id.0);
+        let held = match row {
+            Some(row) => {
+                let st = get::<&str>(row, "status")?;
+                get::<Option<&str>>(row, "lease_owner")? == Some(key.owner.as_str())
+                    && get::<i64>(row, "lease_epoch")? == key.epoch.0
+                    && (st == "running" || st == "cancel_requested")
+            }
+            None => false,
+        };
+        let Some(row) = row.filter(|_| held) else {
+            outcomes.push(repeat_or_fenced(&mut tx, params, row).await?);
+            continue;
+        };
+        let d = decide(row, params, &policies, now)?;
+        sqlx::query(
+            "UPDATE tasks SET status = ?2, available_at = coalesce(?3, available_at), \
+             last_error = ?4, result = ?5, finished_at = ?6, lease_until = NULL, updated_at = ?7 \
+             WHERE id = ?1",
+        )
+        .bind(key.id.0)
+        .bind(d.status.as_str())
+        .bind(d.available_at)
+        .bind(&d.last_error)
+        .bind(&d.result)
+        .bind(d.finished_at)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+        sqlx::query(
+            "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, \
+             outcome, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .bind(key.id.0)
+        .bind(key.epoch.0)
+        .bind(get::<i64>(row, "attempt")?)
+        .bind(key.owner.as_str())
+        .bind(get::<Option<i64>>(row, "started_at")?.unwrap_or(now))
+        .bind(now)
+        .bind(params.completion.outcome_name())
+        .bind(&d.attempt_error)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+        outcomes.push(CompleteOutcome::Applied {
+            status: d.status,
+            retry_at: match d.available_at {
+                Some(at) => Some(rows::time(at, "retry_at")?),
+                None => None,
+            },
+        });
+    }
+    commit(tx, OP).await?;
+    Ok(outcomes)
+}
+
+/// A completion whose key no longer matches: a repeat of an outcome already recorded for the
+/// same (task, epoch, owner), or fenced.
+async fn repeat_or_fenced(
+    tx: &mut Transaction<'static, Sqlite>,
+    params: &CompleteParams,
+    row: Option<&SqliteRow>,
+) -> Result<CompleteOutcome> {
+    let Some(row) = row else {
+        return Ok(CompleteOutcome::Fenced);
+    };
+    let key = &params.key;
+    let recorded: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM task_attempts WHERE task_id = ?1 AND epoch = ?2 AND agent = ?3 AND outcome = ?4",
+    )
+    .bind(key.id.0)
+    .bind(key.epoch.0)
+    .bind(key.owner.as_str())
+    .bind(params.completion.outcome_name())
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(StoreError::db("task_complete"))?;
+    Ok(match recorded {
+        Some(_) => CompleteOutcome::Repeated {
+            status: status(get::<&str>(row, "status")?)?,
+        },
+        None => CompleteOutcome::Fenced,
+    })
+}
+
+/// The retry rule of DESIGN §4 (as the PostgreSQL statement words it): a failure is retried
+/// with the type's backoff, min(max, base * mult^(attempt-1)) +/- jitter from the database's
+/// now, while attempts are left, the error is retryable and the retry would start before the
+/// deadline; else dead (deadline_exceeded when only the deadline stood in the way).
+fn decide(
+    row: &SqliteRow,
+    params: &CompleteParams,
+    policies: &[Policy],
+    now: i64,
+) -> Result<Decision> {
+    let current = get::<&str>(row, "status")?;
+    let kept_error: Option<String> = get(row, "last_error")?;
+    let kept_result: Option<String> = get(row, "result")?;
+    let finished = |status| Decision {
+        status,
+        available_at: None,
+        last_error: kept_error.clone(),
+        result: kept_result.clone(),
+        finished_at: Some(now),
+        attempt_error: None,
+    };
+    let result_text = |r: &Option<serde_json::Value>| -> Result<Option<String>> {
+        r.as_ref()
+            .map(|v| rows::to_text(v, "task result"))
+            .transpose()
+    };
+    Ok(match &params.completion {
+        Completion::Succeeded { result } => Decision {
+            result: result_text(result)?,
+            ..finished(TaskStatus::Succeeded)
+        },
+        Completion::PartiallySucceeded { result } => Decision {
+            result: result_text(result)?,
+            ..finished(TaskStatus::PartiallySucceeded)
+        },
+        Completion::Cancelled => finished(TaskStatus::Cancelled),
+        Completion::Failed { error } => {
+            let error = error.clone().bounded();
+            let error_text = rows::to_text(&error, "task error")?;
+            if current == "cancel_requested" {
+                return Ok(Decision {
+                    last_error: Some(error_text.clone()),
+                    attempt_error: Some(error_text),
+                    ..finished(TaskStatus::Cancelled)
+                });
+            }
+            let attempt: i64 = get(row, "attempt")?;
+            let max_attempts: i64 = get(row, "max_attempts")?;
+            let deadline: Option<i64> = get(row, "deadline_at")?;
+            let wanted = error.retryable && attempt < max_attempts;
+            let retry_at = if wanted {
+                let task_type: String = get(row, "task_type")?;
+                let global = policies.iter().find(|p| p.scope == PolicyScope::Global);
+                let own = policies
+                    .iter()
+                    .find(|p| matches!(&p.scope, PolicyScope::Type(t) if t.as_str() == task_type));
+                let inherit = Policy::inherit(PolicyScope::Global);
+                let retry = own
+                    .unwrap_or(global.unwrap_or(&inherit))
+                    .retry_over(global.unwrap_or(&inherit));
+                let nominal_us = retry
+                    .nominal_delay(i32::try_from(attempt).unwrap_or(i32::MAX))
+                    .as_micros() as f64;
+                let factor = 1.0 + retry.jitter * (2.0 * fastrand::f64() - 1.0);
+                Some(now.saturating_add((nominal_us * factor).max(0.0) as i64))
+            } else {
+                None
+            };
+            match retry_at {
+                Some(at) if deadline.is_none_or(|d| at < d) => Decision {
+                    status: TaskStatus::RetryWait,
+                    available_at: Some(at),
+                    last_error: Some(error_text.clone()),
+                    result: kept_result,
+                    finished_at: None,
+                    attempt_error: Some(error_text),
+                },
+                Some(at) => {
+                    let deadline_text = deadline
+                        .and_then(chrono::DateTime::from_timestamp_micros)
+                        .map(|d| d.to_string())
+                        .unwrap_or_default();
+                    let at_text = chrono::DateTime::from_timestamp_micros(at)
+                        .map(|d| d.to_string())
+                        .unwrap_or_default();
+                    let exceeded = rows::to_text(
+                        &json!({
+                            "code": "deadline_exceeded",
+                            "message": format!(
+                                "the retry due at {at_text} would start after the deadline {deadline_text}; last error {}: {}",
+                                error.code, error.message
+                            ),
+                            "retryable": false,
+                        }),
+                        "task error",
+                    )?;
+                    Decision {
+                        last_error: Some(exceeded.clone()),
+                        attempt_error: Some(exceeded),
+                        ..finished(TaskStatus::Dead)
+                    }
+                }
+                None => Decision {
+                    last_error: Some(error_text.clone()),
+                    attempt_error: Some(error_text),
+                    ..finished(TaskStatus::Dead)
+                },
+            }
+        }
+    })
+}
+
+pub(super) async fn lease_release_many(
+    pool: &SqlitePool,
+    params: &ReleaseParams,
+) -> Result<ReleaseOutcome> {
+    const OP: &str = "lease_release_many";
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let held = held_rows(&mut tx, params.owner.as_str(), &params.leases, OP).await?;
+    let mut released = Vec::with_capacity(held.len());
+    for row in &held {
+        let id: i64 = get(row, "id")?;
+        let cancel = get::<&str>(row, "status")? == "cancel_requested";
+        let attempt: i64 = get(row, "attempt")?;
+        sqlx::query(
+            "UPDATE tasks SET status = ?2, attempt = ?3, available_at = ?4, lease_until = NULL, \
+             finished_at = ?5, updated_at = ?4 WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(if cancel { "cancelled" } else { "queued" })
+        .bind(if cancel {
+            attempt
+        } else {
+            (attempt - 1).max(0)
+        })
+        .bind(now)
+        .bind(cancel.then_some(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+        sqlx::query(
+            "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, \
+             outcome) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .bind(id)
+        .bind(get::<i64>(row, "lease_epoch")?)
+        .bind(attempt)
+        .bind(params.owner.as_str())
+        .bind(get::<Option<i64>>(row, "started_at")?.unwrap_or(now))
+        .bind(now)
+        .bind(if cancel { "cancelled" } else { "released" })
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+        released.push(TaskId(id));
+    }
+    commit(tx, OP).await?;
+    let done: HashSet<TaskId> = released.iter().copied().collect();
+    let fenced = params
+        .leases
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| !done.contains(id))
+        .collect();
+    Ok(ReleaseOutcome { released, fenced })
+}

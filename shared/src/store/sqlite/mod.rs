@@ -1,0 +1,380 @@
+//! The SQLite store: the embedded default for one host, demos and CI (DESIGN §11).
+//!
+//! Same tables, rules and outcomes as the PostgreSQL store, in SQLite's terms:
+//! ```text
+//!   one file, WAL journal (readers never block the writer), busy timeout on every connection
+//!   every transaction that writes begins with BEGIN IMMEDIATE: it takes SQLite's single write
+//!   lock before it reads, so it decides from rows no other writer can change under it
+//!   "now" is read from SQLite's clock (julianday('now')) as the transaction's first
+//!   statement and every lease time of the transaction is computed from it
+//! ```
+//! Several agent processes on one host may share one file: claims, renewals and completions
+//! serialise on the write lock, so concurrency limits are exact without advisory locks. There is
+//! no NOTIFY: agents poll (their poll interval bounds the pickup delay).
+//!
+//! Times are INTEGER microseconds since the Unix epoch (millisecond precision from the clock);
+//! JSON is TEXT. See `migrations/sqlite/`.
+//!
+//! When things fail: a statement error rolls its transaction back, so every operation either
+//! happened whole or not at all. A writer that cannot get the lock within the busy timeout is
+//! [`StoreError::Busy`] and changed nothing.
+
+mod holder;
+mod maintenance;
+mod operator;
+mod query;
+mod registry;
+mod rows;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Sqlite, Transaction};
+
+use super::{
+    AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
+    AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
+    CompleteParams, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams,
+    HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, Overview,
+    PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
+    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
+    RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
+    TaskListParams, TaskPage, UnservedParams,
+};
+use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
+
+/// The embedded SQLite migrations (`migrations/sqlite/`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// SQLite's clock as stored times: microseconds since the epoch, at millisecond precision.
+pub(crate) const NOW: &str =
+    "SELECT CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000 AS now";
+
+/// Default size of the store's connection pool (readers run in parallel under WAL; writers
+/// take turns on the write lock).
+pub const DEFAULT_POOL_SIZE: u32 = 4;
+/// Default time a writer waits for the write lock before the operation is `Busy`.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options for connecting a [`SqliteStore`].
+#[derive(Debug, Clone)]
+pub struct SqliteStoreOptions {
+    pub max_connections: u32,
+    /// How long a statement waits for a lock another connection (or process) holds.
+    pub busy_timeout: Duration,
+    /// How long to wait for a pooled connection.
+    pub acquire_timeout: Duration,
+    pub limits: InputLimits,
+}
+
+impl Default for SqliteStoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_POOL_SIZE,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            acquire_timeout: Duration::from_secs(10),
+            limits: InputLimits::default(),
+        }
+    }
+}
+
+/// The SQLite implementation of [`Store`].
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    limits: InputLimits,
+}
+
+/// Whether `url` names a SQLite database (`sqlite://PATH`, `sqlite:PATH`).
+pub fn is_sqlite_url(url: &str) -> bool {
+    url.starts_with("sqlite:")
+}
+
+/// Parses a SQLite URL (the file is created when missing), refusing other schemes.
+pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
+    if !is_sqlite_url(url) {
+        return Err(StoreError::UnsupportedUrl(
+            crate::domain::ids::truncate_for_error(url),
+        ));
+    }
+    let path = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:");
+    let path = path.split('?').next().unwrap_or_default();
+    if path.is_empty() || path == ":memory:" {
+        return Err(StoreError::Invalid(crate::ValidationError::Invalid {
+            field: "database_url",
+            detail: "a SQLite URL names a file (sqlite://PATH); an in-memory database cannot be \
+                     shared by agents"
+                .into(),
+        }));
+    }
+    SqliteConnectOptions::from_str(url).map_err(StoreError::db("parse database URL"))
+}
+
+impl SqliteStore {
+    /// Opens (creating when missing) the database file of `url` (`sqlite://PATH`).
+    pub async fn connect(url: &str, options: SqliteStoreOptions) -> Result<Self> {
+        let connect = connect_options(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // With WAL, NORMAL makes each commit durable against a process crash and keeps the
+            // database consistent across power loss (the last commits may be lost then).
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(options.busy_timeout)
+            .foreign_keys(true)
+            .pragma("temp_store", "memory");
+        let pool = SqlitePoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(StoreError::db("connect"))?;
+        Ok(Self {
+            pool,
+            limits: options.limits,
+        })
+    }
+
+    /// The pool, for callers that enqueue inside their own transactions.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// The input limits this store enforces.
+    pub fn limits(&self) -> &InputLimits {
+        &self.limits
+    }
+
+    /// Applies pending migrations. Safe to run twice and from several processes at once: a
+    /// process that loses the race to create the schema sees it applied on its retry.
+    pub async fn migrate(&self) -> Result<()> {
+        let mut last = None;
+        for _ in 0..5 {
+            match MIGRATOR.run(&self.pool).await {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    last = Some(error);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        match last {
+            Some(error) => Err(StoreError::Migrate(error)),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// A write transaction: the write lock taken (BEGIN IMMEDIATE) and SQLite's now read.
+pub(super) async fn write_tx(
+    pool: &SqlitePool,
+    op: &'static str,
+) -> Result<(Transaction<'static, Sqlite>, i64)> {
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(StoreError::db(op))?;
+    let now = now(&mut tx, op).await?;
+    Ok((tx, now))
+}
+
+/// A read transaction: one snapshot for every statement, and SQLite's now.
+pub(super) async fn read_tx(
+    pool: &SqlitePool,
+    op: &'static str,
+) -> Result<(Transaction<'static, Sqlite>, i64)> {
+    let mut tx = pool.begin().await.map_err(StoreError::db(op))?;
+    let now = now(&mut tx, op).await?;
+    Ok((tx, now))
+}
+
+pub(super) async fn now(tx: &mut Transaction<'static, Sqlite>, op: &'static str) -> Result<i64> {
+    sqlx::query_scalar(NOW)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(StoreError::db(op))
+}
+
+pub(super) async fn commit(tx: Transaction<'static, Sqlite>, op: &'static str) -> Result<()> {
+    tx.commit().await.map_err(StoreError::db(op))
+}
+
+/// A list as a JSON array, for `IN (SELECT value FROM json_each(?))`.
+pub(super) fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String> {
+    rows::to_text(&items, "list")
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn db_now(&self) -> Result<DateTime<Utc>> {
+        let us: i64 = sqlx::query_scalar(NOW)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("db_now"))?;
+        rows::time(us, "now")
+    }
+
+    async fn task_enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        holder::task_enqueue(&self.pool, &task, &self.limits).await
+    }
+
+    async fn task_enqueue_audited(&self, params: EnqueueAuditedParams) -> Result<Enqueued> {
+        operator::task_enqueue_audited(&self.pool, &params, &self.limits).await
+    }
+
+    async fn task_enqueue_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Enqueued>> {
+        holder::task_enqueue_many(&self.pool, &tasks, &self.limits).await
+    }
+
+    async fn task_claim(&self, params: ClaimParams) -> Result<ClaimBatch> {
+        holder::task_claim(&self.pool, &params).await
+    }
+
+    async fn lease_renew_many(&self, params: RenewParams) -> Result<RenewOutcome> {
+        holder::lease_renew_many(&self.pool, &params).await
+    }
+
+    async fn task_progress(&self, params: ProgressParams) -> Result<HolderWrite> {
+        holder::task_progress(&self.pool, &params).await
+    }
+
+    async fn task_complete(&self, params: CompleteParams) -> Result<CompleteOutcome> {
+        let mut outcomes =
+            holder::task_complete_many(&self.pool, std::slice::from_ref(&params)).await?;
+        outcomes.pop().ok_or_else(|| StoreError::Corrupt {
+            what: "completion",
+            detail: "no result".into(),
+        })
+    }
+
+    async fn task_complete_many(&self, batch: Vec<CompleteParams>) -> Result<Vec<CompleteOutcome>> {
+        holder::task_complete_many(&self.pool, &batch).await
+    }
+
+    async fn lease_release_many(&self, params: ReleaseParams) -> Result<ReleaseOutcome> {
+        holder::lease_release_many(&self.pool, &params).await
+    }
+
+    async fn task_cancel(&self, params: CancelParams) -> Result<CancelOutcome> {
+        operator::task_cancel(&self.pool, &params).await
+    }
+
+    async fn task_requeue(&self, params: RequeueParams) -> Result<RequeueOutcome> {
+        operator::task_requeue(&self.pool, &params).await
+    }
+
+    async fn task_requeue_dead(&self, params: RequeueDeadParams) -> Result<u64> {
+        operator::task_requeue_dead(&self.pool, &params).await
+    }
+
+    async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>> {
+        params.validate()?;
+        maintenance::lease_recover_expired(&self.pool, &params).await
+    }
+
+    async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>> {
+        params.validate()?;
+        maintenance::task_expire_deadlines(&self.pool, &params).await
+    }
+
+    async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64> {
+        params.validate()?;
+        maintenance::task_purge_finished(&self.pool, &params).await
+    }
+
+    async fn task_dead_letter_unserved(
+        &self,
+        params: UnservedParams,
+    ) -> Result<Vec<(TaskId, TaskType)>> {
+        params.validate()?;
+        maintenance::task_dead_letter_unserved(&self.pool, &params).await
+    }
+
+    async fn task_count_claimable(&self, task_types: Vec<TaskType>) -> Result<u64> {
+        maintenance::task_count_claimable(&self.pool, &task_types).await
+    }
+
+    async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>> {
+        params.validate()?;
+        maintenance::lease_list_suspect(&self.pool, &params).await
+    }
+
+    async fn policy_list(&self) -> Result<Vec<Policy>> {
+        query::policy_list(&self.pool).await
+    }
+
+    async fn policy_get(&self, scope: PolicyScope) -> Result<Policy> {
+        let all = query::policy_list(&self.pool).await?;
+        Ok(all
+            .into_iter()
+            .find(|p| p.scope == scope)
+            .unwrap_or_else(|| Policy::inherit(scope)))
+    }
+
+    async fn policy_change(&self, params: PolicySetParams) -> Result<PolicyChange> {
+        operator::policy_set(&self.pool, &params).await
+    }
+
+    async fn agent_register(&self, params: AgentRegisterParams) -> Result<AgentRecord> {
+        registry::agent_register(&self.pool, &params).await
+    }
+
+    async fn agent_heartbeat(&self, params: AgentHeartbeatParams) -> Result<bool> {
+        registry::agent_heartbeat(&self.pool, &params).await
+    }
+
+    async fn agent_list(&self) -> Result<Vec<AgentRecord>> {
+        registry::agent_list(&self.pool).await
+    }
+
+    async fn agent_mark_stopped(&self, id: AgentId) -> Result<()> {
+        registry::agent_mark_stopped(&self.pool, &id).await
+    }
+
+    async fn leader_attempt_elect(&self, params: LeaderElectParams) -> Result<LeaderOutcome> {
+        registry::leader_attempt_elect(&self.pool, &params).await
+    }
+
+    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<HolderWrite> {
+        registry::leader_renew(&self.pool, &params).await
+    }
+
+    async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite> {
+        registry::leader_resign(&self.pool, &owner, term).await
+    }
+
+    async fn audit_record(&self, entry: AuditEntry) -> Result<()> {
+        operator::audit_record(&self.pool, &entry).await
+    }
+
+    async fn audit_list(&self, params: AuditListParams) -> Result<Vec<AuditRecord>> {
+        query::audit_list(&self.pool, &params).await
+    }
+
+    async fn task_list(&self, params: TaskListParams) -> Result<TaskPage> {
+        query::task_list(&self.pool, &params).await
+    }
+
+    async fn task_get(&self, id: TaskId) -> Result<Option<TaskDetail>> {
+        query::task_get(&self.pool, id).await
+    }
+
+    async fn task_explain(&self, params: ExplainParams) -> Result<Vec<Blocker>> {
+        query::task_explain(&self.pool, &params).await
+    }
+
+    async fn task_overview(&self) -> Result<Overview> {
+        query::task_overview(&self.pool).await
+    }
+}

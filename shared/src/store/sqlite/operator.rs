@@ -1,0 +1,485 @@
+//! Operator actions: enqueue, cancel, requeue, bulk requeue of dead letters, policy changes.
+//! Each runs in one BEGIN IMMEDIATE transaction that also writes its audit row, so the change
+//! and its record commit together; an action refused by the state machine still commits its
+//! audit row (result `failed`) and changes nothing else. A viewer is refused before anything
+//! changes, with a `denied` row of its own. Input refused by validation writes nothing at all.
+
+use serde_json::json;
+use sqlx::{Sqlite, SqlitePool, Transaction};
+
+use super::rows::{self, agent_id, get, policy, status};
+use super::{commit, holder, write_tx};
+use crate::domain::{
+    Actor, InputLimits, LeaseEpoch, Policy, PolicyPatch, PolicyScope, Role, TaskAction, TaskStatus,
+};
+use crate::store::params::duration_ms;
+use crate::store::{
+    AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued,
+    PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result,
+    StoreError,
+};
+
+/// Writes one audit row inside `tx` (the transaction of the change it records).
+pub(super) async fn audit_write(
+    tx: &mut Transaction<'static, Sqlite>,
+    entry: &AuditEntry,
+    now: i64,
+) -> Result<()> {
+    let params = entry
+        .params
+        .as_ref()
+        .map(|p| rows::to_text(p, "audit params"))
+        .transpose()?;
+    sqlx::query(
+        "INSERT INTO audit_log (at, actor, role, action, target, params, result, detail) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )
+    .bind(now)
+    .bind(&entry.actor.name)
+    .bind(entry.actor.role.as_str())
+    .bind(&entry.action)
+    .bind(&entry.target)
+    .bind(params)
+    .bind(entry.result.as_str())
+    .bind(&entry.detail)
+    .execute(&mut **tx)
+    .await
+    .map_err(StoreError::db("audit_write"))?;
+    Ok(())
+}
+
+/// An audit row on its own.
+pub(super) async fn audit_record(pool: &SqlitePool, entry: &AuditEntry) -> Result<()> {
+    let (mut tx, now) = write_tx(pool, "audit_write").await?;
+    audit_write(&mut tx, entry, now).await?;
+    commit(tx, "audit_write").await
+}
+
+/// Refuses a viewer before anything changes, recording the denial (with the refused call's
+/// parameters when given).
+async fn authorize(
+    pool: &SqlitePool,
+    actor: &Actor,
+    action: &str,
+    target: String,
+    params: Option<serde_json::Value>,
+) -> Result<()> {
+    if actor.role != Role::Viewer {
+        return Ok(());
+    }
+    let entry = AuditEntry {
+        actor: actor.clone(),
+        action: action.to_string(),
+        target,
+        params,
+        result: AuditResult::Denied,
+        detail: Some("viewer tokens may watch and list only".into()),
+    };
+    audit_record(pool, &entry).await?;
+    Err(StoreError::PermissionDenied {
+        action: action.to_string(),
+        actor: actor.name.clone(),
+    })
+}
+
+/// Enqueue and its audit row in one transaction, in the order of the PostgreSQL store:
+/// validation (writes nothing), authorization (a viewer's denial row, target `type:<type>`),
+/// then the insert and its `applied` / `noop` row with target `task:<id>`.
+pub(super) async fn task_enqueue_audited(
+    pool: &SqlitePool,
+    params: &EnqueueAuditedParams,
+    limits: &InputLimits,
+) -> Result<Enqueued> {
+    const OP: &str = "task_enqueue_audited";
+    let valid = params.task.validate(limits)?;
+    let audit_params = json!({
+        "task_type": valid.task_type,
+        "priority": valid.priority,
+        "idempotency_key": valid.idempotency_key,
+    });
+    authorize(
+        pool,
+        &params.actor,
+        "enqueue",
+        format!("type:{}", valid.task_type),
+        Some(audit_params.clone()),
+    )
+    .await?;
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let done = holder::enqueue_valid(&mut tx, &valid, now).await?;
+    let entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: "enqueue".into(),
+        target: format!("task:{}", done.id),
+        params: Some(audit_params),
+        result: if done.created {
+            AuditResult::Applied
+        } else {
+            AuditResult::Noop
+        },
+        detail: (!done.created).then(|| {
+            format!(
+                "idempotency key already used by task {}; nothing enqueued",
+                done.id
+            )
+        }),
+    };
+    audit_write(&mut tx, &entry, now).await?;
+    commit(tx, OP).await?;
+    Ok(done)
+}
+
+pub(super) async fn task_cancel(pool: &SqlitePool, params: &CancelParams) -> Result<CancelOutcome> {
+    const OP: &str = "task_cancel";
+    authorize(
+        pool,
+        &params.actor,
+        "cancel",
+        format!("task:{}", params.id),
+        None,
+    )
+    .await?;
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let row = sqlx::query("SELECT status, lease_owner, lease_epoch FROM tasks WHERE id = ?1")
+        .bind(params.id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let mut entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: "cancel".into(),
+        target: format!("task:{}", params.id),
+        params: None,
+        result: AuditResult::Failed,
+        detail: None,
+    };
+    let Some(row) = row else {
+        entry.detail = Some("no such task".into());
+        audit_write(&mut tx, &entry, now).await?;
+        commit(tx, OP).await?;
+        return Err(StoreError::NotFound(params.id));
+    };
+    let before = status(get::<&str>(&row, "status")?)?;
+    let owner = get::<Option<String>>(&row, "lease_owner")?
+        .map(agent_id)
+        .transpose()?;
+    let epoch = LeaseEpoch(get(&row, "lease_epoch")?);
+    let outcome = match (before, owner) {
+        (TaskStatus::Queued | TaskStatus::RetryWait, _) => {
+            sqlx::query(
+                "UPDATE tasks SET status = 'cancelled', finished_at = ?2, updated_at = ?2 \
+                 WHERE id = ?1",
+            )
+            .bind(params.id.0)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+            entry.result = AuditResult::Applied;
+            entry.detail = Some(format!("{before} -> cancelled"));
+            Ok(CancelOutcome::Cancelled)
+        }
+        (TaskStatus::Running, Some(owner)) => {
+            sqlx::query(
+                "UPDATE tasks SET status = 'cancel_requested', updated_at = ?2 WHERE id = ?1",
+            )
+            .bind(params.id.0)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+            entry.result = AuditResult::Applied;
+            entry.detail = Some(format!(
+                "{before} -> cancel_requested; holder {owner} asked to stop"
+            ));
+            Ok(CancelOutcome::Requested { owner, epoch })
+        }
+        (TaskStatus::CancelRequested, Some(owner)) => {
+            entry.result = AuditResult::Noop;
+            entry.detail = Some("cancellation already requested".into());
+            Ok(CancelOutcome::AlreadyRequested { owner, epoch })
+        }
+        _ => {
+            let refusal = before
+                .apply(TaskAction::RequestCancel)
+                .err()
+                .map(|source| StoreError::Transition {
+                    id: params.id,
+                    source,
+                })
+                .unwrap_or_else(|| StoreError::Corrupt {
+                    what: "cancel",
+                    detail: format!("task {} in {before} was not cancelled", params.id),
+                });
+            entry.detail = Some(refusal.to_string());
+            Err(refusal)
+        }
+    };
+    audit_write(&mut tx, &entry, now).await?;
+    commit(tx, OP).await?;
+    outcome
+}
+
+/// The reset of a requeued task: back to queued, due now, with a fresh set of attempts. The
+/// fencing epoch keeps growing (the next claim bumps it); the last error is kept as history.
+const REQUEUE_SET: &str = "status = 'queued', attempt = 0, available_at = ?1, lease_until = NULL, \
+    heartbeat_at = NULL, started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, \
+    updated_at = ?1";
+
+pub(super) async fn task_requeue(
+    pool: &SqlitePool,
+    params: &RequeueParams,
+) -> Result<RequeueOutcome> {
+    const OP: &str = "task_requeue";
+    authorize(
+        pool,
+        &params.actor,
+        "requeue",
+        format!("task:{}", params.id),
+        None,
+    )
+    .await?;
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let before: Option<String> = sqlx::query_scalar("SELECT status FROM tasks WHERE id = ?1")
+        .bind(params.id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let mut entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: "requeue".into(),
+        target: format!("task:{}", params.id),
+        params: None,
+        result: AuditResult::Failed,
+        detail: None,
+    };
+    let outcome = match before {
+        None => Err(StoreError::NotFound(params.id)),
+        Some(raw) => {
+            let before = status(&raw)?;
+            if before.is_terminal() {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE tasks SET {REQUEUE_SET} WHERE id = ?2"
+                )))
+                .bind(now)
+                .bind(params.id.0)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db(OP))?;
+                entry.result = AuditResult::Applied;
+                Ok(RequeueOutcome {
+                    id: params.id,
+                    previous: before,
+                })
+            } else {
+                Err(before
+                    .apply(TaskAction::Requeue)
+                    .err()
+                    .map(|source| StoreError::Transition {
+                        id: params.id,
+                        source,
+                    })
+                    .unwrap_or_else(|| StoreError::Corrupt {
+                        what: "requeue",
+                        detail: format!("task {} in {before} was not requeued", params.id),
+                    }))
+            }
+        }
+    };
+    entry.detail = Some(match &outcome {
+        Ok(done) => format!("{} -> queued", done.previous),
+        Err(e) => e.to_string(),
+    });
+    audit_write(&mut tx, &entry, now).await?;
+    commit(tx, OP).await?;
+    outcome
+}
+
+/// The dead-letter filter: ?2 type, ?3 error code, ?4 died at or after, ?5 died before.
+const DEAD_FILTER: &str = "status = 'dead' \
+    AND (?2 IS NULL OR task_type = ?2) \
+    AND (?3 IS NULL OR json_extract(last_error, '$.code') = ?3) \
+    AND (?4 IS NULL OR finished_at >= ?4) \
+    AND (?5 IS NULL OR finished_at < ?5)";
+
+pub(super) async fn task_requeue_dead(
+    pool: &SqlitePool,
+    params: &RequeueDeadParams,
+) -> Result<u64> {
+    const OP: &str = "task_requeue_dead";
+    params.validate()?;
+    if !params.dry_run {
+        authorize(
+            pool,
+            &params.actor,
+            "requeue_dead",
+            "dead-letter queue".into(),
+            None,
+        )
+        .await?;
+    }
+    let f = &params.filter;
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let statement = if params.dry_run {
+        format!("SELECT count(*) FROM tasks WHERE ?1 IS NOT NULL AND {DEAD_FILTER}")
+    } else {
+        format!(
+            "WITH upd AS (SELECT id FROM tasks WHERE {DEAD_FILTER}) \
+             UPDATE tasks SET {} WHERE id IN (SELECT id FROM upd) RETURNING id",
+            REQUEUE_SET
+        )
+    };
+    let count = if params.dry_run {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(statement))
+            .bind(now)
+            .bind(f.task_type.as_ref().map(|t| t.as_str()))
+            .bind(f.error_code.as_deref())
+            .bind(f.since.map(rows::micros))
+            .bind(f.until.map(rows::micros))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        u64::try_from(n).unwrap_or(0)
+    } else {
+        let done = sqlx::query(sqlx::AssertSqlSafe(statement))
+            .bind(now)
+            .bind(f.task_type.as_ref().map(|t| t.as_str()))
+            .bind(f.error_code.as_deref())
+            .bind(f.since.map(rows::micros))
+            .bind(f.until.map(rows::micros))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        done.len() as u64
+    };
+    let filter = serde_json::to_value(f).unwrap_or(serde_json::Value::Null);
+    let entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: if params.dry_run {
+            "requeue_dead_dry_run".into()
+        } else {
+            "requeue_dead".into()
+        },
+        target: "dead-letter queue".into(),
+        params: Some(json!({ "filter": filter, "dry_run": params.dry_run })),
+        result: if params.dry_run || count == 0 {
+            AuditResult::Noop
+        } else {
+            AuditResult::Applied
+        },
+        detail: Some(format!("{count} matching")),
+    };
+    audit_write(&mut tx, &entry, now).await?;
+    commit(tx, OP).await?;
+    Ok(count)
+}
+
+/// Applies a patch to a policy row.
+fn apply_patch(mut p: Policy, patch: &PolicyPatch) -> Policy {
+    if let Some(v) = patch.max_concurrency {
+        p.max_concurrency = v;
+    }
+    if let Some(v) = patch.paused {
+        p.paused = v;
+    }
+    if let Some(v) = patch.retry_base {
+        p.retry_base = v;
+    }
+    if let Some(v) = patch.retry_multiplier {
+        p.retry_multiplier = v;
+    }
+    if let Some(v) = patch.retry_max {
+        p.retry_max = v;
+    }
+    if let Some(v) = patch.retry_jitter {
+        p.retry_jitter = v;
+    }
+    if let Some(v) = patch.timeout {
+        p.timeout = v;
+    }
+    if let Some(v) = patch.slow_threshold {
+        p.slow_threshold = v;
+    }
+    p
+}
+
+/// A policy change. The write lock orders it against every claim: a claim either committed
+/// before it (and is counted by the next one) or starts after it and reads the new limit.
+pub(super) async fn policy_set(
+    pool: &SqlitePool,
+    params: &PolicySetParams,
+) -> Result<PolicyChange> {
+    const OP: &str = "policy_set";
+    params.patch.validate(&params.scope)?;
+    let key = params.scope.key().to_string();
+    authorize(
+        pool,
+        &params.actor,
+        "policy_set",
+        format!("policy:{key}"),
+        None,
+    )
+    .await?;
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let current = sqlx::query(
+        "SELECT scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms, \
+         retry_jitter, timeout_ms, slow_ms FROM policies WHERE scope = ?1",
+    )
+    .bind(&key)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    let before = match current {
+        Some(row) => policy(&row)?,
+        None => Policy::inherit(params.scope.clone()),
+    };
+    let next = apply_patch(before.clone(), &params.patch);
+    let ms = |d: Option<std::time::Duration>| d.map(duration_ms);
+    let row = sqlx::query(
+        "INSERT INTO policies (scope, max_concurrency, paused, retry_base_ms, retry_multiplier, \
+         retry_max_ms, retry_jitter, timeout_ms, slow_ms, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+         ON CONFLICT (scope) DO UPDATE SET max_concurrency = excluded.max_concurrency, \
+         paused = excluded.paused, retry_base_ms = excluded.retry_base_ms, \
+         retry_multiplier = excluded.retry_multiplier, retry_max_ms = excluded.retry_max_ms, \
+         retry_jitter = excluded.retry_jitter, timeout_ms = excluded.timeout_ms, \
+         slow_ms = excluded.slow_ms, updated_at = excluded.updated_at \
+         RETURNING scope, max_concurrency, paused, retry_base_ms, retry_multiplier, \
+         retry_max_ms, retry_jitter, timeout_ms, slow_ms",
+    )
+    .bind(&key)
+    .bind(next.max_concurrency.map(i64::from))
+    .bind(next.paused)
+    .bind(ms(next.retry_base))
+    .bind(next.retry_multiplier)
+    .bind(ms(next.retry_max))
+    .bind(next.retry_jitter)
+    .bind(ms(next.timeout))
+    .bind(ms(next.slow_threshold))
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    let stored = policy(&row)?;
+    let entry = AuditEntry {
+        actor: params.actor.clone(),
+        action: "policy_set".into(),
+        target: match &params.scope {
+            PolicyScope::Global => "policy:*".into(),
+            PolicyScope::Type(t) => format!("policy:{t}"),
+        },
+        params: serde_json::to_value(&params.patch).ok(),
+        result: if stored == before {
+            AuditResult::Noop
+        } else {
+            AuditResult::Applied
+        },
+        detail: None,
+    };
+    audit_write(&mut tx, &entry, now).await?;
+    commit(tx, OP).await?;
+    Ok(PolicyChange {
+        before,
+        after: stored,
+    })
+}

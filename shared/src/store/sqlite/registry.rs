@@ -1,0 +1,226 @@
+//! The agent registry and the leader lease (the rules of the PostgreSQL store's registry).
+//!
+//! ```text
+//!   leader row: (owner, term, lease_until)
+//!   elect:  free, mine, or lease_until + grace < now  → mine; a new owner starts term+1
+//!   renew:  (owner, term) must match                   → Held, else Fenced
+//!   resign: (owner, term) must match                   → owner cleared; next elect is term+1
+//! ```
+
+use sqlx::SqlitePool;
+
+use super::rows::{self, agent, get, span};
+use super::{commit, json_list, read_tx, write_tx};
+use crate::domain::AgentId;
+use crate::domain::ids::validate_agent_name;
+use crate::store::{
+    AgentHeartbeatParams, AgentRecord, AgentRegisterParams, HolderWrite, LeaderElectParams,
+    LeaderOutcome, LeaderRenewParams, Result, StoreError,
+};
+
+fn non_negative(field: &'static str, value: u32) -> Result<i64> {
+    if i32::try_from(value).is_err() {
+        return Err(StoreError::Invalid(crate::ValidationError::OutOfRange {
+            field,
+            detail: format!("{value} is too large"),
+        }));
+    }
+    Ok(i64::from(value))
+}
+
+/// Columns of an agent row as [`rows::agent`] reads them (?1 is now).
+const AGENT_COLUMNS: &str = "a.*, ?1 AS now, EXISTS (SELECT 1 FROM leader l \
+    WHERE l.owner = a.id AND l.lease_until > ?1) AS leader";
+
+pub(super) async fn agent_register(
+    pool: &SqlitePool,
+    p: &AgentRegisterParams,
+) -> Result<AgentRecord> {
+    const OP: &str = "agent_register";
+    validate_agent_name(&p.name)?;
+    let types: Vec<&str> = p.task_types.iter().map(|t| t.as_str()).collect();
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let seq: i64 = sqlx::query_scalar(
+        "UPDATE agent_start_seq SET value = value + 1 WHERE name = 'agents' RETURNING value",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    let id = format!("{}#{seq}", p.name);
+    sqlx::query(
+        "INSERT INTO agents (id, name, host, pid, grpc_address, version, task_types, \
+         local_concurrency, started_at, heartbeat_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+    )
+    .bind(&id)
+    .bind(&p.name)
+    .bind(&p.host)
+    .bind(non_negative("pid", p.pid)?)
+    .bind(p.grpc_address.as_deref())
+    .bind(&p.version)
+    .bind(json_list(&types)?)
+    .bind(non_negative("local_concurrency", p.local_concurrency)?)
+    .bind(now)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {AGENT_COLUMNS} FROM agents a WHERE a.id = ?2"
+    )))
+    .bind(now)
+    .bind(&id)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    let record = agent(&row)?;
+    commit(tx, OP).await?;
+    Ok(record)
+}
+
+pub(super) async fn agent_heartbeat(pool: &SqlitePool, p: &AgentHeartbeatParams) -> Result<bool> {
+    const OP: &str = "agent_heartbeat";
+    let active = non_negative("active", p.active)?;
+    let local = non_negative("local_concurrency", p.local_concurrency)?;
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let done = sqlx::query(
+        "UPDATE agents SET heartbeat_at = ?2, state = ?3, active = ?4, local_concurrency = ?5, \
+         stopped_at = CASE WHEN ?3 = 'stopped' THEN ?2 END \
+         WHERE id = ?1 AND state <> 'stopped'",
+    )
+    .bind(p.id.as_str())
+    .bind(now)
+    .bind(p.state.as_str())
+    .bind(active)
+    .bind(local)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(super) async fn agent_list(pool: &SqlitePool) -> Result<Vec<AgentRecord>> {
+    const OP: &str = "agent_list";
+    let (mut tx, now) = read_tx(pool, OP).await?;
+    let found = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {AGENT_COLUMNS} FROM agents a \
+         WHERE a.state <> 'stopped' OR a.stopped_at > ?2 \
+         ORDER BY a.name, a.started_at, a.id"
+    )))
+    .bind(now)
+    .bind(now.saturating_sub(3_600_000_000))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await?;
+    found.iter().map(agent).collect()
+}
+
+pub(super) async fn agent_mark_stopped(pool: &SqlitePool, id: &AgentId) -> Result<()> {
+    const OP: &str = "agent_mark_stopped";
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    sqlx::query(
+        "UPDATE agents SET state = 'stopped', stopped_at = ?2, active = 0, heartbeat_at = ?2 \
+         WHERE id = ?1 AND state <> 'stopped'",
+    )
+    .bind(id.as_str())
+    .bind(now)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await
+}
+
+pub(super) async fn leader_attempt_elect(
+    pool: &SqlitePool,
+    p: &LeaderElectParams,
+) -> Result<LeaderOutcome> {
+    const OP: &str = "leader_attempt_elect";
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let row = sqlx::query("SELECT owner, term, lease_until FROM leader WHERE name = 'default'")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let owner: Option<String> = get(&row, "owner")?;
+    let term: i64 = get(&row, "term")?;
+    let until: Option<i64> = get(&row, "lease_until")?;
+    let mine = owner.as_deref() == Some(p.owner.as_str());
+    let free = owner.is_none()
+        || until.is_none()
+        || mine
+        || until.is_some_and(|u| u.saturating_add(span(p.grace)) < now);
+    if !free {
+        commit(tx, OP).await?;
+        return Ok(LeaderOutcome::Follower {
+            leader: owner.map(rows::agent_id).transpose()?,
+            term,
+            lease_until: until.map(|u| rows::time(u, "lease_until")).transpose()?,
+        });
+    }
+    let keep = mine && until.is_some();
+    let new_term = if keep { term } else { term + 1 };
+    let lease_until = now.saturating_add(span(p.ttl));
+    sqlx::query(
+        "UPDATE leader SET owner = ?1, term = ?2, lease_until = ?3, heartbeat_at = ?4, \
+         elected_at = CASE WHEN ?5 THEN elected_at ELSE ?4 END WHERE name = 'default'",
+    )
+    .bind(p.owner.as_str())
+    .bind(new_term)
+    .bind(lease_until)
+    .bind(now)
+    .bind(keep)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await?;
+    Ok(LeaderOutcome::Leader {
+        term: new_term,
+        lease_until: rows::time(lease_until, "lease_until")?,
+    })
+}
+
+pub(super) async fn leader_renew(pool: &SqlitePool, p: &LeaderRenewParams) -> Result<HolderWrite> {
+    const OP: &str = "leader_renew";
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let done = sqlx::query(
+        "UPDATE leader SET lease_until = ?3, heartbeat_at = ?4 \
+         WHERE name = 'default' AND owner = ?1 AND term = ?2 AND lease_until IS NOT NULL",
+    )
+    .bind(p.owner.as_str())
+    .bind(p.term)
+    .bind(now.saturating_add(span(p.ttl)))
+    .bind(now)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await?;
+    Ok(if done.rows_affected() == 1 {
+        HolderWrite::Held
+    } else {
+        HolderWrite::Fenced
+    })
+}
+
+pub(super) async fn leader_resign(
+    pool: &SqlitePool,
+    owner: &AgentId,
+    term: i64,
+) -> Result<HolderWrite> {
+    const OP: &str = "leader_resign";
+    let (mut tx, _now) = write_tx(pool, OP).await?;
+    let done = sqlx::query(
+        "UPDATE leader SET owner = NULL, lease_until = NULL \
+         WHERE name = 'default' AND owner = ?1 AND term = ?2",
+    )
+    .bind(owner.as_str())
+    .bind(term)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await?;
+    Ok(if done.rows_affected() == 1 {
+        HolderWrite::Held
+    } else {
+        HolderWrite::Fenced
+    })
+}
