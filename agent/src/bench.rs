@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use async_trait::async_trait;
-use leasehold_shared::store::NewTask;
-use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
+use leasehold_shared::store::{AnyStore, NewTask};
 use leasehold_shared::{Store, TaskType};
 use serde::Serialize;
 
@@ -74,25 +73,19 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport> {
         (1..=64).contains(&config.agents),
         "--agents must be within 1..=64"
     );
-    let store = PgStore::connect(
-        &config.database_url,
-        PgStoreOptions {
-            max_connections: 4,
-            ..PgStoreOptions::default()
-        },
-    )
-    .await
-    .context("connecting to the database")?;
-    store.migrate().await.context("applying migrations")?;
+    let any = AnyStore::connect(&config.database_url, 4)
+        .await
+        .context("connecting to the database")?;
+    any.migrate().await.context("applying migrations")?;
+    let store = any.store();
     // Unique to this run, and short: the name is stored in every row and leased-index entry.
     let task_type = TaskType::new(format!("bench.{:012x}", fastrand::u64(..) >> 16))?;
-    let result = run_phases(config, &store, &task_type).await;
-    let cleanup = sqlx::query("DELETE FROM tasks WHERE task_type = $1")
-        .bind(task_type.as_str())
-        .execute(store.pool())
+    let result = run_phases(config, store.as_ref(), &task_type).await;
+    let cleanup = any
+        .delete_tasks_of_type(&task_type)
         .await
         .context("deleting bench tasks");
-    store.close().await;
+    any.close().await;
     let report = result?;
     cleanup?;
     Ok(report)
@@ -100,7 +93,7 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport> {
 
 async fn run_phases(
     config: &BenchConfig,
-    store: &PgStore,
+    store: &dyn Store,
     task_type: &TaskType,
 ) -> Result<BenchReport> {
     let new_task = || NewTask::new(task_type.clone(), serde_json::json!({}));
@@ -183,14 +176,17 @@ async fn run_phases(
             );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let ms: f64 = sqlx::query_scalar(
-            "SELECT (extract(epoch FROM started_at - available_at) * 1000)::float8 FROM tasks WHERE id = $1",
-        )
-        .bind(id.0)
-        .fetch_one(store.pool())
-        .await
-        .context("reading the pickup task")?;
-        latencies.push(ms);
+        let detail = store
+            .task_get(id)
+            .await
+            .context("reading the pickup task")?
+            .context("the pickup task is gone")?;
+        let started_at = detail
+            .task
+            .started_at
+            .context("the pickup task has no start time")?;
+        let waited_for = started_at - detail.task.available_at;
+        latencies.push(waited_for.num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0);
     }
     shutdown.graceful.cancel();
     while let Some(ended) = running.join_next().await {

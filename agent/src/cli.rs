@@ -8,7 +8,7 @@ use std::process::ExitCode as ProcessExit;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
+use leasehold_shared::store::AnyStore;
 
 use crate::bench::{self, BenchConfig};
 use crate::config::{AgentConfig, FileConfig, LogFormat, OutputFormat, Overrides};
@@ -49,7 +49,7 @@ struct Cli {
 
 #[derive(Debug, Args)]
 struct DatabaseArgs {
-    /// Database URL (postgres://user@host:port/db). Also LEASEHOLD_DATABASE_URL or DATABASE_URL.
+    /// Database URL: postgres://user@host:port/db or sqlite://PATH. Also LEASEHOLD_DATABASE_URL or DATABASE_URL.
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", value_name = "URL")]
     database_url: Option<String>,
 }
@@ -89,7 +89,7 @@ enum Output {
 /// to the defaults.
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// Database URL (postgres://…). Also LEASEHOLD_DATABASE_URL or DATABASE_URL.
+    /// Database URL: postgres://… or sqlite://PATH (created and migrated when new). Also LEASEHOLD_DATABASE_URL or DATABASE_URL.
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", value_name = "URL")]
     database_url: Option<String>,
     /// TOML config file (keys as the flags, with underscores).
@@ -302,16 +302,11 @@ async fn dispatch(cli: Cli, extend: Option<Extend>) -> Result<ExitCode> {
         Command::Run(args) => run(*args, extend).await,
         Command::Migrate { db } => {
             let url = db.url()?;
-            let store = PgStore::connect(
-                &url,
-                PgStoreOptions {
-                    max_connections: 1,
-                    ..Default::default()
-                },
-            )
-            .await
-            .context("connecting to the database")?;
+            let store = AnyStore::connect(&url, 1)
+                .await
+                .context("connecting to the database")?;
             store.migrate().await.context("applying migrations")?;
+            store.close().await;
             println!("migrations applied");
             Ok(ExitCode::Ok)
         }

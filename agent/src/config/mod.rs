@@ -222,10 +222,13 @@ impl AgentConfig {
                     "give --database-url, LEASEHOLD_DATABASE_URL, DATABASE_URL or database_url in the config file",
                 )
             })?;
-        if !(database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")) {
+        if !(database_url.starts_with("postgres://")
+            || database_url.starts_with("postgresql://")
+            || database_url.starts_with("sqlite://"))
+        {
             return Err(invalid(
                 "database_url",
-                "must start with postgres:// (the embedded sqlite:// store arrives with `leasehold demo`)",
+                "must start with postgres:// (or postgresql://) or sqlite:// (sqlite://PATH)",
             ));
         }
         let handlers: Vec<String> = match (cli.handlers, file.handlers) {

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
+use leasehold_shared::store::sqlite::{SqliteStore, SqliteStoreOptions, is_sqlite_url};
 use leasehold_shared::store::{AgentRegisterParams, ReleaseParams};
 use leasehold_shared::{AgentId, InputLimits, Store};
 use tokio::net::TcpListener;
@@ -39,7 +40,7 @@ use super::events::{LifecycleListener, Listeners};
 use super::heartbeat::{Connect, Heartbeat};
 use super::maintenance::Maintenance;
 use super::metrics::{Metrics, serve_metrics};
-use super::notifier::Notifier;
+use super::notifier::{FileWatcher, Notifier};
 use super::registry::Registry;
 use super::settings::RuntimeSettings;
 use crate::grpc::GrpcOptions;
@@ -86,7 +87,8 @@ impl AgentBuilder {
         self
     }
 
-    /// Connects to PostgreSQL at `url` and registers the agent.
+    /// Connects to the database at `url` (`postgres://…`, or `sqlite://PATH`, created and
+    /// migrated when new) and registers the agent.
     pub async fn connect(self, url: &str) -> anyhow::Result<Agent> {
         self.settings.validate().map_err(|e| {
             anyhow::Error::new(leasehold_shared::StoreError::Invalid(
@@ -111,37 +113,73 @@ impl AgentBuilder {
             });
         }
         let server_timeout = (settings.lease_ttl / 2).max(Duration::from_secs(1));
-        let main = PgStore::connect(
-            url,
-            PgStoreOptions {
-                max_connections: settings.max_connections,
-                acquire_timeout: server_timeout,
-                limits: self.limits,
-                application_name: format!("leasehold-agent {}", settings.name),
-                statement_timeout: Some(server_timeout),
-                // A half-open transaction holding lease rows would block renewals: end it well
-                // within the TTL.
-                idle_in_transaction_timeout: server_timeout,
-            },
-        )
-        .await
-        .context("connecting to the database")?;
+        let (main, pools): (Arc<dyn Store>, Pools) = if is_sqlite_url(url) {
+            let store = SqliteStore::connect(
+                url,
+                SqliteStoreOptions {
+                    max_connections: settings.max_connections,
+                    busy_timeout: server_timeout,
+                    acquire_timeout: server_timeout,
+                    limits: self.limits,
+                },
+            )
+            .await
+            .context("opening the SQLite database")?;
+            // An embedded file is created on first use: give it its schema (safe when several
+            // agents start on one file at once).
+            store
+                .migrate()
+                .await
+                .context("applying migrations to the SQLite database")?;
+            let pool = store.pool().clone();
+            (Arc::new(store), Pools::Sqlite(pool))
+        } else {
+            let store = PgStore::connect(
+                url,
+                PgStoreOptions {
+                    max_connections: settings.max_connections,
+                    acquire_timeout: server_timeout,
+                    limits: self.limits,
+                    application_name: format!("leasehold-agent {}", settings.name),
+                    statement_timeout: Some(server_timeout),
+                    // A half-open transaction holding lease rows would block renewals: end it
+                    // well within the TTL.
+                    idle_in_transaction_timeout: server_timeout,
+                },
+            )
+            .await
+            .context("connecting to the database")?;
+            let pool = store.pool().clone();
+            (Arc::new(store), Pools::Postgres(pool))
+        };
         let connect: Connect = {
             let url = url.to_string();
             let limits = self.limits;
             let name = settings.name.clone();
             let timeout = settings.renew_timeout();
+            let sqlite = is_sqlite_url(&url);
             Arc::new(move || {
                 let url = url.clone();
-                let options = PgStoreOptions {
-                    max_connections: 1,
-                    acquire_timeout: timeout,
-                    limits,
-                    application_name: format!("leasehold-agent {name} heartbeat"),
-                    statement_timeout: Some(timeout),
-                    idle_in_transaction_timeout: timeout.max(Duration::from_millis(500)),
-                };
+                let name = name.clone();
                 Box::pin(async move {
+                    if sqlite {
+                        let options = SqliteStoreOptions {
+                            max_connections: 1,
+                            busy_timeout: timeout,
+                            acquire_timeout: timeout,
+                            limits,
+                        };
+                        let store = SqliteStore::connect(&url, options).await?;
+                        return Ok(Arc::new(store) as Arc<dyn Store>);
+                    }
+                    let options = PgStoreOptions {
+                        max_connections: 1,
+                        acquire_timeout: timeout,
+                        limits,
+                        application_name: format!("leasehold-agent {name} heartbeat"),
+                        statement_timeout: Some(timeout),
+                        idle_in_transaction_timeout: timeout.max(Duration::from_millis(500)),
+                    };
                     let store = PgStore::connect(&url, options).await?;
                     Ok(Arc::new(store) as Arc<dyn Store>)
                 })
@@ -164,13 +202,12 @@ impl AgentBuilder {
             .await
             .context("registering the agent")?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let pool = main.pool().clone();
         let core = Arc::new(Core {
             book: LeaseBook::new(settings.concurrency),
             settings,
             id: record.id,
-            store: Arc::new(main),
-            pg_pool: Some(pool.clone()),
+            store: main,
+            pg_pool: pools.postgres(),
             handlers: self.handlers,
             types,
             listeners: self.listeners,
@@ -196,7 +233,7 @@ impl AgentBuilder {
             rx,
             connect,
             heartbeat_conn,
-            pool,
+            pools,
             metrics_listener: self.metrics_listener,
             grpc: self.grpc,
         })
@@ -259,9 +296,31 @@ pub struct Agent {
     rx: mpsc::UnboundedReceiver<Finished>,
     connect: Connect,
     heartbeat_conn: Arc<dyn Store>,
-    pool: sqlx::PgPool,
+    pools: Pools,
     metrics_listener: Option<TcpListener>,
     grpc: Option<GrpcOptions>,
+}
+
+/// The agent's database pool, by backend.
+enum Pools {
+    Postgres(sqlx::PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl Pools {
+    fn postgres(&self) -> Option<sqlx::PgPool> {
+        match self {
+            Pools::Postgres(pool) => Some(pool.clone()),
+            Pools::Sqlite(_) => None,
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            Pools::Postgres(pool) => pool.close().await,
+            Pools::Sqlite(pool) => pool.close().await,
+        }
+    }
 }
 
 /// Tokens that end [`Agent::run`].
@@ -292,7 +351,7 @@ impl Agent {
             rx,
             connect,
             heartbeat_conn,
-            pool,
+            pools,
             metrics_listener,
             grpc,
         } = self;
@@ -341,13 +400,23 @@ impl Agent {
                 background_stop.clone(),
             ))
         });
-        let notifier = tokio::spawn(
-            Notifier {
-                core: Arc::clone(&core),
-                pool: pool.clone(),
-            }
-            .run(claim_stop.clone()),
-        );
+        // SQLite has no NOTIFY: its stand-in watches the file's change counter.
+        let notifier = match &pools {
+            Pools::Postgres(pool) => tokio::spawn(
+                Notifier {
+                    core: Arc::clone(&core),
+                    pool: pool.clone(),
+                }
+                .run(claim_stop.clone()),
+            ),
+            Pools::Sqlite(pool) => tokio::spawn(
+                FileWatcher {
+                    core: Arc::clone(&core),
+                    pool: pool.clone(),
+                }
+                .run(claim_stop.clone()),
+            ),
+        };
         let claimer = tokio::spawn(
             Claimer {
                 core: Arc::clone(&core),
@@ -470,7 +539,7 @@ impl Agent {
             Ok(Ok(())) => {}
             _ => tracing::warn!("could not mark the agent stopped"),
         }
-        pool.close().await;
+        pools.close().await;
         let summary = core.stats.summary(&core.id, ended_by);
         tracing::info!(took = ?started.elapsed(), summary = ?summary, "agent stopped");
         Ok(summary)

@@ -110,3 +110,73 @@ impl Notifier {
         }
     }
 }
+
+/// How often [`FileWatcher`] looks at the SQLite file's change counter.
+pub(crate) const FILE_WATCH_EVERY: Duration = Duration::from_millis(20);
+
+/// SQLite has no NOTIFY. Its stand-in: a connection of its own reads `PRAGMA data_version`,
+/// which changes whenever any other connection (of this process or another) commits to the
+/// file, and wakes the claimer when it does. Like NOTIFY it is a hint: commits that are not
+/// enqueues wake the claimer too (a claim that finds nothing is cheap), and the claimer still
+/// polls, so a failing watcher delays work by at most a poll interval.
+pub(crate) struct FileWatcher {
+    pub(crate) core: Arc<Core>,
+    pub(crate) pool: sqlx::SqlitePool,
+}
+
+impl FileWatcher {
+    pub(crate) async fn run(self, stop: CancellationToken) {
+        use sqlx::{ConnectOptions, Connection};
+        let mut backoff = Duration::from_millis(100);
+        let options = self.pool.connect_options();
+        loop {
+            let connected = tokio::select! {
+                _ = stop.cancelled() => return,
+                c = options.connect() => c,
+            };
+            let mut conn = match connected {
+                Ok(conn) => conn,
+                Err(error) => {
+                    tracing::warn!(%error, retry_in = ?backoff, "cannot watch the SQLite file; polling meanwhile");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            };
+            backoff = Duration::from_millis(100);
+            let mut last: Option<i64> = None;
+            loop {
+                let version = tokio::select! {
+                    _ = stop.cancelled() => {
+                        let _ = conn.close().await;
+                        return;
+                    }
+                    v = sqlx::query_scalar::<_, i64>("PRAGMA data_version").fetch_one(&mut conn) => v,
+                };
+                match version {
+                    Ok(v) => {
+                        if last.is_some_and(|l| l != v) {
+                            self.core.wake_claimers();
+                        }
+                        last = Some(v);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "watching the SQLite file failed; reconnecting");
+                        self.core.wake_claimers();
+                        break;
+                    }
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => {
+                        let _ = conn.close().await;
+                        return;
+                    }
+                    _ = tokio::time::sleep(FILE_WATCH_EVERY) => {}
+                }
+            }
+        }
+    }
+}
