@@ -1,0 +1,116 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Several agent processes on one SQLite file (DESIGN §11): the embedded store serialises their
+//! writes on the file's lock and every task still runs exactly once.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use leasehold_shared::store::sqlite::{SqliteStore, SqliteStoreOptions};
+use leasehold_shared::store::{NewTask, TaskListParams};
+use leasehold_shared::{AttemptOutcome, Store, TaskStatus, TaskType};
+use leasehold_tests::fleet::spawn_agent;
+use serde_json::{Value, json};
+
+const TASKS: usize = 2_000;
+
+fn summary(stdout: &str) -> Value {
+    let line = stdout.lines().last().expect("a summary line");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agent_processes_on_one_file_run_every_task_exactly_once() {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-two-agents-{}-{:x}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("queue.sqlite").display());
+    let store = SqliteStore::connect(&url, SqliteStoreOptions::default())
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    // 20 ms each at concurrency 10: one agent alone would need about 4 s, so both take part.
+    let sleep = TaskType::new("sleep").unwrap();
+    for chunk in 0..(TASKS / 500) {
+        let batch = (0..500)
+            .map(|i| {
+                NewTask::new(sleep.clone(), json!({"ms": 20}))
+                    .with_idempotency_key(format!("two-agents-{}", chunk * 500 + i))
+            })
+            .collect();
+        store.task_enqueue_many(batch).await.unwrap();
+    }
+
+    let flags = ["--exit-when-idle", "--output", "json", "--concurrency", "10"];
+    let mut a = spawn_agent("leasehold-agent", &url, "file-a", "sleep", &flags, Vec::new())
+        .await
+        .unwrap();
+    let mut b = spawn_agent("leasehold-agent", &url, "file-b", "sleep", &flags, Vec::new())
+        .await
+        .unwrap();
+    let status_a = a.wait_exit(Duration::from_secs(120)).await.unwrap();
+    let status_b = b.wait_exit(Duration::from_secs(120)).await.unwrap();
+    let (out_a, out_b) = (a.stdout_text().unwrap(), b.stdout_text().unwrap());
+    assert_eq!(status_a.code(), Some(0), "{out_a}\n{}", a.log_tail(40));
+    assert_eq!(status_b.code(), Some(0), "{out_b}\n{}", b.log_tail(40));
+    let (sa, sb) = (summary(&out_a), summary(&out_b));
+    assert_eq!(sa["ended_by"], "idle", "{sa}");
+    assert_eq!(sb["ended_by"], "idle", "{sb}");
+    let claimed = |s: &Value| s["claimed"].as_u64().unwrap();
+    let succeeded = |s: &Value| s["succeeded"].as_u64().unwrap();
+    assert!(claimed(&sa) > 0 && claimed(&sb) > 0, "both agents took work: {sa} {sb}");
+    assert_eq!(
+        claimed(&sa) + claimed(&sb),
+        TASKS as u64,
+        "no task was claimed twice: {sa} {sb}"
+    );
+    assert_eq!(succeeded(&sa) + succeeded(&sb), TASKS as u64, "{sa} {sb}");
+
+    // The file says the same: each task succeeded on its first and only holding, by one of
+    // the two agents, with one attempt row.
+    let mut by_agent: HashMap<String, usize> = HashMap::new();
+    let mut before = None;
+    let mut seen = 0;
+    loop {
+        let page = store
+            .task_list(TaskListParams {
+                before,
+                limit: 500,
+                ..TaskListParams::default()
+            })
+            .await
+            .unwrap();
+        for task in &page.tasks {
+            assert_eq!(task.status, TaskStatus::Succeeded, "{task:?}");
+            assert_eq!((task.attempt, task.lease_epoch.0), (1, 1), "{task:?}");
+            let detail = store.task_get(task.id).await.unwrap().unwrap();
+            assert_eq!(detail.attempts.len(), 1, "{:?}", detail.attempts);
+            assert_eq!(detail.attempts[0].outcome, AttemptOutcome::Succeeded);
+            let owner = task.lease_owner.as_ref().unwrap().as_str().to_string();
+            assert_eq!(owner, detail.attempts[0].agent.as_str());
+            *by_agent.entry(owner).or_default() += 1;
+            seen += 1;
+        }
+        match page.next_before {
+            Some(next) => before = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, TASKS);
+    assert_eq!(by_agent.len(), 2, "{by_agent:?}");
+    for (agent, n) in &by_agent {
+        let s = if agent.starts_with("file-a#") { &sa } else { &sb };
+        assert_eq!(*n as u64, succeeded(s), "{agent}: {by_agent:?} vs {s}");
+    }
+    let agents = store.agent_list().await.unwrap();
+    assert!(
+        agents
+            .iter()
+            .all(|a| a.state == leasehold_shared::store::AgentState::Stopped),
+        "{agents:?}"
+    );
+    store.close().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
