@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::json;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 
 use super::rows::{self, get, micros, span, status, task};
 use super::{commit, json_list, write_tx};
@@ -26,7 +26,7 @@ pub(super) async fn task_enqueue(
 ) -> Result<Enqueued> {
     let valid = task.validate(limits)?;
     let (mut tx, now) = write_tx(pool, "task_enqueue").await?;
-    let done = enqueue_valid(&mut tx, &valid, now).await?;
+    let done = enqueue_valid(&mut *tx, &valid, now).await?;
     commit(tx, "task_enqueue").await?;
     Ok(done)
 }
@@ -43,16 +43,33 @@ pub(super) async fn task_enqueue_many(
     let (mut tx, now) = write_tx(pool, "task_enqueue_many").await?;
     let mut out = Vec::with_capacity(valid.len());
     for v in &valid {
-        out.push(enqueue_valid(&mut tx, v, now).await?);
+        out.push(enqueue_valid(&mut *tx, v, now).await?);
     }
     commit(tx, "task_enqueue_many").await?;
     Ok(out)
 }
 
+/// Enqueues one task on `conn` — pass your own transaction to enqueue atomically with your
+/// business data (the task exists if and only if you commit; begin it with `BEGIN IMMEDIATE`
+/// when it also reads). With an idempotency key already used, returns the existing task
+/// (`created = false`). Times come from SQLite's clock, as in the store.
+pub async fn task_enqueue_on(
+    conn: &mut SqliteConnection,
+    task: &NewTask,
+    limits: &InputLimits,
+) -> Result<Enqueued> {
+    let valid = task.validate(limits)?;
+    let now: i64 = sqlx::query_scalar(super::NOW)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(StoreError::db("task_enqueue"))?;
+    enqueue_valid(conn, &valid, now).await
+}
+
 /// Inserts one validated task inside a write transaction (or finds the task of its
 /// idempotency key: the write lock means no concurrent insert can slip in between).
 pub(super) async fn enqueue_valid(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteConnection,
     v: &ValidTask,
     now: i64,
 ) -> Result<Enqueued> {
@@ -60,7 +77,7 @@ pub(super) async fn enqueue_valid(
         let existing: Option<i64> =
             sqlx::query_scalar("SELECT id FROM tasks WHERE idempotency_key = ?1")
                 .bind(key)
-                .fetch_optional(&mut **tx)
+                .fetch_optional(&mut *tx)
                 .await
                 .map_err(StoreError::db("task_enqueue"))?;
         if let Some(id) = existing {
@@ -88,7 +105,7 @@ pub(super) async fn enqueue_valid(
     .bind(v.max_attempts)
     .bind(&v.idempotency_key)
     .bind(now)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *tx)
     .await
     .map_err(StoreError::db("task_enqueue"))?;
     Ok(Enqueued {

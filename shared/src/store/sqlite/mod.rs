@@ -26,6 +26,8 @@ mod query;
 mod registry;
 mod rows;
 
+pub use holder::task_enqueue_on;
+
 use std::str::FromStr;
 use std::time::Duration;
 
