@@ -38,6 +38,10 @@ pub enum Error {
         hint: Option<String>,
     },
 
+    /// `leasehold demo` could not open or use its database, or an agent it runs failed.
+    #[error("{what}: {cause}")]
+    Database { what: String, cause: String },
+
     /// The agent answered with data that breaks the contract (an unknown status, JSON that
     /// does not parse, a time out of range).
     #[error("{what}: the agent sent {source}")]

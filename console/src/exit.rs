@@ -9,7 +9,8 @@
 //! 3  cannot reach the agent or its database: connection failures, UNAVAILABLE,
 //!    DEADLINE_EXCEEDED, and every status that is neither bad input nor permission (UNKNOWN,
 //!    INTERNAL, CANCELLED, ABORTED, UNIMPLEMENTED, DATA_LOSS, and an error status claiming OK);
-//!    also bad wire data: an agent that answers outside the contract is not one we can use
+//!    also bad wire data: an agent that answers outside the contract is not one we can use;
+//!    and `leasehold demo`'s database that cannot be opened, or its agents failing
 //! 4  permission denied: UNAUTHENTICATED, PERMISSION_DENIED
 //! ```
 //!
@@ -35,7 +36,7 @@ pub const DENIED: u8 = 4;
 pub fn exit_code(err: &Error) -> u8 {
     match err {
         Error::Usage(_) | Error::Local { .. } => USAGE,
-        Error::Connect { .. } | Error::BadWire { .. } => UNREACHABLE,
+        Error::Connect { .. } | Error::BadWire { .. } | Error::Database { .. } => UNREACHABLE,
         Error::Rpc { status, .. } => status_exit_code(status.code()),
     }
 }

@@ -12,13 +12,15 @@
 //! (address, TLS, token, timeouts) and wraps each RPC; [`commands`] has one file per command
 //! group; [`convert`] turns wire messages into printable views and refuses bad wire data;
 //! [`output`] renders tables (80 columns, inert text) and JSON lines; [`exit`] maps every
-//! error to an exit code.
+//! error to an exit code. [`demo`] runs `leasehold demo`: agents in this process on a fresh
+//! SQLite file, a mixed workload, and the console on them.
 
 pub mod app;
 pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod convert;
+pub mod demo;
 pub mod error;
 pub mod event;
 pub mod exit;
@@ -35,10 +37,6 @@ use clap::Parser;
 
 use crate::cli::Cli;
 use crate::output::Out;
-
-/// Printed by `leasehold demo` until the embedded store exists.
-pub const NO_DEMO: &str = "`leasehold demo` needs the embedded SQLite store, which is not in \
-this build yet; see the README's \"Run an agent\" for PostgreSQL";
 
 /// Parses `args` (the program name first) and runs the command; the process's exit code.
 pub fn main_with_args<I, T>(args: I) -> ExitCode
@@ -60,13 +58,12 @@ where
 /// Runs a parsed command line; the exit code.
 pub fn run(cli: Cli) -> u8 {
     let mut out = Out::stdio(cli.global.output);
+    if let Some(cli::Command::Demo(args)) = &cli.command {
+        return demo::run(&cli, args, &mut out);
+    }
     let Some(command) = cli.command else {
         return console(&cli, &mut out);
     };
-    if matches!(command, cli::Command::Demo) {
-        out.note(NO_DEMO);
-        return exit::USAGE;
-    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

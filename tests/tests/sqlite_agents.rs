@@ -43,13 +43,33 @@ async fn two_agent_processes_on_one_file_run_every_task_exactly_once() {
         store.task_enqueue_many(batch).await.unwrap();
     }
 
-    let flags = ["--exit-when-idle", "--output", "json", "--concurrency", "10"];
-    let mut a = spawn_agent("leasehold-agent", &url, "file-a", "sleep", &flags, Vec::new())
-        .await
-        .unwrap();
-    let mut b = spawn_agent("leasehold-agent", &url, "file-b", "sleep", &flags, Vec::new())
-        .await
-        .unwrap();
+    let flags = [
+        "--exit-when-idle",
+        "--output",
+        "json",
+        "--concurrency",
+        "10",
+    ];
+    let mut a = spawn_agent(
+        "leasehold-agent",
+        &url,
+        "file-a",
+        "sleep",
+        &flags,
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    let mut b = spawn_agent(
+        "leasehold-agent",
+        &url,
+        "file-b",
+        "sleep",
+        &flags,
+        Vec::new(),
+    )
+    .await
+    .unwrap();
     let status_a = a.wait_exit(Duration::from_secs(120)).await.unwrap();
     let status_b = b.wait_exit(Duration::from_secs(120)).await.unwrap();
     let (out_a, out_b) = (a.stdout_text().unwrap(), b.stdout_text().unwrap());
@@ -60,7 +80,10 @@ async fn two_agent_processes_on_one_file_run_every_task_exactly_once() {
     assert_eq!(sb["ended_by"], "idle", "{sb}");
     let claimed = |s: &Value| s["claimed"].as_u64().unwrap();
     let succeeded = |s: &Value| s["succeeded"].as_u64().unwrap();
-    assert!(claimed(&sa) > 0 && claimed(&sb) > 0, "both agents took work: {sa} {sb}");
+    assert!(
+        claimed(&sa) > 0 && claimed(&sb) > 0,
+        "both agents took work: {sa} {sb}"
+    );
     assert_eq!(
         claimed(&sa) + claimed(&sb),
         TASKS as u64,
@@ -101,7 +124,11 @@ async fn two_agent_processes_on_one_file_run_every_task_exactly_once() {
     assert_eq!(seen, TASKS);
     assert_eq!(by_agent.len(), 2, "{by_agent:?}");
     for (agent, n) in &by_agent {
-        let s = if agent.starts_with("file-a#") { &sa } else { &sb };
+        let s = if agent.starts_with("file-a#") {
+            &sa
+        } else {
+            &sb
+        };
         assert_eq!(*n as u64, succeeded(s), "{agent}: {by_agent:?} vs {s}");
     }
     let agents = store.agent_list().await.unwrap();

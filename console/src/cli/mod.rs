@@ -7,12 +7,16 @@
 //! remains the authority on everything else.
 
 mod args;
+mod demo;
 pub mod values;
 
 pub use args::{
     AgentsCommand, CancelArgs, ConcurrencyCommand, ConcurrencySetArgs, DlqCommand, DlqLsArgs,
     DlqRequeueArgs, EnqueueArgs, IdsArgs, ListFilter, ScopeArgs, ShowArgs, TasksCommand,
     TasksLsArgs, TypeArgs, WaitArgs,
+};
+pub use demo::{
+    DEFAULT_DEMO_AGENTS, DEFAULT_HEADLESS_DURATION, DemoArgs, MAX_DEMO_AGENTS, MAX_DEMO_DURATION,
 };
 
 use std::path::PathBuf;
@@ -172,8 +176,44 @@ pub struct GlobalArgs {
 /// The headless commands.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
-    /// Run the demo on the embedded store (not in this build: it arrives with the SQLite store)
-    Demo,
+    /// Run a live demo: agents in this process, a mixed workload, and the console on them
+    ///
+    /// Creates a fresh SQLite file ./leasehold-demo.sqlite (or uses --database-url), applies
+    /// the migrations, starts --agents agents in this process (gRPC on free 127.0.0.1 ports)
+    /// and feeds them without end: quick successes (noop, sleep), long tasks reporting
+    /// progress (demo.long, some ending partially succeeded), flaky tasks that fail and
+    /// retry (demo.flaky, backoff 1 s doubling to 5 s, 4 attempts), poison tasks that go
+    /// straight to the dead-letter queue (fail, and a payload that does not fit), a task that
+    /// hangs past its 4 s timeout (sleep, once a minute), a program run by exec, and a burst
+    /// of 40 every 15 s. Then it opens the console on the first agent; quitting the console
+    /// (q) drains the agents and prints where the database is and how to reopen it. The
+    /// console flags (--no-color, --ascii, --read-only, --log-file) apply; the connection
+    /// flags (--agent, --token, TLS) do not: the console talks to the demo's own agents.
+    ///
+    /// The file: an existing ./leasehold-demo.sqlite is replaced only when an earlier
+    /// `leasehold demo` made it (SQLite application_id 0x4C48444D, "LHDM"); any other file of
+    /// that name is left alone and the demo exits 2. The agents' and the console's logs go to
+    /// ./leasehold-demo.log (with --database-url sqlite://DIR/NAME.EXT: DIR/NAME.log; with
+    /// PostgreSQL: the console's log file), or to --log-file; never to the terminal.
+    ///
+    /// --headless runs for --duration (default 20s) without a terminal, then stops feeding,
+    /// drains the agents and prints one JSON line (whatever --output says), counted from the
+    /// database after the agents stopped:
+    ///   {"database":"/abs/leasehold-demo.sqlite","database_url":"sqlite:///abs/...",
+    ///    "log":"/abs/leasehold-demo.log","duration_s":20.0,"enqueued":412,"finished":395,
+    ///    "processed_per_s":19.7,"tasks":{"queued":3,"running":0,"retry_wait":2,
+    ///    "cancel_requested":0,"succeeded":351,"partially_succeeded":6,"cancelled":0,
+    ///    "dead":38},"by_type":{"noop":{"succeeded":120},...},"dead_by_code":{"poison":4,
+    ///    "bad_payload":3,"timeout":1,...},"agents":[{"id":"demo-1#1","address":
+    ///    "127.0.0.1:40123","claimed":140,"succeeded":120,...}]}
+    /// "finished" counts tasks in a terminal state (succeeded, partially_succeeded, cancelled,
+    /// dead); "processed_per_s" is finished / duration_s. Tasks still running at the end are
+    /// released by their agent and count as queued. SIGINT or SIGTERM ends the run early (a
+    /// second one forces the agents to stop) and the summary is still printed.
+    /// Exit codes: 0 ok; 2 bad flags, a file that is not a demo database, no terminal
+    /// without --headless; 3 the database cannot be opened.
+    #[command(verbatim_doc_comment)]
+    Demo(DemoArgs),
 
     /// Enqueue one task
     ///

@@ -325,3 +325,42 @@ fn help_documents_the_environment_and_exit_codes() {
     assert!(help.contains("LEASEHOLD_TOKEN"));
     assert!(help.contains("Exit codes"));
 }
+
+#[test]
+fn demo_defaults_and_bounds() {
+    let cli = ok(&["demo"]);
+    let Some(Command::Demo(args)) = cli.command else {
+        panic!("not the demo: {cli:?}");
+    };
+    assert_eq!(args.agents, DEFAULT_DEMO_AGENTS);
+    assert!(!args.headless);
+    assert_eq!(args.database_url, None);
+    let cli = ok(&[
+        "demo",
+        "--headless",
+        "--duration",
+        "10s",
+        "--agents",
+        "1",
+        "--ascii",
+    ]);
+    let Some(Command::Demo(args)) = cli.command else {
+        panic!("not the demo: {cli:?}");
+    };
+    assert_eq!(args.duration, Duration::from_secs(10));
+    assert_eq!(args.agents, 1);
+    assert!(args.console.ascii);
+    let cli = ok(&["demo", "--headless"]);
+    let Some(Command::Demo(args)) = cli.command else {
+        panic!("not the demo: {cli:?}");
+    };
+    assert_eq!(args.duration, Duration::from_secs(20));
+
+    refused(&["demo", "--agents", "0"]);
+    refused(&["demo", "--agents", &(MAX_DEMO_AGENTS + 1).to_string()]);
+    refused(&["demo", "--headless", "--duration", "abc"]);
+    refused(&["demo", "--headless", "--duration", "0s"]);
+    refused(&["demo", "--headless", "--duration", "2days"]);
+    let e = refused(&["demo", "--duration", "5s"]);
+    assert!(e.to_string().contains("--headless"), "{e}");
+}

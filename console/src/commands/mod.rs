@@ -34,7 +34,8 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
     let settings = client::settings(global)?;
     let now = Utc::now();
     match command {
-        Command::Demo => Ok(crate::exit::USAGE),
+        // Run by `crate::demo` before any connection is made; never reaches here.
+        Command::Demo(_) => Ok(crate::exit::USAGE),
         Command::Enqueue(args) => {
             let request = enqueue::prepare(&args, now)?;
             enqueue::run(&Agent::connect(&settings).await?, request, out).await
