@@ -26,7 +26,7 @@ pub(super) async fn task_enqueue(
 ) -> Result<Enqueued> {
     let valid = task.validate(limits)?;
     let (mut tx, now) = write_tx(pool, "task_enqueue").await?;
-    let done = enqueue_valid(&mut *tx, &valid, now).await?;
+    let done = enqueue_valid(&mut tx, &valid, now).await?;
     commit(tx, "task_enqueue").await?;
     Ok(done)
 }
@@ -43,7 +43,7 @@ pub(super) async fn task_enqueue_many(
     let (mut tx, now) = write_tx(pool, "task_enqueue_many").await?;
     let mut out = Vec::with_capacity(valid.len());
     for v in &valid {
-        out.push(enqueue_valid(&mut *tx, v, now).await?);
+        out.push(enqueue_valid(&mut tx, v, now).await?);
     }
     commit(tx, "task_enqueue_many").await?;
     Ok(out)
@@ -412,6 +412,8 @@ pub(super) async fn task_complete_many(
         Vec::new()
     };
     let mut outcomes = Vec::with_capacity(batch.len());
+    let mut updates = Vec::with_capacity(batch.len());
+    let mut attempts = Vec::with_capacity(batch.len());
     for params in batch {
         let key = &params.key;
         let row = by_id.get(&key.id.0);
@@ -429,36 +431,23 @@ pub(super) async fn task_complete_many(
             continue;
         };
         let d = decide(row, params, &policies, now)?;
-        sqlx::query(
-            "UPDATE tasks SET status = ?2, available_at = coalesce(?3, available_at), \
-             last_error = ?4, result = ?5, finished_at = ?6, lease_until = NULL, updated_at = ?7 \
-             WHERE id = ?1",
-        )
-        .bind(key.id.0)
-        .bind(d.status.as_str())
-        .bind(d.available_at)
-        .bind(&d.last_error)
-        .bind(&d.result)
-        .bind(d.finished_at)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
-        sqlx::query(
-            "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, \
-             outcome, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )
-        .bind(key.id.0)
-        .bind(key.epoch.0)
-        .bind(get::<i64>(row, "attempt")?)
-        .bind(key.owner.as_str())
-        .bind(get::<Option<i64>>(row, "started_at")?.unwrap_or(now))
-        .bind(now)
-        .bind(params.completion.outcome_name())
-        .bind(&d.attempt_error)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        updates.push(json!({
+            "id": key.id.0,
+            "status": d.status.as_str(),
+            "available_at": d.available_at,
+            "last_error": d.last_error,
+            "result": d.result,
+            "finished_at": d.finished_at,
+        }));
+        attempts.push(json!({
+            "id": key.id.0,
+            "epoch": key.epoch.0,
+            "attempt": get::<i64>(row, "attempt")?,
+            "agent": key.owner.as_str(),
+            "started_at": get::<Option<i64>>(row, "started_at")?.unwrap_or(now),
+            "outcome": params.completion.outcome_name(),
+            "error": d.attempt_error,
+        }));
         outcomes.push(CompleteOutcome::Applied {
             status: d.status,
             retry_at: match d.available_at {
@@ -466,6 +455,41 @@ pub(super) async fn task_complete_many(
                 None => None,
             },
         });
+    }
+    // Two statements for the whole batch, whatever its size: the decisions travel as one JSON
+    // array each (JSON texts such as last_error travel as JSON strings).
+    if !updates.is_empty() {
+        sqlx::query(
+            "UPDATE tasks SET status = j.status, available_at = coalesce(j.available_at, tasks.available_at), \
+             last_error = j.last_error, result = j.result, finished_at = j.finished_at, \
+             lease_until = NULL, updated_at = ?2 \
+             FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.status') AS status, \
+                          json_extract(value, '$.available_at') AS available_at, \
+                          json_extract(value, '$.last_error') AS last_error, \
+                          json_extract(value, '$.result') AS result, \
+                          json_extract(value, '$.finished_at') AS finished_at \
+                   FROM json_each(?1)) AS j \
+             WHERE tasks.id = j.id",
+        )
+        .bind(rows::to_text(&updates, "completions")?)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+        sqlx::query(
+            "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, \
+             outcome, error) \
+             SELECT json_extract(value, '$.id'), json_extract(value, '$.epoch'), \
+                    json_extract(value, '$.attempt'), json_extract(value, '$.agent'), \
+                    json_extract(value, '$.started_at'), ?2, json_extract(value, '$.outcome'), \
+                    json_extract(value, '$.error') \
+             FROM json_each(?1)",
+        )
+        .bind(rows::to_text(&attempts, "attempts")?)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     }
     commit(tx, OP).await?;
     Ok(outcomes)

@@ -106,7 +106,7 @@ pub(super) async fn task_enqueue_audited(
     )
     .await?;
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let done = holder::enqueue_valid(&mut *tx, &valid, now).await?;
+    let done = holder::enqueue_valid(&mut tx, &valid, now).await?;
     let entry = AuditEntry {
         actor: params.actor.clone(),
         action: "enqueue".into(),
