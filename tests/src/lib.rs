@@ -8,6 +8,10 @@
 //! ([`ledger`]). The interactive console runs in a real terminal, a private tmux server
 //! ([`tmux`]).
 //!
+//! The store conformance suite runs each test against PostgreSQL and SQLite alike:
+//! [`store_db`] gives a per-test database of either backend behind `Arc<dyn Store>`, raw setup
+//! and inspection in both dialects, and the [`conformance!`] macro.
+//!
 //! The harness returns [`anyhow::Result`] everywhere and never unwraps, so it follows the
 //! workspace lints; the tests built on it may unwrap freely.
 //!
@@ -39,6 +43,7 @@ pub mod inspect;
 pub mod ledger;
 pub mod proxy;
 pub mod server;
+pub mod store_db;
 pub mod tmux;
 pub mod wait;
 
@@ -51,4 +56,5 @@ pub use inspect::{attempt_rows, audit_rows, count, task_row, task_status};
 pub use ledger::LedgerReport;
 pub use proxy::{ProxyMode, TcpProxy};
 pub use server::admin_url;
+pub use store_db::{Arg, Backend, Rows, Sql, StoreDb, Val, WriteTx};
 pub use wait::wait_until;

@@ -1,19 +1,23 @@
 //! Store conformance: operator writes and their audit rows. An audited enqueue commits its task
 //! and exactly one audit row together (or neither), an idempotent repeat is a `noop`, a viewer
 //! is denied with a `denied` row and nothing enqueued, and invalid input writes nothing; a
-//! policy change that changes nothing is audited as `noop`.
+//! policy change that changes nothing is audited as `noop` and every change reports the row
+//! before and after it; audit rows written on their own list newest first in keyset pages —
+//! on PostgreSQL and SQLite alike.
+//! PostgreSQL only: the NOTIFY an audited enqueue sends.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
-use leasehold_shared::domain::{PolicyPatch, PolicyScope, Role};
-use leasehold_shared::store::postgres::{NOTIFY_CHANNEL, PgStore};
-use leasehold_shared::store::{EnqueueAuditedParams, NewTask, PolicySetParams};
+use leasehold_shared::domain::{Policy, PolicyPatch, PolicyScope, Role};
+use leasehold_shared::store::postgres::NOTIFY_CHANNEL;
+use leasehold_shared::store::{
+    AuditEntry, AuditListParams, AuditResult, EnqueueAuditedParams, NewTask, PolicySetParams,
+};
 use leasehold_shared::{Actor, InputLimits, Store, StoreError};
 use leasehold_tests::helpers::tt;
-use leasehold_tests::{TestDb, audit_rows, count, task_row};
-use serde_json::{Value, json};
-use sqlx::{PgPool, Row};
+use leasehold_tests::{StoreDb, TestDb, conformance};
+use serde_json::json;
 
 fn audited(task: NewTask, actor: Actor) -> EnqueueAuditedParams {
     EnqueueAuditedParams { task, actor }
@@ -26,38 +30,13 @@ fn viewer(name: &str) -> Actor {
     }
 }
 
-/// `(target, result, params, detail)` of every audit row, oldest first.
-async fn audit_details(pool: &PgPool) -> Vec<(String, String, Option<Value>, Option<String>)> {
-    sqlx::query("SELECT target, result, params, detail FROM audit_log ORDER BY id")
-        .fetch_all(pool)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let params: Option<sqlx::types::Json<Value>> = r.get("params");
-            (
-                r.get("target"),
-                r.get("result"),
-                params.map(|p| p.0),
-                r.get("detail"),
-            )
-        })
-        .collect()
+async fn tasks(db: &StoreDb) -> i64 {
+    db.count("SELECT count(*) FROM tasks").await.unwrap()
 }
 
-async fn tasks(pool: &PgPool) -> i64 {
-    count(pool, "SELECT count(*) FROM tasks").await.unwrap()
-}
-
-#[tokio::test]
-async fn an_audited_enqueue_commits_its_task_with_one_audit_row_and_wakes_agents() {
-    let db = TestDb::new().await.unwrap();
+conformance!(an_audited_enqueue_commits_its_task_with_one_audit_row);
+async fn an_audited_enqueue_commits_its_task_with_one_audit_row(db: StoreDb) {
     let store = db.store();
-    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
-        .await
-        .unwrap();
-    listener.listen(NOTIFY_CHANNEL).await.unwrap();
-
     let task = NewTask::new(tt("mail"), json!({"to": "a@example.com"}))
         .with_priority(3)
         .with_idempotency_key("order-7");
@@ -66,20 +45,15 @@ async fn an_audited_enqueue_commits_its_task_with_one_audit_row_and_wakes_agents
         .await
         .unwrap();
     assert!(done.created);
-    let row = task_row(&db.pool, done.id.0).await.unwrap();
+    let row = db.task_row(done.id.0).await.unwrap();
     assert_eq!(
         (&row["task_type"], &row["priority"], &row["status"]),
         (&json!("mail"), &json!(3), &json!("queued"))
     );
-    let notified = tokio::time::timeout(Duration::from_secs(5), listener.recv())
-        .await
-        .expect("an audited enqueue notifies like any other")
-        .unwrap();
-    assert_eq!(notified.channel(), NOTIFY_CHANNEL);
 
     let target = format!("task:{}", done.id);
     assert_eq!(
-        audit_rows(&db.pool).await.unwrap(),
+        db.audit_rows().await.unwrap(),
         [(
             "alice".to_string(),
             "operator".to_string(),
@@ -88,18 +62,40 @@ async fn an_audited_enqueue_commits_its_task_with_one_audit_row_and_wakes_agents
             "applied".to_string()
         )]
     );
-    let details = audit_details(&db.pool).await;
+    let details = db.audit_details().await.unwrap();
     assert_eq!(
         details[0].2,
         Some(json!({"task_type": "mail", "priority": 3, "idempotency_key": "order-7"}))
     );
+    db.drop_db().await.unwrap();
+}
+
+// PostgreSQL only: NOTIFY (SQLite has none; its agents poll).
+#[tokio::test]
+async fn an_audited_enqueue_wakes_agents() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+        .await
+        .unwrap();
+    listener.listen(NOTIFY_CHANNEL).await.unwrap();
+    let task = NewTask::new(tt("mail"), json!({"to": "a@example.com"}));
+    let done = store
+        .task_enqueue_audited(audited(task, Actor::operator("alice")))
+        .await
+        .unwrap();
+    assert!(done.created);
+    let notified = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("an audited enqueue notifies like any other")
+        .unwrap();
+    assert_eq!(notified.channel(), NOTIFY_CHANNEL);
     drop(listener);
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn an_idempotent_repeat_returns_the_task_and_is_audited_as_noop() {
-    let db = TestDb::new().await.unwrap();
+conformance!(an_idempotent_repeat_returns_the_task_and_is_audited_as_noop);
+async fn an_idempotent_repeat_returns_the_task_and_is_audited_as_noop(db: StoreDb) {
     let store = db.store();
     let task = NewTask::new(tt("mail"), json!({})).with_idempotency_key("k1");
     let first = store
@@ -114,11 +110,11 @@ async fn an_idempotent_repeat_returns_the_task_and_is_audited_as_noop() {
         .unwrap();
     assert_eq!((plain.id, plain.created), (first.id, false));
     assert_eq!((again.id, again.created), (first.id, false));
-    assert_eq!(tasks(&db.pool).await, 1);
-    assert_eq!(task_row(&db.pool, first.id.0).await.unwrap()["priority"], 0);
+    assert_eq!(tasks(&db).await, 1);
+    assert_eq!(db.task_row(first.id.0).await.unwrap()["priority"], 0);
 
     let target = format!("task:{}", first.id);
-    let details = audit_details(&db.pool).await;
+    let details = db.audit_details().await.unwrap();
     assert_eq!(details.len(), 2, "{details:?}");
     assert_eq!((&details[0].0, details[0].1.as_str()), (&target, "applied"));
     assert_eq!((&details[1].0, details[1].1.as_str()), (&target, "noop"));
@@ -139,9 +135,8 @@ async fn an_idempotent_repeat_returns_the_task_and_is_audited_as_noop() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_viewer_is_denied_with_a_denied_row_and_nothing_enqueued() {
-    let db = TestDb::new().await.unwrap();
+conformance!(a_viewer_is_denied_with_a_denied_row_and_nothing_enqueued);
+async fn a_viewer_is_denied_with_a_denied_row_and_nothing_enqueued(db: StoreDb) {
     let store = db.store();
     let denied = store
         .task_enqueue_audited(audited(
@@ -154,9 +149,9 @@ async fn a_viewer_is_denied_with_a_denied_row_and_nothing_enqueued() {
             if action == "enqueue" && actor == "dashboard"),
         "{denied:?}"
     );
-    assert_eq!(tasks(&db.pool).await, 0);
+    assert_eq!(tasks(&db).await, 0);
     assert_eq!(
-        audit_rows(&db.pool).await.unwrap(),
+        db.audit_rows().await.unwrap(),
         [(
             "dashboard".to_string(),
             "viewer".to_string(),
@@ -166,19 +161,18 @@ async fn a_viewer_is_denied_with_a_denied_row_and_nothing_enqueued() {
         )]
     );
     assert_eq!(
-        audit_details(&db.pool).await[0].2,
+        db.audit_details().await.unwrap()[0].2,
         Some(json!({"task_type": "mail", "priority": 0, "idempotency_key": null}))
     );
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn invalid_input_or_a_refused_audit_row_writes_nothing() {
-    let db = TestDb::new().await.unwrap();
-    let small = PgStore::from_pool(
-        db.pool.clone(),
-        InputLimits::with_max_payload_bytes(64).unwrap(),
-    );
+conformance!(invalid_input_or_a_refused_audit_row_writes_nothing);
+async fn invalid_input_or_a_refused_audit_row_writes_nothing(db: StoreDb) {
+    let small = db
+        .store_with_limits(InputLimits::with_max_payload_bytes(64).unwrap())
+        .await
+        .unwrap();
     // Refused by validation: no task and no audit row (bad input changes nothing).
     let too_large = small
         .task_enqueue_audited(audited(
@@ -200,8 +194,8 @@ async fn invalid_input_or_a_refused_audit_row_writes_nothing() {
         matches!(bad_attempts, Err(StoreError::Invalid(_))),
         "validation comes before authorization: {bad_attempts:?}"
     );
-    assert_eq!(tasks(&db.pool).await, 0);
-    assert!(audit_rows(&db.pool).await.unwrap().is_empty());
+    assert_eq!(tasks(&db).await, 0);
+    assert!(db.audit_rows().await.unwrap().is_empty());
 
     // The audit row is refused by the database after the task was inserted (an actor name
     // above 200 bytes): the task goes with it, because both are one transaction.
@@ -216,17 +210,16 @@ async fn invalid_input_or_a_refused_audit_row_writes_nothing() {
         "{refused:?}"
     );
     assert_eq!(
-        tasks(&db.pool).await,
+        tasks(&db).await,
         0,
         "the task rolled back with its audit row"
     );
-    assert!(audit_rows(&db.pool).await.unwrap().is_empty());
+    assert!(db.audit_rows().await.unwrap().is_empty());
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_policy_change_that_changes_nothing_is_audited_as_noop() {
-    let db = TestDb::new().await.unwrap();
+conformance!(a_policy_change_that_changes_nothing_is_audited_as_noop);
+async fn a_policy_change_that_changes_nothing_is_audited_as_noop(db: StoreDb) {
     let store = db.store();
     let set = |scope: PolicyScope, patch: PolicyPatch| PolicySetParams {
         scope,
@@ -255,8 +248,10 @@ async fn a_policy_change_that_changes_nothing_is_audited_as_noop() {
         ))
         .await
         .unwrap();
-    let results: Vec<(String, String)> = audit_details(&db.pool)
+    let results: Vec<(String, String)> = db
+        .audit_details()
         .await
+        .unwrap()
         .into_iter()
         .map(|(target, result, _, _)| (target, result))
         .collect();
@@ -268,5 +263,178 @@ async fn a_policy_change_that_changes_nothing_is_audited_as_noop() {
             ("policy:fresh".to_string(), "noop".to_string()),
         ]
     );
+    db.drop_db().await.unwrap();
+}
+
+conformance!(a_policy_change_reports_the_row_before_and_after_it);
+async fn a_policy_change_reports_the_row_before_and_after_it(db: StoreDb) {
+    let store = db.store();
+    let scope = PolicyScope::Type(tt("mail"));
+    let change = |patch: PolicyPatch| PolicySetParams {
+        scope: scope.clone(),
+        patch,
+        actor: Actor::operator("alice"),
+    };
+    let first = store
+        .policy_change(change(PolicyPatch {
+            max_concurrency: Some(Some(3)),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.before,
+        Policy::inherit(scope.clone()),
+        "a type without a row inherits everything"
+    );
+    assert_eq!(
+        first.after,
+        Policy {
+            max_concurrency: Some(3),
+            ..Policy::inherit(scope.clone())
+        }
+    );
+    let second = store
+        .policy_change(change(PolicyPatch {
+            paused: Some(true),
+            retry_base: Some(Some(Duration::from_secs(5))),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert_eq!(second.before, first.after);
+    assert_eq!(
+        second.after,
+        Policy {
+            paused: true,
+            retry_base: Some(Duration::from_secs(5)),
+            ..first.after.clone()
+        }
+    );
+    // Clearing: the limit goes, the other fields stay.
+    let third = store
+        .policy_change(change(PolicyPatch {
+            max_concurrency: Some(None),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert_eq!(third.before, second.after);
+    assert_eq!(
+        third.after,
+        Policy {
+            max_concurrency: None,
+            ..second.after.clone()
+        }
+    );
+    assert_eq!(store.policy_get(scope.clone()).await.unwrap(), third.after);
+    let all = store.policy_list().await.unwrap();
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[0].scope, PolicyScope::Global, "the global row first");
+    assert_eq!(all[1], third.after);
+    assert_eq!(
+        db.audit_rows()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.2.as_str(), r.3.as_str(), r.4.as_str()))
+            .collect::<Vec<_>>(),
+        [("policy_set", "policy:mail", "applied"); 3]
+    );
+    db.drop_db().await.unwrap();
+}
+
+conformance!(audit_rows_written_on_their_own_list_newest_first_in_keyset_pages);
+async fn audit_rows_written_on_their_own_list_newest_first_in_keyset_pages(db: StoreDb) {
+    let store = db.store();
+    for n in 0..5 {
+        store
+            .audit_record(AuditEntry {
+                actor: Actor::operator(format!("op{n}")),
+                action: "cancel".into(),
+                target: format!("task:{n}"),
+                params: (n % 2 == 0).then(|| json!({ "n": n })),
+                result: AuditResult::Applied,
+                detail: (n == 3).then(|| "because".to_string()),
+            })
+            .await
+            .unwrap();
+    }
+    store
+        .audit_record(AuditEntry {
+            actor: viewer("dashboard"),
+            action: "cancel".into(),
+            target: "task:9".into(),
+            params: None,
+            result: AuditResult::Denied,
+            detail: None,
+        })
+        .await
+        .unwrap();
+
+    let mut listed = Vec::new();
+    let mut before_id = None;
+    loop {
+        let page = store
+            .audit_list(AuditListParams {
+                before_id,
+                limit: 2,
+            })
+            .await
+            .unwrap();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        before_id = Some(last.id);
+        listed.extend(page);
+    }
+    assert!(
+        listed.windows(2).all(|w| w[0].id > w[1].id),
+        "newest first: {listed:?}"
+    );
+    let targets: Vec<&str> = listed.iter().map(|r| r.target.as_str()).collect();
+    assert_eq!(
+        targets,
+        ["task:9", "task:4", "task:3", "task:2", "task:1", "task:0"]
+    );
+    let denied = &listed[0];
+    assert_eq!(
+        (
+            denied.actor.as_str(),
+            denied.role.as_str(),
+            denied.result.as_str()
+        ),
+        ("dashboard", "viewer", "denied")
+    );
+    assert_eq!(
+        (&listed[3].params, &listed[3].detail),
+        (&Some(json!({"n": 2})), &None)
+    );
+    assert_eq!(
+        (&listed[2].params, listed[2].detail.as_deref()),
+        (&None, Some("because"))
+    );
+    assert!(listed.iter().all(|r| r.action == "cancel"));
+    let now = store.db_now().await.unwrap();
+    assert!(
+        listed.iter().all(|r| (now - r.at).num_seconds().abs() < 60),
+        "audit times are the database's"
+    );
+
+    // A row the database refuses (an actor name above 200 bytes) is bad input; nothing written.
+    let refused = store
+        .audit_record(AuditEntry {
+            actor: Actor::operator("a".repeat(201)),
+            action: "cancel".into(),
+            target: "task:1".into(),
+            params: None,
+            result: AuditResult::Applied,
+            detail: None,
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Invalid(_))),
+        "{refused:?}"
+    );
+    assert_eq!(db.audit_rows().await.unwrap().len(), 6);
     db.drop_db().await.unwrap();
 }

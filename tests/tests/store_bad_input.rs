@@ -1,31 +1,37 @@
 //! Store conformance: bad input of every kind gets a clear, typed error and writes nothing —
 //! malformed type names, oversized payloads (store limit and database CHECK), invalid JSON,
-//! negative and absurd numbers — and bad database state is reported, never a panic.
+//! negative and absurd numbers — and bad database state is reported, never a panic; on
+//! PostgreSQL and SQLite alike.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use leasehold_shared::domain::validate::{HARD_MAX_PAYLOAD_BYTES, parse_payload};
 use leasehold_shared::domain::{PolicyPatch, PolicyScope};
-use leasehold_shared::store::postgres::PgStore;
 use leasehold_shared::store::{
     ClaimParams, CompleteParams, Completion, NewTask, PolicySetParams, RenewParams, TaskListParams,
 };
 use leasehold_shared::{
-    Actor, AgentId, InputLimits, LeaseKey, Store, StoreError, TaskType, ValidationError,
+    Actor, AgentId, InputLimits, LeaseKey, StoreError, TaskType, ValidationError,
 };
 use leasehold_tests::factory::FACTORY_OWNER;
 use leasehold_tests::helpers::tt;
-use leasehold_tests::{TaskSpec, TestDb, audit_rows, count, insert_task, task_row};
+use leasehold_tests::{Arg, Sql, StoreDb, TaskSpec, conformance};
 use serde_json::json;
 
-async fn nothing_written(db: &TestDb) {
+async fn nothing_written(db: &StoreDb) {
     assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM tasks").await.unwrap(),
+        db.count("SELECT count(*) FROM tasks").await.unwrap(),
         0,
         "bad input wrote a task"
     );
 }
+
+/// An insert of a task whose payload is given as JSON text (`$2`), parsed by the database.
+const JSON_TEXT_INSERT: Sql = Sql::each(
+    "INSERT INTO tasks (task_type, payload) VALUES ($1, $2::jsonb)",
+    "INSERT INTO tasks (task_type, payload) VALUES ($1, $2)",
+);
 
 fn invalid(result: Result<impl std::fmt::Debug, StoreError>) -> ValidationError {
     match result {
@@ -34,9 +40,8 @@ fn invalid(result: Result<impl std::fmt::Debug, StoreError>) -> ValidationError 
     }
 }
 
-#[tokio::test]
-async fn malformed_type_names_are_refused_by_the_type_and_by_the_database() {
-    let db = TestDb::new().await.unwrap();
+conformance!(malformed_type_names_are_refused_by_the_type_and_by_the_database);
+async fn malformed_type_names_are_refused_by_the_type_and_by_the_database(db: StoreDb) {
     for bad in [
         "",
         "Upper",
@@ -49,9 +54,11 @@ async fn malformed_type_names_are_refused_by_the_type_and_by_the_database() {
     ] {
         let err = TaskType::new(bad).unwrap_err();
         assert!(err.to_string().starts_with("invalid task type"), "{err}");
-        let raw = sqlx::query("INSERT INTO tasks (task_type) VALUES ($1)")
-            .bind(bad)
-            .execute(&db.pool)
+        let raw = db
+            .execute(
+                "INSERT INTO tasks (task_type) VALUES ($1)",
+                &[Arg::from(bad)],
+            )
             .await;
         assert!(raw.is_err(), "the database accepted type {bad:?}");
     }
@@ -60,13 +67,12 @@ async fn malformed_type_names_are_refused_by_the_type_and_by_the_database() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn oversized_payloads_are_refused_by_the_store_and_by_the_database() {
-    let db = TestDb::new().await.unwrap();
-    let tight = PgStore::from_pool(
-        db.pool.clone(),
-        InputLimits::with_max_payload_bytes(1024).unwrap(),
-    );
+conformance!(oversized_payloads_are_refused_by_the_store_and_by_the_database);
+async fn oversized_payloads_are_refused_by_the_store_and_by_the_database(db: StoreDb) {
+    let tight = db
+        .store_with_limits(InputLimits::with_max_payload_bytes(1024).unwrap())
+        .await
+        .unwrap();
     let big = json!({ "blob": "x".repeat(2000) });
     let err = invalid(tight.task_enqueue(NewTask::new(tt("p"), big.clone())).await);
     assert!(
@@ -91,26 +97,29 @@ async fn oversized_payloads_are_refused_by_the_store_and_by_the_database() {
     invalid(store.task_enqueue_many(mixed).await);
 
     // The database's CHECK holds even for writers that bypass the store.
-    let raw = sqlx::query("INSERT INTO tasks (task_type, payload) VALUES ('p', $1::jsonb)")
-        .bind(over.to_string())
-        .execute(&db.pool)
+    let raw = db
+        .execute_err(
+            JSON_TEXT_INSERT,
+            &[Arg::from("p"), Arg::Text(over.to_string())],
+        )
         .await
-        .unwrap_err();
+        .unwrap();
     assert!(raw.to_string().contains("tasks_payload_size"), "{raw}");
     nothing_written(&db).await;
     db.drop_db().await.unwrap();
 }
 
+conformance!(every_column_rule_is_checked_when_its_value_is_written);
 /// Each column's own rule (format, size, range) is checked whenever a value is written to it,
 /// by an insert or by an update, and the refusal names the rule; the row stays as it was.
-#[tokio::test]
-async fn every_column_rule_is_checked_when_its_value_is_written() {
-    let db = TestDb::new().await.unwrap();
-    let id = insert_task(&db.pool, TaskSpec::new("rules", "queued"))
+async fn every_column_rule_is_checked_when_its_value_is_written(db: StoreDb) {
+    let id = db
+        .insert_task(TaskSpec::new("rules", "queued"))
         .await
         .unwrap();
-    let before = task_row(&db.pool, id).await.unwrap();
-    let big = |n: usize| format!("'{{\"x\": \"{}\"}}'::jsonb", "x".repeat(n));
+    let before = db.task_row(id).await.unwrap();
+    let cast = if db.is_postgres() { "::jsonb" } else { "" };
+    let big = |n: usize| format!("'{{\"x\": \"{}\"}}'{cast}", "x".repeat(n));
     let cases: Vec<(&str, String, &str)> = vec![
         ("task_type", "'Bad Type'".into(), "tasks_type_format"),
         ("status", "'bogus'".into(), "tasks_status_known"),
@@ -133,11 +142,7 @@ async fn every_column_rule_is_checked_when_its_value_is_written() {
         };
         let update = format!("UPDATE tasks SET {column} = {value} WHERE id = {id}");
         for sql in [insert, update] {
-            let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .execute(&db.pool)
-                .await
-                .map(|_| ())
-                .unwrap_err();
+            let err = db.execute_err(Sql::owned(sql.clone()), &[]).await.unwrap();
             let named = StoreError::db("test")(err);
             assert!(
                 matches!(&named, StoreError::Invalid(_)) && named.to_string().contains(rule),
@@ -145,17 +150,13 @@ async fn every_column_rule_is_checked_when_its_value_is_written() {
             );
         }
     }
-    assert_eq!(task_row(&db.pool, id).await.unwrap(), before);
-    assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM tasks").await.unwrap(),
-        1
-    );
+    assert_eq!(db.task_row(id).await.unwrap(), before);
+    assert_eq!(db.count("SELECT count(*) FROM tasks").await.unwrap(), 1);
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn invalid_json_is_refused_before_and_at_the_database() {
-    let db = TestDb::new().await.unwrap();
+conformance!(invalid_json_is_refused_before_and_at_the_database);
+async fn invalid_json_is_refused_before_and_at_the_database(db: StoreDb) {
     for bad in [
         "{nope",
         "",
@@ -169,9 +170,8 @@ async fn invalid_json_is_refused_before_and_at_the_database() {
             matches!(err, ValidationError::PayloadNotJson { .. }),
             "{bad}: {err}"
         );
-        let raw = sqlx::query("INSERT INTO tasks (task_type, payload) VALUES ('j', $1::jsonb)")
-            .bind(bad)
-            .execute(&db.pool)
+        let raw = db
+            .execute(JSON_TEXT_INSERT, &[Arg::from("j"), Arg::from(bad)])
             .await;
         assert!(raw.is_err(), "the database accepted {bad:?}");
     }
@@ -179,9 +179,8 @@ async fn invalid_json_is_refused_before_and_at_the_database() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn negative_and_absurd_numbers_are_refused_and_change_nothing() {
-    let db = TestDb::new().await.unwrap();
+conformance!(negative_and_absurd_numbers_are_refused_and_change_nothing);
+async fn negative_and_absurd_numbers_are_refused_and_change_nothing(db: StoreDb) {
     let store = db.store();
     let base = || NewTask::new(tt("n"), json!({}));
     let bad_tasks = [
@@ -262,7 +261,7 @@ async fn negative_and_absurd_numbers_are_refused_and_change_nothing() {
 
     // Policies: absurd values are refused and the row and audit log stay as they were.
     let before = store.policy_list().await.unwrap();
-    let audits = audit_rows(&db.pool).await.unwrap().len();
+    let audits = db.audit_rows().await.unwrap().len();
     let absurd = [
         PolicyPatch {
             max_concurrency: Some(Some(5_000_000)),
@@ -293,13 +292,11 @@ async fn negative_and_absurd_numbers_are_refused_and_change_nothing() {
         );
     }
     assert_eq!(store.policy_list().await.unwrap(), before);
-    assert_eq!(audit_rows(&db.pool).await.unwrap().len(), audits);
+    assert_eq!(db.audit_rows().await.unwrap().len(), audits);
 
     // A result over the limit is refused and the lease stays held.
-    let id = insert_task(&db.pool, TaskSpec::new("n", "running"))
-        .await
-        .unwrap();
-    let row = task_row(&db.pool, id).await.unwrap();
+    let id = db.insert_task(TaskSpec::new("n", "running")).await.unwrap();
+    let row = db.task_row(id).await.unwrap();
     let key = LeaseKey {
         id: leasehold_shared::TaskId(id),
         owner: AgentId::new(FACTORY_OWNER).unwrap(),
@@ -316,22 +313,27 @@ async fn negative_and_absurd_numbers_are_refused_and_change_nothing() {
             })
             .await,
     );
-    assert_eq!(task_row(&db.pool, id).await.unwrap(), row);
+    assert_eq!(db.task_row(id).await.unwrap(), row);
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn bad_database_state_is_reported_not_panicked_on() {
-    let db = TestDb::new().await.unwrap();
+conformance!(bad_database_state_is_reported_not_panicked_on);
+async fn bad_database_state_is_reported_not_panicked_on(db: StoreDb) {
     let store = db.store();
-    let id = insert_task(&db.pool, TaskSpec::new("corrupt", "queued"))
+    let id = db
+        .insert_task(TaskSpec::new("corrupt", "queued"))
         .await
         .unwrap();
-    sqlx::query("UPDATE tasks SET progress = '\"not counters\"'::jsonb, last_error = '[1,2]'::jsonb WHERE id = $1")
-        .bind(id)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.execute(
+        Sql::each(
+            "UPDATE tasks SET progress = '\"not counters\"'::jsonb, last_error = '[1,2]'::jsonb \
+             WHERE id = $1",
+            "UPDATE tasks SET progress = '\"not counters\"', last_error = '[1,2]' WHERE id = $1",
+        ),
+        &[Arg::Int(id)],
+    )
+    .await
+    .unwrap();
     let err = store
         .task_get(leasehold_shared::TaskId(id))
         .await
@@ -342,25 +344,27 @@ async fn bad_database_state_is_reported_not_panicked_on() {
         "{err}"
     );
     // The database refuses states the state machine cannot produce.
-    let no_lease = sqlx::query("UPDATE tasks SET status = 'running' WHERE id = $1")
-        .bind(id)
-        .execute(&db.pool)
-        .await;
+    let no_lease = db
+        .execute_err(
+            "UPDATE tasks SET status = 'running' WHERE id = $1",
+            &[Arg::Int(id)],
+        )
+        .await
+        .unwrap();
     assert!(
-        no_lease
-            .unwrap_err()
-            .to_string()
-            .contains("tasks_leased_has_lease")
+        no_lease.to_string().contains("tasks_leased_has_lease"),
+        "{no_lease}"
     );
-    let unknown = sqlx::query("UPDATE tasks SET status = 'paused' WHERE id = $1")
-        .bind(id)
-        .execute(&db.pool)
-        .await;
+    let unknown = db
+        .execute_err(
+            "UPDATE tasks SET status = 'paused' WHERE id = $1",
+            &[Arg::Int(id)],
+        )
+        .await
+        .unwrap();
     assert!(
-        unknown
-            .unwrap_err()
-            .to_string()
-            .contains("tasks_status_known")
+        unknown.to_string().contains("tasks_status_known"),
+        "{unknown}"
     );
     db.drop_db().await.unwrap();
 }

@@ -1,25 +1,23 @@
 //! Store conformance: `task_explain` says why a task is not running. Every blocker kind from a
 //! factory-made state (times backdated in SQL, never slept for), a running task with none, an
-//! unknown id, and the staleness bound.
+//! unknown id, and the staleness bound; on PostgreSQL and SQLite alike.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use leasehold_shared::domain::{PolicyPatch, PolicyScope};
-use leasehold_shared::store::postgres::PgStore;
 use leasehold_shared::store::{
     AgentRegisterParams, Blocker, BlockerKind, ExplainParams, PolicySetParams,
 };
 use leasehold_shared::{Actor, Store, StoreError, TaskId};
 use leasehold_tests::factory::FACTORY_OWNER;
 use leasehold_tests::helpers::tt;
-use leasehold_tests::{TaskSpec, TestDb, insert_task};
-use sqlx::{PgPool, Row};
+use leasehold_tests::{Arg, Rows, StoreDb, TaskSpec, Val, conformance};
 
 const STALE: Duration = Duration::from_secs(30);
 
-async fn explain(store: &PgStore, id: i64) -> Vec<Blocker> {
+async fn explain(store: &dyn Store, id: i64) -> Vec<Blocker> {
     store
         .task_explain(ExplainParams {
             id: TaskId(id),
@@ -34,7 +32,7 @@ fn kinds(blockers: &[Blocker]) -> Vec<BlockerKind> {
 }
 
 /// A running agent, heartbeat now, serving `types`.
-async fn live_agent(store: &PgStore, name: &str, types: &[&str]) -> String {
+async fn live_agent(store: &dyn Store, name: &str, types: &[&str]) -> String {
     let agent = store
         .agent_register(AgentRegisterParams {
             name: name.into(),
@@ -51,19 +49,12 @@ async fn live_agent(store: &PgStore, name: &str, types: &[&str]) -> String {
 }
 
 /// A time column of task `id`, formatted as blockers print absolute times.
-async fn time_of(pool: &PgPool, id: i64, column: &str) -> String {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {column} AS at FROM tasks WHERE id = $1"
-    )))
-    .bind(id)
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    let at: DateTime<Utc> = row.get("at");
+async fn time_of(db: &StoreDb, id: i64, column: &str) -> String {
+    let at: DateTime<Utc> = db.task_time(id, column).await.unwrap();
     at.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-async fn set_policy(store: &PgStore, scope: PolicyScope, patch: PolicyPatch) {
+async fn set_policy(store: &dyn Store, scope: PolicyScope, patch: PolicyPatch) {
     store
         .policy_set(PolicySetParams {
             scope,
@@ -74,16 +65,16 @@ async fn set_policy(store: &PgStore, scope: PolicyScope, patch: PolicyPatch) {
         .unwrap();
 }
 
-#[tokio::test]
-async fn a_running_task_has_no_blockers_and_an_unknown_id_is_not_found() {
-    let db = TestDb::new().await.unwrap();
+conformance!(a_running_task_has_no_blockers_and_an_unknown_id_is_not_found);
+async fn a_running_task_has_no_blockers_and_an_unknown_id_is_not_found(db: StoreDb) {
     let store = db.store();
     // Even with its type paused and no agent alive: it runs, nothing blocks it.
-    let id = insert_task(&db.pool, TaskSpec::new("busy", "running"))
+    let id = db
+        .insert_task(TaskSpec::new("busy", "running"))
         .await
         .unwrap();
     set_policy(
-        &store,
+        &*store,
         PolicyScope::Type(tt("busy")),
         PolicyPatch {
             paused: Some(true),
@@ -91,7 +82,7 @@ async fn a_running_task_has_no_blockers_and_an_unknown_id_is_not_found() {
         },
     )
     .await;
-    assert!(explain(&store, id).await.is_empty());
+    assert!(explain(&*store, id).await.is_empty());
 
     let missing = store
         .task_explain(ExplainParams {
@@ -116,25 +107,19 @@ async fn a_running_task_has_no_blockers_and_an_unknown_id_is_not_found() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_finished_task_says_how_and_when_it_ended_and_nothing_else() {
-    let db = TestDb::new().await.unwrap();
+conformance!(a_finished_task_says_how_and_when_it_ended_and_nothing_else);
+async fn a_finished_task_says_how_and_when_it_ended_and_nothing_else(db: StoreDb) {
     let store = db.store();
     let mut ids = Vec::new();
     for status in ["succeeded", "partially_succeeded", "dead", "cancelled"] {
-        ids.push(
-            insert_task(&db.pool, TaskSpec::new("done", status))
-                .await
-                .unwrap(),
-        );
+        ids.push(db.insert_task(TaskSpec::new("done", status)).await.unwrap());
     }
     // Ended three minutes ago; and the type is paused with no agent, which does not matter.
-    sqlx::query("UPDATE tasks SET finished_at = now() - interval '180.2 seconds'")
-        .execute(&db.pool)
+    db.update(Rows::AllTasks, &[("finished_at", Val::At(-180.2))])
         .await
         .unwrap();
     set_policy(
-        &store,
+        &*store,
         PolicyScope::Type(tt("done")),
         PolicyPatch {
             paused: Some(true),
@@ -144,9 +129,9 @@ async fn a_finished_task_says_how_and_when_it_ended_and_nothing_else() {
     .await;
     let mut messages = Vec::new();
     for &id in &ids {
-        let b = explain(&store, id).await;
+        let b = explain(&*store, id).await;
         assert_eq!(kinds(&b), [BlockerKind::Finished], "task {id}: {b:?}");
-        let at = time_of(&db.pool, id, "finished_at").await;
+        let at = time_of(&db, id, "finished_at").await;
         assert!(
             b[0].message.contains(&format!("{at} (3m ago)")),
             "{}",
@@ -171,14 +156,14 @@ async fn a_finished_task_says_how_and_when_it_ended_and_nothing_else() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_cancel_request_names_the_holder_that_stops_it() {
-    let db = TestDb::new().await.unwrap();
+conformance!(a_cancel_request_names_the_holder_that_stops_it);
+async fn a_cancel_request_names_the_holder_that_stops_it(db: StoreDb) {
     let store = db.store();
-    let id = insert_task(&db.pool, TaskSpec::new("stopping", "cancel_requested"))
+    let id = db
+        .insert_task(TaskSpec::new("stopping", "cancel_requested"))
         .await
         .unwrap();
-    let b = explain(&store, id).await;
+    let b = explain(&*store, id).await;
     assert_eq!(kinds(&b), [BlockerKind::CancelRequested]);
     assert_eq!(
         b[0].message,
@@ -187,16 +172,14 @@ async fn a_cancel_request_names_the_holder_that_stops_it() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn waiting_tasks_say_when_they_are_due_and_why_they_wait() {
-    let db = TestDb::new().await.unwrap();
+conformance!(waiting_tasks_say_when_they_are_due_and_why_they_wait);
+async fn waiting_tasks_say_when_they_are_due_and_why_they_wait(db: StoreDb) {
     let store = db.store();
-    live_agent(&store, "w", &["mail"]).await;
+    live_agent(&*store, "w", &["mail"]).await;
 
     // Retrying in 42 s after its second of five attempts failed.
-    let retry = insert_task(
-        &db.pool,
-        TaskSpec {
+    let retry = db
+        .insert_task(TaskSpec {
             attempt: 2,
             max_attempts: 5,
             lease_epoch: 2,
@@ -205,13 +188,12 @@ async fn waiting_tasks_say_when_they_are_due_and_why_they_wait() {
                 "code": "smtp_timeout", "message": "mail server slow", "retryable": true
             })),
             ..TaskSpec::new("mail", "retry_wait")
-        },
-    )
-    .await
-    .unwrap();
-    let b = explain(&store, retry).await;
+        })
+        .await
+        .unwrap();
+    let b = explain(&*store, retry).await;
     assert_eq!(kinds(&b), [BlockerKind::RetryWait], "{b:?}");
-    let at = time_of(&db.pool, retry, "available_at").await;
+    let at = time_of(&db, retry, "available_at").await;
     assert_eq!(
         b[0].message,
         format!(
@@ -221,25 +203,24 @@ async fn waiting_tasks_say_when_they_are_due_and_why_they_wait() {
     );
 
     // Queued for an hour from now.
-    let later = insert_task(
-        &db.pool,
-        TaskSpec {
+    let later = db
+        .insert_task(TaskSpec {
             available_in_secs: 3600.9,
             ..TaskSpec::new("mail", "queued")
-        },
-    )
-    .await
-    .unwrap();
-    let b = explain(&store, later).await;
+        })
+        .await
+        .unwrap();
+    let b = explain(&*store, later).await;
     assert_eq!(kinds(&b), [BlockerKind::NotDue], "{b:?}");
-    let at = time_of(&db.pool, later, "available_at").await;
+    let at = time_of(&db, later, "available_at").await;
     assert_eq!(b[0].message, format!("not due until {at} (in 1h)"));
 
     // A retry that is due is claimable like a queued task.
-    let due_retry = insert_task(&db.pool, TaskSpec::new("mail", "retry_wait"))
+    let due_retry = db
+        .insert_task(TaskSpec::new("mail", "retry_wait"))
         .await
         .unwrap();
-    let b = explain(&store, due_retry).await;
+    let b = explain(&*store, due_retry).await;
     assert_eq!(kinds(&b), [BlockerKind::Claimable], "{b:?}");
     assert_eq!(
         b[0].message,
@@ -248,23 +229,20 @@ async fn waiting_tasks_say_when_they_are_due_and_why_they_wait() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_passed_deadline_says_maintenance_will_dead_letter_it() {
-    let db = TestDb::new().await.unwrap();
+conformance!(a_passed_deadline_says_maintenance_will_dead_letter_it);
+async fn a_passed_deadline_says_maintenance_will_dead_letter_it(db: StoreDb) {
     let store = db.store();
-    live_agent(&store, "w", &["report"]).await;
-    let id = insert_task(
-        &db.pool,
-        TaskSpec {
+    live_agent(&*store, "w", &["report"]).await;
+    let id = db
+        .insert_task(TaskSpec {
             deadline_in_secs: Some(-180.1),
             ..TaskSpec::new("report", "queued")
-        },
-    )
-    .await
-    .unwrap();
-    let b = explain(&store, id).await;
+        })
+        .await
+        .unwrap();
+    let b = explain(&*store, id).await;
     assert_eq!(kinds(&b), [BlockerKind::DeadlinePassed], "{b:?}");
-    let at = time_of(&db.pool, id, "deadline_at").await;
+    let at = time_of(&db, id, "deadline_at").await;
     assert_eq!(
         b[0].message,
         format!(
@@ -275,33 +253,33 @@ async fn a_passed_deadline_says_maintenance_will_dead_letter_it() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_paused_type_and_a_paused_fleet_are_each_a_blocker() {
-    let db = TestDb::new().await.unwrap();
+conformance!(a_paused_type_and_a_paused_fleet_are_each_a_blocker);
+async fn a_paused_type_and_a_paused_fleet_are_each_a_blocker(db: StoreDb) {
     let store = db.store();
-    live_agent(&store, "w", &["thumb"]).await;
-    let id = insert_task(&db.pool, TaskSpec::new("thumb", "queued"))
+    live_agent(&*store, "w", &["thumb"]).await;
+    let id = db
+        .insert_task(TaskSpec::new("thumb", "queued"))
         .await
         .unwrap();
     let paused = PolicyPatch {
         paused: Some(true),
         ..Default::default()
     };
-    set_policy(&store, PolicyScope::Type(tt("thumb")), paused.clone()).await;
-    let b = explain(&store, id).await;
+    set_policy(&*store, PolicyScope::Type(tt("thumb")), paused.clone()).await;
+    let b = explain(&*store, id).await;
     assert_eq!(kinds(&b), [BlockerKind::Paused]);
     assert_eq!(
         b[0].message,
         "type thumb is paused (leasehold resume thumb)"
     );
 
-    set_policy(&store, PolicyScope::Global, paused).await;
-    let b = explain(&store, id).await;
+    set_policy(&*store, PolicyScope::Global, paused).await;
+    let b = explain(&*store, id).await;
     assert_eq!(kinds(&b), [BlockerKind::Paused, BlockerKind::Paused]);
     assert_eq!(b[1].message, "all types are paused (global policy)");
 
     set_policy(
-        &store,
+        &*store,
         PolicyScope::Type(tt("thumb")),
         PolicyPatch {
             paused: Some(false),
@@ -309,7 +287,7 @@ async fn a_paused_type_and_a_paused_fleet_are_each_a_blocker() {
         },
     )
     .await;
-    let b = explain(&store, id).await;
+    let b = explain(&*store, id).await;
     assert_eq!(
         b.iter().map(|b| b.message.as_str()).collect::<Vec<_>>(),
         ["all types are paused (global policy)"]
@@ -317,20 +295,20 @@ async fn a_paused_type_and_a_paused_fleet_are_each_a_blocker() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn reached_limits_count_running_and_cancel_requested_tasks() {
-    let db = TestDb::new().await.unwrap();
+conformance!(reached_limits_count_running_and_cancel_requested_tasks);
+async fn reached_limits_count_running_and_cancel_requested_tasks(db: StoreDb) {
     let store = db.store();
-    live_agent(&store, "w", &["encode", "other"]).await;
-    let id = insert_task(&db.pool, TaskSpec::new("encode", "queued"))
+    live_agent(&*store, "w", &["encode", "other"]).await;
+    let id = db
+        .insert_task(TaskSpec::new("encode", "queued"))
         .await
         .unwrap();
     for status in ["running", "cancel_requested"] {
-        insert_task(&db.pool, TaskSpec::new("encode", status))
+        db.insert_task(TaskSpec::new("encode", status))
             .await
             .unwrap();
     }
-    insert_task(&db.pool, TaskSpec::new("other", "running"))
+    db.insert_task(TaskSpec::new("other", "running"))
         .await
         .unwrap();
     let limit = |n| PolicyPatch {
@@ -339,20 +317,20 @@ async fn reached_limits_count_running_and_cancel_requested_tasks() {
     };
 
     // Below both limits: claimable.
-    set_policy(&store, PolicyScope::Type(tt("encode")), limit(3)).await;
-    set_policy(&store, PolicyScope::Global, limit(4)).await;
-    assert_eq!(kinds(&explain(&store, id).await), [BlockerKind::Claimable]);
+    set_policy(&*store, PolicyScope::Type(tt("encode")), limit(3)).await;
+    set_policy(&*store, PolicyScope::Global, limit(4)).await;
+    assert_eq!(kinds(&explain(&*store, id).await), [BlockerKind::Claimable]);
 
-    set_policy(&store, PolicyScope::Type(tt("encode")), limit(2)).await;
-    let b = explain(&store, id).await;
+    set_policy(&*store, PolicyScope::Type(tt("encode")), limit(2)).await;
+    let b = explain(&*store, id).await;
     assert_eq!(kinds(&b), [BlockerKind::TypeLimit]);
     assert_eq!(
         b[0].message,
         "type limit reached: 2/2 running (type encode)"
     );
 
-    set_policy(&store, PolicyScope::Global, limit(3)).await;
-    let b = explain(&store, id).await;
+    set_policy(&*store, PolicyScope::Global, limit(3)).await;
+    let b = explain(&*store, id).await;
     assert_eq!(
         kinds(&b),
         [BlockerKind::TypeLimit, BlockerKind::GlobalLimit]
@@ -361,60 +339,59 @@ async fn reached_limits_count_running_and_cancel_requested_tasks() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn only_a_running_fresh_agent_of_the_type_counts_as_live() {
-    let db = TestDb::new().await.unwrap();
+conformance!(only_a_running_fresh_agent_of_the_type_counts_as_live);
+async fn only_a_running_fresh_agent_of_the_type_counts_as_live(db: StoreDb) {
     let store = db.store();
-    let id = insert_task(&db.pool, TaskSpec::new("resize", "queued"))
+    let id = db
+        .insert_task(TaskSpec::new("resize", "queued"))
         .await
         .unwrap();
     let no_agent = || vec![BlockerKind::NoAgent];
-    assert_eq!(kinds(&explain(&store, id).await), no_agent(), "no agents");
-    let b = explain(&store, id).await;
+    assert_eq!(kinds(&explain(&*store, id).await), no_agent(), "no agents");
+    let b = explain(&*store, id).await;
     assert_eq!(b[0].message, "no live agent handles type resize");
 
-    live_agent(&store, "elsewhere", &["mail"]).await;
-    assert_eq!(kinds(&explain(&store, id).await), no_agent(), "other type");
+    live_agent(&*store, "elsewhere", &["mail"]).await;
+    assert_eq!(kinds(&explain(&*store, id).await), no_agent(), "other type");
 
-    let agent = live_agent(&store, "resizer", &["mail", "resize"]).await;
-    assert_eq!(kinds(&explain(&store, id).await), [BlockerKind::Claimable]);
+    let agent = live_agent(&*store, "resizer", &["mail", "resize"]).await;
+    assert_eq!(kinds(&explain(&*store, id).await), [BlockerKind::Claimable]);
 
     for (change, why) in [
+        (vec![("state", Val::from("draining"))], "draining"),
         (
-            "UPDATE agents SET state = 'draining' WHERE id = $1",
-            "draining",
-        ),
-        (
-            "UPDATE agents SET state = 'stopped', stopped_at = now() WHERE id = $1",
+            vec![
+                ("state", Val::from("stopped")),
+                ("stopped_at", Val::At(0.0)),
+            ],
             "stopped",
         ),
         (
-            "UPDATE agents SET state = 'running', stopped_at = NULL, \
-             heartbeat_at = now() - interval '31 seconds' WHERE id = $1",
+            vec![
+                ("state", Val::from("running")),
+                ("stopped_at", Val::Null),
+                ("heartbeat_at", Val::At(-31.0)),
+            ],
             "stale heartbeat",
         ),
     ] {
-        sqlx::query(change)
-            .bind(&agent)
-            .execute(&db.pool)
-            .await
-            .unwrap();
-        assert_eq!(kinds(&explain(&store, id).await), no_agent(), "{why}");
+        assert_eq!(db.update(Rows::Agent(&agent), &change).await.unwrap(), 1);
+        assert_eq!(kinds(&explain(&*store, id).await), no_agent(), "{why}");
     }
-    sqlx::query("UPDATE agents SET heartbeat_at = now() - interval '29 seconds' WHERE id = $1")
-        .bind(&agent)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(kinds(&explain(&store, id).await), [BlockerKind::Claimable]);
+    assert_eq!(
+        db.update(Rows::Agent(&agent), &[("heartbeat_at", Val::At(-29.0))])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(kinds(&explain(&*store, id).await), [BlockerKind::Claimable]);
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn tasks_ahead_in_claim_order_are_counted_and_capped() {
-    let db = TestDb::new().await.unwrap();
+conformance!(tasks_ahead_in_claim_order_are_counted_and_capped);
+async fn tasks_ahead_in_claim_order_are_counted_and_capped(db: StoreDb) {
     let store = db.store();
-    live_agent(&store, "w", &["crawl", "other"]).await;
+    live_agent(&*store, "w", &["crawl", "other"]).await;
     let spec = |priority: i16, available_in_secs: f64| TaskSpec {
         priority,
         available_in_secs,
@@ -422,18 +399,15 @@ async fn tasks_ahead_in_claim_order_are_counted_and_capped() {
     };
     // Ahead: higher priority (queued, and a due retry), or the same priority due earlier.
     for ahead in [spec(5, -1.0), spec(1, 0.0), spec(0, -60.0)] {
-        insert_task(&db.pool, ahead).await.unwrap();
+        db.insert_task(ahead).await.unwrap();
     }
-    insert_task(
-        &db.pool,
-        TaskSpec {
-            priority: 3,
-            ..TaskSpec::new("crawl", "retry_wait")
-        },
-    )
+    db.insert_task(TaskSpec {
+        priority: 3,
+        ..TaskSpec::new("crawl", "retry_wait")
+    })
     .await
     .unwrap();
-    let id = insert_task(&db.pool, spec(0, -10.0)).await.unwrap();
+    let id = db.insert_task(spec(0, -10.0)).await.unwrap();
     // Not ahead: lower priority, due later at the same priority, not due, past its deadline,
     // running, of another type.
     for behind in [
@@ -453,41 +427,35 @@ async fn tasks_ahead_in_claim_order_are_counted_and_capped() {
             ..TaskSpec::new("other", "queued")
         },
     ] {
-        insert_task(&db.pool, behind).await.unwrap();
+        db.insert_task(behind).await.unwrap();
     }
     // Same priority and due time as `id` but a larger id: `id` comes first (ids break ties).
-    let twin = insert_task(&db.pool, spec(0, 0.0)).await.unwrap();
-    sqlx::query(
+    let twin = db.insert_task(spec(0, 0.0)).await.unwrap();
+    db.execute(
         "UPDATE tasks SET available_at = (SELECT available_at FROM tasks WHERE id = $2) \
          WHERE id = $1",
+        &[Arg::Int(twin), Arg::Int(id)],
     )
-    .bind(twin)
-    .bind(id)
-    .execute(&db.pool)
     .await
     .unwrap();
 
-    let b = explain(&store, id).await;
+    let b = explain(&*store, id).await;
     assert_eq!(kinds(&b), [BlockerKind::BehindHigherPriority], "{b:?}");
     assert_eq!(
         b[0].message,
         "waiting behind 4 tasks of higher priority or earlier due time (type crawl)"
     );
-    let b = explain(&store, twin).await;
+    let b = explain(&*store, twin).await;
     assert_eq!(
         b[0].message,
         "waiting behind 5 tasks of higher priority or earlier due time (type crawl)"
     );
 
     // A long queue is counted only up to the cap.
-    sqlx::query(
-        "INSERT INTO tasks (task_type, priority, available_at) \
-         SELECT 'crawl', 7, now() - interval '1 second' FROM generate_series(1, 10000)",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let b = explain(&store, id).await;
+    db.insert_queued_bulk("crawl", 10_000, 7, -1.0)
+        .await
+        .unwrap();
+    let b = explain(&*store, id).await;
     assert_eq!(
         b[0].message,
         "waiting behind more than 10000 tasks of higher priority or earlier due time (type crawl)"
@@ -495,23 +463,20 @@ async fn tasks_ahead_in_claim_order_are_counted_and_capped() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn every_reason_that_applies_is_listed_in_order() {
-    let db = TestDb::new().await.unwrap();
+conformance!(every_reason_that_applies_is_listed_in_order);
+async fn every_reason_that_applies_is_listed_in_order(db: StoreDb) {
     let store = db.store();
     // A retry not due yet, past its deadline, of a paused type in a paused fleet, at both
     // limits, with no agent: every waiting blocker at once, in the documented order.
-    let id = insert_task(
-        &db.pool,
-        TaskSpec {
+    let id = db
+        .insert_task(TaskSpec {
             available_in_secs: 30.0,
             deadline_in_secs: Some(-1.0),
             ..TaskSpec::new("all", "retry_wait")
-        },
-    )
-    .await
-    .unwrap();
-    insert_task(&db.pool, TaskSpec::new("all", "running"))
+        })
+        .await
+        .unwrap();
+    db.insert_task(TaskSpec::new("all", "running"))
         .await
         .unwrap();
     let stop = PolicyPatch {
@@ -519,10 +484,10 @@ async fn every_reason_that_applies_is_listed_in_order() {
         max_concurrency: Some(Some(1)),
         ..Default::default()
     };
-    set_policy(&store, PolicyScope::Type(tt("all")), stop.clone()).await;
-    set_policy(&store, PolicyScope::Global, stop).await;
+    set_policy(&*store, PolicyScope::Type(tt("all")), stop.clone()).await;
+    set_policy(&*store, PolicyScope::Global, stop).await;
     assert_eq!(
-        kinds(&explain(&store, id).await),
+        kinds(&explain(&*store, id).await),
         [
             BlockerKind::RetryWait,
             BlockerKind::DeadlinePassed,

@@ -1,6 +1,7 @@
-//! Store conformance: enqueue (plain SQL, idempotency keys, bulk, in the caller's transaction),
-//! retries with backoff, recovery after grace and its race with a completing holder, suspect
-//! leases, deadlines, operator requeue and its audit trail.
+//! Store conformance: enqueue (plain SQL, idempotency keys, bulk), retries with backoff,
+//! recovery after grace and its race with a completing holder, suspect leases, deadlines,
+//! operator requeue and its audit trail — on PostgreSQL and SQLite alike. PostgreSQL only:
+//! NOTIFY, and enqueue and audit rows in the caller's own transaction.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
@@ -15,15 +16,43 @@ use leasehold_shared::{Actor, AgentId, LeaseEpoch, Store, StoreError, TaskError,
 use leasehold_tests::factory::FACTORY_OWNER;
 use leasehold_tests::helpers::{by_factory, claim, tt};
 use leasehold_tests::{
-    TaskSpec, TestDb, attempt_rows, audit_rows, backdate_lease, count, insert_task, task_row,
-    task_status,
+    Arg, Rows, StoreDb, TaskSpec, TestDb, Val, audit_rows, conformance, count, insert_task,
 };
 use serde_json::json;
 
-#[tokio::test]
-async fn a_plain_sql_insert_is_a_complete_enqueue_and_wakes_listeners_once_per_transaction() {
-    let db = TestDb::new().await.unwrap();
+conformance!(a_plain_sql_insert_is_a_complete_enqueue);
+async fn a_plain_sql_insert_is_a_complete_enqueue(db: StoreDb) {
     let store = db.store();
+    let mut tx = db.begin_write().await.unwrap();
+    for n in 0..3 {
+        tx.execute(
+            "INSERT INTO tasks (task_type, payload) VALUES ('plain', $1)",
+            &[Arg::Json(json!({ "n": n }))],
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let batch = store
+        .task_claim(claim("sql#1", &["plain"], 10))
+        .await
+        .unwrap();
+    assert_eq!(batch.tasks.len(), 3);
+    for t in &batch.tasks {
+        assert_eq!(t.status, TaskStatus::Running);
+        assert_eq!(t.attempt, 1);
+        assert_eq!(t.max_attempts, 25);
+        assert_eq!(t.priority, 0);
+        assert_eq!(t.lease_epoch, LeaseEpoch(1));
+    }
+    db.drop_db().await.unwrap();
+}
+
+// PostgreSQL only: NOTIFY (SQLite has none; its agents poll).
+#[tokio::test]
+async fn plain_sql_inserts_wake_listeners_once_per_transaction() {
+    let db = TestDb::new().await.unwrap();
     let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
         .await
         .unwrap();
@@ -48,23 +77,12 @@ async fn a_plain_sql_insert_is_a_complete_enqueue_and_wakes_listeners_once_per_t
         second.is_err(),
         "three inserts in one transaction must notify once"
     );
-
-    let batch = store
-        .task_claim(claim("sql#1", &["plain"], 10))
-        .await
-        .unwrap();
-    assert_eq!(batch.tasks.len(), 3);
-    for t in &batch.tasks {
-        assert_eq!(t.status, TaskStatus::Running);
-        assert_eq!(t.attempt, 1);
-        assert_eq!(t.max_attempts, 25);
-        assert_eq!(t.priority, 0);
-        assert_eq!(t.lease_epoch, LeaseEpoch(1));
-    }
     drop(listener);
     db.drop_db().await.unwrap();
 }
 
+// PostgreSQL only: the executor-generic enqueue (`postgres::enqueue`) has no SQLite
+// counterpart in the store's API.
 #[tokio::test]
 async fn enqueue_in_the_callers_transaction_exists_only_if_it_commits() {
     let db = TestDb::new().await.unwrap();
@@ -95,9 +113,8 @@ async fn enqueue_in_the_callers_transaction_exists_only_if_it_commits() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn idempotency_keys_return_the_existing_task() {
-    let db = TestDb::new().await.unwrap();
+conformance!(idempotency_keys_return_the_existing_task);
+async fn idempotency_keys_return_the_existing_task(db: StoreDb) {
     let store = db.store();
     let task = NewTask::new(tt("idem"), json!({"a": 1})).with_idempotency_key("order-42");
     let first = store.task_enqueue(task.clone()).await.unwrap();
@@ -109,7 +126,7 @@ async fn idempotency_keys_return_the_existing_task() {
     assert_eq!(again.id, first.id);
     assert!(!again.created);
     assert_eq!(
-        task_row(&db.pool, first.id.0).await.unwrap()["priority"],
+        db.task_row(first.id.0).await.unwrap()["priority"],
         0,
         "the repeat changed nothing"
     );
@@ -128,16 +145,15 @@ async fn idempotency_keys_return_the_existing_task() {
     assert_eq!((out[1].id, out[1].created), (first.id, false));
     assert_eq!((out[3].id, out[3].created), (out[2].id, false));
     assert_ne!(out[0].id, out[4].id);
-    assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM tasks").await.unwrap(),
-        4
-    );
+    assert_eq!(db.count("SELECT count(*) FROM tasks").await.unwrap(), 4);
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_enqueues_of_one_key_create_one_task() {
-    let db = TestDb::new().await.unwrap();
+conformance!(
+    concurrent_enqueues_of_one_key_create_one_task,
+    worker_threads = 2
+);
+async fn concurrent_enqueues_of_one_key_create_one_task(db: StoreDb) {
     let store = db.store();
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..8 {
@@ -162,9 +178,8 @@ async fn concurrent_enqueues_of_one_key_create_one_task() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn bulk_enqueue_of_twelve_thousand_in_one_call_keeps_input_order() {
-    let db = TestDb::new().await.unwrap();
+conformance!(bulk_enqueue_of_twelve_thousand_in_one_call_keeps_input_order);
+async fn bulk_enqueue_of_twelve_thousand_in_one_call_keeps_input_order(db: StoreDb) {
     let store = db.store();
     let tasks: Vec<NewTask> = (0..12_000)
         .map(|n| NewTask::new(tt("bulk"), json!({ "n": n })).with_priority((n % 7) as i16))
@@ -172,7 +187,7 @@ async fn bulk_enqueue_of_twelve_thousand_in_one_call_keeps_input_order() {
     let out = store.task_enqueue_many(tasks).await.unwrap();
     assert_eq!(out.len(), 12_000);
     for (n, e) in out.iter().enumerate().step_by(997) {
-        let row = task_row(&db.pool, e.id.0).await.unwrap();
+        let row = db.task_row(e.id.0).await.unwrap();
         assert_eq!(
             row["payload"]["n"], n,
             "result {n} must be the id of input {n}"
@@ -183,9 +198,8 @@ async fn bulk_enqueue_of_twelve_thousand_in_one_call_keeps_input_order() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn failures_retry_with_the_types_backoff_then_dead_letter() {
-    let db = TestDb::new().await.unwrap();
+conformance!(failures_retry_with_the_types_backoff_then_dead_letter);
+async fn failures_retry_with_the_types_backoff_then_dead_letter(db: StoreDb) {
     let store = db.store();
     store
         .policy_set(PolicySetParams {
@@ -199,16 +213,14 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         })
         .await
         .unwrap();
-    let id = insert_task(
-        &db.pool,
-        TaskSpec {
+    let id = db
+        .insert_task(TaskSpec {
             attempt: 2,
             max_attempts: 3,
             ..TaskSpec::new("flaky", "running")
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
     let out = store
         .task_complete(by_factory(
             id,
@@ -233,16 +245,23 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         (4_500..=7_300).contains(&delay),
         "retry delay {delay} ms outside 6 s ± 20 %"
     );
-    let row = task_row(&db.pool, id).await.unwrap();
+    let row = db.task_row(id).await.unwrap();
     assert_eq!(row["last_error"]["code"], "flaky");
     assert!(row["finished_at"].is_null());
 
     // Last attempt fails: dead, with the error kept.
-    sqlx::query("UPDATE tasks SET status = 'running', attempt = 3, lease_epoch = 2, lease_until = now() + interval '30 s', heartbeat_at = now() WHERE id = $1")
-        .bind(id)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.update_task(
+        id,
+        &[
+            ("status", Val::from("running")),
+            ("attempt", Val::Int(3)),
+            ("lease_epoch", Val::Int(2)),
+            ("lease_until", Val::At(30.0)),
+            ("heartbeat_at", Val::At(0.0)),
+        ],
+    )
+    .await
+    .unwrap();
     let out = store
         .task_complete(by_factory(
             id,
@@ -262,7 +281,8 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
     );
 
     // Not retryable: dead at once, attempts left or not.
-    let perm = insert_task(&db.pool, TaskSpec::new("flaky", "running"))
+    let perm = db
+        .insert_task(TaskSpec::new("flaky", "running"))
         .await
         .unwrap();
     let out = store
@@ -284,15 +304,13 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
     );
 
     // A retry that would start after the deadline dead-letters as deadline_exceeded instead.
-    let late = insert_task(
-        &db.pool,
-        TaskSpec {
+    let late = db
+        .insert_task(TaskSpec {
             deadline_in_secs: Some(1.0),
             ..TaskSpec::new("flaky", "running")
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
     let out = store
         .task_complete(by_factory(
             late,
@@ -310,7 +328,7 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
             retry_at: None
         }
     );
-    let err = &task_row(&db.pool, late).await.unwrap()["last_error"];
+    let err = &db.task_row(late).await.unwrap()["last_error"];
     assert_eq!(err["code"], "deadline_exceeded");
     assert!(
         err["message"].as_str().unwrap().contains("last error x: y"),
@@ -331,16 +349,14 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         .await
         .unwrap();
     for attempt in [1, 3, 200, 999] {
-        let id = insert_task(
-            &db.pool,
-            TaskSpec {
+        let id = db
+            .insert_task(TaskSpec {
                 attempt,
                 max_attempts: 1000,
                 ..TaskSpec::new("steep", "running")
-            },
-        )
-        .await
-        .unwrap();
+            })
+            .await
+            .unwrap();
         let out = store
             .task_complete(by_factory(
                 id,
@@ -363,16 +379,14 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
             delay <= 72_500,
             "attempt {attempt}: {delay} ms above max 60 s + 20 %"
         );
-        let ok = insert_task(
-            &db.pool,
-            TaskSpec {
+        let ok = db
+            .insert_task(TaskSpec {
                 attempt,
                 max_attempts: 1000,
                 ..TaskSpec::new("steep", "running")
-            },
-        )
-        .await
-        .unwrap();
+            })
+            .await
+            .unwrap();
         let out = store
             .task_complete(by_factory(ok, 1, Completion::Succeeded { result: None }))
             .await
@@ -390,7 +404,8 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
     }
 
     // A huge error message is stored truncated, never refused.
-    let huge = insert_task(&db.pool, TaskSpec::new("flaky", "running"))
+    let huge = db
+        .insert_task(TaskSpec::new("flaky", "running"))
         .await
         .unwrap();
     let out = store
@@ -404,7 +419,7 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
         .await
         .unwrap();
     assert!(matches!(out, CompleteOutcome::Applied { .. }));
-    let msg = task_row(&db.pool, huge).await.unwrap()["last_error"]["message"]
+    let msg = db.task_row(huge).await.unwrap()["last_error"]["message"]
         .as_str()
         .unwrap()
         .len();
@@ -412,42 +427,40 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch() {
-    let db = TestDb::new().await.unwrap();
+conformance!(recovery_takes_only_leases_past_grace_and_bumps_the_epoch);
+async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch(db: StoreDb) {
     let store = db.store();
-    let healthy = insert_task(&db.pool, TaskSpec::new("rec", "running"))
+    let healthy = db
+        .insert_task(TaskSpec::new("rec", "running"))
         .await
         .unwrap();
-    let within_grace = insert_task(&db.pool, TaskSpec::new("rec", "running"))
+    let within_grace = db
+        .insert_task(TaskSpec::new("rec", "running"))
         .await
         .unwrap();
-    backdate_lease(&db.pool, within_grace, 2.0).await.unwrap();
-    let expired = insert_task(
-        &db.pool,
-        TaskSpec {
+    db.backdate_lease(within_grace, 2.0).await.unwrap();
+    let expired = db
+        .insert_task(TaskSpec {
             lease_epoch: 7,
             ..TaskSpec::new("rec", "running")
-        },
-    )
-    .await
-    .unwrap();
-    backdate_lease(&db.pool, expired, 20.0).await.unwrap();
-    let exhausted = insert_task(
-        &db.pool,
-        TaskSpec {
+        })
+        .await
+        .unwrap();
+    db.backdate_lease(expired, 20.0).await.unwrap();
+    let exhausted = db
+        .insert_task(TaskSpec {
             attempt: 5,
             max_attempts: 5,
             ..TaskSpec::new("rec", "running")
-        },
-    )
-    .await
-    .unwrap();
-    backdate_lease(&db.pool, exhausted, 20.0).await.unwrap();
-    let cancelling = insert_task(&db.pool, TaskSpec::new("rec", "cancel_requested"))
+        })
         .await
         .unwrap();
-    backdate_lease(&db.pool, cancelling, 20.0).await.unwrap();
+    db.backdate_lease(exhausted, 20.0).await.unwrap();
+    let cancelling = db
+        .insert_task(TaskSpec::new("rec", "cancel_requested"))
+        .await
+        .unwrap();
+    db.backdate_lease(cancelling, 20.0).await.unwrap();
 
     // Suspect: renewals overdue, listed but not taken.
     let suspects = store
@@ -483,17 +496,17 @@ async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch() {
         (FACTORY_OWNER, LeaseEpoch(7))
     );
     for untouched in [healthy, within_grace] {
-        assert_eq!(task_status(&db.pool, untouched).await.unwrap(), "running");
+        assert_eq!(db.task_status(untouched).await.unwrap(), "running");
     }
-    let row = task_row(&db.pool, expired).await.unwrap();
+    let row = db.task_row(expired).await.unwrap();
     assert_eq!(row["lease_epoch"], 8, "recovery bumps the epoch");
     assert_eq!(row["last_error"]["code"], "lease_expired");
     assert_eq!(
-        attempt_rows(&db.pool, expired).await.unwrap(),
+        db.attempt_rows(expired).await.unwrap(),
         vec![(7, FACTORY_OWNER.to_string(), "lease_expired".to_string())]
     );
     assert_eq!(
-        task_row(&db.pool, exhausted).await.unwrap()["last_error"]["code"],
+        db.task_row(exhausted).await.unwrap()["last_error"]["code"],
         "lease_expired"
     );
 
@@ -533,18 +546,19 @@ async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn recovery_racing_a_completing_holder_never_lets_both_win() {
-    let db = TestDb::new().await.unwrap();
-    let pool = db.pool_with(12).await.unwrap();
-    let store =
-        leasehold_shared::store::postgres::PgStore::from_pool(pool.clone(), Default::default());
+conformance!(
+    recovery_racing_a_completing_holder_never_lets_both_win,
+    worker_threads = 4
+);
+async fn recovery_racing_a_completing_holder_never_lets_both_win(db: StoreDb) {
+    let store = db.store_with_pool(12).await.unwrap();
     let (mut holder_won, mut recovery_won) = (0, 0);
     for round in 0..150 {
-        let id = insert_task(&pool, TaskSpec::new(format!("race.{round}"), "running"))
+        let id = db
+            .insert_task(TaskSpec::new(format!("race.{round}"), "running"))
             .await
             .unwrap();
-        backdate_lease(&pool, id, 30.0).await.unwrap();
+        db.backdate_lease(id, 30.0).await.unwrap();
         let complete = {
             let store = store.clone();
             tokio::spawn(async move {
@@ -572,8 +586,8 @@ async fn recovery_racing_a_completing_holder_never_lets_both_win() {
         for r in recoveries {
             recovered += r.await.unwrap().iter().filter(|r| r.id.0 == id).count();
         }
-        let status = task_status(&pool, id).await.unwrap();
-        let attempts = attempt_rows(&pool, id).await.unwrap();
+        let status = db.task_status(id).await.unwrap();
+        let attempts = db.attempt_rows(id).await.unwrap();
         match completed {
             CompleteOutcome::Applied {
                 status: TaskStatus::Succeeded,
@@ -604,96 +618,85 @@ async fn recovery_racing_a_completing_holder_never_lets_both_win() {
     }
     eprintln!("holder won {holder_won}, recovery won {recovery_won}");
     assert_eq!(holder_won + recovery_won, 150);
-    pool.close().await;
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn waiting_tasks_past_their_deadline_are_dead_lettered() {
-    let db = TestDb::new().await.unwrap();
+conformance!(waiting_tasks_past_their_deadline_are_dead_lettered);
+async fn waiting_tasks_past_their_deadline_are_dead_lettered(db: StoreDb) {
     let store = db.store();
-    let queued = insert_task(
-        &db.pool,
-        TaskSpec {
+    let queued = db
+        .insert_task(TaskSpec {
             deadline_in_secs: Some(-5.0),
             ..TaskSpec::new("dl", "queued")
-        },
-    )
-    .await
-    .unwrap();
-    let retrying = insert_task(
-        &db.pool,
-        TaskSpec {
+        })
+        .await
+        .unwrap();
+    let retrying = db
+        .insert_task(TaskSpec {
             deadline_in_secs: Some(-5.0),
             ..TaskSpec::new("dl", "retry_wait")
-        },
-    )
-    .await
-    .unwrap();
-    let future = insert_task(
-        &db.pool,
-        TaskSpec {
+        })
+        .await
+        .unwrap();
+    let future = db
+        .insert_task(TaskSpec {
             deadline_in_secs: Some(600.0),
             ..TaskSpec::new("dl", "queued")
-        },
-    )
-    .await
-    .unwrap();
-    let running = insert_task(
-        &db.pool,
-        TaskSpec {
+        })
+        .await
+        .unwrap();
+    let running = db
+        .insert_task(TaskSpec {
             deadline_in_secs: Some(-5.0),
             ..TaskSpec::new("dl", "running")
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
     let mut expired = store
         .task_expire_deadlines(ExpireDeadlinesParams { limit: 100 })
         .await
         .unwrap();
     expired.sort();
     assert_eq!(expired, vec![TaskId(queued), TaskId(retrying)]);
-    let row = task_row(&db.pool, queued).await.unwrap();
+    let row = db.task_row(queued).await.unwrap();
     assert_eq!(
         (row["status"].as_str(), row["last_error"]["code"].as_str()),
         (Some("dead"), Some("deadline_exceeded"))
     );
-    assert_eq!(task_status(&db.pool, future).await.unwrap(), "queued");
+    assert_eq!(db.task_status(future).await.unwrap(), "queued");
     assert_eq!(
-        task_status(&db.pool, running).await.unwrap(),
+        db.task_status(running).await.unwrap(),
         "running",
         "a running task's holder stops it"
     );
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn operator_actions_are_audited_in_their_transaction_and_viewers_are_denied() {
-    let db = TestDb::new().await.unwrap();
+conformance!(operator_actions_are_audited_in_their_transaction_and_viewers_are_denied);
+async fn operator_actions_are_audited_in_their_transaction_and_viewers_are_denied(db: StoreDb) {
     let store = db.store();
     let op = Actor::operator("alice");
     let viewer = Actor {
         name: "bob".into(),
         role: Role::Viewer,
     };
-    let queued = insert_task(&db.pool, TaskSpec::new("ops", "queued"))
+    let queued = db
+        .insert_task(TaskSpec::new("ops", "queued"))
         .await
         .unwrap();
-    let running = insert_task(
-        &db.pool,
-        TaskSpec {
+    let running = db
+        .insert_task(TaskSpec {
             lease_epoch: 3,
             ..TaskSpec::new("ops", "running")
-        },
-    )
-    .await
-    .unwrap();
-    let done = insert_task(&db.pool, TaskSpec::new("ops", "succeeded"))
+        })
+        .await
+        .unwrap();
+    let done = db
+        .insert_task(TaskSpec::new("ops", "succeeded"))
         .await
         .unwrap();
 
-    let before = task_row(&db.pool, queued).await.unwrap();
+    let before = db.task_row(queued).await.unwrap();
     let denied = store
         .task_cancel(CancelParams {
             id: TaskId(queued),
@@ -704,7 +707,7 @@ async fn operator_actions_are_audited_in_their_transaction_and_viewers_are_denie
         matches!(denied, Err(StoreError::PermissionDenied { .. })),
         "{denied:?}"
     );
-    assert_eq!(task_row(&db.pool, queued).await.unwrap(), before);
+    assert_eq!(db.task_row(queued).await.unwrap(), before);
 
     assert_eq!(
         store
@@ -777,7 +780,7 @@ async fn operator_actions_are_audited_in_their_transaction_and_viewers_are_denie
         Err(StoreError::Transition { .. })
     ));
 
-    let audit = audit_rows(&db.pool).await.unwrap();
+    let audit = db.audit_rows().await.unwrap();
     let summary: Vec<(&str, &str, &str)> = audit
         .iter()
         .map(|(a, _, act, _, res)| (a.as_str(), act.as_str(), res.as_str()))
@@ -799,9 +802,8 @@ async fn operator_actions_are_audited_in_their_transaction_and_viewers_are_denie
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run() {
-    let db = TestDb::new().await.unwrap();
+conformance!(dead_letters_requeue_by_type_code_and_time_with_a_dry_run);
+async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run(db: StoreDb) {
     let store = db.store();
     let op = Actor::operator("alice");
     let dead = |ty: &str, code: &str| TaskSpec {
@@ -809,25 +811,15 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run() {
         ..TaskSpec::new(ty, "dead")
     };
     for _ in 0..3 {
-        insert_task(&db.pool, dead("mail", "smtp_down"))
-            .await
-            .unwrap();
+        db.insert_task(dead("mail", "smtp_down")).await.unwrap();
     }
-    insert_task(&db.pool, dead("mail", "bad_address"))
+    db.insert_task(dead("mail", "bad_address")).await.unwrap();
+    db.insert_task(dead("sms", "smtp_down")).await.unwrap();
+    let old = db.insert_task(dead("mail", "smtp_down")).await.unwrap();
+    db.update_task(old, &[("finished_at", Val::At(-2.0 * 86_400.0))])
         .await
         .unwrap();
-    insert_task(&db.pool, dead("sms", "smtp_down"))
-        .await
-        .unwrap();
-    let old = insert_task(&db.pool, dead("mail", "smtp_down"))
-        .await
-        .unwrap();
-    sqlx::query("UPDATE tasks SET finished_at = now() - interval '2 days' WHERE id = $1")
-        .bind(old)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    insert_task(&db.pool, TaskSpec::new("mail", "succeeded"))
+    db.insert_task(TaskSpec::new("mail", "succeeded"))
         .await
         .unwrap();
 
@@ -845,7 +837,7 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run() {
     };
     assert_eq!(store.task_requeue_dead(params(true)).await.unwrap(), 3);
     assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM tasks WHERE status = 'dead'")
+        db.count("SELECT count(*) FROM tasks WHERE status = 'dead'")
             .await
             .unwrap(),
         6,
@@ -853,12 +845,9 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run() {
     );
     assert_eq!(store.task_requeue_dead(params(false)).await.unwrap(), 3);
     assert_eq!(
-        count(
-            &db.pool,
-            "SELECT count(*) FROM tasks WHERE status = 'queued' AND attempt = 0"
-        )
-        .await
-        .unwrap(),
+        db.count("SELECT count(*) FROM tasks WHERE status = 'queued' AND attempt = 0")
+            .await
+            .unwrap(),
         3
     );
     assert_eq!(store.task_requeue_dead(params(false)).await.unwrap(), 0);
@@ -869,7 +858,7 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run() {
     };
     assert_eq!(store.task_requeue_dead(all).await.unwrap(), 3);
     assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM tasks WHERE status = 'dead'")
+        db.count("SELECT count(*) FROM tasks WHERE status = 'dead'")
             .await
             .unwrap(),
         0
@@ -900,7 +889,8 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run() {
         store.task_requeue_dead(viewer).await,
         Err(StoreError::PermissionDenied { .. })
     ));
-    let actions: Vec<String> = audit_rows(&db.pool)
+    let actions: Vec<String> = db
+        .audit_rows()
         .await
         .unwrap()
         .into_iter()
@@ -919,26 +909,23 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_repeat_that_waited_on_the_original_completion_reports_a_repeat() {
-    let db = TestDb::new().await.unwrap();
+conformance!(
+    a_repeat_that_waited_on_the_original_completion_reports_a_repeat,
+    worker_threads = 2
+);
+async fn a_repeat_that_waited_on_the_original_completion_reports_a_repeat(db: StoreDb) {
     let store = db.store();
-    let id = insert_task(
-        &db.pool,
-        TaskSpec {
+    let id = db
+        .insert_task(TaskSpec {
             lease_epoch: 2,
             ..TaskSpec::new("lost-reply", "running")
-        },
-    )
-    .await
-    .unwrap();
-    // The original completion, still in flight: it holds the row lock.
-    let mut original = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT id FROM tasks WHERE id = $1 FOR UPDATE")
-        .bind(id)
-        .execute(&mut *original)
+        })
         .await
         .unwrap();
+    // The original completion, still in flight: it holds the row lock (on SQLite, the write
+    // lock).
+    let mut original = db.begin_write().await.unwrap();
+    original.lock_tasks(&[id]).await.unwrap();
     let repeat = {
         let store = store.clone();
         tokio::spawn(async move {
@@ -953,15 +940,19 @@ async fn a_repeat_that_waited_on_the_original_completion_reports_a_repeat() {
         !repeat.is_finished(),
         "the repeat must wait on the original's row lock"
     );
-    sqlx::query("UPDATE tasks SET status = 'succeeded', lease_until = NULL, finished_at = now() WHERE id = $1")
-        .bind(id)
-        .execute(&mut *original)
+    original
+        .update(
+            Rows::Task(id),
+            &[
+                ("status", Val::from("succeeded")),
+                ("lease_until", Val::Null),
+                ("finished_at", Val::At(0.0)),
+            ],
+        )
         .await
         .unwrap();
-    sqlx::query("INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, outcome) VALUES ($1, 2, 1, $2, now(), 'succeeded')")
-        .bind(id)
-        .bind(FACTORY_OWNER)
-        .execute(&mut *original)
+    original
+        .insert_attempt(id, 2, 1, FACTORY_OWNER, "succeeded")
         .await
         .unwrap();
     original.commit().await.unwrap();
@@ -974,36 +965,44 @@ async fn a_repeat_that_waited_on_the_original_completion_reports_a_repeat() {
     db.drop_db().await.unwrap();
 }
 
+conformance!(
+    a_completion_that_waited_on_a_row_decides_from_its_newest_version,
+    worker_threads = 2
+);
 /// A completion reads each row once, in the statement that changes it: a row another
 /// transaction changed while the completion waited on it is decided from its newest version.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_that_waited_on_a_row_decides_from_its_newest_version() {
-    let db = TestDb::new().await.unwrap();
+async fn a_completion_that_waited_on_a_row_decides_from_its_newest_version(db: StoreDb) {
     let store = db.store();
     let mut ids = Vec::new();
     for _ in 0..3 {
         ids.push(
-            insert_task(&db.pool, TaskSpec::new("raced", "running"))
+            db.insert_task(TaskSpec::new("raced", "running"))
                 .await
                 .unwrap(),
         );
     }
     let (cancelled, recovered, untouched) = (ids[0], ids[1], ids[2]);
     // Another transaction asks to cancel the first and recovers the second (new epoch), and
-    // holds both rows while the completion arrives.
-    let mut other = db.pool.begin().await.unwrap();
-    sqlx::query("UPDATE tasks SET status = 'cancel_requested' WHERE id = $1")
-        .bind(cancelled)
-        .execute(&mut *other)
+    // holds both rows (on SQLite, the write lock) while the completion arrives.
+    let mut other = db.begin_write().await.unwrap();
+    other
+        .update(
+            Rows::Task(cancelled),
+            &[("status", Val::from("cancel_requested"))],
+        )
         .await
         .unwrap();
-    sqlx::query(
-        "UPDATE tasks SET status = 'queued', lease_epoch = 2, lease_until = NULL WHERE id = $1",
-    )
-    .bind(recovered)
-    .execute(&mut *other)
-    .await
-    .unwrap();
+    other
+        .update(
+            Rows::Task(recovered),
+            &[
+                ("status", Val::from("queued")),
+                ("lease_epoch", Val::Int(2)),
+                ("lease_until", Val::Null),
+            ],
+        )
+        .await
+        .unwrap();
     let batch = vec![
         by_factory(
             cancelled,
@@ -1047,31 +1046,32 @@ async fn a_completion_that_waited_on_a_row_decides_from_its_newest_version() {
             ..
         }
     ));
-    assert_eq!(task_status(&db.pool, cancelled).await.unwrap(), "cancelled");
-    assert_eq!(task_status(&db.pool, recovered).await.unwrap(), "queued");
-    let row = task_row(&db.pool, recovered).await.unwrap();
+    assert_eq!(db.task_status(cancelled).await.unwrap(), "cancelled");
+    assert_eq!(db.task_status(recovered).await.unwrap(), "queued");
+    let row = db.task_row(recovered).await.unwrap();
     assert_eq!(row["lease_epoch"], 2);
     assert!(row["finished_at"].is_null());
     assert_eq!(
-        attempt_rows(&db.pool, cancelled).await.unwrap(),
+        db.attempt_rows(cancelled).await.unwrap(),
         vec![(1, FACTORY_OWNER.to_string(), "failed".to_string())]
     );
-    assert!(attempt_rows(&db.pool, recovered).await.unwrap().is_empty());
+    assert!(db.attempt_rows(recovered).await.unwrap().is_empty());
     assert_eq!(
-        attempt_rows(&db.pool, untouched).await.unwrap(),
+        db.attempt_rows(untouched).await.unwrap(),
         vec![(1, FACTORY_OWNER.to_string(), "succeeded".to_string())]
     );
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn deleting_tasks_deletes_their_attempts() {
-    let db = TestDb::new().await.unwrap();
+conformance!(deleting_tasks_deletes_their_attempts);
+async fn deleting_tasks_deletes_their_attempts(db: StoreDb) {
     let store = db.store();
-    let keep = insert_task(&db.pool, TaskSpec::new("del", "running"))
+    let keep = db
+        .insert_task(TaskSpec::new("del", "running"))
         .await
         .unwrap();
-    let gone = insert_task(&db.pool, TaskSpec::new("del", "running"))
+    let gone = db
+        .insert_task(TaskSpec::new("del", "running"))
         .await
         .unwrap();
     for id in [keep, gone] {
@@ -1080,16 +1080,16 @@ async fn deleting_tasks_deletes_their_attempts() {
             .await
             .unwrap();
     }
-    sqlx::query("DELETE FROM tasks WHERE id = $1")
-        .bind(gone)
-        .execute(&db.pool)
+    db.execute("DELETE FROM tasks WHERE id = $1", &[Arg::Int(gone)])
         .await
         .unwrap();
-    assert!(attempt_rows(&db.pool, gone).await.unwrap().is_empty());
-    assert_eq!(attempt_rows(&db.pool, keep).await.unwrap().len(), 1);
+    assert!(db.attempt_rows(gone).await.unwrap().is_empty());
+    assert_eq!(db.attempt_rows(keep).await.unwrap().len(), 1);
     db.drop_db().await.unwrap();
 }
 
+// PostgreSQL only: the executor-generic `postgres::operator::audit_write` has no SQLite
+// counterpart in the store's API.
 #[tokio::test]
 async fn audit_rows_written_in_the_callers_transaction_commit_with_it() {
     use leasehold_shared::store::postgres::operator::audit_write;
@@ -1131,6 +1131,8 @@ async fn audit_rows_written_in_the_callers_transaction_commit_with_it() {
     db.drop_db().await.unwrap();
 }
 
+// PostgreSQL only: SQLite has no TRUNCATE (a DELETE of every row fires the delete trigger,
+// covered above).
 #[tokio::test]
 async fn truncating_tasks_truncates_their_attempts() {
     let db = TestDb::new().await.unwrap();

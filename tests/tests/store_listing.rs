@@ -1,6 +1,6 @@
 //! Store conformance: listings. Task pages filtered by exact error code and by end time, in
 //! keyset pages through every listing statement, with the new filters validated; the agent
-//! registry's leader flag.
+//! registry's leader flag; on PostgreSQL and SQLite alike.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
@@ -8,16 +8,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use leasehold_shared::domain::TaskStatus;
-use leasehold_shared::store::postgres::PgStore;
 use leasehold_shared::store::{AgentRegisterParams, LeaderElectParams, TaskListParams};
 use leasehold_shared::{Store, StoreError};
 use leasehold_tests::helpers::tt;
-use leasehold_tests::{TaskSpec, TestDb, insert_task};
+use leasehold_tests::{Rows, StoreDb, TaskSpec, Val, conformance};
 use serde_json::json;
 
 /// Every id the listing gives, page by page of `page` tasks; checks newest-first order and
 /// that no task is on two pages.
-async fn all_pages(store: &PgStore, params: TaskListParams, page: u32) -> Vec<i64> {
+async fn all_pages(store: &dyn Store, params: TaskListParams, page: u32) -> Vec<i64> {
     let mut ids = Vec::new();
     let mut before = None;
     loop {
@@ -50,9 +49,8 @@ fn newest_first(ids: &[i64]) -> Vec<i64> {
     ids
 }
 
-#[tokio::test]
-async fn tasks_filter_by_exact_error_code_and_end_time_in_keyset_pages() {
-    let db = TestDb::new().await.unwrap();
+conformance!(tasks_filter_by_exact_error_code_and_end_time_in_keyset_pages);
+async fn tasks_filter_by_exact_error_code_and_end_time_in_keyset_pages(db: StoreDb) {
     let store = db.store();
     let with = |status, code: &str| TaskSpec {
         last_error: Some(error(code)),
@@ -60,16 +58,14 @@ async fn tasks_filter_by_exact_error_code_and_end_time_in_keyset_pages() {
     };
     let mut smtp_dead = Vec::new();
     for _ in 0..5 {
-        smtp_dead.push(insert_task(&db.pool, with("dead", "smtp")).await.unwrap());
+        smtp_dead.push(db.insert_task(with("dead", "smtp")).await.unwrap());
     }
-    let smtp_retry = insert_task(&db.pool, with("retry_wait", "smtp"))
-        .await
-        .unwrap();
+    let smtp_retry = db.insert_task(with("retry_wait", "smtp")).await.unwrap();
     // Not matched by "smtp": another code, a code it only contains, different case, no error.
     for (status, code) in [("dead", "dns"), ("dead", "smtp_timeout"), ("dead", "SMTP")] {
-        insert_task(&db.pool, with(status, code)).await.unwrap();
+        db.insert_task(with(status, code)).await.unwrap();
     }
-    insert_task(&db.pool, TaskSpec::new("mail", "queued"))
+    db.insert_task(TaskSpec::new("mail", "queued"))
         .await
         .unwrap();
 
@@ -80,7 +76,7 @@ async fn tasks_filter_by_exact_error_code_and_end_time_in_keyset_pages() {
     let mut all_smtp = smtp_dead.clone();
     all_smtp.push(smtp_retry);
     assert_eq!(
-        all_pages(&store, smtp.clone(), 2).await,
+        all_pages(&*store, smtp.clone(), 2).await,
         newest_first(&all_smtp)
     );
     // The dead-letter statement and the general one agree.
@@ -89,12 +85,12 @@ async fn tasks_filter_by_exact_error_code_and_end_time_in_keyset_pages() {
         ..smtp.clone()
     };
     assert_eq!(
-        all_pages(&store, dead_smtp.clone(), 2).await,
+        all_pages(&*store, dead_smtp.clone(), 2).await,
         newest_first(&smtp_dead)
     );
     assert!(
         all_pages(
-            &store,
+            &*store,
             TaskListParams {
                 statuses: vec![TaskStatus::Running, TaskStatus::CancelRequested],
                 ..smtp.clone()
@@ -107,27 +103,28 @@ async fn tasks_filter_by_exact_error_code_and_end_time_in_keyset_pages() {
 
     // End times: two of the smtp dead letters died two hours ago, one queued task was last
     // touched three hours ago; `since` an hour ago keeps the rest.
-    sqlx::query("UPDATE tasks SET finished_at = now() - interval '2 hours' WHERE id = ANY($1)")
-        .bind(&smtp_dead[..2])
-        .execute(&db.pool)
+    db.update(
+        Rows::Tasks(&smtp_dead[..2]),
+        &[("finished_at", Val::At(-2.0 * 3600.0))],
+    )
+    .await
+    .unwrap();
+    let stale_queued = db
+        .insert_task(TaskSpec::new("mail", "queued"))
         .await
         .unwrap();
-    let stale_queued = insert_task(&db.pool, TaskSpec::new("mail", "queued"))
+    let fresh_queued = db
+        .insert_task(TaskSpec::new("mail", "queued"))
         .await
         .unwrap();
-    let fresh_queued = insert_task(&db.pool, TaskSpec::new("mail", "queued"))
-        .await
-        .unwrap();
-    sqlx::query("UPDATE tasks SET updated_at = now() - interval '3 hours' WHERE id = $1")
-        .bind(stale_queued)
-        .execute(&db.pool)
+    db.update_task(stale_queued, &[("updated_at", Val::At(-3.0 * 3600.0))])
         .await
         .unwrap();
     let hour_ago: DateTime<Utc> = store.db_now().await.unwrap() - chrono::Duration::hours(1);
     let recent_smtp: Vec<i64> = all_smtp[2..].to_vec();
     assert_eq!(
         all_pages(
-            &store,
+            &*store,
             TaskListParams {
                 since: Some(hour_ago),
                 ..smtp.clone()
@@ -139,7 +136,7 @@ async fn tasks_filter_by_exact_error_code_and_end_time_in_keyset_pages() {
     );
     assert_eq!(
         all_pages(
-            &store,
+            &*store,
             TaskListParams {
                 since: Some(hour_ago),
                 ..dead_smtp
@@ -150,7 +147,7 @@ async fn tasks_filter_by_exact_error_code_and_end_time_in_keyset_pages() {
         newest_first(&smtp_dead[2..])
     );
     let recent: BTreeSet<i64> = all_pages(
-        &store,
+        &*store,
         TaskListParams {
             since: Some(hour_ago),
             ..Default::default()
@@ -193,7 +190,7 @@ fn register(name: &str) -> AgentRegisterParams {
     }
 }
 
-async fn leaders(store: &PgStore) -> Vec<(String, bool)> {
+async fn leaders(store: &dyn Store) -> Vec<(String, bool)> {
     store
         .agent_list()
         .await
@@ -203,16 +200,15 @@ async fn leaders(store: &PgStore) -> Vec<(String, bool)> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_agent_list_flags_the_holder_of_an_unexpired_leader_lease() {
-    let db = TestDb::new().await.unwrap();
+conformance!(the_agent_list_flags_the_holder_of_an_unexpired_leader_lease);
+async fn the_agent_list_flags_the_holder_of_an_unexpired_leader_lease(db: StoreDb) {
     let store = db.store();
     let a = store.agent_register(register("a")).await.unwrap();
     let b = store.agent_register(register("b")).await.unwrap();
     assert!(!a.leader && !b.leader, "a new process start leads nothing");
     let no = |x: &str| (x.to_string(), false);
     let yes = |x: &str| (x.to_string(), true);
-    assert_eq!(leaders(&store).await, [no("a"), no("b")]);
+    assert_eq!(leaders(&*store).await, [no("a"), no("b")]);
 
     let elect = |owner: &leasehold_shared::AgentId| LeaderElectParams {
         owner: owner.clone(),
@@ -220,28 +216,23 @@ async fn the_agent_list_flags_the_holder_of_an_unexpired_leader_lease() {
         grace: Duration::from_secs(5),
     };
     store.leader_attempt_elect(elect(&a.id)).await.unwrap();
-    assert_eq!(leaders(&store).await, [yes("a"), no("b")]);
+    assert_eq!(leaders(&*store).await, [yes("a"), no("b")]);
 
     // Expired, even within the takeover grace: nobody leads.
-    sqlx::query("UPDATE leader SET lease_until = now() - interval '1 second'")
-        .execute(&db.pool)
+    db.update(Rows::Leader, &[("lease_until", Val::At(-1.0))])
         .await
         .unwrap();
-    assert_eq!(leaders(&store).await, [no("a"), no("b")]);
+    assert_eq!(leaders(&*store).await, [no("a"), no("b")]);
 
-    sqlx::query("UPDATE leader SET lease_until = now() - interval '6 seconds'")
-        .execute(&db.pool)
+    db.update(Rows::Leader, &[("lease_until", Val::At(-6.0))])
         .await
         .unwrap();
     store.leader_attempt_elect(elect(&b.id)).await.unwrap();
-    assert_eq!(leaders(&store).await, [no("a"), yes("b")]);
+    assert_eq!(leaders(&*store).await, [no("a"), yes("b")]);
 
     // A leader that resigned leads nothing.
-    let term: i64 = sqlx::query_scalar("SELECT term FROM leader")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let term = db.fetch_int("SELECT term FROM leader", &[]).await.unwrap();
     store.leader_resign(b.id.clone(), term).await.unwrap();
-    assert_eq!(leaders(&store).await, [no("a"), no("b")]);
+    assert_eq!(leaders(&*store).await, [no("a"), no("b")]);
     db.drop_db().await.unwrap();
 }

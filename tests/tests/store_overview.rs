@@ -1,23 +1,22 @@
 //! Store conformance: the overview the console's header and Types view show — counts per type
 //! by status, the last minute's finishes, each type's limit and pause, the global policy, types
-//! known only by their policy, and the cap on how many types one answer lists.
+//! known only by their policy, and the cap on how many types one answer lists; on PostgreSQL
+//! and SQLite alike.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use leasehold_shared::Store;
 use leasehold_shared::store::{OVERVIEW_TYPES_CAP, TypeCounts};
-use leasehold_tests::{TaskSpec, TestDb, insert_task};
+use leasehold_tests::{Arg, Rows, Sql, StoreDb, TaskSpec, Val, conformance};
 
-async fn insert(db: &TestDb, spec: TaskSpec, n: usize) -> Vec<i64> {
+async fn insert(db: &StoreDb, spec: TaskSpec, n: usize) -> Vec<i64> {
     let mut ids = Vec::new();
     for _ in 0..n {
-        ids.push(insert_task(&db.pool, spec.clone()).await.unwrap());
+        ids.push(db.insert_task(spec.clone()).await.unwrap());
     }
     ids
 }
 
-#[tokio::test]
-async fn counts_per_type_with_limits_pauses_and_the_global_policy() {
-    let db = TestDb::new().await.unwrap();
+conformance!(counts_per_type_with_limits_pauses_and_the_global_policy);
+async fn counts_per_type_with_limits_pauses_and_the_global_policy(db: StoreDb) {
     let store = db.store();
     insert(&db, TaskSpec::new("mail", "queued"), 3).await;
     insert(
@@ -39,23 +38,26 @@ async fn counts_per_type_with_limits_pauses_and_the_global_policy() {
     insert(&db, TaskSpec::new("resize", "running"), 1).await;
     // One dead letter and one success from before the last minute.
     for id in [dead[0], done[0]] {
-        sqlx::query("UPDATE tasks SET finished_at = now() - interval '5 minutes' WHERE id = $1")
-            .bind(id)
-            .execute(&db.pool)
+        db.update_task(id, &[("finished_at", Val::At(-300.0))])
             .await
             .unwrap();
     }
-    sqlx::query(
+    db.execute(
         "INSERT INTO policies (scope, max_concurrency, paused) VALUES ('mail', 5, false), \
          ('report', 3, true)",
+        &[],
     )
-    .execute(&db.pool)
     .await
     .unwrap();
-    sqlx::query("UPDATE policies SET max_concurrency = 50, paused = true WHERE scope = '*'")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.update(
+        Rows::Policy("*"),
+        &[
+            ("max_concurrency", Val::Int(50)),
+            ("paused", Val::Bool(true)),
+        ],
+    )
+    .await
+    .unwrap();
 
     let o = store.task_overview().await.unwrap();
     let names: Vec<&str> = o.types.iter().map(|t| t.task_type.as_str()).collect();
@@ -110,9 +112,8 @@ async fn counts_per_type_with_limits_pauses_and_the_global_policy() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn an_empty_database_has_the_global_policy_and_no_types() {
-    let db = TestDb::new().await.unwrap();
+conformance!(an_empty_database_has_the_global_policy_and_no_types);
+async fn an_empty_database_has_the_global_policy_and_no_types(db: StoreDb) {
     let o = db.store().task_overview().await.unwrap();
     assert!(o.types.is_empty());
     assert_eq!(
@@ -122,20 +123,21 @@ async fn an_empty_database_has_the_global_policy_and_no_types() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn more_types_than_the_cap_are_cut_and_say_so() {
-    let db = TestDb::new().await.unwrap();
+conformance!(more_types_than_the_cap_are_cut_and_say_so);
+async fn more_types_than_the_cap_are_cut_and_say_so(db: StoreDb) {
     let n = OVERVIEW_TYPES_CAP + 5;
-    sqlx::query(
-        "INSERT INTO policies (scope, max_concurrency) \
-         SELECT 't' || lpad(g::text, 5, '0'), 1 FROM generate_series(1, $1) g",
+    db.execute(
+        Sql::each(
+            "INSERT INTO policies (scope, max_concurrency) \
+             SELECT 't' || lpad(g::text, 5, '0'), 1 FROM generate_series(1, $1) g",
+            "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < $1) \
+             INSERT INTO policies (scope, max_concurrency) SELECT printf('t%05d', n), 1 FROM g",
+        ),
+        &[Arg::Int(i64::try_from(n).unwrap())],
     )
-    .bind(i32::try_from(n).unwrap())
-    .execute(&db.pool)
     .await
     .unwrap();
-    sqlx::query("UPDATE policies SET max_concurrency = 7 WHERE scope = '*'")
-        .execute(&db.pool)
+    db.update(Rows::Policy("*"), &[("max_concurrency", Val::Int(7))])
         .await
         .unwrap();
     let o = db.store().task_overview().await.unwrap();

@@ -1,6 +1,6 @@
 //! Store conformance: agent registry (identity per process start), the leader lease (fenced by
 //! term, taken over only after grace), task listing and detail, and migrations run twice and
-//! concurrently by the real `leasehold-agent migrate`.
+//! concurrently by the real `leasehold-agent migrate`; on PostgreSQL and SQLite alike.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashSet;
@@ -11,9 +11,9 @@ use leasehold_shared::store::{
     AgentHeartbeatParams, AgentRegisterParams, AgentState, ClaimParams, CompleteParams, Completion,
     HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, TaskListParams,
 };
-use leasehold_shared::{AgentId, LeaseKey, Store, TaskError};
+use leasehold_shared::{AgentId, LeaseKey, TaskError};
 use leasehold_tests::helpers::tt;
-use leasehold_tests::{TaskSpec, TestDb, binary, count, insert_task};
+use leasehold_tests::{Backend, Rows, StoreDb, TaskSpec, Val, binary, conformance};
 use serde_json::json;
 
 fn register(name: &str) -> AgentRegisterParams {
@@ -28,9 +28,8 @@ fn register(name: &str) -> AgentRegisterParams {
     }
 }
 
-#[tokio::test]
-async fn every_process_start_gets_its_own_agent_id() {
-    let db = TestDb::new().await.unwrap();
+conformance!(every_process_start_gets_its_own_agent_id);
+async fn every_process_start_gets_its_own_agent_id(db: StoreDb) {
     let store = db.store();
     let first = store.agent_register(register("web-1")).await.unwrap();
     let second = store.agent_register(register("web-1")).await.unwrap();
@@ -88,9 +87,8 @@ async fn every_process_start_gets_its_own_agent_id() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn leadership_is_fenced_by_term_and_moves_only_after_grace() {
-    let db = TestDb::new().await.unwrap();
+conformance!(leadership_is_fenced_by_term_and_moves_only_after_grace);
+async fn leadership_is_fenced_by_term_and_moves_only_after_grace(db: StoreDb) {
     let store = db.store();
     let a = AgentId::new("a#1").unwrap();
     let b = AgentId::new("b#1").unwrap();
@@ -131,8 +129,7 @@ async fn leadership_is_fenced_by_term_and_moves_only_after_grace() {
     );
 
     // Expired but within grace: a blip does not move leadership.
-    sqlx::query("UPDATE leader SET lease_until = now() - interval '2 seconds'")
-        .execute(&db.pool)
+    db.update(Rows::Leader, &[("lease_until", Val::At(-2.0))])
         .await
         .unwrap();
     assert!(matches!(
@@ -140,8 +137,7 @@ async fn leadership_is_fenced_by_term_and_moves_only_after_grace() {
         LeaderOutcome::Follower { .. }
     ));
     // Past grace: taken over with a new term; the old leader is fenced.
-    sqlx::query("UPDATE leader SET lease_until = now() - interval '6 seconds'")
-        .execute(&db.pool)
+    db.update(Rows::Leader, &[("lease_until", Val::At(-6.0))])
         .await
         .unwrap();
     let LeaderOutcome::Leader { term: t2, .. } =
@@ -181,9 +177,8 @@ async fn leadership_is_fenced_by_term_and_moves_only_after_grace() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn tasks_list_by_filter_in_keyset_pages_and_show_their_attempts() {
-    let db = TestDb::new().await.unwrap();
+conformance!(tasks_list_by_filter_in_keyset_pages_and_show_their_attempts);
+async fn tasks_list_by_filter_in_keyset_pages_and_show_their_attempts(db: StoreDb) {
     let store = db.store();
     let tasks: Vec<NewTask> = (0..250)
         .map(|n| {
@@ -232,7 +227,8 @@ async fn tasks_list_by_filter_in_keyset_pages_and_show_their_attempts() {
     assert_eq!(odd.tasks.len(), 125);
 
     // A task that failed once then succeeded: detail shows both attempts; text search finds errors.
-    let id = insert_task(&db.pool, TaskSpec::new("detail", "running"))
+    let id = db
+        .insert_task(TaskSpec::new("detail", "running"))
         .await
         .unwrap();
     let owner = AgentId::new(leasehold_tests::factory::FACTORY_OWNER).unwrap();
@@ -249,9 +245,7 @@ async fn tasks_list_by_filter_in_keyset_pages_and_show_their_attempts() {
         })
         .await
         .unwrap();
-    sqlx::query("UPDATE tasks SET available_at = now() WHERE id = $1")
-        .bind(id)
-        .execute(&db.pool)
+    db.update_task(id, &[("available_at", Val::At(0.0))])
         .await
         .unwrap();
     let claimed = store
@@ -320,13 +314,16 @@ async fn tasks_list_by_filter_in_keyset_pages_and_show_their_attempts() {
     db.drop_db().await.unwrap();
 }
 
-#[tokio::test]
-async fn migrate_runs_twice_and_from_two_processes_at_once() {
-    let db = TestDb::new_empty().await.unwrap();
+conformance!(
+    migrate_runs_twice_and_from_two_processes_at_once,
+    by_backend
+);
+async fn migrate_runs_twice_and_from_two_processes_at_once(backend: Backend) {
+    let db = StoreDb::new_empty(backend).await.unwrap();
     let agent = binary("leasehold-agent").await.unwrap();
     let run = || {
         tokio::process::Command::new(&agent)
-            .args(["migrate", "--database-url", &db.url])
+            .args(["migrate", "--database-url", db.url()])
             .env_remove("LEASEHOLD_DATABASE_URL")
             .output()
     };
@@ -339,25 +336,35 @@ async fn migrate_runs_twice_and_from_two_processes_at_once() {
         );
     }
     let again = run().await.unwrap();
-    assert!(again.status.success());
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
     // Every embedded migration applied exactly once.
     assert_eq!(
-        count(
-            &db.pool,
-            "SELECT count(*) FROM _sqlx_migrations WHERE success"
-        )
-        .await
-        .unwrap(),
-        leasehold_shared::store::postgres::MIGRATOR.iter().count() as i64
+        db.count("SELECT count(*) FROM _sqlx_migrations WHERE success")
+            .await
+            .unwrap(),
+        db.migrations_embedded() as i64
     );
-    assert!(leasehold_shared::store::postgres::MIGRATOR.iter().count() >= 2);
+    let at_least = match backend {
+        Backend::Postgres => 2,
+        Backend::Sqlite => 1,
+    };
+    assert!(db.migrations_embedded() >= at_least);
     assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM policies WHERE scope = '*'")
+        db.count("SELECT count(*) FROM policies WHERE scope = '*'")
             .await
             .unwrap(),
         1
     );
+    db.drop_db().await.unwrap();
+}
 
+#[tokio::test]
+async fn migrate_refuses_a_bad_url_and_reports_an_unreachable_server() {
+    let agent = binary("leasehold-agent").await.unwrap();
     // A bad URL is a clear usage error, an unreachable server exit code 3.
     let bad = tokio::process::Command::new(&agent)
         .args(["migrate", "--database-url", "mysql://x"])
@@ -381,5 +388,4 @@ async fn migrate_runs_twice_and_from_two_processes_at_once() {
         "{}",
         String::from_utf8_lossy(&down.stderr)
     );
-    db.drop_db().await.unwrap();
 }
