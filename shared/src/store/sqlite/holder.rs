@@ -41,12 +41,74 @@ pub(super) async fn task_enqueue_many(
         return Ok(Vec::new());
     }
     let (mut tx, now) = write_tx(pool, "task_enqueue_many").await?;
-    let mut out = Vec::with_capacity(valid.len());
-    for v in &valid {
-        out.push(enqueue_valid(&mut tx, v, now).await?);
-    }
+    let out = if valid.iter().all(|v| v.idempotency_key.is_none()) {
+        insert_many(&mut tx, &valid, now).await?
+    } else {
+        // Keys: each row looks its key up first (a key may also repeat within the batch).
+        let mut out = Vec::with_capacity(valid.len());
+        for v in &valid {
+            out.push(enqueue_valid(&mut tx, v, now).await?);
+        }
+        out
+    };
     commit(tx, "task_enqueue_many").await?;
     Ok(out)
+}
+
+/// Inserts tasks without idempotency keys in one statement. Rows are inserted in the order
+/// json_each yields them and ids grow with each insert, so the sorted ids are the input order.
+async fn insert_many(
+    tx: &mut SqliteConnection,
+    valid: &[ValidTask],
+    now: i64,
+) -> Result<Vec<Enqueued>> {
+    const OP: &str = "task_enqueue_many";
+    let rows: Vec<serde_json::Value> = valid
+        .iter()
+        .map(|v| {
+            json!([
+                v.task_type,
+                v.payload,
+                v.priority,
+                match v.run_at {
+                    Some(at) => micros(at),
+                    None => now.saturating_add(v.delay_ms.saturating_mul(1000)),
+                },
+                v.deadline.map(micros),
+                v.timeout_ms,
+                v.max_attempts,
+            ])
+        })
+        .collect();
+    let mut ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO tasks (task_type, payload, priority, available_at, deadline_at, timeout_ms, \
+         max_attempts, created_at, updated_at) \
+         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+                json_extract(value, '$[2]'), json_extract(value, '$[3]'), \
+                json_extract(value, '$[4]'), json_extract(value, '$[5]'), \
+                json_extract(value, '$[6]'), ?2, ?2 \
+         FROM json_each(?1) ORDER BY key \
+         RETURNING id",
+    )
+    .bind(rows::to_text(&rows, "tasks")?)
+    .bind(now)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    if ids.len() != valid.len() {
+        return Err(StoreError::Corrupt {
+            what: "bulk enqueue",
+            detail: format!("{} ids for {} tasks", ids.len(), valid.len()),
+        });
+    }
+    ids.sort_unstable();
+    Ok(ids
+        .into_iter()
+        .map(|id| Enqueued {
+            id: TaskId(id),
+            created: true,
+        })
+        .collect())
 }
 
 /// Enqueues one task on `conn` — pass your own transaction to enqueue atomically with your
