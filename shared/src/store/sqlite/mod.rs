@@ -27,6 +27,7 @@ mod registry;
 mod rows;
 
 pub use holder::task_enqueue_on;
+pub use operator::audit_write_on;
 
 use std::str::FromStr;
 use std::time::Duration;

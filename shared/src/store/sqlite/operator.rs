@@ -5,7 +5,7 @@
 //! changes, with a `denied` row of its own. Input refused by validation writes nothing at all.
 
 use serde_json::json;
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{SqliteConnection, SqlitePool};
 
 use super::rows::{self, agent_id, get, policy, status};
 use super::{commit, holder, write_tx};
@@ -19,9 +19,19 @@ use crate::store::{
     StoreError,
 };
 
+/// Writes one audit row on `conn` — pass the transaction of the change it records, so the
+/// two commit together. Its time is SQLite's clock.
+pub async fn audit_write_on(conn: &mut SqliteConnection, entry: &AuditEntry) -> Result<()> {
+    let now: i64 = sqlx::query_scalar(super::NOW)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(StoreError::db("audit_write"))?;
+    audit_write(conn, entry, now).await
+}
+
 /// Writes one audit row inside `tx` (the transaction of the change it records).
 pub(super) async fn audit_write(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteConnection,
     entry: &AuditEntry,
     now: i64,
 ) -> Result<()> {
@@ -42,7 +52,7 @@ pub(super) async fn audit_write(
     .bind(params)
     .bind(entry.result.as_str())
     .bind(&entry.detail)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await
     .map_err(StoreError::db("audit_write"))?;
     Ok(())
