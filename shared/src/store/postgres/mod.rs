@@ -350,6 +350,7 @@ impl Store for PgStore {
     }
 
     async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>> {
+        params.validate()?;
         let recovered = maintenance::lease_recover_expired(&self.pool, &params).await?;
         if !recovered.is_empty() {
             self.notify().await;
@@ -358,6 +359,7 @@ impl Store for PgStore {
     }
 
     async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>> {
+        params.validate()?;
         maintenance::task_expire_deadlines(&self.pool, &params).await
     }
 
@@ -379,6 +381,7 @@ impl Store for PgStore {
     }
 
     async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>> {
+        params.validate()?;
         maintenance::lease_list_suspect(&self.pool, &params).await
     }
 
