@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::json;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
+use sqlx::{SqliteConnection, SqlitePool};
 
 use super::rows::{self, get, micros, span, status, task};
 use super::{commit, json_list, write_tx};
@@ -135,28 +135,19 @@ pub(super) async fn enqueue_valid(
     v: &ValidTask,
     now: i64,
 ) -> Result<Enqueued> {
-    if let Some(key) = &v.idempotency_key {
-        let existing: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM tasks WHERE idempotency_key = ?1")
-                .bind(key)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::db("task_enqueue"))?;
-        if let Some(id) = existing {
-            return Ok(Enqueued {
-                id: TaskId(id),
-                created: false,
-            });
-        }
-    }
     let available_at = match v.run_at {
         Some(at) => micros(at),
         None => now.saturating_add(v.delay_ms.saturating_mul(1000)),
     };
-    let id: i64 = sqlx::query_scalar(
+    // Insert first: a key already used inserts nothing (even one committed by another process
+    // a moment ago), and only then is the existing task looked up. A read before the write
+    // would race on an autocommit connection and upgrade a deferred transaction's snapshot.
+    let inserted: Option<i64> = sqlx::query_scalar(
         "INSERT INTO tasks (task_type, payload, priority, available_at, deadline_at, timeout_ms, \
          max_attempts, idempotency_key, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) RETURNING id",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) \
+         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
+         RETURNING id",
     )
     .bind(&v.task_type)
     .bind(&v.payload)
@@ -167,21 +158,38 @@ pub(super) async fn enqueue_valid(
     .bind(v.max_attempts)
     .bind(&v.idempotency_key)
     .bind(now)
-    .fetch_one(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await
     .map_err(StoreError::db("task_enqueue"))?;
-    Ok(Enqueued {
-        id: TaskId(id),
-        created: true,
-    })
+    if let Some(id) = inserted {
+        return Ok(Enqueued {
+            id: TaskId(id),
+            created: true,
+        });
+    }
+    let existing: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM tasks WHERE idempotency_key = ?1")
+            .bind(&v.idempotency_key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::db("task_enqueue"))?;
+    existing
+        .map(|id| Enqueued {
+            id: TaskId(id),
+            created: false,
+        })
+        .ok_or_else(|| StoreError::Corrupt {
+            what: "enqueue",
+            detail: "the insert was skipped but no task holds its idempotency key".into(),
+        })
 }
 
-async fn policies(tx: &mut Transaction<'static, Sqlite>, op: &'static str) -> Result<Vec<Policy>> {
+async fn policies(tx: &mut SqliteConnection, op: &'static str) -> Result<Vec<Policy>> {
     let found = sqlx::query(
         "SELECT scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms, \
          retry_jitter, timeout_ms, slow_ms FROM policies",
     )
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *tx)
     .await
     .map_err(StoreError::db(op))?;
     found.iter().map(rows::policy).collect()
@@ -192,6 +200,28 @@ async fn policies(tx: &mut Transaction<'static, Sqlite>, op: &'static str) -> Re
 pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Result<ClaimBatch> {
     params.validate()?;
     const OP: &str = "task_claim";
+    // The file watcher wakes claimers on every commit to the file: when nothing of these types
+    // is due, say so from a read, without queueing for the write lock.
+    let names: Vec<&str> = params.task_types.iter().map(|t| t.as_str()).collect();
+    let probe = sqlx::query(concat!(
+        "SELECT ",
+        super::now_expr!(),
+        " AS now, EXISTS (SELECT 1 FROM tasks WHERE status IN ('queued', 'retry_wait') \
+           AND available_at <= ",
+        super::now_expr!(),
+        " AND task_type IN (SELECT value FROM json_each(?1))) AS due"
+    ))
+    .bind(json_list(&names)?)
+    .fetch_one(pool)
+    .await
+    .map_err(StoreError::db(OP))?;
+    if !get::<bool>(&probe, "due")? {
+        return Ok(ClaimBatch {
+            now: rows::time(get(&probe, "now")?, "now")?,
+            tasks: Vec::new(),
+            contended: false,
+        });
+    }
     let (mut tx, now) = write_tx(pool, OP).await?;
     let now_time = rows::time(now, "now")?;
     let policies = policies(&mut tx, OP).await?;
@@ -319,7 +349,7 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
 
 /// The rows of `ids` that `owner` holds at the given epochs (leased, key matching).
 async fn held_rows(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteConnection,
     owner: &str,
     leases: &[(TaskId, LeaseEpoch)],
     op: &'static str,
@@ -333,7 +363,7 @@ async fn held_rows(
     )
     .bind(json_list(&ids)?)
     .bind(owner)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *tx)
     .await
     .map_err(StoreError::db(op))?;
     let mut held = Vec::with_capacity(found.len());
@@ -560,7 +590,7 @@ pub(super) async fn task_complete_many(
 /// A completion whose key no longer matches: a repeat of an outcome already recorded for the
 /// same (task, epoch, owner), or fenced.
 async fn repeat_or_fenced(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteConnection,
     params: &CompleteParams,
     row: Option<&SqliteRow>,
 ) -> Result<CompleteOutcome> {
@@ -575,7 +605,7 @@ async fn repeat_or_fenced(
     .bind(key.epoch.0)
     .bind(key.owner.as_str())
     .bind(params.completion.outcome_name())
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await
     .map_err(StoreError::db("task_complete"))?;
     Ok(match recorded {

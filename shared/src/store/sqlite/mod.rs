@@ -29,7 +29,10 @@ mod rows;
 pub use holder::task_enqueue_on;
 pub use operator::audit_write_on;
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,7 +40,7 @@ use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Sqlite, Transaction};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
 
 use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
@@ -54,9 +57,16 @@ use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType}
 /// The embedded SQLite migrations (`migrations/sqlite/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
-/// SQLite's clock as stored times: microseconds since the epoch, at millisecond precision.
-pub(crate) const NOW: &str =
-    "SELECT CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000 AS now";
+/// SQLite's clock as a stored time: microseconds since the epoch, at millisecond precision.
+macro_rules! now_expr {
+    () => {
+        "(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
+    };
+}
+pub(crate) use now_expr;
+
+/// SQLite's clock, as a statement.
+pub(crate) const NOW: &str = concat!("SELECT ", now_expr!(), " AS now");
 
 /// Default size of the store's connection pool (readers run in parallel under WAL; writers
 /// take turns on the write lock).
@@ -126,9 +136,9 @@ impl SqliteStore {
         let connect = connect_options(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // With WAL, NORMAL makes each commit durable against a process crash and keeps the
-            // database consistent across power loss (the last commits may be lost then).
-            .synchronous(SqliteSynchronous::Normal)
+            // FULL: a commit is on disk before it is acknowledged (an enqueue or a completion
+            // survives power loss, as on PostgreSQL); NORMAL would lose the last commits then.
+            .synchronous(SqliteSynchronous::Full)
             .busy_timeout(options.busy_timeout)
             .foreign_keys(true)
             .pragma("temp_store", "memory");
@@ -179,27 +189,66 @@ impl SqliteStore {
     }
 }
 
-/// A write transaction: the write lock taken (BEGIN IMMEDIATE) and SQLite's now read.
-pub(super) async fn write_tx(
-    pool: &SqlitePool,
-    op: &'static str,
-) -> Result<(Transaction<'static, Sqlite>, i64)> {
+/// One gate per database file and process: writers of this process take SQLite's write lock
+/// first come, first served. SQLite's own busy handler retries on a timer, so under steady
+/// write traffic a waiter (a lease renewal, say) could lose the race again and again; behind
+/// the gate it waits only for the writers queued before it. Writers of other processes still
+/// meet in the busy handler.
+fn gate_for(pool: &SqlitePool) -> Arc<tokio::sync::Mutex<()>> {
+    static GATES: OnceLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    let options = pool.connect_options();
+    let path = options.get_filename();
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let gates = GATES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut gates = gates
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Arc::clone(gates.entry(key).or_default())
+}
+
+/// A transaction; a write transaction also holds this process's turn at the file's write
+/// lock (see [`gate_for`]).
+pub(super) struct WriteTx {
+    tx: Transaction<'static, Sqlite>,
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+}
+
+/// A write transaction: this process's turn, the write lock taken (BEGIN IMMEDIATE) and
+/// SQLite's now read.
+pub(super) async fn write_tx(pool: &SqlitePool, op: &'static str) -> Result<(WriteTx, i64)> {
+    let turn = gate_for(pool).lock_owned().await;
     let mut tx = pool
         .begin_with("BEGIN IMMEDIATE")
         .await
         .map_err(StoreError::db(op))?;
     let now = now(&mut tx, op).await?;
-    Ok((tx, now))
+    Ok((
+        WriteTx {
+            tx,
+            _turn: Some(turn),
+        },
+        now,
+    ))
 }
 
 /// A read transaction: one snapshot for every statement, and SQLite's now.
-pub(super) async fn read_tx(
-    pool: &SqlitePool,
-    op: &'static str,
-) -> Result<(Transaction<'static, Sqlite>, i64)> {
+pub(super) async fn read_tx(pool: &SqlitePool, op: &'static str) -> Result<(WriteTx, i64)> {
     let mut tx = pool.begin().await.map_err(StoreError::db(op))?;
     let now = now(&mut tx, op).await?;
-    Ok((tx, now))
+    Ok((WriteTx { tx, _turn: None }, now))
 }
 
 pub(super) async fn now(tx: &mut Transaction<'static, Sqlite>, op: &'static str) -> Result<i64> {
@@ -209,7 +258,9 @@ pub(super) async fn now(tx: &mut Transaction<'static, Sqlite>, op: &'static str)
         .map_err(StoreError::db(op))
 }
 
-pub(super) async fn commit(tx: Transaction<'static, Sqlite>, op: &'static str) -> Result<()> {
+pub(super) async fn commit(tx: WriteTx, op: &'static str) -> Result<()> {
+    // The turn (a write transaction's) is given up only once the commit is done.
+    let WriteTx { tx, _turn } = tx;
     tx.commit().await.map_err(StoreError::db(op))
 }
 

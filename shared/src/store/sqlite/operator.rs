@@ -430,7 +430,25 @@ pub(super) async fn policy_set(
         None,
     )
     .await?;
-    let (mut tx, now) = write_tx(pool, OP).await?;
+    let (mut tx, now) = match write_tx(pool, OP).await {
+        Ok(begun) => begun,
+        Err(error) => {
+            // Record the attempt on its own so no action goes unaudited — when the lock can be
+            // had for that (it may be just as busy; the error says so either way).
+            let entry = AuditEntry {
+                actor: params.actor.clone(),
+                action: "policy_set".into(),
+                target: format!("policy:{key}"),
+                params: serde_json::to_value(&params.patch).ok(),
+                result: AuditResult::Failed,
+                detail: Some(error.to_string()),
+            };
+            if let Err(audit) = audit_record(pool, &entry).await {
+                tracing::warn!(%audit, "could not audit a failed policy change");
+            }
+            return Err(error);
+        }
+    };
     let current = sqlx::query(
         "SELECT scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms, \
          retry_jitter, timeout_ms, slow_ms FROM policies WHERE scope = ?1",
