@@ -1,7 +1,7 @@
 //! Store conformance: enqueue (plain SQL, idempotency keys, bulk), retries with backoff,
 //! recovery after grace and its race with a completing holder, suspect leases, deadlines,
-//! operator requeue and its audit trail — on PostgreSQL and SQLite alike. PostgreSQL only:
-//! NOTIFY, and enqueue and audit rows in the caller's own transaction.
+//! operator requeue and its audit trail, enqueue and audit rows in the caller's own
+//! transaction — on PostgreSQL and SQLite alike. PostgreSQL only: NOTIFY, and TRUNCATE.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
@@ -16,7 +16,7 @@ use leasehold_shared::{Actor, AgentId, LeaseEpoch, Store, StoreError, TaskError,
 use leasehold_tests::factory::FACTORY_OWNER;
 use leasehold_tests::helpers::{by_factory, claim, tt};
 use leasehold_tests::{
-    Arg, Rows, StoreDb, TaskSpec, TestDb, Val, audit_rows, conformance, count, insert_task,
+    Arg, Rows, StoreDb, TaskSpec, TestDb, Val, WriteTx, conformance, count, insert_task,
 };
 use serde_json::json;
 
@@ -81,35 +81,35 @@ async fn plain_sql_inserts_wake_listeners_once_per_transaction() {
     db.drop_db().await.unwrap();
 }
 
-// PostgreSQL only: the executor-generic enqueue (`postgres::enqueue`) has no SQLite
-// counterpart in the store's API.
-#[tokio::test]
-async fn enqueue_in_the_callers_transaction_exists_only_if_it_commits() {
-    let db = TestDb::new().await.unwrap();
+conformance!(enqueue_in_the_callers_transaction_exists_only_if_it_commits);
+async fn enqueue_in_the_callers_transaction_exists_only_if_it_commits(db: StoreDb) {
     let limits = Default::default();
     let task = NewTask::new(tt("txn"), json!({"order": 1}));
-    let mut tx = db.pool.begin().await.unwrap();
-    let rolled = enqueue::task_enqueue(&mut *tx, &task, &limits)
-        .await
-        .unwrap();
+    let mut tx = db.begin_write().await.unwrap();
+    let rolled = tx.enqueue(&task, &limits).await.unwrap();
     tx.rollback().await.unwrap();
-    assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM tasks").await.unwrap(),
-        0
-    );
-    let mut tx = db.pool.begin().await.unwrap();
-    let kept = enqueue::task_enqueue(&mut *tx, &task, &limits)
-        .await
-        .unwrap();
-    enqueue::task_enqueue_many(&mut *tx, &[task.clone(), task.clone()], &limits)
-        .await
-        .unwrap();
+    assert_eq!(db.count("SELECT count(*) FROM tasks").await.unwrap(), 0);
+    let mut tx = db.begin_write().await.unwrap();
+    let kept = tx.enqueue(&task, &limits).await.unwrap();
+    if let WriteTx::Pg(pg) = &mut tx {
+        // The executor-generic bulk enqueue is PostgreSQL's alone; SQLite enqueues one by one.
+        enqueue::task_enqueue_many(&mut **pg, &[task.clone(), task.clone()], &limits)
+            .await
+            .unwrap();
+    } else {
+        for _ in 0..2 {
+            tx.enqueue(&task, &limits).await.unwrap();
+        }
+    }
     tx.commit().await.unwrap();
-    assert_ne!(rolled.id, kept.id);
-    assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM tasks").await.unwrap(),
-        3
-    );
+    assert!(kept.created);
+    assert_eq!(db.task_row(kept.id.0).await.unwrap()["task_type"], "txn");
+    if db.is_postgres() {
+        // A PostgreSQL sequence does not roll back; SQLite's AUTOINCREMENT counter does, so
+        // there the rolled-back id is handed out again (no committed row ever had it).
+        assert_ne!(rolled.id, kept.id);
+    }
+    assert_eq!(db.count("SELECT count(*) FROM tasks").await.unwrap(), 3);
     db.drop_db().await.unwrap();
 }
 
@@ -1088,13 +1088,9 @@ async fn deleting_tasks_deletes_their_attempts(db: StoreDb) {
     db.drop_db().await.unwrap();
 }
 
-// PostgreSQL only: the executor-generic `postgres::operator::audit_write` has no SQLite
-// counterpart in the store's API.
-#[tokio::test]
-async fn audit_rows_written_in_the_callers_transaction_commit_with_it() {
-    use leasehold_shared::store::postgres::operator::audit_write;
+conformance!(audit_rows_written_in_the_callers_transaction_commit_with_it);
+async fn audit_rows_written_in_the_callers_transaction_commit_with_it(db: StoreDb) {
     use leasehold_shared::store::{AuditEntry, AuditResult};
-    let db = TestDb::new().await.unwrap();
     let entry = AuditEntry {
         actor: Actor::operator("app"),
         action: "refund".into(),
@@ -1103,12 +1099,12 @@ async fn audit_rows_written_in_the_callers_transaction_commit_with_it() {
         result: AuditResult::Applied,
         detail: None,
     };
-    let mut tx = db.pool.begin().await.unwrap();
-    audit_write(&mut *tx, &entry).await.unwrap();
+    let mut tx = db.begin_write().await.unwrap();
+    tx.audit_write(&entry).await.unwrap();
     tx.rollback().await.unwrap();
-    assert!(audit_rows(&db.pool).await.unwrap().is_empty());
-    let mut tx = db.pool.begin().await.unwrap();
-    audit_write(&mut *tx, &entry).await.unwrap();
+    assert!(db.audit_rows().await.unwrap().is_empty());
+    let mut tx = db.begin_write().await.unwrap();
+    tx.audit_write(&entry).await.unwrap();
     tx.commit().await.unwrap();
     let rows = db
         .store()

@@ -1,7 +1,7 @@
 //! Raw writes for test setup, in either dialect: statements given once for both ([`Sql`]),
 //! row updates built from column values ([`Val`], times relative to the database clock), the
-//! task factory, bulk inserts, and write transactions held open to race the store
-//! ([`WriteTx`]).
+//! task factory, bulk inserts, and write transactions held open to race the store or to
+//! enqueue and audit in a caller's own transaction ([`WriteTx`]).
 //!
 //! Both dialects take `$1`, `$2`, … parameters. A list of ids is an array on PostgreSQL
 //! (`= ANY($1)`) and a JSON array on SQLite (`IN (SELECT value FROM json_each($1))`).
@@ -9,6 +9,8 @@
 use std::borrow::Cow;
 
 use anyhow::{Context, bail};
+use leasehold_shared::InputLimits;
+use leasehold_shared::store::{AuditEntry, Enqueued, NewTask, postgres, sqlite};
 use serde_json::Value;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
@@ -518,9 +520,10 @@ impl StoreDb {
     }
 
     /// Opens a write transaction on a connection of its own, to hold what the store needs
-    /// while a test races it: on SQLite `BEGIN IMMEDIATE` (the database's one write lock, at
-    /// once); on PostgreSQL a READ COMMITTED transaction whose writes (and
-    /// [`WriteTx::lock_tasks`]) take row locks.
+    /// while a test races it, or to stand for an application's own transaction
+    /// ([`WriteTx::enqueue`], [`WriteTx::audit_write`]): on SQLite `BEGIN IMMEDIATE` (the
+    /// database's one write lock, at once); on PostgreSQL a READ COMMITTED transaction whose
+    /// writes (and [`WriteTx::lock_tasks`]) take row locks.
     pub async fn begin_write(&self) -> anyhow::Result<WriteTx> {
         match &self.conn {
             Conn::Pg(db) => Ok(WriteTx::Pg(
@@ -607,6 +610,30 @@ impl WriteTx {
     ) -> anyhow::Result<()> {
         let (sql, args) = attempt_insert(id, epoch, attempt, agent, outcome);
         self.execute(sql, &args).await.map(drop)
+    }
+
+    /// Enqueues `task` in the transaction, as an application enqueues alongside its own
+    /// writes: PostgreSQL `postgres::enqueue::task_enqueue`, SQLite `sqlite::task_enqueue_on`.
+    /// The task exists only if the transaction commits.
+    pub async fn enqueue(
+        &mut self,
+        task: &NewTask,
+        limits: &InputLimits,
+    ) -> leasehold_shared::store::Result<Enqueued> {
+        match self {
+            WriteTx::Pg(tx) => postgres::enqueue::task_enqueue(&mut **tx, task, limits).await,
+            WriteTx::Sqlite(tx) => sqlite::task_enqueue_on(tx, task, limits).await,
+        }
+    }
+
+    /// Writes the audit row `entry` in the transaction: PostgreSQL
+    /// `postgres::operator::audit_write`, SQLite `sqlite::audit_write_on`. The row exists only
+    /// if the transaction commits.
+    pub async fn audit_write(&mut self, entry: &AuditEntry) -> leasehold_shared::store::Result<()> {
+        match self {
+            WriteTx::Pg(tx) => postgres::operator::audit_write(&mut **tx, entry).await,
+            WriteTx::Sqlite(tx) => sqlite::audit_write_on(tx, entry).await,
+        }
     }
 
     /// Commits.
