@@ -26,6 +26,9 @@ impl ExitCode {
                     StoreError::PermissionDenied { .. } => ExitCode::PermissionDenied,
                     StoreError::Busy { .. } => ExitCode::Unreachable,
                     StoreError::Database { .. } if store.is_connection() => ExitCode::Unreachable,
+                    // Refused at connect (PostgreSQL authentication, a SQLite file that cannot
+                    // be opened or is not a database): the database cannot be used.
+                    StoreError::Database { op: "connect", .. } => ExitCode::Unreachable,
                     StoreError::Database {
                         source: sqlx::Error::Database(_),
                         ..

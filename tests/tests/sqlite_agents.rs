@@ -141,3 +141,65 @@ async fn two_agent_processes_on_one_file_run_every_task_exactly_once() {
     store.close().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A SQLite URL that names no usable file is refused with a clear error and changes nothing:
+/// exit 2 for a URL that names no file, exit 3 for a file that cannot be opened or is not a
+/// database (which is left byte for byte as it was).
+#[tokio::test]
+async fn sqlite_urls_that_name_no_usable_file_are_refused_clearly() {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-bad-sqlite-{}-{:x}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let not_a_db = dir.join("notes.txt");
+    std::fs::write(&not_a_db, "not a database\n").unwrap();
+    let bin = leasehold_tests::binary("leasehold-agent").await.unwrap();
+    let cases = [
+        ("sqlite://".to_string(), 2, "names a file"),
+        ("sqlite://:memory:".to_string(), 2, "in-memory"),
+        (
+            format!("sqlite://{}/missing/dir/q.sqlite", dir.display()),
+            3,
+            "unable to open database file",
+        ),
+        (
+            format!("sqlite://{}", not_a_db.display()),
+            3,
+            "file is not a database",
+        ),
+    ];
+    for (url, code, says) in &cases {
+        for command in [
+            vec![
+                "run",
+                "--handlers",
+                "noop",
+                "--listen",
+                "off",
+                "--exit-when-idle",
+            ],
+            vec!["migrate"],
+        ] {
+            let out = std::process::Command::new(&bin)
+                .args(&command)
+                .args(["--database-url", url])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(*code),
+                "{command:?} {url}: {stderr}"
+            );
+            assert!(stderr.contains(says), "{command:?} {url}: {stderr}");
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(&not_a_db).unwrap(),
+        "not a database\n"
+    );
+    assert!(!dir.join("missing").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

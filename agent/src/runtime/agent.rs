@@ -124,7 +124,7 @@ impl AgentBuilder {
                 },
             )
             .await
-            .context("opening the SQLite database")?;
+            .with_context(|| format!("opening the SQLite database {url}"))?;
             // An embedded file is created on first use: give it its schema (safe when several
             // agents start on one file at once).
             store
