@@ -7,7 +7,7 @@
 //! Unknown keys are errors (a typo must not silently fall back to a default):
 //!
 //! ```toml
-//! database_url = "postgres://leasehold@db/leasehold"
+//! database_url = "postgres://leasehold@db/leasehold"   # or "sqlite:///var/lib/leasehold/q.sqlite"
 //! id = "worker-1"
 //! handlers = ["exec", "sleep"]
 //! concurrency = 50
