@@ -179,6 +179,35 @@ pub struct PolicyPatch {
 }
 
 impl PolicyPatch {
+    /// The row `p` with this patch's fields set (the stores write the whole result).
+    pub fn apply_to(&self, mut p: Policy) -> Policy {
+        if let Some(v) = self.max_concurrency {
+            p.max_concurrency = v;
+        }
+        if let Some(v) = self.paused {
+            p.paused = v;
+        }
+        if let Some(v) = self.retry_base {
+            p.retry_base = v;
+        }
+        if let Some(v) = self.retry_multiplier {
+            p.retry_multiplier = v;
+        }
+        if let Some(v) = self.retry_max {
+            p.retry_max = v;
+        }
+        if let Some(v) = self.retry_jitter {
+            p.retry_jitter = v;
+        }
+        if let Some(v) = self.timeout {
+            p.timeout = v;
+        }
+        if let Some(v) = self.slow_threshold {
+            p.slow_threshold = v;
+        }
+        p
+    }
+
     /// Refuses absurd values (and clearing what the global row must keep) before anything is
     /// written.
     pub fn validate(&self, scope: &PolicyScope) -> Result<(), ValidationError> {

@@ -11,7 +11,7 @@ use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
 use super::rows::{agent_id, get, policy, status};
 use super::{enqueue, sql};
 use crate::domain::{
-    Actor, InputLimits, LeaseEpoch, Policy, PolicyPatch, PolicyScope, Role, TaskAction, TaskStatus,
+    Actor, InputLimits, LeaseEpoch, Policy, PolicyScope, Role, TaskAction, TaskStatus,
 };
 use crate::store::params::duration_ms;
 use crate::store::{
@@ -330,34 +330,6 @@ pub(super) async fn task_requeue_dead(pool: &PgPool, params: &RequeueDeadParams)
     Ok(count)
 }
 
-/// Applies a patch to a policy row.
-fn apply_patch(mut p: Policy, patch: &PolicyPatch) -> Policy {
-    if let Some(v) = patch.max_concurrency {
-        p.max_concurrency = v;
-    }
-    if let Some(v) = patch.paused {
-        p.paused = v;
-    }
-    if let Some(v) = patch.retry_base {
-        p.retry_base = v;
-    }
-    if let Some(v) = patch.retry_multiplier {
-        p.retry_multiplier = v;
-    }
-    if let Some(v) = patch.retry_max {
-        p.retry_max = v;
-    }
-    if let Some(v) = patch.retry_jitter {
-        p.retry_jitter = v;
-    }
-    if let Some(v) = patch.timeout {
-        p.timeout = v;
-    }
-    if let Some(v) = patch.slow_threshold {
-        p.slow_threshold = v;
-    }
-    p
-}
 
 pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Result<PolicyChange> {
     params.patch.validate(&params.scope)?;
@@ -391,7 +363,7 @@ pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Resul
         Some(row) => policy(&row)?,
         None => Policy::inherit(params.scope.clone()),
     };
-    let next = apply_patch(before.clone(), &params.patch);
+    let next = params.patch.apply_to(before.clone());
     let ms = |d: Option<std::time::Duration>| d.map(duration_ms);
     let row = sqlx::query(sql::policy_upsert)
         .bind(&key)

@@ -25,6 +25,32 @@ fn stamp(us: i64) -> String {
         .unwrap_or_else(|| us.to_string())
 }
 
+/// Ends waiting task `id` dead with a permanent error `code: message`.
+async fn dead_letter(
+    tx: &mut sqlx::SqliteConnection,
+    id: i64,
+    code: &str,
+    message: String,
+    now: i64,
+    op: &'static str,
+) -> Result<()> {
+    let error = rows::to_text(
+        &json!({"code": code, "message": message, "retryable": false}),
+        "task error",
+    )?;
+    sqlx::query(
+        "UPDATE tasks SET status = 'dead', last_error = ?2, finished_at = ?3, updated_at = ?3 \
+         WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(error)
+    .bind(now)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db(op))?;
+    Ok(())
+}
+
 pub(super) async fn lease_recover_expired(
     pool: &SqlitePool,
     params: &RecoverParams,
@@ -143,24 +169,8 @@ pub(super) async fn task_expire_deadlines(
     for row in &due {
         let id: i64 = get(row, "id")?;
         let deadline: i64 = get(row, "deadline_at")?;
-        let error = rows::to_text(
-            &json!({
-                "code": "deadline_exceeded",
-                "message": format!("deadline {} passed before the task could finish", stamp(deadline)),
-                "retryable": false,
-            }),
-            "task error",
-        )?;
-        sqlx::query(
-            "UPDATE tasks SET status = 'dead', last_error = ?2, finished_at = ?3, updated_at = ?3 \
-             WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(error)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        let message = format!("deadline {} passed before the task could finish", stamp(deadline));
+        dead_letter(&mut tx, id, "deadline_exceeded", message, now, OP).await?;
         ids.push(TaskId(id));
     }
     commit(tx, OP).await?;
@@ -227,24 +237,8 @@ pub(super) async fn task_dead_letter_unserved(
     for row in &unserved {
         let id: i64 = get(row, "id")?;
         let name: String = get(row, "task_type")?;
-        let error = rows::to_text(
-            &json!({
-                "code": "unknown_type",
-                "message": format!("no running agent handles task type {name}"),
-                "retryable": false,
-            }),
-            "task error",
-        )?;
-        sqlx::query(
-            "UPDATE tasks SET status = 'dead', last_error = ?2, finished_at = ?3, updated_at = ?3 \
-             WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(error)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        let message = format!("no running agent handles task type {name}");
+        dead_letter(&mut tx, id, "unknown_type", message, now, OP).await?;
         out.push((TaskId(id), task_type(name)?));
     }
     commit(tx, OP).await?;
