@@ -84,6 +84,25 @@ impl StoreError {
         }
     }
 
+    /// Why an operator action on task `id` in status `before` changed nothing: the state
+    /// machine's refusal, or — when the state machine would have allowed it — bad database
+    /// state (`what` is the action, `done` its past tense).
+    pub fn refused(
+        id: TaskId,
+        before: crate::domain::TaskStatus,
+        action: crate::domain::TaskAction,
+        what: &'static str,
+        done: &str,
+    ) -> StoreError {
+        match before.apply(action) {
+            Err(source) => StoreError::Transition { id, source },
+            Ok(_) => StoreError::Corrupt {
+                what,
+                detail: format!("task {id} in {before} was not {done}"),
+            },
+        }
+    }
+
     /// True when retrying may succeed: the database could not be reached, the connection
     /// broke, or the operation was busy — as opposed to a refused statement.
     pub fn is_connection(&self) -> bool {

@@ -204,17 +204,13 @@ pub(super) async fn task_cancel(pool: &PgPool, params: &CancelParams) -> Result<
             Ok(CancelOutcome::Requested { owner, epoch })
         }
         _ => {
-            let refusal = before
-                .apply(TaskAction::RequestCancel)
-                .err()
-                .map(|source| StoreError::Transition {
-                    id: params.id,
-                    source,
-                })
-                .unwrap_or_else(|| StoreError::Corrupt {
-                    what: "cancel",
-                    detail: format!("task {} in {before} was not cancelled", params.id),
-                });
+            let refusal = StoreError::refused(
+                params.id,
+                before,
+                TaskAction::RequestCancel,
+                "cancel",
+                "cancelled",
+            );
             entry.detail = Some(refusal.to_string());
             Err(refusal)
         }
@@ -258,17 +254,13 @@ pub(super) async fn task_requeue(pool: &PgPool, params: &RequeueParams) -> Resul
                     previous: before,
                 })
             } else {
-                Err(before
-                    .apply(TaskAction::Requeue)
-                    .err()
-                    .map(|source| StoreError::Transition {
-                        id: params.id,
-                        source,
-                    })
-                    .unwrap_or_else(|| StoreError::Corrupt {
-                        what: "requeue",
-                        detail: format!("task {} in {before} was not requeued", params.id),
-                    }))
+                Err(StoreError::refused(
+                    params.id,
+                    before,
+                    TaskAction::Requeue,
+                    "requeue",
+                    "requeued",
+                ))
             }
         }
     };
@@ -329,7 +321,6 @@ pub(super) async fn task_requeue_dead(pool: &PgPool, params: &RequeueDeadParams)
     commit(tx, "task_requeue_dead").await?;
     Ok(count)
 }
-
 
 pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Result<PolicyChange> {
     params.patch.validate(&params.scope)?;

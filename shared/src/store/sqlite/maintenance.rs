@@ -169,7 +169,10 @@ pub(super) async fn task_expire_deadlines(
     for row in &due {
         let id: i64 = get(row, "id")?;
         let deadline: i64 = get(row, "deadline_at")?;
-        let message = format!("deadline {} passed before the task could finish", stamp(deadline));
+        let message = format!(
+            "deadline {} passed before the task could finish",
+            stamp(deadline)
+        );
         dead_letter(&mut tx, id, "deadline_exceeded", message, now, OP).await?;
         ids.push(TaskId(id));
     }

@@ -210,17 +210,13 @@ pub(super) async fn task_cancel(pool: &SqlitePool, params: &CancelParams) -> Res
             Ok(CancelOutcome::AlreadyRequested { owner, epoch })
         }
         _ => {
-            let refusal = before
-                .apply(TaskAction::RequestCancel)
-                .err()
-                .map(|source| StoreError::Transition {
-                    id: params.id,
-                    source,
-                })
-                .unwrap_or_else(|| StoreError::Corrupt {
-                    what: "cancel",
-                    detail: format!("task {} in {before} was not cancelled", params.id),
-                });
+            let refusal = StoreError::refused(
+                params.id,
+                before,
+                TaskAction::RequestCancel,
+                "cancel",
+                "cancelled",
+            );
             entry.detail = Some(refusal.to_string());
             Err(refusal)
         }
@@ -282,17 +278,13 @@ pub(super) async fn task_requeue(
                     previous: before,
                 })
             } else {
-                Err(before
-                    .apply(TaskAction::Requeue)
-                    .err()
-                    .map(|source| StoreError::Transition {
-                        id: params.id,
-                        source,
-                    })
-                    .unwrap_or_else(|| StoreError::Corrupt {
-                        what: "requeue",
-                        detail: format!("task {} in {before} was not requeued", params.id),
-                    }))
+                Err(StoreError::refused(
+                    params.id,
+                    before,
+                    TaskAction::Requeue,
+                    "requeue",
+                    "requeued",
+                ))
             }
         }
     };
@@ -383,7 +375,6 @@ pub(super) async fn task_requeue_dead(
     commit(tx, OP).await?;
     Ok(count)
 }
-
 
 /// A policy change. The write lock orders it against every claim: a claim either committed
 /// before it (and is counted by the next one) or starts after it and reads the new limit.
