@@ -23,7 +23,8 @@ pub const CONCURRENCY: u32 = 8;
 pub const LEASE_TTL: Duration = Duration::from_secs(10);
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
 pub const GRACE: Duration = Duration::from_secs(3);
-/// SQLite has no NOTIFY: agents poll, and this bounds the pickup delay.
+/// The fallback claim poll (on SQLite the file watcher wakes claimers within ~20 ms) and the
+/// maintenance tick, short so recovery and retries show quickly.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// Quitting should be quick: long tasks are released, not waited for.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
