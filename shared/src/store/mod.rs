@@ -23,6 +23,7 @@
 //! expiry in the statement that changes the row, so it never touches a finished or newer row.
 
 mod any;
+mod audit;
 mod error;
 pub mod explain;
 pub mod outcomes;

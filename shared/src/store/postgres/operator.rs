@@ -4,15 +4,13 @@
 //! (result `failed`) and changes nothing else. A viewer is refused before anything changes, with
 //! a `denied` row of its own. Input refused by validation writes nothing at all.
 
-use serde_json::json;
 use sqlx::types::Json;
 use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
 
 use super::rows::{agent_id, get, policy, status};
 use super::{enqueue, sql};
-use crate::domain::{
-    Actor, InputLimits, LeaseEpoch, Policy, PolicyScope, Role, TaskAction, TaskStatus,
-};
+use crate::domain::{Actor, InputLimits, LeaseEpoch, Policy, TaskAction, TaskStatus};
+use crate::store::audit;
 use crate::store::params::duration_ms;
 use crate::store::{
     AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued,
@@ -49,22 +47,11 @@ async fn authorize_with(
     target: String,
     params: Option<serde_json::Value>,
 ) -> Result<()> {
-    if actor.role != Role::Viewer {
+    let Some((entry, denied)) = audit::viewer_denial(actor, action, target, params) else {
         return Ok(());
-    }
-    let entry = AuditEntry {
-        actor: actor.clone(),
-        action: action.to_string(),
-        target,
-        params,
-        result: AuditResult::Denied,
-        detail: Some("viewer tokens may watch and list only".into()),
     };
     audit_write(pool, &entry).await?;
-    Err(StoreError::PermissionDenied {
-        action: action.to_string(),
-        actor: actor.name.clone(),
-    })
+    Err(denied)
 }
 
 async fn begin(pool: &PgPool, op: &'static str) -> Result<Transaction<'static, Postgres>> {
@@ -90,11 +77,7 @@ pub(super) async fn task_enqueue_audited(
 ) -> Result<Enqueued> {
     const OP: &str = "task_enqueue_audited";
     let valid = params.task.validate(limits)?;
-    let audit_params = json!({
-        "task_type": valid.task_type,
-        "priority": valid.priority,
-        "idempotency_key": valid.idempotency_key,
-    });
+    let audit_params = audit::enqueue_params(&valid);
     authorize_with(
         pool,
         &params.actor,
@@ -119,23 +102,7 @@ pub(super) async fn task_enqueue_audited(
             detail: "idempotency key kept conflicting with an invisible row".into(),
         });
     };
-    let entry = AuditEntry {
-        actor: params.actor.clone(),
-        action: "enqueue".into(),
-        target: format!("task:{}", done.id),
-        params: Some(audit_params),
-        result: if done.created {
-            AuditResult::Applied
-        } else {
-            AuditResult::Noop
-        },
-        detail: (!done.created).then(|| {
-            format!(
-                "idempotency key already used by task {}; nothing enqueued",
-                done.id
-            )
-        }),
-    };
+    let entry = audit::enqueue_entry(&params.actor, &done, audit_params);
     audit_write(&mut *tx, &entry).await?;
     commit(tx, OP).await?;
     Ok(done)
@@ -300,23 +267,7 @@ pub(super) async fn task_requeue_dead(pool: &PgPool, params: &RequeueDeadParams)
         .await
         .map_err(StoreError::db("task_requeue_dead"))?;
     let count = u64::try_from(get::<i64>(&row, "count")?).unwrap_or(0);
-    let filter = serde_json::to_value(f).unwrap_or(serde_json::Value::Null);
-    let entry = AuditEntry {
-        actor: params.actor.clone(),
-        action: if params.dry_run {
-            "requeue_dead_dry_run".into()
-        } else {
-            "requeue_dead".into()
-        },
-        target: "dead-letter queue".into(),
-        params: Some(json!({ "filter": filter, "dry_run": params.dry_run })),
-        result: if params.dry_run || count == 0 {
-            AuditResult::Noop
-        } else {
-            AuditResult::Applied
-        },
-        detail: Some(format!("{count} matching")),
-    };
+    let entry = audit::requeue_dead_entry(&params.actor, f, params.dry_run, count);
     audit_write(&mut *tx, &entry).await?;
     commit(tx, "task_requeue_dead").await?;
     Ok(count)
@@ -334,14 +285,13 @@ pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Resul
     if let Err(error) = guard {
         // The transaction is aborted; record the attempt on its own so no action goes unaudited.
         drop(tx);
-        let entry = AuditEntry {
-            actor: params.actor.clone(),
-            action: "policy_set".into(),
-            target: format!("policy:{key}"),
-            params: serde_json::to_value(&params.patch).ok(),
-            result: AuditResult::Failed,
-            detail: Some(error.to_string()),
-        };
+        let entry = audit::policy_entry(
+            &params.actor,
+            &params.scope,
+            &params.patch,
+            AuditResult::Failed,
+            Some(error.to_string()),
+        );
         audit_write(pool, &entry).await?;
         return Err(error);
     }
@@ -373,21 +323,12 @@ pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Resul
         .await
         .map_err(StoreError::db("policy_set"))?;
     let stored = policy(&row)?;
-    let entry = AuditEntry {
-        actor: params.actor.clone(),
-        action: "policy_set".into(),
-        target: match &params.scope {
-            PolicyScope::Global => "policy:*".into(),
-            PolicyScope::Type(t) => format!("policy:{t}"),
-        },
-        params: serde_json::to_value(&params.patch).ok(),
-        result: if stored == before {
-            AuditResult::Noop
-        } else {
-            AuditResult::Applied
-        },
-        detail: None,
+    let result = if stored == before {
+        AuditResult::Noop
+    } else {
+        AuditResult::Applied
     };
+    let entry = audit::policy_entry(&params.actor, &params.scope, &params.patch, result, None);
     audit_write(&mut *tx, &entry).await?;
     commit(tx, "policy_set").await?;
     Ok(PolicyChange {
