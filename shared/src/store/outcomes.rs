@@ -305,3 +305,42 @@ pub struct TypeCounts {
     pub limit: Option<u32>,
     pub paused: bool,
 }
+
+/// One row of an overview statement, decoded by a store: the global policy (the row named
+/// `*`) or a task type's counts.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OverviewRow {
+    Global { limit: Option<u32>, paused: bool },
+    Type(TypeCounts),
+}
+
+impl Overview {
+    /// The overview of `rows` (in statement order: the global row first, then types by name),
+    /// keeping at most [`OVERVIEW_TYPES_CAP`] types and saying when more were left out.
+    pub(crate) fn from_rows(
+        now: DateTime<Utc>,
+        rows: impl IntoIterator<Item = crate::store::Result<OverviewRow>>,
+    ) -> crate::store::Result<Overview> {
+        let mut overview = Overview {
+            types: Vec::new(),
+            truncated: false,
+            global_limit: None,
+            global_paused: false,
+            now,
+        };
+        for row in rows {
+            match row? {
+                OverviewRow::Global { limit, paused } => {
+                    overview.global_limit = limit;
+                    overview.global_paused = paused;
+                }
+                OverviewRow::Type(_) if overview.types.len() == OVERVIEW_TYPES_CAP => {
+                    overview.truncated = true;
+                    break;
+                }
+                OverviewRow::Type(counts) => overview.types.push(counts),
+            }
+        }
+        Ok(overview)
+    }
+}

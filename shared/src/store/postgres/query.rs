@@ -8,8 +8,8 @@ use super::{secs, sql};
 use crate::domain::{Policy, TaskError, TaskId, TaskStatus};
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, ExplainFacts, LimitUse, blockers};
 use crate::store::{
-    AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result,
-    StoreError, TaskDetail, TaskListParams, TaskPage, TypeCounts,
+    AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview,
+    OverviewRow, Result, StoreError, TaskDetail, TaskListParams, TaskPage, TypeCounts,
 };
 
 pub(super) async fn task_list(pool: &PgPool, params: &TaskListParams) -> Result<TaskPage> {
@@ -120,33 +120,21 @@ pub(super) async fn task_overview(pool: &PgPool) -> Result<Overview> {
     let limit = |row| -> Result<Option<u32>> {
         Ok(get::<Option<i32>>(row, "max_concurrency")?.map(|n| u32::try_from(n).unwrap_or(0)))
     };
-    let mut overview = Overview {
-        types: Vec::with_capacity(rows.len()),
-        truncated: false,
-        global_limit: None,
-        global_paused: false,
-        now: match rows.first() {
-            Some(row) => get(row, "db_now")?,
-            None => {
-                return Err(StoreError::Corrupt {
-                    what: "task_overview",
-                    detail: "no global policy row".into(),
-                });
-            }
-        },
+    let Some(first) = rows.first() else {
+        return Err(StoreError::Corrupt {
+            what: "task_overview",
+            detail: "no global policy row".into(),
+        });
     };
-    for row in &rows {
+    let decode = |row| -> Result<OverviewRow> {
         let name: &str = get(row, "task_type")?;
         if name == "*" {
-            overview.global_limit = limit(row)?;
-            overview.global_paused = get(row, "paused")?;
-            continue;
+            return Ok(OverviewRow::Global {
+                limit: limit(row)?,
+                paused: get(row, "paused")?,
+            });
         }
-        if overview.types.len() == OVERVIEW_TYPES_CAP {
-            overview.truncated = true;
-            break;
-        }
-        overview.types.push(TypeCounts {
+        Ok(OverviewRow::Type(TypeCounts {
             task_type: task_type(name.to_string())?,
             queued: count(row, "queued")?,
             scheduled: count(row, "scheduled")?,
@@ -157,9 +145,9 @@ pub(super) async fn task_overview(pool: &PgPool) -> Result<Overview> {
             dead_last_minute: count(row, "dead_last_minute")?,
             limit: limit(row)?,
             paused: get(row, "paused")?,
-        });
-    }
-    Ok(overview)
+        }))
+    };
+    Overview::from_rows(get(first, "db_now")?, rows.iter().map(decode))
 }
 
 pub(super) async fn policy_list(pool: &PgPool) -> Result<Vec<Policy>> {

@@ -8,8 +8,8 @@ use super::{commit, json_list, read_tx};
 use crate::domain::{Policy, TaskError, TaskId};
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, ExplainFacts, LimitUse, blockers};
 use crate::store::{
-    AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result,
-    StoreError, TaskDetail, TaskListParams, TaskPage, TypeCounts,
+    AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview,
+    OverviewRow, Result, StoreError, TaskDetail, TaskListParams, TaskPage, TypeCounts,
 };
 
 const POLICY_COLUMNS: &str = "scope, max_concurrency, paused, retry_base_ms, retry_multiplier, \
@@ -264,25 +264,15 @@ pub(super) async fn task_overview(pool: &SqlitePool) -> Result<Overview> {
             detail: "no global policy row".into(),
         });
     }
-    let mut overview = Overview {
-        types: Vec::with_capacity(found.len()),
-        truncated: false,
-        global_limit: None,
-        global_paused: false,
-        now: rows::time(now, "now")?,
-    };
-    for row in &found {
+    let decode = |row| -> Result<OverviewRow> {
         let name: &str = get(row, "task_type")?;
         if name == "*" {
-            overview.global_limit = limit(row)?;
-            overview.global_paused = get(row, "paused")?;
-            continue;
+            return Ok(OverviewRow::Global {
+                limit: limit(row)?,
+                paused: get(row, "paused")?,
+            });
         }
-        if overview.types.len() == OVERVIEW_TYPES_CAP {
-            overview.truncated = true;
-            break;
-        }
-        overview.types.push(TypeCounts {
+        Ok(OverviewRow::Type(TypeCounts {
             task_type: task_type(name.to_string())?,
             queued: count(row, "queued")?,
             scheduled: count(row, "scheduled")?,
@@ -293,7 +283,7 @@ pub(super) async fn task_overview(pool: &SqlitePool) -> Result<Overview> {
             dead_last_minute: count(row, "dead_last_minute")?,
             limit: limit(row)?,
             paused: get(row, "paused")?,
-        });
-    }
-    Ok(overview)
+        }))
+    };
+    Overview::from_rows(rows::time(now, "now")?, found.iter().map(decode))
 }
