@@ -87,6 +87,74 @@ async fn every_process_start_gets_its_own_agent_id(db: StoreDb) {
     db.drop_db().await.unwrap();
 }
 
+conformance!(silent_and_stopped_agents_drop_out_of_the_list_after_an_hour);
+async fn silent_and_stopped_agents_drop_out_of_the_list_after_an_hour(db: StoreDb) {
+    // A crashed agent (kill -9) never marks itself stopped: its row stays `running` with an
+    // old heartbeat. The registry shows it (as down) for an hour, then no more, as it does a
+    // stopped one.
+    let store = db.store();
+    let mut ids = Vec::new();
+    for name in [
+        "live",
+        "crashed-recently",
+        "crashed-long-ago",
+        "stopped-recently",
+        "stopped-long-ago",
+    ] {
+        ids.push(store.agent_register(register(name)).await.unwrap().id);
+    }
+    let set = |secs: f64| [("heartbeat_at", Val::At(secs))];
+    assert_eq!(
+        db.update(Rows::Agent(ids[1].as_str()), &set(-50.0 * 60.0))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        db.update(Rows::Agent(ids[2].as_str()), &set(-61.0 * 60.0))
+            .await
+            .unwrap(),
+        1
+    );
+    for id in &ids[3..] {
+        store.agent_mark_stopped(id.clone()).await.unwrap();
+    }
+    let long_ago = [
+        ("heartbeat_at", Val::At(-2.0 * 3600.0)),
+        ("stopped_at", Val::At(-61.0 * 60.0)),
+    ];
+    assert_eq!(
+        db.update(Rows::Agent(ids[4].as_str()), &long_ago)
+            .await
+            .unwrap(),
+        1
+    );
+
+    let listed: HashSet<AgentId> = store
+        .agent_list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    let expected: HashSet<AgentId> = [&ids[0], &ids[1], &ids[3]].into_iter().cloned().collect();
+    assert_eq!(listed, expected);
+    // The row is kept: a silent agent that comes back (SIGCONT after an hour) is listed again.
+    assert!(
+        store
+            .agent_heartbeat(AgentHeartbeatParams {
+                id: ids[2].clone(),
+                state: AgentState::Running,
+                active: 0,
+                local_concurrency: 8,
+            })
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.agent_list().await.unwrap().len(), 4);
+    db.drop_db().await.unwrap();
+}
+
 conformance!(leadership_is_fenced_by_term_and_moves_only_after_grace);
 async fn leadership_is_fenced_by_term_and_moves_only_after_grace(db: StoreDb) {
     let store = db.store();

@@ -1,14 +1,17 @@
 //! Domain types shared by every part of Leasehold: ids, task types, statuses and the state
-//! machine, tasks and attempts, policies, and input validation.
+//! machine, tasks and attempts, policies, cron schedules, and input validation.
 
 pub mod ids;
 pub mod policy;
+pub mod schedule;
+pub mod shard;
 pub mod status;
 pub mod task;
 pub mod validate;
 
 pub use ids::{AgentId, LeaseEpoch, LeaseKey, TaskId, TaskType};
 pub use policy::{Policy, PolicyPatch, PolicyScope, RetryPolicy};
+pub use schedule::{CronExpr, MissedTicks, Schedule, ScheduleBuilder, ScheduleName};
 pub use status::{TaskAction, TaskStatus, TransitionError};
 pub use task::{Actor, Attempt, AttemptOutcome, Progress, Role, Task, TaskError};
 pub use validate::{InputLimits, ValidationError};

@@ -19,6 +19,21 @@ pub enum StoreError {
     /// No task with that id.
     #[error("task {0} does not exist")]
     NotFound(TaskId),
+    /// No schedule with that name.
+    #[error("schedule {0:?} does not exist")]
+    ScheduleNotFound(String),
+    /// A different schedule already has that name; nothing changed.
+    #[error("schedule {name:?} already exists {detail}; nothing changed (replace it to overwrite)")]
+    ScheduleExists { name: String, detail: String },
+    /// No lock with that name.
+    #[error("lock {0:?} does not exist")]
+    LockNotFound(String),
+    /// No shard group with that name.
+    #[error("shard group {0:?} does not exist (create it with `leasehold shards create`)")]
+    ShardGroupNotFound(String),
+    /// The group exists with another shard count; nothing changed.
+    #[error("shard group {name:?} already exists with {count} shards; nothing changed")]
+    ShardGroupExists { name: String, count: u32 },
     /// The task is in a state the action cannot leave; nothing changed.
     #[error("task {id}: {source}")]
     Transition {

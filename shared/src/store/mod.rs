@@ -29,7 +29,11 @@ pub mod explain;
 pub mod outcomes;
 pub mod params;
 pub mod postgres;
+pub mod resources;
+pub mod schedules;
 pub mod sqlite;
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -38,6 +42,17 @@ pub use any::AnyStore;
 pub use error::{Result, StoreError};
 pub use outcomes::*;
 pub use params::*;
+pub use resources::{
+    GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing, LockName,
+    ResourceHolderParams, ResourceRecord, ResourceRenewOutcome, ResourceRenewParams, ResourceState,
+    ShardAcquireParams, ShardGroupCreateParams, ShardGroupCreated, ShardGroupRecord,
+    ShardGroupView, ShardJoinParams, ShardMemberRecord,
+};
+pub use schedules::{
+    FireReport, FiredTick, LeaderRecord, ScheduleAddOutcome, ScheduleAddParams, ScheduleAdded,
+    ScheduleEnableParams, ScheduleEnabled, ScheduleFireParams, ScheduleListing, ScheduleNameParams,
+    ScheduleRecord, ScheduleTriggered, ScheduleWriteMode, UnreadableSchedule,
+};
 
 use crate::domain::{AgentId, Policy, PolicyScope, TaskId, TaskType};
 
@@ -109,7 +124,9 @@ pub trait Store: Send + Sync + 'static {
     async fn agent_register(&self, params: AgentRegisterParams) -> Result<AgentRecord>;
     /// Registry heartbeat; false when the agent is unknown or marked stopped.
     async fn agent_heartbeat(&self, params: AgentHeartbeatParams) -> Result<bool>;
-    /// Agents that are not stopped, plus those stopped within the last hour.
+    /// Agents heard from within the last hour (a crashed agent, which never marks itself
+    /// stopped, drops out an hour after its last registry heartbeat), plus those stopped
+    /// within the last hour.
     async fn agent_list(&self) -> Result<Vec<AgentRecord>>;
     /// Mark an agent stopped.
     async fn agent_mark_stopped(&self, id: AgentId) -> Result<()>;
@@ -120,6 +137,81 @@ pub trait Store: Send + Sync + 'static {
     async fn leader_renew(&self, params: LeaderRenewParams) -> Result<HolderWrite>;
     /// Give leadership up (fenced by term).
     async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite>;
+    /// The `leader` lease row.
+    async fn leader_get(&self) -> Result<Option<LeaderRecord>>;
+
+    /// Every schedule by name, with the status of its last task; rows that cannot be read
+    /// are listed apart, with why.
+    async fn schedule_list(&self) -> Result<ScheduleListing>;
+    /// Create, replace or declare a schedule (audited; a declaration that changed nothing is
+    /// not, since every agent start declares again);
+    /// [`StoreError::ScheduleExists`] when [`ScheduleWriteMode::Create`] meets a different
+    /// one (audited as `failed`). Its first tick is the first after the database's now.
+    async fn schedule_add(&self, params: ScheduleAddParams) -> Result<ScheduleAdded>;
+    /// Delete a schedule (audited); its tasks stay. Returns it as it was (`None` when its row
+    /// could not be read: bad database state is deleted too). [`StoreError::ScheduleNotFound`]
+    /// when there is none.
+    async fn schedule_remove(&self, params: ScheduleNameParams) -> Result<Option<ScheduleRecord>>;
+    /// Enable or disable a schedule (audited). Enabling fires from the first tick after now.
+    async fn schedule_set_enabled(&self, params: ScheduleEnableParams) -> Result<ScheduleEnabled>;
+    /// Fire a schedule now, once, outside its cron (audited), enabled or not.
+    async fn schedule_trigger(&self, params: ScheduleNameParams) -> Result<ScheduleTriggered>;
+    /// The leader's firing pass: one task per due tick, fenced by the leader's term (nothing
+    /// fires and `fenced` is set when the caller does not hold the leader lease).
+    async fn schedule_fire_due(&self, params: ScheduleFireParams) -> Result<FireReport>;
+
+    /// Take a lock, or extend it when the holder holds it already (same token); refused (not
+    /// an error: `acquired` false, the current holding returned) while someone else holds it,
+    /// until its `lease_until + grace` (or `lock_at_most_until`, or after a release, its
+    /// `lock_at_least_until`). Each new holding gets the next token and a history row.
+    async fn lock_acquire(&self, params: LockAcquireParams) -> Result<LockAcquired>;
+    /// Renew one lease (a lock or a shard) by its holder (fenced): `None` when holder or
+    /// token no longer match, or it was released, or `lock_at_most_until` passed.
+    async fn resource_renew(&self, params: ResourceHolderParams) -> Result<Option<ResourceRecord>>;
+    /// Give one lease back (fenced). Before `lock_at_least_until` it stays held until then
+    /// (state released); otherwise it is free at once. Returns the row after, `None` when
+    /// fenced.
+    async fn resource_release(
+        &self,
+        params: ResourceHolderParams,
+    ) -> Result<Option<ResourceRecord>>;
+    /// An operator frees a lock whoever holds it (audited); the token stays, so the next
+    /// holding gets a higher one and the old holder's writes are fenced.
+    /// [`StoreError::LockNotFound`] when there is no such lock.
+    async fn lock_force_release(&self, params: LockForceReleaseParams) -> Result<ResourceRecord>;
+    /// Every lock (not shards), by name, with its moves in the last hour.
+    async fn lock_list(&self) -> Result<LockListing>;
+    /// Renew, in one statement per table, the holder's leases and group memberships.
+    async fn resource_renew_many(
+        &self,
+        params: ResourceRenewParams,
+    ) -> Result<ResourceRenewOutcome>;
+
+    /// Declare a group of shards (audited): its shard rows are created free.
+    /// [`StoreError::ShardGroupExists`] when it exists with another count.
+    async fn shard_group_create(&self, params: ShardGroupCreateParams)
+    -> Result<ShardGroupCreated>;
+    /// Every group by name, with counts (`grace`: how long a member counts past its lease).
+    async fn shard_group_list(
+        &self,
+        grace: Duration,
+    ) -> Result<(Vec<ShardGroupRecord>, DateTime<Utc>)>;
+    /// One group with its shards and members; `None` when there is no such group.
+    async fn shard_group_get(
+        &self,
+        group: GroupName,
+        grace: Duration,
+    ) -> Result<Option<ShardGroupView>>;
+    /// Join a group (or renew the membership). [`StoreError::ShardGroupNotFound`] when there is
+    /// no such group.
+    async fn shard_join(&self, params: ShardJoinParams) -> Result<()>;
+    /// Leave a group (the membership row goes; the member's shards are not touched).
+    async fn shard_leave(&self, group: GroupName, member: AgentId) -> Result<()>;
+    /// Take one shard when it is free or takeable (as [`Store::lock_acquire`] decides); the
+    /// new token, or `None` when someone else holds it.
+    async fn shard_acquire(&self, params: ShardAcquireParams) -> Result<Option<i64>>;
+    /// Delete history rows older than `older_than`; returns how many went.
+    async fn resource_history_prune(&self, older_than: Duration) -> Result<u64>;
 
     /// Write an audit row on its own (e.g. a denied call).
     async fn audit_record(&self, entry: AuditEntry) -> Result<()>;

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use anyhow::{Context, bail};
 use leasehold_shared::InputLimits;
-use leasehold_shared::store::{AuditEntry, Enqueued, NewTask, postgres, sqlite};
+use leasehold_shared::store::{AuditEntry, Enqueued, HolderWrite, NewTask, postgres, sqlite};
 use serde_json::Value;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
@@ -145,6 +145,14 @@ pub enum Rows<'a> {
     Leader,
     /// The `policies` row of this scope (`*` is the global one).
     Policy(&'a str),
+    /// The `schedules` row of this name.
+    Schedule(&'a str),
+    /// The `resource_leases` row of this name (a lock, or a shard `<group>#<n>`).
+    Resource(&'a str),
+    /// The `shard_members` row of (group, member).
+    ShardMember(&'a str, &'a str),
+    /// The `resource_lease_history` row of (lease name, token).
+    ResourceHistory(&'a str, i64),
 }
 
 /// `$n` as a time `secs` from now (`$n` binds the seconds as a float).
@@ -218,6 +226,32 @@ fn update_sql(
         Rows::Policy(scope) => {
             args.push(Arg::Text(scope.to_string()));
             ("policies", format!(" WHERE scope = ${}", args.len()))
+        }
+        Rows::Schedule(name) => {
+            args.push(Arg::Text(name.to_string()));
+            ("schedules", format!(" WHERE name = ${}", args.len()))
+        }
+        Rows::Resource(name) => {
+            args.push(Arg::Text(name.to_string()));
+            ("resource_leases", format!(" WHERE name = ${}", args.len()))
+        }
+        Rows::ShardMember(group, member) => {
+            args.push(Arg::Text(group.to_string()));
+            args.push(Arg::Text(member.to_string()));
+            let n = args.len();
+            (
+                "shard_members",
+                format!(" WHERE group_name = ${} AND member = ${n}", n - 1),
+            )
+        }
+        Rows::ResourceHistory(name, token) => {
+            args.push(Arg::Text(name.to_string()));
+            args.push(Arg::Int(token));
+            let n = args.len();
+            (
+                "resource_lease_history",
+                format!(" WHERE name = ${} AND token = ${n}", n - 1),
+            )
         }
     };
     Ok((
@@ -633,6 +667,21 @@ impl WriteTx {
         match self {
             WriteTx::Pg(tx) => postgres::operator::audit_write(&mut **tx, entry).await,
             WriteTx::Sqlite(tx) => sqlite::audit_write_on(tx, entry).await,
+        }
+    }
+
+    /// Fences the transaction's writes by resource lease `name` held by `holder` with
+    /// `token`, as an application does: PostgreSQL `postgres::resource_fence`, SQLite
+    /// `sqlite::resource_fence` (this transaction is `BEGIN IMMEDIATE` there).
+    pub async fn resource_fence(
+        &mut self,
+        name: &str,
+        holder: &str,
+        token: i64,
+    ) -> leasehold_shared::store::Result<HolderWrite> {
+        match self {
+            WriteTx::Pg(tx) => postgres::resource_fence(tx, name, holder, token).await,
+            WriteTx::Sqlite(tx) => sqlite::resource_fence(tx, name, holder, token).await,
         }
     }
 

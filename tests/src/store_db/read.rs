@@ -174,6 +174,24 @@ impl StoreDb {
         }
     }
 
+    /// `(owner, token)` of every history row of resource lease `name`, by token.
+    pub async fn resource_history(&self, name: &str) -> anyhow::Result<Vec<(String, i64)>> {
+        let sql = "SELECT owner, token FROM resource_lease_history WHERE name = $1 ORDER BY token";
+        let context = || format!("reading the history of {name}");
+        match &self.conn {
+            Conn::Pg(db) => sqlx::query_as(sql)
+                .bind(name)
+                .fetch_all(&db.pool)
+                .await
+                .with_context(context),
+            Conn::Sqlite(db) => sqlx::query_as(sql)
+                .bind(name)
+                .fetch_all(db.pool())
+                .await
+                .with_context(context),
+        }
+    }
+
     /// `(task type, started, finished)` of every attempt, in microseconds of database time:
     /// the lease intervals a concurrency ledger checks.
     pub async fn attempt_intervals(&self) -> anyhow::Result<Vec<(String, i64, i64)>> {

@@ -15,7 +15,9 @@ mod maintenance;
 pub mod operator;
 mod query;
 mod registry;
+mod resources;
 mod rows;
+mod schedules;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -25,6 +27,17 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
+use super::resources::{
+    GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing,
+    ResourceHolderParams, ResourceRecord, ResourceRenewOutcome, ResourceRenewParams,
+    ShardAcquireParams, ShardGroupCreateParams, ShardGroupCreated, ShardGroupRecord,
+    ShardGroupView, ShardJoinParams,
+};
+use super::schedules::{
+    FireReport, LeaderRecord, ScheduleAddParams, ScheduleAdded, ScheduleEnableParams,
+    ScheduleEnabled, ScheduleFireParams, ScheduleListing, ScheduleNameParams, ScheduleRecord,
+    ScheduleTriggered,
+};
 use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
@@ -39,6 +52,8 @@ use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType}
 
 /// The embedded PostgreSQL migrations (`migrations/postgres/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+pub use resources::resource_fence;
 
 /// The NOTIFY channel enqueues and requeues signal (a hint: agents poll as well).
 pub const NOTIFY_CHANNEL: &str = "leasehold_tasks";
@@ -91,12 +106,43 @@ pub(crate) mod sql {
             leader_attempt_elect,
             leader_renew,
             leader_resign,
+            leader_get,
+            leader_check,
+            schedule_list,
+            schedule_get,
+            schedule_lock,
+            schedule_insert,
+            schedule_update,
+            schedule_delete,
+            schedule_set_enabled,
+            schedule_set_last_task,
+            schedule_due,
+            schedule_fired,
+            schedule_next_due,
             audit_insert,
             audit_list,
             task_get,
             task_attempts,
             task_explain,
             task_overview,
+            resource_get_for_update,
+            resource_take,
+            lock_insert,
+            resource_renew,
+            resource_renew_many,
+            resource_release,
+            lock_force_release,
+            lock_list,
+            resource_moves,
+            shard_group_list,
+            shard_group_lock,
+            shard_group_insert,
+            shard_list,
+            shard_member_list,
+            shard_join,
+            shard_leave,
+            resource_history_prune,
+            resource_fence,
         );
     }
     pub use names::*;
@@ -429,6 +475,102 @@ impl Store for PgStore {
 
     async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite> {
         registry::leader_resign(&self.pool, &owner, term).await
+    }
+
+    async fn leader_get(&self) -> Result<Option<LeaderRecord>> {
+        schedules::leader_get(&self.pool).await
+    }
+
+    async fn lock_acquire(&self, params: LockAcquireParams) -> Result<LockAcquired> {
+        resources::lock_acquire(&self.pool, &params).await
+    }
+
+    async fn resource_renew(&self, params: ResourceHolderParams) -> Result<Option<ResourceRecord>> {
+        resources::resource_renew(&self.pool, &params).await
+    }
+
+    async fn resource_release(
+        &self,
+        params: ResourceHolderParams,
+    ) -> Result<Option<ResourceRecord>> {
+        resources::resource_release(&self.pool, &params).await
+    }
+
+    async fn lock_force_release(&self, params: LockForceReleaseParams) -> Result<ResourceRecord> {
+        resources::lock_force_release(&self.pool, &params).await
+    }
+
+    async fn lock_list(&self) -> Result<LockListing> {
+        resources::lock_list(&self.pool).await
+    }
+
+    async fn resource_renew_many(
+        &self,
+        params: ResourceRenewParams,
+    ) -> Result<ResourceRenewOutcome> {
+        resources::resource_renew_many(&self.pool, &params).await
+    }
+
+    async fn shard_group_create(
+        &self,
+        params: ShardGroupCreateParams,
+    ) -> Result<ShardGroupCreated> {
+        resources::shard_group_create(&self.pool, &params).await
+    }
+
+    async fn shard_group_list(
+        &self,
+        grace: Duration,
+    ) -> Result<(Vec<ShardGroupRecord>, DateTime<Utc>)> {
+        resources::shard_group_list(&self.pool, grace).await
+    }
+
+    async fn shard_group_get(
+        &self,
+        group: GroupName,
+        grace: Duration,
+    ) -> Result<Option<ShardGroupView>> {
+        resources::shard_group_get(&self.pool, &group, grace).await
+    }
+
+    async fn shard_join(&self, params: ShardJoinParams) -> Result<()> {
+        resources::shard_join(&self.pool, &params).await
+    }
+
+    async fn shard_leave(&self, group: GroupName, member: AgentId) -> Result<()> {
+        resources::shard_leave(&self.pool, &group, &member).await
+    }
+
+    async fn shard_acquire(&self, params: ShardAcquireParams) -> Result<Option<i64>> {
+        resources::shard_acquire(&self.pool, &params).await
+    }
+
+    async fn resource_history_prune(&self, older_than: Duration) -> Result<u64> {
+        resources::resource_history_prune(&self.pool, older_than).await
+    }
+
+    async fn schedule_list(&self) -> Result<ScheduleListing> {
+        schedules::schedule_list(&self.pool).await
+    }
+
+    async fn schedule_add(&self, params: ScheduleAddParams) -> Result<ScheduleAdded> {
+        schedules::schedule_add(&self.pool, &params).await
+    }
+
+    async fn schedule_remove(&self, params: ScheduleNameParams) -> Result<Option<ScheduleRecord>> {
+        schedules::schedule_remove(&self.pool, &params).await
+    }
+
+    async fn schedule_set_enabled(&self, params: ScheduleEnableParams) -> Result<ScheduleEnabled> {
+        schedules::schedule_set_enabled(&self.pool, &params).await
+    }
+
+    async fn schedule_trigger(&self, params: ScheduleNameParams) -> Result<ScheduleTriggered> {
+        schedules::schedule_trigger(&self.pool, &params, &self.limits).await
+    }
+
+    async fn schedule_fire_due(&self, params: ScheduleFireParams) -> Result<FireReport> {
+        schedules::schedule_fire_due(&self.pool, &params, &self.limits).await
     }
 
     async fn audit_record(&self, entry: AuditEntry) -> Result<()> {

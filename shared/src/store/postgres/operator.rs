@@ -35,7 +35,12 @@ pub async fn audit_write<'e, E: PgExecutor<'e>>(executor: E, entry: &AuditEntry)
 }
 
 /// Refuses a viewer before anything changes, recording the denial.
-async fn authorize(pool: &PgPool, actor: &Actor, action: &str, target: String) -> Result<()> {
+pub(super) async fn authorize(
+    pool: &PgPool,
+    actor: &Actor,
+    action: &str,
+    target: String,
+) -> Result<()> {
     authorize_with(pool, actor, action, target, None).await
 }
 

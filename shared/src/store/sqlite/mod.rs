@@ -24,10 +24,13 @@ mod maintenance;
 mod operator;
 mod query;
 mod registry;
+mod resources;
 mod rows;
+mod schedules;
 
 pub use holder::task_enqueue_on;
 pub use operator::audit_write_on;
+pub use resources::resource_fence;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -42,6 +45,17 @@ use sqlx::sqlite::{
 };
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 
+use super::resources::{
+    GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing,
+    ResourceHolderParams, ResourceRecord, ResourceRenewOutcome, ResourceRenewParams,
+    ShardAcquireParams, ShardGroupCreateParams, ShardGroupCreated, ShardGroupRecord,
+    ShardGroupView, ShardJoinParams,
+};
+use super::schedules::{
+    FireReport, LeaderRecord, ScheduleAddParams, ScheduleAdded, ScheduleEnableParams,
+    ScheduleEnabled, ScheduleFireParams, ScheduleListing, ScheduleNameParams, ScheduleRecord,
+    ScheduleTriggered,
+};
 use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
@@ -406,6 +420,102 @@ impl Store for SqliteStore {
 
     async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite> {
         registry::leader_resign(&self.pool, &owner, term).await
+    }
+
+    async fn leader_get(&self) -> Result<Option<LeaderRecord>> {
+        schedules::leader_get(&self.pool).await
+    }
+
+    async fn lock_acquire(&self, params: LockAcquireParams) -> Result<LockAcquired> {
+        resources::lock_acquire(&self.pool, &params).await
+    }
+
+    async fn resource_renew(&self, params: ResourceHolderParams) -> Result<Option<ResourceRecord>> {
+        resources::resource_renew(&self.pool, &params).await
+    }
+
+    async fn resource_release(
+        &self,
+        params: ResourceHolderParams,
+    ) -> Result<Option<ResourceRecord>> {
+        resources::resource_release(&self.pool, &params).await
+    }
+
+    async fn lock_force_release(&self, params: LockForceReleaseParams) -> Result<ResourceRecord> {
+        resources::lock_force_release(&self.pool, &params).await
+    }
+
+    async fn lock_list(&self) -> Result<LockListing> {
+        resources::lock_list(&self.pool).await
+    }
+
+    async fn resource_renew_many(
+        &self,
+        params: ResourceRenewParams,
+    ) -> Result<ResourceRenewOutcome> {
+        resources::resource_renew_many(&self.pool, &params).await
+    }
+
+    async fn shard_group_create(
+        &self,
+        params: ShardGroupCreateParams,
+    ) -> Result<ShardGroupCreated> {
+        resources::shard_group_create(&self.pool, &params).await
+    }
+
+    async fn shard_group_list(
+        &self,
+        grace: Duration,
+    ) -> Result<(Vec<ShardGroupRecord>, DateTime<Utc>)> {
+        resources::shard_group_list(&self.pool, grace).await
+    }
+
+    async fn shard_group_get(
+        &self,
+        group: GroupName,
+        grace: Duration,
+    ) -> Result<Option<ShardGroupView>> {
+        resources::shard_group_get(&self.pool, &group, grace).await
+    }
+
+    async fn shard_join(&self, params: ShardJoinParams) -> Result<()> {
+        resources::shard_join(&self.pool, &params).await
+    }
+
+    async fn shard_leave(&self, group: GroupName, member: AgentId) -> Result<()> {
+        resources::shard_leave(&self.pool, &group, &member).await
+    }
+
+    async fn shard_acquire(&self, params: ShardAcquireParams) -> Result<Option<i64>> {
+        resources::shard_acquire(&self.pool, &params).await
+    }
+
+    async fn resource_history_prune(&self, older_than: Duration) -> Result<u64> {
+        resources::resource_history_prune(&self.pool, older_than).await
+    }
+
+    async fn schedule_list(&self) -> Result<ScheduleListing> {
+        schedules::schedule_list(&self.pool).await
+    }
+
+    async fn schedule_add(&self, params: ScheduleAddParams) -> Result<ScheduleAdded> {
+        schedules::schedule_add(&self.pool, &params).await
+    }
+
+    async fn schedule_remove(&self, params: ScheduleNameParams) -> Result<Option<ScheduleRecord>> {
+        schedules::schedule_remove(&self.pool, &params).await
+    }
+
+    async fn schedule_set_enabled(&self, params: ScheduleEnableParams) -> Result<ScheduleEnabled> {
+        schedules::schedule_set_enabled(&self.pool, &params).await
+    }
+
+    async fn schedule_trigger(&self, params: ScheduleNameParams) -> Result<ScheduleTriggered> {
+        schedules::schedule_trigger(&self.pool, &params, &self.limits).await
+    }
+
+    async fn schedule_fire_due(&self, params: ScheduleFireParams) -> Result<FireReport> {
+        schedules::schedule_fire_due(&self.pool, &params, &self.limits).await
     }
 
     async fn audit_record(&self, entry: AuditEntry) -> Result<()> {

@@ -65,7 +65,7 @@ pub(super) async fn audit_record(pool: &SqlitePool, entry: &AuditEntry) -> Resul
 
 /// Refuses a viewer before anything changes, recording the denial (with the refused call's
 /// parameters when given).
-async fn authorize(
+pub(super) async fn authorize(
     pool: &SqlitePool,
     actor: &Actor,
     action: &str,

@@ -104,7 +104,7 @@ pub(super) async fn agent_list(pool: &SqlitePool) -> Result<Vec<AgentRecord>> {
     let (mut tx, now) = read_tx(pool, OP).await?;
     let found = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents a \
-         WHERE a.state <> 'stopped' OR a.stopped_at > ?2 \
+         WHERE (a.state <> 'stopped' AND a.heartbeat_at > ?2) OR a.stopped_at > ?2 \
          ORDER BY a.name, a.started_at, a.id"
     )))
     .bind(now)

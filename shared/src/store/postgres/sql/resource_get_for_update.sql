@@ -1,0 +1,4 @@
+-- The resource lease row $1, locked for the acquire or release that decides on it.
+SELECT name, group_name, shard, owner, token, lease_until, heartbeat_at, acquired_at, lock_at_least_until, lock_at_most_until, released_at
+FROM resource_leases WHERE name = $1
+FOR UPDATE
