@@ -175,6 +175,10 @@ struct RunArgs {
     /// Log filter (e.g. info, leasehold_agent=debug). RUST_LOG overrides it. [default: info]
     #[arg(long, env = "LEASEHOLD_LOG_LEVEL", value_name = "FILTER")]
     log_level: Option<String>,
+    /// Shard groups to join, comma-separated: the live members of a group share its shards
+    /// evenly (create one with `leasehold shards create GROUP --count N`). [default: none]
+    #[arg(long, env = "LEASEHOLD_SHARD_GROUPS", value_name = "GROUP[,GROUP]")]
+    shard_groups: Option<String>,
     /// Grace between SIGTERM and SIGKILL when `exec` stops a program. [default: 5s]
     #[arg(long, env = "LEASEHOLD_EXEC_KILL_AFTER", value_name = "DURATION")]
     exec_kill_after: Option<String>,
@@ -210,6 +214,7 @@ impl RunArgs {
             log_dir: self.log_dir,
             log_level: self.log_level,
             exec_kill_after: self.exec_kill_after,
+            shard_groups: self.shard_groups,
             tls_cert: self.tls_cert,
             tls_key: self.tls_key,
             tls_client_ca: self.tls_client_ca,
@@ -397,6 +402,7 @@ async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
     let shutdown = Shutdown::default();
     spawn_signal_handler(shutdown.clone())?;
     let agent = builder.connect(&config.database_url).await?;
+    agent.declare_schedules(&config.schedules).await?;
     let summary = agent.run(shutdown).await?;
     print_summary(&summary, config.output)?;
     if config.runtime.exit_when_idle && !summary.all_succeeded() {

@@ -21,6 +21,11 @@ impl ExitCode {
                 return match store {
                     StoreError::Invalid(_)
                     | StoreError::NotFound(_)
+                    | StoreError::ScheduleNotFound(_)
+                    | StoreError::ScheduleExists { .. }
+                    | StoreError::LockNotFound(_)
+                    | StoreError::ShardGroupNotFound(_)
+                    | StoreError::ShardGroupExists { .. }
                     | StoreError::Transition { .. }
                     | StoreError::UnsupportedUrl(_) => ExitCode::Usage,
                     StoreError::PermissionDenied { .. } => ExitCode::PermissionDenied,

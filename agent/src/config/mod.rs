@@ -22,6 +22,19 @@
 //! [exec]
 //! kill_after = "5s"
 //! output_tail = 4096
+//!
+//! # Cron schedules, created or updated when the agent starts (an operator's disable stays).
+//! [[schedules]]
+//! name = "nightly-report"
+//! cron = "0 30 2 * * *"            # sec min hour day-of-month month day-of-week
+//! type = "report.build"
+//! payload = { region = "eu" }      # any TOML value, sent as JSON (default {})
+//! time_zone = "Europe/Berlin"      # IANA name (default UTC)
+//! missed = "catch_up"              # or "skip" (default): ticks no leader fired in time
+//! catch_up_max = 5                 # catch_up only, 1..=1000 (default 10)
+//! priority = 0
+//! max_attempts = 3
+//! enabled = true                   # for a new schedule only
 //! ```
 //!
 //! `listen`, `insecure`, `[tls]` and `[[tokens]]` are described in [`grpc`].
@@ -36,6 +49,9 @@ use thiserror::Error;
 pub mod grpc;
 
 pub use grpc::{GrpcConfig, GrpcOverrides, TlsFile, TokenFile};
+
+use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
+use leasehold_shared::domain::schedule::{DEFAULT_CATCH_UP, MissedTicks, Schedule};
 
 use crate::handlers::{BUILTIN, BuiltinOptions};
 use crate::runtime::RuntimeSettings;
@@ -85,6 +101,59 @@ pub struct ExecFile {
     pub output_tail: Option<usize>,
 }
 
+/// One `[[schedules]]` entry.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleFile {
+    pub name: String,
+    pub cron: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    pub payload: Option<serde_json::Value>,
+    pub time_zone: Option<String>,
+    pub missed: Option<String>,
+    pub catch_up_max: Option<u32>,
+    pub priority: Option<i16>,
+    pub max_attempts: Option<i32>,
+    pub enabled: Option<bool>,
+}
+
+impl ScheduleFile {
+    /// The validated schedule; errors name the entry (`schedules[N]` and its name).
+    fn resolve(self, index: usize) -> Result<Schedule, ConfigError> {
+        let setting = format!("schedules[{index}] ({:?})", self.name);
+        let missed = match (self.missed.as_deref(), self.catch_up_max) {
+            (None | Some("skip"), None) => MissedTicks::Skip,
+            (None | Some("skip"), Some(_)) => {
+                return Err(invalid(
+                    &setting,
+                    "catch_up_max is only for missed = \"catch_up\"",
+                ));
+            }
+            (Some("catch_up"), max) => MissedTicks::catch_up(max.unwrap_or(DEFAULT_CATCH_UP))
+                .map_err(|e| invalid(&setting, e.to_string()))?,
+            (Some(other), _) => {
+                return Err(invalid(
+                    &setting,
+                    format!("missed = {other:?}: use \"skip\" or \"catch_up\""),
+                ));
+            }
+        };
+        let mut builder = Schedule::builder(self.name, self.cron, self.task_type)
+            .payload(self.payload.unwrap_or_else(|| serde_json::json!({})))
+            .priority(self.priority.unwrap_or(0))
+            .max_attempts(self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS))
+            .enabled(self.enabled.unwrap_or(true))
+            .missed(missed);
+        if let Some(zone) = self.time_zone {
+            builder = builder.time_zone(zone);
+        }
+        builder
+            .build(&leasehold_shared::InputLimits::default())
+            .map_err(|e| invalid(&setting, e.to_string()))
+    }
+}
+
 /// The TOML file, every key optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -115,6 +184,8 @@ pub struct FileConfig {
     pub insecure: Option<bool>,
     pub tls: Option<TlsFile>,
     pub tokens: Option<Vec<TokenFile>>,
+    pub schedules: Option<Vec<ScheduleFile>>,
+    pub shard_groups: Option<Vec<String>>,
 }
 
 impl FileConfig {
@@ -157,6 +228,7 @@ pub struct Overrides {
     pub log_dir: Option<PathBuf>,
     pub log_level: Option<String>,
     pub exec_kill_after: Option<String>,
+    pub shard_groups: Option<String>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
@@ -177,6 +249,8 @@ pub struct AgentConfig {
     pub log_level: String,
     /// gRPC listener, TLS and tokens; `None` with `listen = "off"`.
     pub grpc: Option<GrpcConfig>,
+    /// `[[schedules]]`, validated, names unique.
+    pub schedules: Vec<Schedule>,
 }
 
 /// Parses a human duration (`30s`, `250ms`, `5m`), naming the setting when it is not one.
@@ -331,6 +405,7 @@ impl AgentConfig {
                 .unwrap_or(d.max_connections),
             exit_when_idle: cli.exit_when_idle || file.exit_when_idle.unwrap_or(false),
             grpc_address,
+            shard_groups: shard_groups(cli.shard_groups, file.shard_groups)?,
         };
         runtime
             .validate()
@@ -344,6 +419,17 @@ impl AgentConfig {
                     format!("{name:?} is not a handler name"),
                 ));
             }
+        }
+        let mut schedules: Vec<Schedule> = Vec::new();
+        for (index, entry) in file.schedules.unwrap_or_default().into_iter().enumerate() {
+            let schedule = entry.resolve(index)?;
+            if schedules.iter().any(|s| s.name() == schedule.name()) {
+                return Err(invalid(
+                    &format!("schedules[{index}]"),
+                    format!("the name {:?} is declared twice", schedule.name().as_str()),
+                ));
+            }
+            schedules.push(schedule);
         }
         let log_level = pick(cli.log_level, file.log_level).unwrap_or_else(|| "info".to_string());
         tracing_subscriber::EnvFilter::try_new(&log_level)
@@ -359,8 +445,39 @@ impl AgentConfig {
             log_dir: pick(cli.log_dir, file.log_dir),
             log_level,
             grpc,
+            schedules,
         })
     }
+}
+
+/// The groups to join: `--shard-groups a,b` (or the file's list), each a valid group name,
+/// each once.
+fn shard_groups(
+    cli: Option<String>,
+    file: Option<Vec<String>>,
+) -> Result<Vec<leasehold_shared::store::GroupName>, ConfigError> {
+    let names: Vec<String> = match (cli, file) {
+        (Some(list), _) => list
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        (None, Some(list)) => list,
+        (None, None) => Vec::new(),
+    };
+    let mut groups = Vec::new();
+    for name in names {
+        let group = leasehold_shared::store::GroupName::new(name.trim())
+            .map_err(|e| invalid("shard_groups", e.to_string()))?;
+        if groups.contains(&group) {
+            return Err(invalid(
+                "shard_groups",
+                format!("{:?} is named twice", group.as_str()),
+            ));
+        }
+        groups.push(group);
+    }
+    Ok(groups)
 }
 
 #[cfg(test)]
@@ -500,5 +617,98 @@ mod tests {
         let c = AgentConfig::resolve(f, url(), None).unwrap();
         assert_eq!(c.runtime.unserved_after, None);
         assert!(c.metrics_listen.is_some());
+    }
+
+    #[test]
+    fn shard_groups_come_from_the_flag_or_the_file_and_bad_ones_are_refused() {
+        let f = file("shard_groups = [\"orders\", \"tenants\"]");
+        let c = AgentConfig::resolve(f, url(), None).unwrap();
+        let names: Vec<&str> = c.runtime.shard_groups.iter().map(|g| g.as_str()).collect();
+        assert_eq!(names, ["orders", "tenants"]);
+        let cli = Overrides {
+            shard_groups: Some("a, b".into()),
+            ..url()
+        };
+        let c = AgentConfig::resolve(file("shard_groups = [\"x\"]"), cli, None).unwrap();
+        assert_eq!(c.runtime.shard_groups.len(), 2, "the flag beats the file");
+        for bad in ["Bad", "a,a", "a/b"] {
+            let cli = Overrides {
+                shard_groups: Some(bad.into()),
+                ..url()
+            };
+            let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
+            assert!(e.to_string().starts_with("shard_groups:"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn schedules_in_the_file_are_validated_and_named_in_errors() {
+        let ok = file(
+            r#"
+            [[schedules]]
+            name = "tick"
+            cron = "* * * * * *"
+            type = "noop"
+
+            [[schedules]]
+            name = "nightly"
+            cron = "0 30 2 * * *"
+            type = "report.build"
+            payload = { region = "eu", days = [1, 2] }
+            time_zone = "Europe/Berlin"
+            missed = "catch_up"
+            catch_up_max = 5
+            priority = 3
+            enabled = false
+            "#,
+        );
+        let config = AgentConfig::resolve(ok, url(), None).unwrap();
+        assert_eq!(config.schedules.len(), 2);
+        let nightly = &config.schedules[1];
+        assert_eq!(nightly.time_zone().name(), "Europe/Berlin");
+        assert_eq!(nightly.missed(), MissedTicks::CatchUp { max: 5 });
+        assert_eq!(
+            nightly.payload(),
+            &serde_json::json!({"region": "eu", "days": [1, 2]})
+        );
+        assert!(!nightly.enabled());
+        assert_eq!(config.schedules[0].missed(), MissedTicks::Skip);
+
+        let refused = |body: &str, want: &str| {
+            let text = format!("[[schedules]]\n{body}");
+            let error = AgentConfig::resolve(file(&text), url(), None)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(want), "{want}: {error}");
+            assert!(error.contains("schedules[0]"), "{error}");
+        };
+        refused(
+            "name = \"t\"\ncron = \"61 * * * * *\"\ntype = \"noop\"",
+            "cron",
+        );
+        refused(
+            "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"noop\"\ntime_zone = \"Moon/Base\"",
+            "time zone",
+        );
+        refused(
+            "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"No Type\"",
+            "type",
+        );
+        refused(
+            "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"noop\"\nmissed = \"never\"",
+            "missed",
+        );
+        refused(
+            "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"noop\"\ncatch_up_max = 3",
+            "catch_up_max",
+        );
+        let twice = file(
+            "[[schedules]]\nname = \"t\"\ncron = \"* * * * * *\"\ntype = \"noop\"\n\
+             [[schedules]]\nname = \"t\"\ncron = \"0 * * * * *\"\ntype = \"noop\"\n",
+        );
+        let error = AgentConfig::resolve(twice, url(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("declared twice"), "{error}");
     }
 }

@@ -42,6 +42,7 @@ use super::maintenance::Maintenance;
 use super::metrics::{Metrics, serve_metrics};
 use super::notifier::{FileWatcher, Notifier};
 use super::registry::Registry;
+use super::scheduler::Scheduler;
 use super::settings::RuntimeSettings;
 use crate::grpc::GrpcOptions;
 use crate::handler::{HandlerRegistry, StopReason};
@@ -219,7 +220,10 @@ impl AgentBuilder {
             draining: std::sync::atomic::AtomicBool::new(false),
             feed: Arc::new(super::feed::Feed::default()),
             leading: std::sync::atomic::AtomicBool::new(false),
+            leader_term: std::sync::atomic::AtomicI64::new(0),
+            schedules_changed: tokio::sync::Notify::new(),
             drain: CancellationToken::new(),
+            holdings: super::resources::Holdings::default(),
         });
         core.metrics
             .register_types(core.types.iter().map(|t| t.as_str()));
@@ -227,6 +231,7 @@ impl AgentBuilder {
         if let Ok(policies) = core.store.policy_list().await {
             core.policies.replace(policies);
         }
+        super::resources::join_groups(&core).await?;
         tracing::info!(agent.id = core.id.as_str(), types = ?core.types.iter().map(|t| t.as_str()).collect::<Vec<_>>(), concurrency = core.settings.concurrency, "agent registered");
         Ok(Agent {
             core,
@@ -250,6 +255,22 @@ impl AgentControl {
     /// The lease owner id of this process start.
     pub fn id(&self) -> &AgentId {
         &self.core.id
+    }
+
+    /// Takes lock `name` for this agent: renewed by its heartbeat (with the agent's lease TTL)
+    /// until released or dropped, fenced by its token. `None` while someone else holds it.
+    pub async fn lock(
+        &self,
+        name: &str,
+        options: super::resources::LockOptions,
+    ) -> anyhow::Result<Option<super::resources::HeldLock>> {
+        super::resources::lock(&self.core, name, options).await
+    }
+
+    /// The shards this agent owns now, updated at once at every change (acquired, given back,
+    /// lost): `changed().await` on it to be told.
+    pub fn shards(&self) -> tokio::sync::watch::Receiver<super::resources::ShardOwnership> {
+        self.core.holdings.subscribe()
     }
 
     /// Resizes the local concurrency limit; takes effect at the next claim. Running
@@ -344,6 +365,17 @@ impl Agent {
         &self.core.id
     }
 
+    /// Creates or updates the schedules declared in the configuration (a restart never
+    /// re-enables one an operator disabled); the leader fires them once the agent runs.
+    pub async fn declare_schedules(
+        &self,
+        schedules: &[leasehold_shared::domain::Schedule],
+    ) -> anyhow::Result<()> {
+        super::scheduler::declare(&self.core, schedules)
+            .await
+            .context("declaring the configured schedules")
+    }
+
     /// Runs until `shutdown` (or, with `exit_when_idle`, until nothing is left), then drains.
     pub async fn run(self, shutdown: Shutdown) -> anyhow::Result<RunSummary> {
         let Agent {
@@ -359,6 +391,7 @@ impl Agent {
         let heartbeat_stop = CancellationToken::new();
         let background_stop = CancellationToken::new();
         let claim_stop = CancellationToken::new();
+        let keeper_stop = CancellationToken::new();
         let idle = CancellationToken::new();
 
         // First, so a server that cannot start leaves nothing running.
@@ -376,7 +409,7 @@ impl Agent {
         let heartbeat = tokio::spawn(
             Heartbeat {
                 core: Arc::clone(&core),
-                connect,
+                connect: Arc::clone(&connect),
                 conn: Some(heartbeat_conn),
             }
             .run(heartbeat_stop.clone()),
@@ -389,6 +422,20 @@ impl Agent {
         );
         let maintenance = tokio::spawn(
             Maintenance {
+                core: Arc::clone(&core),
+            }
+            .run(background_stop.clone()),
+        );
+        let keeper = tokio::spawn(
+            super::resources::Keeper {
+                core: Arc::clone(&core),
+                connect: Arc::clone(&connect),
+                conn: None,
+            }
+            .run(keeper_stop.clone()),
+        );
+        let scheduler = tokio::spawn(
+            Scheduler {
                 core: Arc::clone(&core),
             }
             .run(background_stop.clone()),
@@ -518,7 +565,10 @@ impl Agent {
             }
         }
 
-        // 5. Watch streams and the gRPC server, background services, then the registry row.
+        // 5. Resource leases go back (so others take them at once), then the Watch streams
+        // and the gRPC server, background services, then the registry row.
+        keeper_stop.cancel();
+        let _ = keeper.await;
         if let Some(grpc) = grpc {
             grpc.stop().await;
         }
@@ -526,6 +576,7 @@ impl Agent {
         background_stop.cancel();
         let _ = heartbeat.await;
         let _ = maintenance.await;
+        let _ = scheduler.await;
         let _ = registry.await;
         if let Some(m) = metrics {
             let _ = m.await;

@@ -193,8 +193,14 @@ pub(crate) struct Core {
     pub(crate) feed: Arc<Feed>,
     /// True while this agent is the maintenance leader.
     pub(crate) leading: AtomicBool,
+    /// The leader term this agent holds (0 when it does not lead): the fence of its firing.
+    pub(crate) leader_term: std::sync::atomic::AtomicI64,
+    /// Wakes the scheduler: leadership changed, or a schedule was changed through this agent.
+    pub(crate) schedules_changed: Notify,
     /// Cancelled by the gRPC `Drain` call: the agent drains as on SIGTERM.
     pub(crate) drain: tokio_util::sync::CancellationToken,
+    /// Resource leases (locks, shards) this agent holds.
+    pub(crate) holdings: super::resources::Holdings,
 }
 
 impl Core {

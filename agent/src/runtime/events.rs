@@ -70,6 +70,29 @@ pub enum LifecycleEvent {
     RecoveryBatch {
         tasks: Vec<(TaskId, AgentId, LeaseEpoch, TaskStatus)>,
     },
+    /// The leader fired a cron tick: `created` is false when the tick's task already existed
+    /// (another leader enqueued it).
+    ScheduleFired {
+        schedule: String,
+        tick: chrono::DateTime<chrono::Utc>,
+        task: TaskId,
+        created: bool,
+    },
+    /// This agent took a resource lease: a lock, or shard `shard` = (group, number).
+    ResourceAcquired {
+        name: String,
+        shard: Option<(String, u32)>,
+        token: i64,
+    },
+    /// This agent no longer holds a resource lease: `reason` is released, revoked (taken over
+    /// or forced free) or unprovable (not renewed before its local deadline). Stop acting on
+    /// it at once.
+    ResourceLost {
+        name: String,
+        shard: Option<(String, u32)>,
+        token: i64,
+        reason: &'static str,
+    },
 }
 
 /// Receives lifecycle events.

@@ -38,6 +38,14 @@ pub(crate) struct AcquiredLease {
     pub(crate) timeout: Duration,
 }
 
+/// A resource lease (a lock, or a shard of a group) this agent holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeldResource {
+    pub(crate) name: String,
+    pub(crate) group: Option<(String, u32)>,
+    pub(crate) token: i64,
+}
+
 /// One change to this agent's leases.
 #[derive(Debug, Clone)]
 pub(crate) enum FeedEvent {
@@ -82,6 +90,14 @@ pub(crate) enum FeedEvent {
     },
     /// An operator asked to cancel the task.
     CancelRequested { id: TaskId, epoch: LeaseEpoch },
+    /// A resource lease was taken (`held`) or ended; `at` is when the holding began, or the
+    /// last instant it was provably held.
+    Resource {
+        resource: HeldResource,
+        held: bool,
+        reason: &'static str,
+        at: std::time::SystemTime,
+    },
 }
 
 /// The producer side of the feed, shared by the runtime's services.

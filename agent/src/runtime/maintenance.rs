@@ -7,7 +7,8 @@
 //!      └──────────────────────────────────────────────────┘
 //!   leader tick: recover leases past lease_until + grace (in batches until none are left)
 //!                dead-letter waiting tasks past their deadline
-//!                every minute (or every unserved_after / 2): delete finished tasks past retention; dead-letter tasks whose
+//!                every minute (or every unserved_after / 2): delete finished tasks past retention
+//!                and resource lease history older than a day; dead-letter tasks whose
 //!                type no live agent serves (after `unserved_after`)
 //! ```
 //!
@@ -61,10 +62,7 @@ impl Maintenance {
         };
         loop {
             bounded("leader")(tokio::time::timeout(limit, self.lead(&mut leading)).await);
-            self.core.metrics.set_leader(leading.is_some());
-            self.core
-                .leading
-                .store(leading.is_some(), std::sync::atomic::Ordering::Relaxed);
+            self.publish(leading.as_ref());
             if leading.is_some() {
                 bounded("recovery")(tokio::time::timeout(limit, self.recover()).await);
                 bounded("deadlines")(tokio::time::timeout(limit, self.expire_deadlines()).await);
@@ -97,10 +95,20 @@ impl Maintenance {
                     tracing::warn!(%error, "could not resign leadership; it expires by itself")
                 }
             }
-            self.core.metrics.set_leader(false);
-            self.core
-                .leading
-                .store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.publish(None);
+    }
+
+    /// Tells the rest of the agent (the scheduler, the gRPC registry view, the metrics)
+    /// whether and in which term it leads; wakes the scheduler when that changed.
+    fn publish(&self, leading: Option<&Leadership>) {
+        use std::sync::atomic::Ordering;
+        let core = &self.core;
+        let term = leading.map_or(0, |l| l.term);
+        core.metrics.set_leader(leading.is_some());
+        core.leading.store(leading.is_some(), Ordering::Relaxed);
+        if core.leader_term.swap(term, Ordering::Relaxed) != term {
+            core.schedules_changed.notify_one();
         }
     }
 
@@ -225,6 +233,15 @@ impl Maintenance {
 
     async fn housekeeping(&self) {
         let core = &self.core;
+        match core
+            .store
+            .resource_history_prune(leasehold_shared::store::resources::HISTORY_RETENTION)
+            .await
+        {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "pruned resource lease history"),
+            Err(error) => tracing::warn!(%error, "resource lease history pruning failed"),
+        }
         let purges = [
             (
                 vec![

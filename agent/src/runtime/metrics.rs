@@ -24,6 +24,12 @@ struct TypeLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TickLabel {
+    schedule: String,
+    outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     task_type: String,
     outcome: String,
@@ -65,6 +71,7 @@ pub struct Metrics {
     fenced: Family<OpLabel, Counter>,
     leases_lost: Family<OpLabel, Counter>,
     recoveries: Counter,
+    ticks: Family<TickLabel, Counter>,
     timeouts: Family<TypeLabel, Counter>,
     slow: Family<TypeLabel, Counter>,
     database_up: Gauge,
@@ -100,6 +107,7 @@ impl Metrics {
             fenced: Family::default(),
             leases_lost: Family::default(),
             recoveries: Counter::default(),
+            ticks: Family::default(),
             timeouts: Family::default(),
             slow: Family::default(),
             database_up: Gauge::default(),
@@ -166,6 +174,12 @@ impl Metrics {
             "recoveries",
             "Expired leases recovered by this agent as leader",
             m.recoveries.clone(),
+        );
+        registry.register(
+            "schedule_ticks",
+            "Cron ticks this agent fired as leader, by schedule and outcome (enqueued; duplicate: \
+             another leader had enqueued the tick; failed: not enqueued)",
+            m.ticks.clone(),
         );
         registry.register(
             "timeouts",
@@ -307,6 +321,15 @@ impl Metrics {
 
     pub(crate) fn recovered(&self, n: usize) {
         self.recoveries.inc_by(u64::try_from(n).unwrap_or(0));
+    }
+
+    pub(crate) fn tick(&self, schedule: &str, outcome: &str) {
+        self.ticks
+            .get_or_create(&TickLabel {
+                schedule: schedule.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
     }
 
     pub(crate) fn timeout(&self, task_type: &str) {

@@ -16,10 +16,13 @@ pub mod metrics;
 mod notifier;
 pub mod progress;
 mod registry;
+pub mod resources;
+pub(crate) mod scheduler;
 pub mod settings;
 
 pub use agent::{Agent, AgentBuilder, AgentControl, Shutdown};
 pub use core::RunSummary;
 pub use events::{LifecycleEvent, LifecycleListener};
 pub use metrics::Metrics;
+pub use resources::{HeldLock, LockOptions, LossReason, ShardOwnership};
 pub use settings::RuntimeSettings;

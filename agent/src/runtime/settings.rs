@@ -67,6 +67,8 @@ pub struct RuntimeSettings {
     pub exit_when_idle: bool,
     /// gRPC address recorded in the registry (the server itself arrives with the gRPC API).
     pub grpc_address: Option<String>,
+    /// Shard groups this agent joins (`--shard-groups`).
+    pub shard_groups: Vec<leasehold_shared::store::GroupName>,
 }
 
 impl Default for RuntimeSettings {
@@ -91,6 +93,7 @@ impl Default for RuntimeSettings {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             exit_when_idle: false,
             grpc_address: None,
+            shard_groups: Vec::new(),
         }
     }
 }
