@@ -115,6 +115,8 @@ pub struct WatchView {
     pub closing: bool,
     /// Deltas applied since the snapshot.
     pub deltas: u64,
+    /// Resource leases (locks, shards) the agent holds, by name.
+    pub resources: BTreeMap<String, pb::HeldResource>,
 }
 
 impl WatchView {
@@ -132,6 +134,11 @@ impl WatchView {
                 .map(|l| (l.task_id, l))
                 .collect();
             self.stats = snapshot.stats;
+            self.resources = snapshot
+                .resources
+                .into_iter()
+                .map(|r| (r.name.clone(), r))
+                .collect();
             self.deltas = 0;
         } else {
             if update.seq != self.seq + 1 {
@@ -232,6 +239,19 @@ impl WatchView {
                     .filter(|l| l.epoch == c.epoch)
                 {
                     l.cancel_requested = true;
+                }
+            }
+            Kind::ResourceChange(c) => {
+                if let Some(r) = c.resource {
+                    if c.held {
+                        self.resources.insert(r.name.clone(), r);
+                    } else if self
+                        .resources
+                        .get(&r.name)
+                        .is_some_and(|h| h.token == r.token)
+                    {
+                        self.resources.remove(&r.name);
+                    }
                 }
             }
         }

@@ -175,6 +175,22 @@ pub fn agent_to_wire(a: &AgentRecord) -> pb::AgentInfo {
     }
 }
 
+/// The leader lease row on the wire.
+pub fn leader_to_wire(l: &leasehold_shared::store::LeaderRecord) -> pb::LeaderInfo {
+    pb::LeaderInfo {
+        owner: l
+            .owner
+            .as_ref()
+            .map(|o| o.as_str().to_string())
+            .unwrap_or_default(),
+        term: l.term,
+        elected_at_ms: opt_ms(l.elected_at),
+        lease_until_ms: opt_ms(l.lease_until),
+        heartbeat_at_ms: opt_ms(l.heartbeat_at),
+        held: l.held(),
+    }
+}
+
 /// This agent's counters on the wire.
 pub(crate) fn stats_to_wire(core: &Core) -> pb::AgentStats {
     let s = &core.stats;

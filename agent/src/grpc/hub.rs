@@ -59,7 +59,7 @@ type Item = Result<pb::WatchUpdate, Status>;
 /// What waits in a watcher's buffer.
 enum Queued {
     /// An update made for this watcher alone (snapshot, closing).
-    Update(pb::WatchUpdate),
+    Update(Box<pb::WatchUpdate>),
     /// One flush's deltas, shared by every watcher; the update is made when it is sent.
     Deltas {
         seq: u64,
@@ -93,7 +93,7 @@ impl Stream for WatchStream {
         self.rx.poll_recv(cx).map(|queued| {
             queued.map(|queued| {
                 Ok(match queued {
-                    Queued::Update(update) => update,
+                    Queued::Update(update) => *update,
                     Queued::Deltas {
                         seq,
                         now_ms,
@@ -315,13 +315,23 @@ impl Hub {
             snapshot: Some(pb::Snapshot {
                 leases,
                 stats: Some(self.current_stats()),
+                // Read from the holdings themselves. An event queued around the snapshot
+                // may follow it: an acquire then repeats it (add = replace), and a loss the
+                // snapshot already left out names a holding the watcher does not have.
+                resources: self
+                    .core
+                    .holdings
+                    .snapshot()
+                    .into_iter()
+                    .map(held_resource)
+                    .collect(),
             }),
             deltas: Vec::new(),
             closing: false,
         };
         let mut seq = 0;
         // The buffer was sized for these, so none of the sends can find it full.
-        let _ = tx.try_send(Queued::Update(first));
+        let _ = tx.try_send(Queued::Update(Box::new(first)));
         let mut rest = rest.into_iter().peekable();
         while rest.peek().is_some() {
             seq += 1;
@@ -332,7 +342,7 @@ impl Hub {
                     kind: Some(pb::delta::Kind::LeaseAcquired(l)),
                 })
                 .collect();
-            let _ = tx.try_send(Queued::Update(pb::WatchUpdate {
+            let _ = tx.try_send(Queued::Update(Box::new(pb::WatchUpdate {
                 now_ms,
                 seq,
                 dropped_events,
@@ -340,7 +350,7 @@ impl Hub {
                 snapshot: None,
                 deltas,
                 closing: false,
-            }));
+            })));
         }
         self.watchers.push(Watcher {
             tx,
@@ -511,6 +521,22 @@ impl Hub {
                     }));
                 }
             }
+            FeedEvent::Resource {
+                resource,
+                held,
+                reason,
+                at,
+            } => {
+                let at_ms = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                self.delta(pb::delta::Kind::ResourceChange(pb::ResourceChange {
+                    resource: Some(held_resource(resource)),
+                    held,
+                    reason: reason.to_string(),
+                    at_ms,
+                }));
+            }
         }
     }
 
@@ -643,7 +669,7 @@ impl Hub {
         let dropped_events = self.core.feed.dropped();
         for mut w in self.watchers.drain(..) {
             w.seq += 1;
-            let closing = Queued::Update(pb::WatchUpdate {
+            let closing = Queued::Update(Box::new(pb::WatchUpdate {
                 now_ms,
                 seq: w.seq,
                 dropped_events,
@@ -651,7 +677,7 @@ impl Hub {
                 snapshot: None,
                 deltas: Vec::new(),
                 closing: true,
-            });
+            }));
             // No room for the closing update: the watcher was behind; it ends as one.
             if let Err(mpsc::error::TrySendError::Full(_)) = w.tx.try_send(closing)
                 && let Some(kick) = w.kick.take()
@@ -668,4 +694,14 @@ fn fell_behind() -> Status {
         "this watcher fell more than {WATCHER_BUFFER} updates behind and was dropped; reconnect \
          for a fresh snapshot"
     ))
+}
+
+fn held_resource(r: crate::runtime::feed::HeldResource) -> pb::HeldResource {
+    let (group, shard) = r.group.unwrap_or_default();
+    pb::HeldResource {
+        name: r.name,
+        group,
+        shard,
+        token: r.token,
+    }
 }

@@ -18,6 +18,8 @@ pub mod convert;
 pub mod hub;
 pub mod limits;
 pub mod overview;
+pub mod resources;
+pub mod schedules;
 pub mod service;
 pub mod status;
 

@@ -99,14 +99,18 @@ pub struct Service {
 }
 
 /// What a call needs.
-enum Need<'a> {
+pub(super) enum Need<'a> {
     View,
     Act { action: &'a str, target: String },
 }
 
 impl Service {
     /// The caller, allowed to do what the call needs; a refused action is audited.
-    async fn caller<T>(&self, request: &Request<T>, need: Need<'_>) -> Result<Actor, Status> {
+    pub(super) async fn caller<T>(
+        &self,
+        request: &Request<T>,
+        need: Need<'_>,
+    ) -> Result<Actor, Status> {
         let refused = match self.auth.authenticate(request.metadata()) {
             Ok(actor) => match (&need, actor.role) {
                 (Need::View, _) | (Need::Act { .. }, Role::Operator) => return Ok(actor),
@@ -314,9 +318,19 @@ impl AgentService for Service {
             .agent_list()
             .await
             .map_err(|e| from_store("list_agents", e))?;
-        let now_ms = match agents.first() {
-            Some(a) => ms(a.now),
-            None => ms(store.db_now().await.map_err(|e| from_store("db_now", e))?),
+        // The registry is what consoles find the fleet by: an unreadable leader row costs the
+        // leader line, not the answer.
+        let leader = match store.leader_get().await {
+            Ok(leader) => leader,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the leader row");
+                None
+            }
+        };
+        let now_ms = match (agents.first(), &leader) {
+            (Some(a), _) => ms(a.now),
+            (None, Some(l)) => ms(l.now),
+            (None, None) => ms(store.db_now().await.map_err(|e| from_store("db_now", e))?),
         };
         Ok(Response::new(pb::ListAgentsResponse {
             agents: agents.iter().map(agent_to_wire).collect(),
@@ -328,6 +342,9 @@ impl AgentService for Service {
             }
             .to_string(),
             stale_after_ms: i64::try_from(self.stale_after().as_millis()).unwrap_or(i64::MAX),
+            leader: leader
+                .filter(|l| l.term > 0)
+                .map(|l| super::convert::leader_to_wire(&l)),
         }))
     }
 
@@ -672,6 +689,90 @@ impl AgentService for Service {
         self.core.drain.cancel();
         tracing::info!(held, "drain requested by an operator");
         Ok(Response::new(pb::DrainResponse { held }))
+    }
+
+    async fn list_schedules(
+        &self,
+        request: Request<pb::ListSchedulesRequest>,
+    ) -> Result<Response<pb::ListSchedulesResponse>, Status> {
+        self.list_schedules_rpc(request).await
+    }
+
+    async fn add_schedule(
+        &self,
+        request: Request<pb::AddScheduleRequest>,
+    ) -> Result<Response<pb::AddScheduleResponse>, Status> {
+        self.add_schedule_rpc(request).await
+    }
+
+    async fn remove_schedule(
+        &self,
+        request: Request<pb::RemoveScheduleRequest>,
+    ) -> Result<Response<pb::RemoveScheduleResponse>, Status> {
+        self.remove_schedule_rpc(request).await
+    }
+
+    async fn set_schedule_enabled(
+        &self,
+        request: Request<pb::SetScheduleEnabledRequest>,
+    ) -> Result<Response<pb::SetScheduleEnabledResponse>, Status> {
+        self.set_schedule_enabled_rpc(request).await
+    }
+
+    async fn trigger_schedule(
+        &self,
+        request: Request<pb::TriggerScheduleRequest>,
+    ) -> Result<Response<pb::TriggerScheduleResponse>, Status> {
+        self.trigger_schedule_rpc(request).await
+    }
+
+    async fn list_locks(
+        &self,
+        request: Request<pb::ListLocksRequest>,
+    ) -> Result<Response<pb::ListLocksResponse>, Status> {
+        self.list_locks_rpc(request).await
+    }
+
+    async fn acquire_lock(
+        &self,
+        request: Request<pb::AcquireLockRequest>,
+    ) -> Result<Response<pb::AcquireLockResponse>, Status> {
+        self.acquire_lock_rpc(request).await
+    }
+
+    async fn renew_lock(
+        &self,
+        request: Request<pb::RenewLockRequest>,
+    ) -> Result<Response<pb::RenewLockResponse>, Status> {
+        self.renew_lock_rpc(request).await
+    }
+
+    async fn release_lock(
+        &self,
+        request: Request<pb::ReleaseLockRequest>,
+    ) -> Result<Response<pb::ReleaseLockResponse>, Status> {
+        self.release_lock_rpc(request).await
+    }
+
+    async fn create_shard_group(
+        &self,
+        request: Request<pb::CreateShardGroupRequest>,
+    ) -> Result<Response<pb::CreateShardGroupResponse>, Status> {
+        self.create_shard_group_rpc(request).await
+    }
+
+    async fn list_shard_groups(
+        &self,
+        request: Request<pb::ListShardGroupsRequest>,
+    ) -> Result<Response<pb::ListShardGroupsResponse>, Status> {
+        self.list_shard_groups_rpc(request).await
+    }
+
+    async fn list_shards(
+        &self,
+        request: Request<pb::ListShardsRequest>,
+    ) -> Result<Response<pb::ListShardsResponse>, Status> {
+        self.list_shards_rpc(request).await
     }
 }
 

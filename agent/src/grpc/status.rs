@@ -8,8 +8,14 @@ use tonic::Status;
 pub fn from_store(op: &str, error: StoreError) -> Status {
     match &error {
         StoreError::Invalid(e) => Status::invalid_argument(e.to_string()),
-        StoreError::NotFound(_) => Status::not_found(error.to_string()),
-        StoreError::Transition { .. } => Status::failed_precondition(error.to_string()),
+        StoreError::NotFound(_)
+        | StoreError::ScheduleNotFound(_)
+        | StoreError::LockNotFound(_)
+        | StoreError::ShardGroupNotFound(_) => Status::not_found(error.to_string()),
+        StoreError::ScheduleExists { .. } => Status::already_exists(error.to_string()),
+        StoreError::Transition { .. } | StoreError::ShardGroupExists { .. } => {
+            Status::failed_precondition(error.to_string())
+        }
         StoreError::PermissionDenied { .. } => Status::permission_denied(error.to_string()),
         StoreError::Busy { .. } => Status::unavailable(error.to_string()),
         e if e.is_connection() => {

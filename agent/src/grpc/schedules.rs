@@ -1,0 +1,369 @@
+//! The schedule RPCs (ListSchedules, AddSchedule, RemoveSchedule, SetScheduleEnabled,
+//! TriggerSchedule): request validation into a [`Schedule`], the store call (which audits),
+//! and the answer. Bad input — an invalid cron, an unknown time zone, a malformed type name or
+//! payload — is INVALID_ARGUMENT naming the field, and nothing is saved. A type no live agent
+//! handles is saved with a warning in the reply.
+
+use leasehold_proto::v1 as pb;
+use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
+use leasehold_shared::domain::schedule::{DEFAULT_CATCH_UP, MissedTicks, Schedule, ScheduleName};
+use leasehold_shared::store::{
+    ScheduleAddParams, ScheduleEnableParams, ScheduleNameParams, ScheduleRecord, ScheduleWriteMode,
+    UnreadableSchedule,
+};
+use tonic::{Request, Response, Status};
+
+use super::convert::{json_without_nul, ms, status_to_wire, task_to_wire};
+use super::service::{Need, Service};
+use super::status::from_store;
+use crate::runtime::scheduler::unserved_warning;
+
+/// A stored schedule on the wire.
+pub fn schedule_to_wire(r: &ScheduleRecord) -> pb::Schedule {
+    let s = &r.schedule;
+    pb::Schedule {
+        name: s.name().to_string(),
+        cron: s.cron().to_string(),
+        time_zone: s.time_zone().name().to_string(),
+        task_type: s.task_type().to_string(),
+        payload_json: s.payload().to_string(),
+        priority: i32::from(s.priority()),
+        max_attempts: s.max_attempts(),
+        enabled: s.enabled(),
+        missed: s.missed().as_str().to_string(),
+        catch_up_max: s.missed().limit(),
+        next_fire_at_ms: r.next_fire_at.map_or(0, ms),
+        last_fired_at_ms: r.last_fired_at.map_or(0, ms),
+        last_task_id: r.last_task_id.map_or(0, |id| id.0),
+        last_task_status: r
+            .last_task_status
+            .map_or(pb::TaskStatus::Unspecified, status_to_wire) as i32,
+        last_error: r.last_error.clone().unwrap_or_default(),
+        created_at_ms: ms(r.created_at),
+        updated_at_ms: ms(r.updated_at),
+        description: s.cron().describe(),
+    }
+}
+
+/// A stored schedule the agent cannot read, on the wire: what could be read of it, never
+/// firing (next fire 0), and why in `last_error`.
+pub fn unreadable_to_wire(u: &UnreadableSchedule) -> pb::Schedule {
+    pb::Schedule {
+        name: u.name.clone(),
+        cron: u.cron.clone().unwrap_or_default(),
+        task_type: u.task_type.clone().unwrap_or_default(),
+        enabled: u.enabled.unwrap_or(false),
+        last_error: format!("unreadable in the database: {}", u.error),
+        ..Default::default()
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+fn name_from_wire(name: &str) -> Result<ScheduleName, Status> {
+    ScheduleName::new(name).map_err(invalid)
+}
+
+/// An AddSchedule request as a validated schedule.
+pub fn schedule_from_wire(
+    r: &pb::AddScheduleRequest,
+    limits: &leasehold_shared::InputLimits,
+) -> Result<Schedule, Status> {
+    let payload: serde_json::Value = if r.payload_json.trim().is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::from_str(&r.payload_json)
+            .map_err(|e| Status::invalid_argument(format!("payload_json: not valid JSON: {e}")))?
+    };
+    json_without_nul("payload_json", &payload)?;
+    let priority = i16::try_from(r.priority).map_err(|_| {
+        Status::invalid_argument(format!(
+            "priority: {} is not within -32768..=32767",
+            r.priority
+        ))
+    })?;
+    let missed = match (r.missed.trim(), r.catch_up_max) {
+        ("" | "skip", 0) => MissedTicks::Skip,
+        ("" | "skip", n) => {
+            return Err(Status::invalid_argument(format!(
+                "catch_up_max: {n} is only for missed = catch_up"
+            )));
+        }
+        ("catch_up", 0) => MissedTicks::catch_up(DEFAULT_CATCH_UP).map_err(invalid)?,
+        ("catch_up", n) => MissedTicks::catch_up(n).map_err(invalid)?,
+        (other, _) => {
+            return Err(Status::invalid_argument(format!(
+                "missed: {:?} is not a missed-tick policy: use skip or catch_up",
+                other.chars().take(40).collect::<String>()
+            )));
+        }
+    };
+    let mut builder = Schedule::builder(&r.name, &r.cron, &r.task_type)
+        .payload(payload)
+        .priority(priority)
+        .max_attempts(match r.max_attempts {
+            0 => DEFAULT_MAX_ATTEMPTS,
+            n => n,
+        })
+        .enabled(!r.disabled)
+        .missed(missed);
+    if !r.time_zone.trim().is_empty() {
+        builder = builder.time_zone(r.time_zone.trim());
+    }
+    builder.build(limits).map_err(invalid)
+}
+
+impl Service {
+    pub(super) async fn list_schedules_rpc(
+        &self,
+        request: Request<pb::ListSchedulesRequest>,
+    ) -> Result<Response<pb::ListSchedulesResponse>, Status> {
+        self.caller(&request, Need::View).await?;
+        let store = &self.core.store;
+        let listing = store
+            .schedule_list()
+            .await
+            .map_err(|e| from_store("list_schedules", e))?;
+        let mut schedules: Vec<pb::Schedule> =
+            listing.schedules.iter().map(schedule_to_wire).collect();
+        schedules.extend(listing.unreadable.iter().map(unreadable_to_wire));
+        schedules.sort_by(|a, b| a.name.cmp(&b.name));
+        let now = store
+            .db_now()
+            .await
+            .map_err(|e| from_store("list_schedules", e))?;
+        Ok(Response::new(pb::ListSchedulesResponse {
+            schedules,
+            now_ms: ms(now),
+        }))
+    }
+
+    pub(super) async fn add_schedule_rpc(
+        &self,
+        request: Request<pb::AddScheduleRequest>,
+    ) -> Result<Response<pb::AddScheduleResponse>, Status> {
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "schedule_add",
+                    target: format!("schedule:{}", request.get_ref().name),
+                },
+            )
+            .await?;
+        let r = request.into_inner();
+        let schedule = schedule_from_wire(&r, &leasehold_shared::InputLimits::default())?;
+        let warning = unserved_warning(&self.core, schedule.task_type()).await;
+        let added = self
+            .core
+            .store
+            .schedule_add(ScheduleAddParams {
+                schedule,
+                mode: if r.replace {
+                    ScheduleWriteMode::Replace
+                } else {
+                    ScheduleWriteMode::Create
+                },
+                actor,
+            })
+            .await
+            .map_err(|e| from_store("add_schedule", e))?;
+        self.core.schedules_changed.notify_one();
+        Ok(Response::new(pb::AddScheduleResponse {
+            schedule: Some(schedule_to_wire(&added.record)),
+            outcome: added.outcome.as_str().to_string(),
+            warnings: warning.into_iter().collect(),
+        }))
+    }
+
+    pub(super) async fn remove_schedule_rpc(
+        &self,
+        request: Request<pb::RemoveScheduleRequest>,
+    ) -> Result<Response<pb::RemoveScheduleResponse>, Status> {
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "schedule_remove",
+                    target: format!("schedule:{}", request.get_ref().name),
+                },
+            )
+            .await?;
+        let name = name_from_wire(&request.get_ref().name)?;
+        let removed = self
+            .core
+            .store
+            .schedule_remove(ScheduleNameParams { name, actor })
+            .await
+            .map_err(|e| from_store("remove_schedule", e))?;
+        self.core.schedules_changed.notify_one();
+        Ok(Response::new(pb::RemoveScheduleResponse {
+            schedule: removed.as_ref().map(schedule_to_wire),
+        }))
+    }
+
+    pub(super) async fn set_schedule_enabled_rpc(
+        &self,
+        request: Request<pb::SetScheduleEnabledRequest>,
+    ) -> Result<Response<pb::SetScheduleEnabledResponse>, Status> {
+        let enabled = request.get_ref().enabled;
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: if enabled {
+                        "schedule_enable"
+                    } else {
+                        "schedule_disable"
+                    },
+                    target: format!("schedule:{}", request.get_ref().name),
+                },
+            )
+            .await?;
+        let name = name_from_wire(&request.get_ref().name)?;
+        let done = self
+            .core
+            .store
+            .schedule_set_enabled(ScheduleEnableParams {
+                name,
+                enabled,
+                actor,
+            })
+            .await
+            .map_err(|e| from_store("set_schedule_enabled", e))?;
+        self.core.schedules_changed.notify_one();
+        Ok(Response::new(pb::SetScheduleEnabledResponse {
+            schedule: Some(schedule_to_wire(&done.record)),
+            changed: done.changed,
+        }))
+    }
+
+    pub(super) async fn trigger_schedule_rpc(
+        &self,
+        request: Request<pb::TriggerScheduleRequest>,
+    ) -> Result<Response<pb::TriggerScheduleResponse>, Status> {
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "schedule_trigger",
+                    target: format!("schedule:{}", request.get_ref().name),
+                },
+            )
+            .await?;
+        let name = name_from_wire(&request.get_ref().name)?;
+        let store = &self.core.store;
+        let done = store
+            .schedule_trigger(ScheduleNameParams { name, actor })
+            .await
+            .map_err(|e| from_store("trigger_schedule", e))?;
+        self.core.wake_claimers();
+        let task = store
+            .task_get(done.task.id)
+            .await
+            .map_err(|e| from_store("trigger_schedule", e))?
+            .map(|d| task_to_wire(&d.task));
+        Ok(Response::new(pb::TriggerScheduleResponse {
+            task,
+            schedule: Some(schedule_to_wire(&done.record)),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use tonic::Code;
+
+    fn add(name: &str, cron: &str) -> pb::AddScheduleRequest {
+        pb::AddScheduleRequest {
+            name: name.into(),
+            cron: cron.into(),
+            task_type: "noop".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_add_request_becomes_a_schedule_or_names_the_bad_field() {
+        let limits = leasehold_shared::InputLimits::default();
+        let s = schedule_from_wire(&add("tick", "* * * * * *"), &limits).unwrap();
+        assert_eq!(s.missed(), MissedTicks::Skip);
+        assert_eq!(s.max_attempts(), DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(s.time_zone().name(), "UTC");
+        let catch_up = pb::AddScheduleRequest {
+            missed: "catch_up".into(),
+            ..add("tick", "* * * * * *")
+        };
+        assert_eq!(
+            schedule_from_wire(&catch_up, &limits).unwrap().missed(),
+            MissedTicks::CatchUp {
+                max: DEFAULT_CATCH_UP
+            }
+        );
+        let refused = |r: pb::AddScheduleRequest, field: &str| {
+            let status = schedule_from_wire(&r, &limits).unwrap_err();
+            assert_eq!(status.code(), Code::InvalidArgument);
+            assert!(
+                status.message().contains(field),
+                "{field}: {}",
+                status.message()
+            );
+        };
+        refused(add("tick", "every minute"), "cron");
+        refused(add("Bad Name", "* * * * * *"), "name");
+        refused(
+            pb::AddScheduleRequest {
+                time_zone: "Mars/Olympus".into(),
+                ..add("tick", "* * * * * *")
+            },
+            "time zone",
+        );
+        refused(
+            pb::AddScheduleRequest {
+                task_type: "no spaces".into(),
+                ..add("tick", "* * * * * *")
+            },
+            "type",
+        );
+        refused(
+            pb::AddScheduleRequest {
+                payload_json: "{not json".into(),
+                ..add("tick", "* * * * * *")
+            },
+            "payload_json",
+        );
+        refused(
+            pb::AddScheduleRequest {
+                missed: "sometimes".into(),
+                ..add("tick", "* * * * * *")
+            },
+            "missed",
+        );
+        refused(
+            pb::AddScheduleRequest {
+                catch_up_max: 5,
+                ..add("tick", "* * * * * *")
+            },
+            "catch_up_max",
+        );
+        refused(
+            pb::AddScheduleRequest {
+                missed: "catch_up".into(),
+                catch_up_max: 5000,
+                ..add("tick", "* * * * * *")
+            },
+            "catch_up_max",
+        );
+        refused(
+            pb::AddScheduleRequest {
+                priority: 40_000,
+                ..add("tick", "* * * * * *")
+            },
+            "priority",
+        );
+    }
+}
