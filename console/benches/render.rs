@@ -121,6 +121,7 @@ fn main() {
                         state: "running".into(),
                         ..Default::default()
                     }),
+                    resources: vec![],
                 }),
                 ..Default::default()
             },

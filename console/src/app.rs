@@ -3,8 +3,8 @@
 //! loop ([`crate::tui`]) feeds it and sends what it queued — so every key path is tested with
 //! no terminal and no agent.
 //!
-//! Invariants: a destructive action (cancel, requeue, requeue all matching, drain) is only
-//! sent from a confirm dialog; in read-only mode no action that changes anything is sent (the
+//! Invariants: a destructive action (cancel, requeue, requeue all matching, drain, enable,
+//! disable or trigger a schedule, release a lock) is only sent from a confirm dialog; in read-only mode no action that changes anything is sent (the
 //! agent refuses it too); the selection is re-found by key after every change.
 
 use crate::event::{Event, LimitScope, Request, RequestKind, TaskFilter};
@@ -19,6 +19,11 @@ use crate::state::{
 pub const DEAD_PAGE: u32 = 200;
 /// How often the first dead-letter page is reloaded while shown (local ms).
 pub const DEAD_REFRESH_MS: i64 = 5_000;
+/// How often the schedules are re-read while the Schedules view is shown (local ms).
+pub const SCHEDULES_REFRESH_MS: i64 = 1_000;
+/// How often the locks, or the shard groups and the shown group's shards, are re-read while
+/// the Locks or Shards tab is shown (local ms).
+pub const RESOURCES_REFRESH_MS: i64 = 1_000;
 /// Largest type or global limit.
 pub const MAX_LIMIT: u32 = 1_000_000;
 /// Largest agent-local limit.
@@ -31,6 +36,10 @@ pub struct App {
     outbox: Vec<Request>,
     /// Local time the dead letters were last asked for.
     dead_asked_ms: Option<i64>,
+    /// Local time the schedules were last asked for.
+    schedules_asked_ms: Option<i64>,
+    /// Local time the locks, or the shard groups and shards, were last asked for.
+    resources_asked_ms: Option<i64>,
     /// The screen must be cleared and redrawn whole (ctrl-l).
     pub redraw: bool,
 }
@@ -61,6 +70,20 @@ impl App {
         if action_reply && self.state.live.dead.loaded {
             self.load_dead(false);
         }
+        if action_reply && self.state.view == View::Schedules {
+            self.load_schedules();
+        }
+        if action_reply && matches!(self.state.view, View::Locks | View::Shards) {
+            self.load_resources();
+        }
+        // The first groups just arrived: read the shards of the one shown.
+        if self.state.view == View::Shards
+            && self.state.frozen.is_none()
+            && self.state.current_group_name().is_some()
+            && !self.shards_current()
+        {
+            self.load_shards();
+        }
     }
 
     /// Advances the clock; reloads what is due. Call before each frame.
@@ -75,7 +98,113 @@ impl App {
                 self.load_dead(false);
             }
         }
+        if self.state.view == View::Schedules && self.state.frozen.is_none() {
+            let due = self
+                .schedules_asked_ms
+                .is_none_or(|at| local_ms - at >= SCHEDULES_REFRESH_MS);
+            if due {
+                self.load_schedules();
+            }
+        }
+        if matches!(self.state.view, View::Locks | View::Shards) && self.state.frozen.is_none() {
+            let due = self
+                .resources_asked_ms
+                .is_none_or(|at| local_ms - at >= RESOURCES_REFRESH_MS);
+            if due {
+                self.load_resources();
+            }
+        }
         self.state.sync_selection();
+    }
+
+    /// Asks for what the Locks or Shards tab shows (the locks; or the groups and the shown
+    /// group's shards), each unless a read of it is already on its way.
+    fn load_resources(&mut self) {
+        self.resources_asked_ms = Some(self.state.local_ms());
+        match self.state.view {
+            View::Locks => {
+                let locks = &mut self.state.live.resources.locks;
+                if !locks.loading {
+                    locks.loading = true;
+                    self.send(RequestKind::Locks, Pending::Locks);
+                }
+            }
+            View::Shards => {
+                let groups = &mut self.state.live.resources.groups;
+                if !groups.loading {
+                    groups.loading = true;
+                    self.send(RequestKind::ShardGroups, Pending::ShardGroups);
+                }
+                self.load_shards();
+            }
+            _ => {}
+        }
+    }
+
+    /// True when the shards read (or being read) are those of the group shown.
+    fn shards_current(&self) -> bool {
+        let res = &self.state.live.resources;
+        self.state.current_group_name() == Some(res.group.as_str())
+            && (res.shards.loading || res.shards.loaded() || res.shards.error.is_some())
+    }
+
+    /// Asks for the shards of the group shown (once the groups are known), unless a read of
+    /// that group's is on its way.
+    fn load_shards(&mut self) {
+        let Some(group) = self.state.current_group_name().map(str::to_string) else {
+            return;
+        };
+        let res = &mut self.state.live.resources;
+        if res.group == group && res.shards.loading {
+            return;
+        }
+        res.ask_shards(&group);
+        self.send(
+            RequestKind::Shards {
+                group: group.clone(),
+            },
+            Pending::Shards { group },
+        );
+    }
+
+    /// Shows the next (`step` 1) or previous (-1) shard group in the Shards tab.
+    fn step_group(&mut self, step: isize) {
+        let names: Vec<String> = self
+            .state
+            .data()
+            .group_rows()
+            .iter()
+            .map(|g| g.name.clone())
+            .collect();
+        if names.is_empty() {
+            return self.state.set_status("no shard groups", true);
+        }
+        let current = self.state.current_group_name();
+        let at = names
+            .iter()
+            .position(|n| Some(n.as_str()) == current)
+            .unwrap_or(0);
+        let n = names.len() as isize;
+        let next = (at as isize + step).rem_euclid(n) as usize;
+        self.state.shard_group = names.get(next).cloned();
+        // The shard table starts again at its first row.
+        let table = &mut self.state.tables[View::Shards.index()];
+        table.selected = None;
+        table.index = 0;
+        table.offset = 0;
+        if self.state.frozen.is_none() {
+            self.load_shards();
+        }
+    }
+
+    /// Asks for every schedule, unless a read is already on its way.
+    fn load_schedules(&mut self) {
+        if self.state.live.schedules.loading {
+            return;
+        }
+        self.state.live.schedules.loading = true;
+        self.schedules_asked_ms = Some(self.state.local_ms());
+        self.send(RequestKind::Schedules, Pending::Schedules);
     }
 
     /// Asks for the first dead-letter page (or, with `append`, the next one) under the Dead
@@ -165,8 +294,23 @@ impl App {
             Action::ActionLog => self.state.overlays.push(Overlay::Log { scroll: 0 }),
             Action::Redraw => self.redraw = true,
             Action::Show(view) => self.show(view),
-            Action::NextView => self.show(View::ALL[(self.state.view.index() + 1) % 6]),
-            Action::PrevView => self.show(View::ALL[(self.state.view.index() + 5) % 6]),
+            Action::NextView | Action::PrevView => {
+                // Every view and tab in turn: the Leases view's tabs, then Slow, and so on.
+                let order = View::TAB_ORDER;
+                let n = order.len();
+                let at = order
+                    .iter()
+                    .position(|v| *v == self.state.view)
+                    .unwrap_or(0);
+                let next = if action == Action::NextView {
+                    (at + 1) % n
+                } else {
+                    (at + n - 1) % n
+                };
+                self.show(order[next]);
+            }
+            Action::NextGroup => self.step_group(1),
+            Action::PrevGroup => self.step_group(-1),
             Action::Up | Action::Down | Action::PageUp | Action::PageDown => {
                 let delta = match action {
                     Action::Up => -1,
@@ -248,6 +392,10 @@ impl App {
                 }
                 None => self.state.set_status("select an agent first", true),
             },
+            Action::EnableSchedule => self.confirm_schedule(Verb::EnableSchedule),
+            Action::DisableSchedule => self.confirm_schedule(Verb::DisableSchedule),
+            Action::TriggerSchedule => self.confirm_schedule(Verb::TriggerSchedule),
+            Action::ReleaseLock => self.confirm_release(),
             Action::Filter => {
                 let current = self.state.table().filter.clone();
                 self.open_prompt(PromptKind::Filter, &current);
@@ -272,6 +420,10 @@ impl App {
             Action::Refresh => {
                 if self.state.view == View::Dead {
                     self.load_dead(false);
+                } else if self.state.view == View::Schedules {
+                    self.load_schedules();
+                } else if matches!(self.state.view, View::Locks | View::Shards) {
+                    self.load_resources();
                 } else {
                     self.state
                         .set_status("live views follow the agents' streams", false);
@@ -287,6 +439,12 @@ impl App {
         self.state.view = view;
         if view == View::Dead && !self.state.live.dead.loading {
             self.load_dead(false);
+        }
+        if view == View::Schedules {
+            self.load_schedules();
+        }
+        if matches!(view, View::Locks | View::Shards) {
+            self.load_resources();
         }
     }
 
@@ -325,6 +483,42 @@ impl App {
             .push(Overlay::Confirm(Box::new(Confirm::new(
                 verb,
                 Targets::Tasks(ids),
+            ))));
+    }
+
+    fn confirm_schedule(&mut self, verb: Verb) {
+        let Some(name) = self.state.selected_schedule().map(|s| s.name.clone()) else {
+            return self.state.set_status("select a schedule first", true);
+        };
+        self.state
+            .overlays
+            .push(Overlay::Confirm(Box::new(Confirm::new(
+                verb,
+                Targets::Schedule(name),
+            ))));
+    }
+
+    fn confirm_release(&mut self) {
+        let Some(lock) = self.state.selected_lock() else {
+            return self.state.set_status("select a lock first", true);
+        };
+        if lock.state == "free" {
+            let text = format!(
+                "lock {} is free: nothing to release",
+                crate::output::text::shown(&lock.name, 64)
+            );
+            return self.state.set_status(text, true);
+        }
+        let targets = Targets::Lock {
+            name: lock.name.clone(),
+            owner: lock.owner.clone(),
+            token: lock.token,
+        };
+        self.state
+            .overlays
+            .push(Overlay::Confirm(Box::new(Confirm::new(
+                Verb::ReleaseLock,
+                targets,
             ))));
     }
 
@@ -572,6 +766,14 @@ impl App {
                 dry_run: false,
             },
             Targets::Agent { addr, .. } => RequestKind::Drain { addr },
+            Targets::Lock { name, owner, token } => RequestKind::ReleaseLock { name, owner, token },
+            Targets::Schedule(name) => match dialog.verb {
+                Verb::TriggerSchedule => RequestKind::TriggerSchedule { name },
+                verb => RequestKind::SetScheduleEnabled {
+                    name,
+                    enabled: verb == Verb::EnableSchedule,
+                },
+            },
         };
         self.state.marks.clear();
         self.send_action(what, kind);

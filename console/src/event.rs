@@ -61,6 +61,14 @@ pub enum RequestKind {
         before_id: i64,
         limit: u32,
     },
+    /// Every schedule (ListSchedules).
+    Schedules,
+    /// Every lock (ListLocks).
+    Locks,
+    /// Every shard group (ListShardGroups).
+    ShardGroups,
+    /// One group's shards and members (ListShards).
+    Shards { group: String },
     /// A task with its attempts and why it is not running.
     Task { id: i64 },
     /// Cancel these tasks (queued: at once; running: the holder stops).
@@ -78,6 +86,17 @@ pub enum RequestKind {
     Pause { task_type: String, pause: bool },
     /// Drain the agent at this address.
     Drain { addr: String },
+    /// Enable (true) or disable (false) a schedule.
+    SetScheduleEnabled { name: String, enabled: bool },
+    /// Fire a schedule once, now.
+    TriggerSchedule { name: String },
+    /// Free a lock from whoever holds it (ReleaseLock with an empty holder and token 0);
+    /// `owner` and `token` are the holding the operator confirmed, for the summary.
+    ReleaseLock {
+        name: String,
+        owner: String,
+        token: i64,
+    },
 }
 
 /// The filter pushed to the agent for database-backed views.
@@ -135,6 +154,14 @@ pub enum LimitScope {
 pub enum Reply {
     /// A page of tasks.
     Page(pb::ListTasksResponse),
+    /// Every schedule.
+    Schedules(pb::ListSchedulesResponse),
+    /// Every lock.
+    Locks(pb::ListLocksResponse),
+    /// Every shard group.
+    ShardGroups(pb::ListShardGroupsResponse),
+    /// One group's shards and members.
+    Shards(pb::ListShardsResponse),
     /// A task in detail.
     Task(Box<pb::GetTaskResponse>),
     /// An action finished: what it did, in words, and how many of its targets failed.

@@ -170,11 +170,14 @@ fn read_only_sends_nothing_and_says_why() {
         ('5', '='),
         ('6', 'D'),
         ('1', 'G'),
+        ('7', 'e'),
+        ('7', 'd'),
+        ('7', 't'),
     ] {
         keys(&mut app, &[Key::Char(view), Key::Char(key)]);
         let sent: Vec<RequestKind> = kinds(&mut app)
             .into_iter()
-            .filter(|k| !matches!(k, RequestKind::DeadPage { .. }))
+            .filter(|k| !matches!(k, RequestKind::DeadPage { .. } | RequestKind::Schedules))
             .collect();
         assert!(sent.is_empty(), "{view}{key} sent {sent:?}");
         assert!(app.state.top().is_none(), "{view}{key} opened a dialog");
@@ -184,6 +187,169 @@ fn read_only_sends_nothing_and_says_why() {
             "{status:?}"
         );
     }
+}
+
+/// The app on the Schedules view with the fixture's schedules loaded.
+fn on_schedules() -> App {
+    let mut app = app();
+    app.on_key(Key::Char('7'));
+    fixture::answer_schedules(&mut app);
+    app.on_tick(0);
+    app.take_requests();
+    app
+}
+
+#[test]
+fn schedule_actions_ask_first_and_y_sends_them() {
+    let mut app = on_schedules();
+    assert_eq!(app.state.selected(), Some("billing.invoices"));
+    app.on_key(Key::Char('e'));
+    let Some(Overlay::Confirm(c)) = app.state.top() else {
+        panic!("e opens a confirm dialog: {:?}", app.state.top());
+    };
+    assert_eq!(c.what(), "schedule billing.invoices");
+    // Enter on the default focus (No) closes without sending.
+    app.on_key(Key::Enter);
+    assert!(app.state.top().is_none());
+    assert!(kinds(&mut app).is_empty());
+    keys(&mut app, &[Key::Char('e'), Key::Char('y')]);
+    assert_eq!(
+        kinds(&mut app),
+        vec![RequestKind::SetScheduleEnabled {
+            name: "billing.invoices".into(),
+            enabled: true
+        }]
+    );
+    keys(&mut app, &[Key::Char('d'), Key::Esc]);
+    assert!(kinds(&mut app).is_empty(), "esc sends nothing");
+    keys(&mut app, &[Key::Char('d'), Key::Tab, Key::Enter]);
+    assert_eq!(
+        kinds(&mut app),
+        vec![RequestKind::SetScheduleEnabled {
+            name: "billing.invoices".into(),
+            enabled: false
+        }]
+    );
+    keys(&mut app, &[Key::Char('j'), Key::Char('t'), Key::Char('y')]);
+    assert_eq!(
+        kinds(&mut app),
+        vec![RequestKind::TriggerSchedule {
+            name: "cleanup".into()
+        }]
+    );
+    let logged: Vec<&str> = app.state.log.iter().map(|e| e.what.as_str()).collect();
+    assert_eq!(
+        logged,
+        [
+            "enable schedule billing.invoices",
+            "disable schedule billing.invoices",
+            "trigger schedule cleanup"
+        ]
+    );
+    // End still goes to the last row; e does not.
+    app.on_key(Key::End);
+    assert_eq!(app.state.selected(), Some("reports.monthly"));
+}
+
+#[test]
+fn a_schedule_action_reply_flashes_and_reloads_the_schedules() {
+    let mut app = on_schedules();
+    keys(&mut app, &[Key::Char('t'), Key::Char('y')]);
+    let r = app.take_requests().pop().unwrap();
+    app.on_event(Event::Reply {
+        id: r.id,
+        reply: Ok(Reply::Action {
+            summary: "triggered schedule billing.invoices: task 5040".into(),
+            failed: 0,
+        }),
+    });
+    let status = app.state.status.clone().unwrap();
+    assert!(
+        !status.error && status.text.contains("task 5040"),
+        "{status:?}"
+    );
+    assert_eq!(kinds(&mut app), vec![RequestKind::Schedules]);
+    keys(&mut app, &[Key::Char('d'), Key::Char('y')]);
+    let r = app.take_requests().pop().unwrap();
+    app.on_event(Event::Reply {
+        id: r.id,
+        reply: Err("disable schedule billing.invoices: no schedule (not found)".into()),
+    });
+    let status = app.state.status.clone().unwrap();
+    assert!(
+        status.error && status.text.contains("not found"),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn schedules_are_read_about_once_a_second_while_shown() {
+    let mut app = app();
+    app.take_requests();
+    app.on_key(Key::Char('7'));
+    let requests = app.take_requests();
+    assert_eq!(
+        requests.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
+        vec![RequestKind::Schedules]
+    );
+    app.on_tick(900);
+    assert!(kinds(&mut app).is_empty(), "one read on its way at a time");
+    app.on_event(Event::Reply {
+        id: requests[0].id,
+        reply: Err("list schedules: connection refused (unavailable)".into()),
+    });
+    assert!(app.state.live.schedules.error.is_some());
+    app.on_tick(950);
+    assert!(kinds(&mut app).is_empty(), "not due yet");
+    app.on_tick(1_000);
+    let requests = app.take_requests();
+    assert_eq!(
+        requests.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
+        vec![RequestKind::Schedules]
+    );
+    app.on_event(Event::Reply {
+        id: requests[0].id,
+        reply: Ok(Reply::Schedules(fixture::schedules())),
+    });
+    assert!(app.state.live.schedules.error.is_none());
+    assert_eq!(app.state.row_keys(View::Schedules).len(), 6);
+    app.on_key(Key::Char('1'));
+    app.on_tick(10_000);
+    assert!(
+        kinds(&mut app).is_empty(),
+        "no reads while another view is shown"
+    );
+    // ctrl-r reads at once.
+    app.on_key(Key::Char('7'));
+    fixture::answer_schedules(&mut app);
+    app.on_key(Key::Ctrl('r'));
+    assert_eq!(kinds(&mut app), vec![RequestKind::Schedules]);
+}
+
+#[test]
+fn schedules_filter_and_sort_locally() {
+    let mut app = on_schedules();
+    app.on_key(Key::Char('/'));
+    typed(&mut app, "mail");
+    app.on_key(Key::Enter);
+    assert_eq!(
+        app.state.row_keys(View::Schedules),
+        ["billing.invoices", "digest.weekly"]
+    );
+    app.on_key(Key::Esc);
+    app.on_key(Key::Char('s'));
+    // Next fire, soonest first; the disabled one last.
+    assert_eq!(
+        app.state.row_keys(View::Schedules),
+        [
+            "heartbeat",
+            "cleanup",
+            "billing.invoices",
+            "digest.weekly",
+            "reports.monthly",
+            "export.hourly"
+        ]
+    );
 }
 
 #[test]
@@ -334,6 +500,15 @@ fn commands_switch_views_and_unknown_ones_say_so() {
     app.on_key(Key::Enter);
     assert_eq!(app.state.view, View::Dead);
     app.on_key(Key::Char(':'));
+    typed(&mut app, "schedules");
+    app.on_key(Key::Enter);
+    assert_eq!(app.state.view, View::Schedules);
+    // Tab goes round all seven views.
+    app.on_key(Key::Tab);
+    assert_eq!(app.state.view, View::Leases);
+    app.on_key(Key::BackTab);
+    assert_eq!(app.state.view, View::Schedules);
+    app.on_key(Key::Char(':'));
     typed(&mut app, "frobnicate\u{1b}[2J");
     app.on_key(Key::Enter);
     let status = app.state.status.clone().unwrap();
@@ -371,4 +546,241 @@ fn a_paste_types_into_a_prompt_and_never_acts_on_a_view() {
     app.on_paste("rep\u{1b}[2Jort");
     app.on_key(Key::Enter);
     assert_eq!(app.state.table().filter, "rep[2Jort");
+}
+
+/// The app on the Locks tab with the fixture's locks loaded.
+fn on_locks() -> App {
+    let mut app = app();
+    app.take_requests();
+    app.on_key(Key::Tab);
+    assert_eq!(app.state.view, View::Locks);
+    fixture::answer_resources(&mut app);
+    app.on_tick(0);
+    app.take_requests();
+    app
+}
+
+#[test]
+fn tab_goes_through_the_lease_tabs_then_the_other_views() {
+    let mut app = app();
+    app.take_requests();
+    app.on_key(Key::Tab);
+    assert_eq!(app.state.view, View::Locks);
+    assert_eq!(kinds(&mut app), vec![RequestKind::Locks]);
+    app.on_key(Key::Tab);
+    assert_eq!(app.state.view, View::Shards);
+    assert_eq!(kinds(&mut app), vec![RequestKind::ShardGroups]);
+    app.on_key(Key::Tab);
+    assert_eq!(app.state.view, View::Slow);
+    app.on_key(Key::BackTab);
+    assert_eq!(app.state.view, View::Shards);
+    app.on_key(Key::Char('1'));
+    assert_eq!(app.state.view, View::Leases, "1 is the Tasks tab");
+    app.on_key(Key::BackTab);
+    assert_eq!(app.state.view, View::Schedules);
+    for (command, view) in [("locks", View::Locks), ("shards", View::Shards)] {
+        app.on_key(Key::Char(':'));
+        typed(&mut app, command);
+        app.on_key(Key::Enter);
+        assert_eq!(app.state.view, view);
+    }
+}
+
+#[test]
+fn locks_are_read_about_once_a_second_while_shown() {
+    let mut app = app();
+    app.take_requests();
+    app.on_key(Key::Tab);
+    let requests = app.take_requests();
+    assert_eq!(requests.len(), 1);
+    app.on_tick(900);
+    assert!(kinds(&mut app).is_empty(), "one read on its way at a time");
+    app.on_event(Event::Reply {
+        id: requests[0].id,
+        reply: Err("list locks: connection refused (unavailable)".into()),
+    });
+    assert!(app.state.live.resources.locks.error.is_some());
+    app.on_tick(950);
+    assert!(kinds(&mut app).is_empty(), "not due yet");
+    app.on_tick(1_000);
+    let requests = app.take_requests();
+    assert_eq!(
+        requests.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
+        vec![RequestKind::Locks]
+    );
+    app.on_event(Event::Reply {
+        id: requests[0].id,
+        reply: Ok(Reply::Locks(fixture::locks())),
+    });
+    assert!(app.state.live.resources.locks.error.is_none());
+    assert_eq!(app.state.row_keys(View::Locks).len(), 6);
+    app.on_key(Key::Char('1'));
+    app.on_tick(10_000);
+    assert!(
+        kinds(&mut app).is_empty(),
+        "no reads while another tab is shown"
+    );
+    app.on_key(Key::Tab);
+    fixture::answer_resources(&mut app);
+    app.on_key(Key::Ctrl('r'));
+    assert_eq!(kinds(&mut app), vec![RequestKind::Locks]);
+}
+
+#[test]
+fn a_forced_release_asks_first_and_y_sends_it() {
+    let mut app = on_locks();
+    assert_eq!(app.state.selected(), Some("billing/run-once"));
+    app.on_key(Key::Char('x'));
+    let Some(Overlay::Confirm(c)) = app.state.top() else {
+        panic!("x opens a confirm dialog: {:?}", app.state.top());
+    };
+    assert_eq!(c.what(), "lock billing/run-once held by web-2#2 (token 31)");
+    app.on_key(Key::Enter);
+    assert!(kinds(&mut app).is_empty(), "enter on No sends nothing");
+    keys(&mut app, &[Key::Char('x'), Key::Char('y')]);
+    assert_eq!(
+        kinds(&mut app),
+        vec![RequestKind::ReleaseLock {
+            name: "billing/run-once".into(),
+            owner: "web-2#2".into(),
+            token: 31,
+        }]
+    );
+    assert_eq!(
+        app.state.log.back().map(|e| e.what.as_str()),
+        Some("release lock billing/run-once held by web-2#2 (token 31)")
+    );
+    // A free lock has nothing to release: said, not asked.
+    app.on_key(Key::Char('j'));
+    assert_eq!(app.state.selected(), Some("cache:warm"));
+    app.on_key(Key::Char('x'));
+    assert!(app.state.top().is_none());
+    assert!(kinds(&mut app).is_empty());
+    let status = app.state.status.clone().unwrap();
+    assert!(
+        status.error && status.text.contains("is free"),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn a_release_reply_flashes_and_reloads_the_locks() {
+    let mut app = on_locks();
+    keys(&mut app, &[Key::Char('x'), Key::Char('y')]);
+    let r = app.take_requests().pop().unwrap();
+    app.on_event(Event::Reply {
+        id: r.id,
+        reply: Ok(Reply::Action {
+            summary: "released lock billing/run-once (held by web-2#2, token 31)".into(),
+            failed: 0,
+        }),
+    });
+    let status = app.state.status.clone().unwrap();
+    assert!(
+        !status.error && status.text.contains("token 31"),
+        "{status:?}"
+    );
+    assert_eq!(kinds(&mut app), vec![RequestKind::Locks]);
+}
+
+#[test]
+fn viewers_cannot_release_and_the_shards_tab_sends_no_action() {
+    let mut app = on_locks();
+    app.state.read_only = Some("a viewer token: actions are refused".into());
+    app.on_key(Key::Char('x'));
+    assert!(app.state.top().is_none());
+    assert!(kinds(&mut app).is_empty());
+    let status = app.state.status.clone().unwrap();
+    assert!(
+        status.error && status.text.contains("read-only"),
+        "{status:?}"
+    );
+    app.state.read_only = None;
+    app.on_key(Key::Tab);
+    fixture::answer_resources(&mut app);
+    for key in ['x', 'r', 'R', 'D', 'p', '+', 'e', 'd', 't', ' ', 'a'] {
+        app.on_key(Key::Char(key));
+        app.on_key(Key::Esc);
+    }
+    app.on_key(Key::Enter);
+    let sent: Vec<RequestKind> = kinds(&mut app)
+        .into_iter()
+        .filter(|k| !matches!(k, RequestKind::ShardGroups | RequestKind::Shards { .. }))
+        .collect();
+    assert!(sent.is_empty(), "{sent:?}");
+    assert!(app.state.log.is_empty());
+}
+
+#[test]
+fn the_shards_tab_follows_the_chosen_group() {
+    let mut app = app();
+    app.take_requests();
+    app.on_key(Key::Char(':'));
+    typed(&mut app, "shards");
+    app.on_key(Key::Enter);
+    let groups = app.take_requests();
+    assert_eq!(groups.len(), 1);
+    app.on_event(Event::Reply {
+        id: groups[0].id,
+        reply: Ok(Reply::ShardGroups(fixture::shard_groups())),
+    });
+    // The groups are known: the first by name is shown and its shards asked for.
+    assert_eq!(app.state.current_group_name(), Some("orders"));
+    let first = app.take_requests();
+    assert_eq!(
+        first.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
+        vec![RequestKind::Shards {
+            group: "orders".into()
+        }]
+    );
+    app.on_key(Key::Char(']'));
+    assert_eq!(app.state.current_group_name(), Some("payments"));
+    let second = app.take_requests();
+    assert_eq!(
+        second.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
+        vec![RequestKind::Shards {
+            group: "payments".into()
+        }]
+    );
+    // The late answer for orders is dropped: payments is shown.
+    app.on_event(Event::Reply {
+        id: first[0].id,
+        reply: Ok(Reply::Shards(fixture::shards("orders"))),
+    });
+    assert!(app.state.row_keys(View::Shards).is_empty());
+    app.on_tick(500);
+    assert!(
+        kinds(&mut app).is_empty(),
+        "the payments read is on its way"
+    );
+    app.on_event(Event::Reply {
+        id: second[0].id,
+        reply: Ok(Reply::Shards(fixture::shards("payments"))),
+    });
+    assert_eq!(app.state.row_keys(View::Shards), ["0", "1"]);
+    app.on_tick(1_000);
+    let again = app.take_requests();
+    assert_eq!(
+        again.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
+        vec![
+            RequestKind::ShardGroups,
+            RequestKind::Shards {
+                group: "payments".into()
+            }
+        ],
+        "both are re-read each second"
+    );
+    // ] goes round; the selection starts again at the first shard.
+    app.on_key(Key::Char('j'));
+    assert_eq!(app.state.selected(), Some("1"));
+    app.on_key(Key::Char(']'));
+    assert_eq!(app.state.current_group_name(), Some("orders"));
+    fixture::answer_resources(&mut app);
+    app.on_tick(1_100);
+    assert_eq!(app.state.row_keys(View::Shards).len(), 8);
+    assert_eq!(app.state.selected(), Some("0"));
+    app.on_key(Key::Char('/'));
+    typed(&mut app, "suspect");
+    app.on_key(Key::Enter);
+    assert_eq!(app.state.row_keys(View::Shards), ["5"]);
 }

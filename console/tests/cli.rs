@@ -402,6 +402,451 @@ async fn requeue_dlq_concurrency_pause_resume_drain() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn schedules_commands_print_and_exit_as_documented() {
+    let (addr, fake) = plain().await;
+    let run = |args: Vec<&str>| {
+        let mut all = vec!["--agent", addr.as_str()];
+        all.extend(args);
+        let owned: Vec<String> = all.iter().map(|s| (*s).to_owned()).collect();
+        async move {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            leasehold(&refs, &[]).await
+        }
+    };
+    let o = run(vec!["schedules", "ls"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lines: Vec<String> = stdout(&o).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].starts_with("NAME"), "{}", lines[0]);
+    assert!(
+        lines[1].starts_with("broken") && lines[1].contains("error: no agent handles"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].contains("in 30s") && lines[2].ends_with("succeeded"),
+        "{}",
+        lines[2]
+    );
+    let o = run(vec!["--output", "json", "schedules", "ls"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v.as_array().map(Vec::len), Some(2));
+    assert_eq!(v[1]["name"], "nightly");
+    assert_eq!(v[1]["last_task_status"], "succeeded");
+    assert_eq!(v[0]["next_fire_at"], serde_json::Value::Null);
+
+    let o = run(vec![
+        "schedules",
+        "add",
+        "nightly",
+        "--cron",
+        "0 0 2 * * *",
+        "--type",
+        "orphan",
+    ])
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // The relative part is counted from this host's clock: only its shape is fixed.
+    assert!(
+        stdout(&o).starts_with("created schedule nightly: next fire 2025-12-01T11:20:30.000Z ("),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        stderr(&o),
+        "leasehold: warning: no live agent handles task type orphan\n"
+    );
+    let o = run(vec![
+        "--output",
+        "json",
+        "schedules",
+        "add",
+        "x",
+        "--cron",
+        "0 * * * * *",
+        "--type",
+        "noop",
+        "--disabled",
+        "--replace",
+    ])
+    .await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["outcome"], "replaced");
+    assert_eq!(v["schedule"]["enabled"], false);
+    assert_eq!(v["warnings"], serde_json::json!([]));
+    let o = run(vec![
+        "schedules",
+        "add",
+        "taken",
+        "--cron",
+        "0 * * * * *",
+        "--type",
+        "noop",
+    ])
+    .await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "leasehold: add schedule taken: schedule taken exists with another definition; give \
+         --replace to overwrite it (already exists)\n"
+    );
+    let o = run(vec![
+        "schedules",
+        "add",
+        "bad",
+        "--cron",
+        "bad",
+        "--type",
+        "noop",
+    ])
+    .await;
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("is not a cron expression"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).ends_with("(invalid argument)\n"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(vec!["schedules", "rm", "nightly"]).await;
+    assert_eq!(stdout(&o), "removed schedule nightly\n");
+    let o = run(vec!["schedules", "rm", "gone"]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "leasehold: remove schedule gone: no schedule gone (not found)\n"
+    );
+    let o = run(vec!["schedules", "enable", "nightly"]).await;
+    assert_eq!(
+        stdout(&o),
+        "schedule nightly was already enabled (nothing changed)\n"
+    );
+    let o = run(vec!["schedules", "disable", "nightly"]).await;
+    assert_eq!(stdout(&o), "disabled schedule nightly\n");
+    let o = run(vec!["--output", "json", "schedules", "enable", "broken"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["changed"], true);
+    assert_eq!(v["enabled"], true);
+    let o = run(vec!["schedules", "trigger", "nightly"]).await;
+    assert_eq!(
+        stdout(&o),
+        "triggered schedule nightly: task 77 (idempotency key \
+         schedule:nightly:manual:2025-12-01T11:20:00.000Z)\n"
+    );
+    let o = run(vec!["--output", "json", "schedules", "trigger", "nightly"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["task_id"], 77);
+    assert_eq!(v["task"]["status"], "queued");
+    let o = run(vec!["schedules", "trigger", "nope"]).await;
+    assert_eq!(o.status.code(), Some(2));
+
+    let calls = fake.calls();
+    assert!(
+        calls.contains(
+            &"add_schedule nightly cron=0 0 2 * * * tz= type=orphan payload={} missed=skip max=0 \
+              disabled=false replace=false"
+                .to_owned()
+        ),
+        "{calls:?}"
+    );
+    assert!(calls.contains(&"set_schedule_enabled nightly false".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schedules_bad_input_is_refused_before_any_call_and_viewers_cannot_act() {
+    for args in [
+        &[
+            "--agent",
+            "127.0.0.1:1",
+            "schedules",
+            "add",
+            "n",
+            "--cron",
+            "* * * * * *",
+            "--type",
+            "noop",
+            "--payload",
+            "{oops",
+        ][..],
+        &[
+            "--agent",
+            "127.0.0.1:1",
+            "schedules",
+            "add",
+            "n",
+            "--cron",
+            "* * * * * *",
+            "--type",
+            "noop",
+            "--catch-up-max",
+            "3",
+        ],
+        &[
+            "schedules",
+            "add",
+            "Bad",
+            "--cron",
+            "* * * * * *",
+            "--type",
+            "noop",
+        ],
+        &["schedules", "add", "n", "--type", "noop"],
+        &[
+            "schedules",
+            "add",
+            "n",
+            "--cron",
+            "* * * * * *",
+            "--type",
+            "noop",
+            "--missed",
+            "later",
+        ],
+        &["schedules", "rm"],
+        &["schedules"],
+    ] {
+        let o = leasehold(args, &[]).await;
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("cannot reach"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{args:?}");
+    }
+    let running = Fake::new()
+        .with_token("s3cret")
+        .start(Transport::Plain)
+        .await;
+    let addr = running.addr.to_string();
+    let o = leasehold(
+        &["--agent", &addr, "--token", "viewer", "schedules", "ls"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = leasehold(
+        &[
+            "--agent",
+            &addr,
+            "--token",
+            "viewer",
+            "schedules",
+            "trigger",
+            "nightly",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn locks_and_shards_commands_print_and_exit_as_documented() {
+    let (addr, fake) = plain().await;
+    let run = |args: Vec<&str>| {
+        let mut all = vec!["--agent", addr.as_str()];
+        all.extend(args);
+        let owned: Vec<String> = all.iter().map(|s| (*s).to_owned()).collect();
+        async move {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            leasehold(&refs, &[]).await
+        }
+    };
+    let o = run(vec!["locks", "ls"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lines: Vec<Vec<String>> = stdout(&o)
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            vec!["NAME", "OWNER", "TOKEN", "STATE", "LEFT", "MOVES/H"],
+            vec!["cache:warm", "-", "3", "free", "-", "0"],
+            vec!["deploy/prod", "ci-job-17", "7", "held", "12s", "2"],
+        ]
+    );
+    let o = run(vec!["--output", "json", "locks", "ls"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v.as_array().map(Vec::len), Some(2));
+    assert_eq!(v[1]["owner"], "ci-job-17");
+    assert_eq!(v[1]["lease_until"], "2025-12-01T11:20:12.000Z");
+    assert_eq!(v[1]["time_left_ms"], 12_000);
+    assert_eq!(v[0]["owner"], serde_json::Value::Null);
+
+    let o = run(vec!["locks", "release", "deploy/prod"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "released lock deploy/prod (held by ci-job-17, token 7)\n"
+    );
+    let o = run(vec!["--output", "json", "locks", "release", "deploy/prod"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["released"], true);
+    assert_eq!(v["previous_owner"], "ci-job-17");
+    assert_eq!(v["previous_token"], 7);
+    assert_eq!(v["lock"]["state"], "free");
+    let o = run(vec!["locks", "release", "cache:warm"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "lock cache:warm was not held (nothing changed)\n"
+    );
+    let o = run(vec!["locks", "release", "gone"]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stdout(&o), "");
+    assert_eq!(
+        stderr(&o),
+        "leasehold: release lock gone: no lock gone; `leasehold locks ls` lists them (not \
+         found)\n"
+    );
+
+    let o = run(vec!["shards", "create", "orders", "--count", "4"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "shard group orders already exists with 4 shards (nothing changed)\n"
+    );
+    let o = run(vec!["shards", "create", "orders", "--count", "16"]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "leasehold: create shard group orders: shard group orders exists with 4 shards, not 16; \
+         a group keeps the count it was created with (`leasehold shards ls` shows it) (failed \
+         precondition)\n"
+    );
+    let o = run(vec!["shards", "create", "billing", "--count", "8"]).await;
+    assert_eq!(stdout(&o), "created shard group billing with 8 shards\n");
+    let o = run(vec![
+        "--output", "json", "shards", "create", "billing", "--count", "8",
+    ])
+    .await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["created"], true);
+    assert_eq!(v["group"]["shard_count"], 8);
+
+    let o = run(vec!["shards", "ls"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[1].starts_with("orders "), "{}", lines[1]);
+    let o = run(vec!["shards", "ls", "orders"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "group orders: 4 shards, 3 owned, 2 members, 1 move in the last hour"
+    );
+    assert_eq!(lines.len(), 10, "{text}");
+    assert!(lines[5].starts_with("    3  -"), "{}", lines[5]);
+    assert_eq!(lines[6], "");
+    assert!(lines[8].starts_with("fake#1"), "{}", lines[8]);
+    let o = run(vec!["--output", "json", "shards", "ls", "orders"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    let shards = v["shards"].as_array().cloned().unwrap_or_default();
+    assert_eq!(shards.len(), 4);
+    assert_eq!(shards[1]["shard"], 1);
+    assert_eq!(shards[1]["owner"], "fake#2");
+    assert_eq!(shards[1]["token"], 2);
+    assert_eq!(v["members"][0]["agent"], "fake#1");
+    assert_eq!(v["group"]["name"], "orders");
+    let o = run(vec!["shards", "ls", "nope"]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no shard group nope; `leasehold shards ls` lists the groups"),
+        "{}",
+        stderr(&o)
+    );
+
+    let calls = fake.calls();
+    assert!(
+        calls.contains(&"release_lock deploy/prod holder=\"\" token=0".to_owned()),
+        "a forced release: {calls:?}"
+    );
+    assert!(calls.contains(&"create_shard_group orders 16".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn locks_and_shards_bad_input_is_refused_before_any_call_and_viewers_cannot_act() {
+    for args in [
+        &["--agent", "127.0.0.1:1", "locks", "release", "Deploy"][..],
+        &["--agent", "127.0.0.1:1", "locks", "release", "/root"],
+        &[
+            "--agent",
+            "127.0.0.1:1",
+            "shards",
+            "create",
+            "o",
+            "--count",
+            "0",
+        ],
+        &[
+            "--agent",
+            "127.0.0.1:1",
+            "shards",
+            "create",
+            "o",
+            "--count",
+            "4097",
+        ],
+        &[
+            "--agent",
+            "127.0.0.1:1",
+            "shards",
+            "create",
+            "o/x",
+            "--count",
+            "2",
+        ],
+        &["--agent", "127.0.0.1:1", "shards", "ls", "Orders"],
+        &["locks"],
+        &["shards", "create", "orders"],
+    ] {
+        let o = leasehold(args, &[]).await;
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("cannot reach"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{args:?}");
+    }
+    let running = Fake::new()
+        .with_token("s3cret")
+        .start(Transport::Plain)
+        .await;
+    let addr = running.addr.to_string();
+    for args in [
+        &["locks", "ls"][..],
+        &["shards", "ls"],
+        &["shards", "ls", "orders"],
+    ] {
+        let mut all = vec!["--agent", addr.as_str(), "--token", "viewer"];
+        all.extend_from_slice(args);
+        let o = leasehold(&all, &[]).await;
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+    }
+    for args in [
+        &["locks", "release", "deploy/prod"][..],
+        &["shards", "create", "orders", "--count", "4"],
+    ] {
+        let mut all = vec!["--agent", addr.as_str(), "--token", "viewer"];
+        all.extend_from_slice(args);
+        let o = leasehold(&all, &[]).await;
+        assert_eq!(o.status.code(), Some(4), "{args:?}: {}", stderr(&o));
+    }
+    let o = leasehold(&["--agent", &addr, "locks", "ls"], &[]).await;
+    assert_eq!(o.status.code(), Some(4), "no token: {}", stderr(&o));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn wait_exit_codes() {
     let (addr, fake) = plain().await;
     let o = leasehold(

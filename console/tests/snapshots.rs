@@ -55,6 +55,12 @@ fn at(view: View) -> App {
     if view == View::Dead {
         fixture::answer_dead_page(&mut app);
     }
+    if view == View::Schedules {
+        fixture::answer_schedules(&mut app);
+    }
+    if matches!(view, View::Locks | View::Shards) {
+        fixture::answer_resources(&mut app);
+    }
     app.on_tick(0);
     app
 }
@@ -93,6 +99,85 @@ fn types() {
 #[test]
 fn agents() {
     check("agents", || at(View::Agents));
+}
+
+#[test]
+fn schedules() {
+    check("schedules", || at(View::Schedules));
+}
+
+#[test]
+fn schedules_sorted_by_next_fire_with_a_trigger_to_confirm() {
+    check("schedules_confirm_trigger", || {
+        let mut app = at(View::Schedules);
+        app.on_key(Key::Char('s'));
+        app.on_key(Key::Char('j'));
+        app.on_key(Key::Char('t'));
+        app
+    });
+}
+
+#[test]
+fn schedules_that_cannot_be_read() {
+    let mut app = fixture::app(Settings::default());
+    app.act(leasehold_console::input::Action::Show(View::Schedules));
+    for r in app.take_requests() {
+        app.on_event(leasehold_console::event::Event::Reply {
+            id: r.id,
+            reply: Err(
+                "list schedules: unimplemented: \u{1b}[2Jno such method (unimplemented)".into(),
+            ),
+        });
+    }
+    app.on_tick(0);
+    insta::assert_snapshot!("schedules_error_80x24", screen(&mut app, 80, 24));
+}
+
+#[test]
+fn locks() {
+    check("locks", || at(View::Locks));
+}
+
+#[test]
+fn locks_sorted_by_time_left_with_a_release_to_confirm() {
+    check("locks_confirm_release", || {
+        let mut app = at(View::Locks);
+        app.on_key(Key::Char('s'));
+        app.on_key(Key::Char('j'));
+        app.on_key(Key::Char('x'));
+        app
+    });
+}
+
+#[test]
+fn shards() {
+    check("shards", || {
+        let mut app = at(View::Shards);
+        app.on_key(Key::Char('j'));
+        app
+    });
+}
+
+#[test]
+fn shards_of_the_next_group() {
+    let mut app = at(View::Shards);
+    app.on_key(Key::Char(']'));
+    fixture::answer_resources(&mut app);
+    insta::assert_snapshot!("shards_next_group_80x24", screen(&mut app, 80, 24));
+}
+
+#[test]
+fn locks_that_cannot_be_read() {
+    let mut app = fixture::app(Settings::default());
+    app.act(leasehold_console::input::Action::Show(View::Locks));
+    for r in app.take_requests() {
+        app.on_event(leasehold_console::event::Event::Reply {
+            id: r.id,
+            reply: Err("list locks: unimplemented: \u{1b}[2Jno such method (unimplemented)".into()),
+        });
+    }
+    app.on_tick(0);
+    insta::assert_snapshot!("locks_error_80x24", screen(&mut app, 80, 24));
 }
 
 #[test]
@@ -141,6 +226,31 @@ fn help() {
         app.on_key(Key::Char('?'));
         app
     });
+}
+
+#[test]
+fn help_of_the_lease_tabs() {
+    // The help is one list for every view; scrolled to the Leases tabs' keys.
+    let mut app = at(View::Locks);
+    app.on_key(Key::Char('?'));
+    for _ in 0..44 {
+        app.on_key(Key::Char('j'));
+    }
+    insta::assert_snapshot!("help_lease_tabs_80x24", screen(&mut app, 80, 24));
+}
+
+#[test]
+fn locks_in_ascii_without_colour() {
+    let mut app = fixture::app(Settings {
+        color: false,
+        unicode: false,
+    });
+    app.act(leasehold_console::input::Action::Show(View::Locks));
+    fixture::answer_resources(&mut app);
+    app.on_tick(0);
+    let text = screen(&mut app, 80, 24);
+    assert!(text.is_ascii(), "the ASCII mode drew non-ASCII:\n{text}");
+    insta::assert_snapshot!("locks_ascii_80x24", text);
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use leasehold_shared::TaskStatus;
+use leasehold_shared::domain::schedule::MAX_CATCH_UP;
 use leasehold_shared::domain::validate::{MAX_ATTEMPTS_LIMIT, MAX_PAGE_SIZE};
 
 use super::values::{self, Limit, TimeOrDuration};
@@ -289,13 +290,272 @@ pub struct TypeArgs {
 pub enum AgentsCommand {
     /// List every agent of the registry, as the agent named by --agent sees it
     ///
+    /// An agent is listed until an hour after it stopped or, killed without stopping, went
+    /// silent (its last registry heartbeat).
+    ///
     /// Output (table): L (`*` for the maintenance leader), ID, STATE, ACTIVE (active/local
-    /// limit), HEARTBEAT (age, database clock), VERSION, ADDRESS; then `answered by ID`.
+    /// limit), HEARTBEAT (age, database clock), VERSION, ADDRESS; then the leader lease,
+    /// `leader web-1#3 · term 7 · elected 2m00s ago` (or `no leader`, with the last term when
+    /// one led before), then `answered by ID`.
     /// Output (json): {"agents":[{"id","name","host","pid","state","leader","active",
     /// "local_concurrency","version","grpc_address","task_types","started_at",
-    /// "heartbeat_at","heartbeat_age_ms","stopped_at"}...],"answered_by":"...","now":"...Z"}.
+    /// "heartbeat_at","heartbeat_age_ms","stopped_at"}...],"leader":{"owner","term",
+    /// "held","elected_at","lease_until","heartbeat_at"} or null when no agent ever led,
+    /// "answered_by":"...","now":"...Z"}; the leader's owner is null when it resigned.
     #[command(verbatim_doc_comment)]
     Ls,
+}
+
+/// `leasehold schedules …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum SchedulesCommand {
+    /// List every cron schedule with its next and last fire and its last outcome
+    ///
+    /// Output (table): NAME, CRON, TZ (only when a schedule is not in UTC), TYPE, ON (enabled
+    /// yes/no), NEXT (`in 3s`; `-` when disabled or never again), LAST (`5m00s ago`, `-`
+    /// never fired), LAST OUTCOME (the status of the last tick's task, `error: MESSAGE` when
+    /// the last firing could not enqueue, `-` when none). Times are the database's.
+    /// Output (json): one line, an array of SCHEDULE: {"name","cron","description",
+    /// "time_zone","task_type","payload","priority","max_attempts","enabled","missed",
+    /// "catch_up_max","next_fire_at","next_fire_at_ms","last_fired_at","last_fired_at_ms",
+    /// "last_task_id","last_task_status","last_error","created_at","created_at_ms",
+    /// "updated_at","updated_at_ms"}; times are RFC 3339 UTC strings next to the same time
+    /// in ms, both null when none (a last task, status or error that is not set is null).
+    #[command(verbatim_doc_comment)]
+    Ls,
+
+    /// Create a schedule, or with --replace overwrite one
+    ///
+    /// The same definition again is a no-op; a different one under an existing name is
+    /// refused (already exists, exit 2) unless --replace. The agent checks the cron, the
+    /// zone and the limits (invalid argument, exit 2, with its message).
+    /// Output (table): `created schedule nightly: next fire 2026-12-02T02:00:00.000Z (in
+    /// 13h59m)` (`replaced …`, `schedule nightly unchanged (same definition) …`; `next fire:
+    /// none (disabled)`), and each warning of the agent on stderr as `leasehold: warning: …`
+    /// (e.g. no live agent handles the type; the schedule is saved anyway).
+    /// Output (json): {"outcome":"created"|"replaced"|"unchanged","schedule":SCHEDULE,
+    /// "warnings":["..."]}.
+    #[command(verbatim_doc_comment)]
+    Add(ScheduleAddArgs),
+
+    /// Delete a schedule; the tasks it enqueued stay
+    ///
+    /// Output (table): `removed schedule nightly`.
+    /// Output (json): {"name":"nightly","removed":true,"schedule":SCHEDULE (as it was; null when its row was unreadable)}.
+    #[command(verbatim_doc_comment)]
+    Rm(ScheduleNameArgs),
+
+    /// Enable a schedule: it fires from the next tick after now (missed ticks are not caught
+    /// up)
+    ///
+    /// Output (table): `enabled schedule nightly: next fire … (in 3s)`, or `schedule nightly
+    /// was already enabled (nothing changed)`.
+    /// Output (json): {"name":"nightly","enabled":true,"changed":true,"schedule":SCHEDULE}.
+    #[command(verbatim_doc_comment)]
+    Enable(ScheduleNameArgs),
+
+    /// Disable a schedule: it stops firing until enabled
+    ///
+    /// Output (table): `disabled schedule nightly`, or `schedule nightly was already disabled
+    /// (nothing changed)`.
+    /// Output (json): {"name":"nightly","enabled":false,"changed":true,"schedule":SCHEDULE}.
+    #[command(verbatim_doc_comment)]
+    Disable(ScheduleNameArgs),
+
+    /// Fire a schedule once, now, outside its cron (enabled or not)
+    ///
+    /// Output (table): `triggered schedule nightly: task 42 (idempotency key
+    /// schedule:nightly:manual:2026-12-01T12:00:00.000Z)`.
+    /// Output (json): {"name":"nightly","task_id":42,"idempotency_key":"...","task":TASK
+    /// (as in `tasks show`),"schedule":SCHEDULE}.
+    #[command(verbatim_doc_comment)]
+    Trigger(ScheduleNameArgs),
+}
+
+/// A schedule name argument.
+#[derive(Debug, Clone, Args)]
+pub struct ScheduleNameArgs {
+    /// Schedule name.
+    #[arg(value_name = "NAME", value_parser = values::schedule_name)]
+    pub name: String,
+}
+
+/// What a schedule does with ticks that passed while no leader fired them (`--missed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Missed {
+    /// Fire only the latest missed tick.
+    #[default]
+    Skip,
+    /// Fire the latest --catch-up-max missed ticks, oldest first.
+    #[value(name = "catch_up", alias = "catch-up")]
+    CatchUp,
+}
+
+impl Missed {
+    /// The wire's name: `skip` or `catch_up`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Missed::Skip => "skip",
+            Missed::CatchUp => "catch_up",
+        }
+    }
+}
+
+/// `leasehold schedules add`.
+#[derive(Debug, Clone, Args)]
+pub struct ScheduleAddArgs {
+    /// Schedule name: 1-64 characters of a-z 0-9 _ . : - starting with a letter or digit.
+    #[arg(value_name = "NAME", value_parser = values::schedule_name)]
+    pub name: String,
+
+    /// Cron expression with seconds: `SEC MIN HOUR DAY-OF-MONTH MONTH DAY-OF-WEEK`, e.g.
+    /// `0 0 2 * * *` (every day at 02:00).
+    #[arg(long, value_name = "EXPR")]
+    pub cron: String,
+
+    /// Type of the task each tick enqueues.
+    #[arg(long = "type", value_name = "TYPE", value_parser = values::task_type)]
+    pub task_type: String,
+
+    /// Payload of each task, as JSON text (default `{}`).
+    #[arg(long, value_name = "JSON")]
+    pub payload: Option<String>,
+
+    /// IANA time zone the cron is read in, e.g. Europe/Berlin (default UTC).
+    #[arg(long = "tz", value_name = "ZONE")]
+    pub time_zone: Option<String>,
+
+    /// Ticks missed while no leader fired them: `skip` fires only the latest, `catch_up` the
+    /// latest --catch-up-max.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub missed: Option<Missed>,
+
+    /// How many missed ticks `--missed catch_up` fires at most (default 10).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CATCH_UP))
+    )]
+    pub catch_up_max: Option<u32>,
+
+    /// Priority of each task, -32768..=32767; higher runs first.
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        value_name = "N"
+    )]
+    pub priority: i16,
+
+    /// Most attempts of each task (default: the type's).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(i32).range(1..=i64::from(MAX_ATTEMPTS_LIMIT))
+    )]
+    pub max_attempts: Option<i32>,
+
+    /// Create it disabled (enable it later with `schedules enable`).
+    #[arg(long)]
+    pub disabled: bool,
+
+    /// Overwrite an existing schedule of that name.
+    #[arg(long)]
+    pub replace: bool,
+}
+
+/// `leasehold locks …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum LocksCommand {
+    /// List every named lock with its holder, fencing token and time left
+    ///
+    /// Output (table): NAME, OWNER (`-` when free), TOKEN (fencing token of the current or
+    /// last holding; 0 never held), STATE (free, held, suspect: renewal overdue, expired: past
+    /// its lease but not yet takeable, released: given back but held until its
+    /// lock_at_least_for), LEFT (lease_until minus the database's now: `12s`, `-3s` past it,
+    /// `-` none), MOVES/H (owner changes in the last hour).
+    /// Output (json): one line, an array of LOCK: {"name","owner","token","state",
+    /// "lease_until","lease_until_ms","heartbeat_at","heartbeat_at_ms","acquired_at",
+    /// "acquired_at_ms","lock_at_least_until","lock_at_least_until_ms","lock_at_most_until",
+    /// "lock_at_most_until_ms","time_left_ms","moves_last_hour"}; times are RFC 3339 UTC
+    /// strings next to the same time in ms, both null when none; owner is null when free;
+    /// time_left_ms is lease_until_ms minus the database's now (negative past it), null when
+    /// there is no lease time.
+    #[command(verbatim_doc_comment)]
+    Ls,
+
+    /// Free a lock from whoever holds it (an operator's forced release, audited)
+    ///
+    /// The holder's next renew is refused. A lock taken with lock_at_least_for stays held
+    /// until then. An unknown lock is not found (exit 2).
+    /// Output (table): `released lock deploy/prod (held by ci-job-17, token 7)`, `lock
+    /// deploy/prod was not held (nothing changed)`, and, when it stays held until its
+    /// lock_at_least_for, `; it stays held until 2026-12-01T12:00:30.000Z (lock_at_least_for)`.
+    /// Output (json): {"name":"deploy/prod","released":true,"previous_owner":"ci-job-17" or
+    /// null,"previous_token":7 or null,"lock":LOCK (after the release) or null}.
+    #[command(verbatim_doc_comment)]
+    Release(LockNameArgs),
+}
+
+/// A lock name argument.
+#[derive(Debug, Clone, Args)]
+pub struct LockNameArgs {
+    /// Lock name: 1-128 characters of a-z 0-9 _ . : / - starting with a letter or digit.
+    #[arg(value_name = "NAME", value_parser = values::lock_name)]
+    pub name: String,
+}
+
+/// `leasehold shards …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ShardsCommand {
+    /// Declare a shard group of --count shards; agents started with --shard-groups share them
+    ///
+    /// The same count again changes nothing; a different count is refused (failed
+    /// precondition, exit 2): a group keeps the count it was created with.
+    /// Output (table): `created shard group orders with 8 shards`, or `shard group orders
+    /// already exists with 8 shards (nothing changed)`.
+    /// Output (json): {"name":"orders","created":true,"group":GROUP}.
+    #[command(verbatim_doc_comment)]
+    Create(ShardsCreateArgs),
+
+    /// List the shard groups, or with GROUP every shard of it with its owner and token
+    ///
+    /// Without GROUP, output (table): GROUP, SHARDS, OWNED (shards with a live owner),
+    /// MEMBERS (live agents sharing it), MOVES/H (owner changes in the last hour), CREATED.
+    /// Output (json): one line, an array of GROUP: {"name","shard_count","members","owned",
+    /// "moves_last_hour","created_at","created_at_ms"}.
+    /// With GROUP, output (table): a line `group orders: 8 shards, 7 owned, 2 members, 3
+    /// moves in the last hour`, then SHARD, OWNER (`-` unowned), TOKEN, STATE (free, held,
+    /// suspect, expired), LEFT, MOVES/H, one row per shard; then MEMBER, STATE (live,
+    /// suspect, gone), SHARDS (owned now), HEARTBEAT (age), one row per member.
+    /// Output (json): {"group":GROUP,"shards":[{"shard":0,"owner":"web-1#1" or null,
+    /// "token":3,"state","lease_until","lease_until_ms","heartbeat_at","heartbeat_at_ms",
+    /// "acquired_at","acquired_at_ms","time_left_ms","moves_last_hour"}...],
+    /// "members":[{"agent","state","shards","joined_at","joined_at_ms","heartbeat_at",
+    /// "heartbeat_at_ms","lease_until","lease_until_ms"}...],"now":"...Z"}, one entry per
+    /// shard by number. An unknown group is not found (exit 2).
+    #[command(verbatim_doc_comment)]
+    Ls(ShardsLsArgs),
+}
+
+/// `leasehold shards create`.
+#[derive(Debug, Clone, Args)]
+pub struct ShardsCreateArgs {
+    /// Shard group name: 1-64 characters of a-z 0-9 _ . : - starting with a letter or digit.
+    #[arg(value_name = "GROUP", value_parser = values::shard_group)]
+    pub group: String,
+
+    /// Number of shards, 1..=4096 (numbered from 0).
+    #[arg(long, value_name = "N", value_parser = values::shard_count)]
+    pub count: u32,
+}
+
+/// `leasehold shards ls`.
+#[derive(Debug, Clone, Args)]
+pub struct ShardsLsArgs {
+    /// A shard group: list its shards and members (default: list the groups).
+    #[arg(value_name = "GROUP", value_parser = values::shard_group)]
+    pub group: Option<String>,
 }
 
 /// `leasehold wait`.

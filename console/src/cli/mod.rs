@@ -12,8 +12,9 @@ pub mod values;
 
 pub use args::{
     AgentsCommand, CancelArgs, ConcurrencyCommand, ConcurrencySetArgs, DlqCommand, DlqLsArgs,
-    DlqRequeueArgs, EnqueueArgs, IdsArgs, ListFilter, ScopeArgs, ShowArgs, TasksCommand,
-    TasksLsArgs, TypeArgs, WaitArgs,
+    DlqRequeueArgs, EnqueueArgs, IdsArgs, ListFilter, LockNameArgs, LocksCommand, Missed,
+    ScheduleAddArgs, ScheduleNameArgs, SchedulesCommand, ScopeArgs, ShardsCommand,
+    ShardsCreateArgs, ShardsLsArgs, ShowArgs, TasksCommand, TasksLsArgs, TypeArgs, WaitArgs,
 };
 pub use demo::{
     DEFAULT_DEMO_AGENTS, DEFAULT_HEADLESS_DURATION, DemoArgs, MAX_DEMO_AGENTS, MAX_DEMO_DURATION,
@@ -204,10 +205,11 @@ pub enum Command {
     ///    "processed_per_s":19.7,"tasks":{"queued":3,"running":0,"retry_wait":2,
     ///    "cancel_requested":0,"succeeded":351,"partially_succeeded":6,"cancelled":0,
     ///    "dead":38},"by_type":{"noop":{"succeeded":120},...},"dead_by_code":{"poison":4,
-    ///    "bad_payload":3,"timeout":1,...},"agents":[{"id":"demo-1#1","address":
-    ///    "127.0.0.1:40123","claimed":140,"succeeded":120,...}]}
+    ///    "bad_payload":3,"timeout":1,...},"fired_by_schedules":2,"agents":[{"id":"demo-1#1",
+    ///    "address":"127.0.0.1:40123","claimed":140,"succeeded":120,...}]}
     /// "finished" counts tasks in a terminal state (succeeded, partially_succeeded, cancelled,
-    /// dead); "processed_per_s" is finished / duration_s. Tasks still running at the end are
+    /// dead); "processed_per_s" is finished / duration_s; "fired_by_schedules" counts the
+    /// tasks the demo's cron schedules (view 7, only in the demo's own file) enqueued. Tasks still running at the end are
     /// released by their agent and count as queued. SIGINT or SIGTERM ends the run early (a
     /// second one forces the agents to stop) and the summary is still printed.
     /// Exit codes: 0 ok; 2 bad flags, a file that is not a demo database, no terminal
@@ -277,6 +279,18 @@ pub enum Command {
     #[command(subcommand)]
     Agents(AgentsCommand),
 
+    /// Cron schedules: list, add, remove, enable, disable, trigger.
+    #[command(subcommand)]
+    Schedules(SchedulesCommand),
+
+    /// Named resource leases (locks): list them, force one free.
+    #[command(subcommand)]
+    Locks(LocksCommand),
+
+    /// Shard groups: create one, list the groups or one group's shards and members.
+    #[command(subcommand)]
+    Shards(ShardsCommand),
+
     /// Drain the agent named by --agent: stop claiming, finish or release its leases, exit
     ///
     /// The agent does what it does on SIGTERM.
@@ -296,19 +310,24 @@ pub enum Command {
     /// dropped_events: events the agent could not record) and names its event in "kind",
     /// with the event's fields under a key of the same name:
     ///   {"seq":0,"now_ms":1764588000000,"agent_id":"web-1#7","dropped_events":0,
-    ///    "kind":"snapshot","snapshot":{"leases":[LEASE...],"stats":STATS}}
+    ///    "kind":"snapshot","snapshot":{"leases":[LEASE...],"stats":STATS,
+    ///    "resources":[RESOURCE...]}}
     ///   {"seq":1,...,"kind":"lease_acquired","lease_acquired":LEASE}
     ///   {"seq":2,...,"kind":"lease_renewed","lease_renewed":{"task_id":42,"epoch":3,
     ///    "lease_until":"...Z","heartbeat_at":"...Z"}}
     /// Kinds: snapshot, lease_acquired, lease_renewed, renewal_failed {task_id, epoch, reason,
     /// consecutive}, lease_released {task_id, epoch, outcome}, lease_fenced {task_id, epoch,
     /// write}, progress {task_id, epoch, progress}, slow {task_id, epoch, running_ms}, stats,
-    /// cancel_requested {task_id, epoch}, closing (true: the agent is shutting down).
+    /// cancel_requested {task_id, epoch}, resource_change {resource: RESOURCE, held (true:
+    /// taken, false: lost or released), reason (acquired, released, revoked, unprovable), at,
+    /// at_ms (the agent's wall clock)}, closing (true: the agent is shutting down).
     /// LEASE: {task_id, task_type, epoch, owner, attempt, priority, started_at, lease_until,
     /// heartbeat_at, timeout_ms, progress {total, processed, succeeded, failed, skipped} or
     /// null, slow, cancel_requested, renewal_failures, renewal_failure_reason}.
     /// STATS: {state, leader, active, local_limit, held, claimed, succeeded, failed, retried,
     /// dead, cancelled, released, lease_lost, fenced_writes, renewal_failures}.
+    /// RESOURCE: a lock or a shard this agent holds, {name (`<group>#<shard>` for a shard),
+    /// group, shard (both null for a lock), token}.
     /// Times are RFC 3339 UTC strings, or null when none.
     ///
     /// Output (table): one short line per event, `HH:MM:SS.mmm #SEQ KIND details` (UTC).

@@ -291,6 +291,251 @@ fn small_commands() {
 }
 
 #[test]
+fn schedules_add_flags() {
+    let cli = ok(&[
+        "schedules",
+        "add",
+        "nightly.report",
+        "--cron",
+        "0 0 2 * * *",
+        "--type",
+        "report.build",
+        "--payload",
+        "{\"kind\":\"daily\"}",
+        "--tz",
+        "Europe/Berlin",
+        "--missed",
+        "catch_up",
+        "--catch-up-max",
+        "5",
+        "--priority",
+        "-3",
+        "--max-attempts",
+        "4",
+        "--disabled",
+        "--replace",
+    ]);
+    let Some(Command::Schedules(SchedulesCommand::Add(a))) = cli.command else {
+        panic!("schedules add expected");
+    };
+    assert_eq!(a.name, "nightly.report");
+    assert_eq!(a.cron, "0 0 2 * * *");
+    assert_eq!(a.task_type, "report.build");
+    assert_eq!(a.payload.as_deref(), Some("{\"kind\":\"daily\"}"));
+    assert_eq!(a.time_zone.as_deref(), Some("Europe/Berlin"));
+    assert_eq!(a.missed, Some(Missed::CatchUp));
+    assert_eq!(a.catch_up_max, Some(5));
+    assert_eq!(a.priority, -3);
+    assert_eq!(a.max_attempts, Some(4));
+    assert!(a.disabled && a.replace);
+    let cli = ok(&[
+        "schedules",
+        "add",
+        "n",
+        "--cron",
+        "* * * * * *",
+        "--type",
+        "noop",
+    ]);
+    let Some(Command::Schedules(SchedulesCommand::Add(a))) = cli.command else {
+        panic!("schedules add expected");
+    };
+    assert_eq!((a.missed, a.catch_up_max, a.priority), (None, None, 0));
+    assert!(a.payload.is_none() && a.time_zone.is_none() && !a.disabled && !a.replace);
+    let cli = ok(&[
+        "schedules",
+        "add",
+        "n",
+        "--cron",
+        "@daily",
+        "--type",
+        "noop",
+        "--missed",
+        "catch-up",
+    ]);
+    assert!(matches!(
+        cli.command,
+        Some(Command::Schedules(SchedulesCommand::Add(ScheduleAddArgs {
+            missed: Some(Missed::CatchUp),
+            ..
+        })))
+    ));
+}
+
+#[test]
+fn schedules_subcommands_take_one_name() {
+    let cli = ok(&["schedules", "ls"]);
+    assert!(matches!(
+        cli.command,
+        Some(Command::Schedules(SchedulesCommand::Ls))
+    ));
+    for (verb, check) in [
+        (
+            "rm",
+            (|c| matches!(c, SchedulesCommand::Rm(_))) as fn(&SchedulesCommand) -> bool,
+        ),
+        ("enable", |c| matches!(c, SchedulesCommand::Enable(_))),
+        ("disable", |c| matches!(c, SchedulesCommand::Disable(_))),
+        ("trigger", |c| matches!(c, SchedulesCommand::Trigger(_))),
+    ] {
+        let cli = ok(&["schedules", verb, "nightly"]);
+        let Some(Command::Schedules(c)) = &cli.command else {
+            panic!("schedules {verb} expected");
+        };
+        assert!(check(c), "{verb}: {c:?}");
+        let name = match c {
+            SchedulesCommand::Rm(a)
+            | SchedulesCommand::Enable(a)
+            | SchedulesCommand::Disable(a)
+            | SchedulesCommand::Trigger(a) => a.name.as_str(),
+            _ => "",
+        };
+        assert_eq!(name, "nightly");
+        refused(&["schedules", verb]);
+        refused(&["schedules", verb, "Nightly"]);
+        refused(&["schedules", verb, "a", "b"]);
+    }
+}
+
+#[test]
+fn schedules_bad_input_is_refused() {
+    let add = |extra: &[&str]| {
+        let mut args = vec![
+            "schedules",
+            "add",
+            "n",
+            "--cron",
+            "* * * * * *",
+            "--type",
+            "noop",
+        ];
+        args.extend_from_slice(extra);
+        refused(&args);
+    };
+    add(&["--missed", "later"]);
+    add(&["--catch-up-max", "0"]);
+    add(&["--catch-up-max", "1001"]);
+    add(&["--priority", "40000"]);
+    add(&["--max-attempts", "0"]);
+    refused(&["schedules", "add", "n", "--type", "noop"]);
+    refused(&["schedules", "add", "n", "--cron", "* * * * * *"]);
+    refused(&[
+        "schedules",
+        "add",
+        "n",
+        "--cron",
+        "* * * * * *",
+        "--type",
+        "Bad",
+    ]);
+    refused(&[
+        "schedules",
+        "add",
+        "-bad",
+        "--cron",
+        "* * * * * *",
+        "--type",
+        "noop",
+    ]);
+    refused(&["schedules"]);
+    refused(&["schedules", "ls", "extra"]);
+    refused(&["schedules", "frobnicate"]);
+}
+
+#[test]
+fn locks_commands() {
+    let cli = ok(&["locks", "ls", "--output", "json"]);
+    assert!(matches!(
+        cli.command,
+        Some(Command::Locks(LocksCommand::Ls))
+    ));
+    assert_eq!(cli.global.output, Format::Json);
+    for name in ["deploy/prod", "ci:job-17.step_2", "0", &"l".repeat(128)] {
+        let cli = ok(&["locks", "release", name]);
+        let Some(Command::Locks(LocksCommand::Release(a))) = cli.command else {
+            panic!("locks release expected");
+        };
+        assert_eq!(a.name, name);
+    }
+    let cli = ok(&["--agent", "h:1", "--token", "t", "locks", "release", "a/b"]);
+    assert_eq!(cli.global.token.as_deref(), Some("t"));
+}
+
+#[test]
+fn locks_bad_input_is_refused() {
+    for args in [
+        &["locks"][..],
+        &["locks", "ls", "extra"],
+        &["locks", "release"],
+        &["locks", "release", "a", "b"],
+        &["locks", "release", "Deploy/prod"],
+        &["locks", "release", "/root"],
+        &["locks", "release", "-dash"],
+        &["locks", "release", "a b"],
+        &["locks", "release", "a#1"],
+        &["locks", "release", "a\u{1b}[2J"],
+        &["locks", "release", ""],
+        &["locks", "frobnicate"],
+    ] {
+        refused(args);
+    }
+    let long = "l".repeat(129);
+    let err = refused(&["locks", "release", &long]).to_string();
+    assert!(err.contains("invalid lock name"), "{err}");
+    assert!(err.contains("1-128 characters"), "{err}");
+}
+
+#[test]
+fn shards_commands() {
+    let cli = ok(&["shards", "create", "orders", "--count", "8"]);
+    let Some(Command::Shards(ShardsCommand::Create(a))) = cli.command else {
+        panic!("shards create expected");
+    };
+    assert_eq!((a.group.as_str(), a.count), ("orders", 8));
+    for count in ["1", "4096"] {
+        ok(&["shards", "create", "eu-west.orders:v2", "--count", count]);
+    }
+    let cli = ok(&["shards", "ls"]);
+    assert!(matches!(
+        cli.command,
+        Some(Command::Shards(ShardsCommand::Ls(ShardsLsArgs {
+            group: None
+        })))
+    ));
+    let cli = ok(&["shards", "ls", "orders", "--output", "json"]);
+    let Some(Command::Shards(ShardsCommand::Ls(a))) = cli.command else {
+        panic!("shards ls expected");
+    };
+    assert_eq!(a.group.as_deref(), Some("orders"));
+}
+
+#[test]
+fn shards_bad_input_is_refused() {
+    let long = "g".repeat(65);
+    for args in [
+        &["shards"][..],
+        &["shards", "create", "orders"],
+        &["shards", "create", "--count", "8"],
+        &["shards", "create", "orders", "--count", "0"],
+        &["shards", "create", "orders", "--count", "4097"],
+        &["shards", "create", "orders", "--count", "-1"],
+        &["shards", "create", "orders", "--count", "eight"],
+        &["shards", "create", "Orders", "--count", "8"],
+        &["shards", "create", "a/b", "--count", "8"],
+        &["shards", "create", long.as_str(), "--count", "8"],
+        &["shards", "ls", "orders", "billing"],
+        &["shards", "ls", "Orders"],
+        &["shards", "ls", "a#1"],
+    ] {
+        refused(args);
+    }
+    let err = refused(&["shards", "create", "orders", "--count", "5000"]).to_string();
+    assert!(err.contains("from 1 to 4096"), "{err}");
+    let err = refused(&["shards", "ls", "-x"]).to_string();
+    assert!(!err.is_empty());
+}
+
+#[test]
 fn wait_flags() {
     let cli = ok(&["wait", "1", "2", "--timeout", "30s", "--interval", "1s"]);
     let Some(Command::Wait(a)) = cli.command else {

@@ -1,5 +1,7 @@
-//! Parsers of flag values: durations, times, limits, task types and keys. Each returns a
-//! message naming what was wrong; clap prints it with the flag's name and exits 2.
+//! Parsers of flag values: durations, times, limits, task types, keys, lock and shard group
+//! names and shard counts (names checked as the agent checks them, so bad input costs no
+//! call). Each returns a message naming what was wrong; clap prints it with the flag's name
+//! and exits 2.
 //!
 //! Durations are humantime's (`250ms`, `10s`, `5m`, `1h 30m`); times are RFC 3339
 //! (`2026-12-01T11:20:00Z`, `2026-12-01T12:20:00+01:00`). A relative time given as a duration
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use leasehold_shared::TaskType;
+use leasehold_shared::domain::ScheduleName;
 use leasehold_shared::domain::validate::MAX_IDEMPOTENCY_KEY_LEN;
 
 /// Longest `--text` filter the agent accepts, in bytes.
@@ -105,6 +108,71 @@ pub fn task_type(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A schedule name, checked as the agent checks it (the task-type alphabet).
+pub fn schedule_name(s: &str) -> Result<String, String> {
+    ScheduleName::new(s)
+        .map(|n| n.as_str().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// Longest lock name, in characters (`[a-z0-9][a-z0-9_.:/-]{0,127}`).
+pub const MAX_LOCK_NAME_LEN: usize = 128;
+/// Longest shard group name, in characters (`[a-z0-9][a-z0-9_.:-]{0,63}`).
+pub const MAX_SHARD_GROUP_LEN: usize = 64;
+/// Most shards a group may have.
+pub const MAX_SHARD_COUNT: u32 = 4096;
+
+/// True when `s` is 1..=`max` characters, the first a-z or 0-9, the others a-z 0-9 or one
+/// of `extra`.
+fn is_name(s: &str, max: usize, extra: &[char]) -> bool {
+    let mut chars = s.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    first_ok
+        && s.len() <= max
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || extra.contains(&c))
+}
+
+/// The untrusted name quoted back in a message: inert and short.
+fn quoted(s: &str) -> String {
+    format!("\"{}\"", crate::output::text::shown(s, 40))
+}
+
+/// A lock name, checked as the agent checks it: `[a-z0-9][a-z0-9_.:/-]{0,127}`.
+pub fn lock_name(s: &str) -> Result<String, String> {
+    if is_name(s, MAX_LOCK_NAME_LEN, &['_', '.', ':', '/', '-']) {
+        return Ok(s.to_owned());
+    }
+    Err(format!(
+        "invalid lock name {}: use 1-{MAX_LOCK_NAME_LEN} characters of a-z 0-9 _ . : / - \
+         starting with a letter or digit",
+        quoted(s)
+    ))
+}
+
+/// A shard group name, checked as the agent checks it: `[a-z0-9][a-z0-9_.:-]{0,63}`.
+pub fn shard_group(s: &str) -> Result<String, String> {
+    if is_name(s, MAX_SHARD_GROUP_LEN, &['_', '.', ':', '-']) {
+        return Ok(s.to_owned());
+    }
+    Err(format!(
+        "invalid shard group {}: use 1-{MAX_SHARD_GROUP_LEN} characters of a-z 0-9 _ . : - \
+         starting with a letter or digit",
+        quoted(s)
+    ))
+}
+
+/// A shard count: 1..=4096.
+pub fn shard_count(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=MAX_SHARD_COUNT).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected a whole number of shards from 1 to {MAX_SHARD_COUNT}"
+        )),
+    }
+}
+
 /// An idempotency key: 1-255 bytes without control characters.
 pub fn idempotency_key(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY_LEN {
@@ -196,12 +264,59 @@ mod tests {
         assert!(task_type("Email").is_err());
         assert!(task_type("").is_err());
         assert!(task_type("a\u{1b}b").is_err());
+        assert_eq!(
+            schedule_name("nightly.report").as_deref(),
+            Ok("nightly.report")
+        );
+        assert!(schedule_name("Nightly").is_err());
+        assert!(schedule_name(&"n".repeat(65)).is_err());
         assert!(idempotency_key("order-17").is_ok());
         assert!(idempotency_key("").is_err());
         assert!(idempotency_key(&"k".repeat(256)).is_err());
         assert!(idempotency_key("a\nb").is_err());
         assert!(text_filter(&"t".repeat(200)).is_ok());
         assert!(text_filter(&"t".repeat(201)).is_err());
+    }
+
+    #[test]
+    fn lock_and_group_names_mirror_the_agent() {
+        for good in [
+            "a",
+            "0",
+            "deploy/prod",
+            "ci:job-17.step_2",
+            &"l".repeat(128),
+        ] {
+            assert_eq!(lock_name(good).as_deref(), Ok(good), "{good}");
+        }
+        for bad in [
+            "",
+            "Deploy",
+            "-lead",
+            "/root",
+            "_x",
+            "a b",
+            "a#b",
+            "é",
+            "a\u{1b}[2J",
+            &"l".repeat(129),
+        ] {
+            let err = lock_name(bad).err().unwrap_or_default();
+            assert!(err.contains("invalid lock name"), "{bad:?}: {err}");
+            assert!(!err.contains('\u{1b}'), "the name is quoted inert: {err}");
+        }
+        for good in ["orders", "0", "eu-west.orders:v2", &"g".repeat(64)] {
+            assert_eq!(shard_group(good).as_deref(), Ok(good), "{good}");
+        }
+        for bad in ["", "Orders", "a/b", ".x", "a#1", &"g".repeat(65)] {
+            let err = shard_group(bad).err().unwrap_or_default();
+            assert!(err.contains("invalid shard group"), "{bad:?}: {err}");
+        }
+        assert_eq!(shard_count("1"), Ok(1));
+        assert_eq!(shard_count("4096"), Ok(4096));
+        for bad in ["0", "4097", "-1", "eight", "", "1.5"] {
+            assert!(shard_count(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //!
 //! ```text
 //!  seed agent ──ListAgents + GetOverview every 2 s──▶ Event::Agents / Event::Overview
+//!  (the app polls what only one view shows — dead letters, schedules, locks, shards — as
+//!   requests)
 //!      │                                   new agent in the registry ─▶ spawn its watcher
 //!      ▼
 //!  watcher(addr): connect ─▶ Watch ─▶ Event::Watch … ─▶ stream ends ─▶ Event::Conn(Lost)
@@ -440,6 +442,10 @@ async fn request_loop(
             let changes = !matches!(
                 request.kind,
                 RequestKind::DeadPage { .. }
+                    | RequestKind::Schedules
+                    | RequestKind::Locks
+                    | RequestKind::ShardGroups
+                    | RequestKind::Shards { .. }
                     | RequestKind::Task { .. }
                     | RequestKind::RequeueDead { dry_run: true, .. }
             );
@@ -493,6 +499,41 @@ async fn serve(agent: &Agent, kind: RequestKind) -> Result<Reply, String> {
                 .await
                 .map_err(text)?;
             Ok(Reply::Page(page))
+        }
+        RequestKind::Schedules => Ok(Reply::Schedules(
+            agent.list_schedules().await.map_err(text)?,
+        )),
+        RequestKind::Locks => Ok(Reply::Locks(agent.list_locks().await.map_err(text)?)),
+        RequestKind::ShardGroups => Ok(Reply::ShardGroups(
+            agent.list_shard_groups().await.map_err(text)?,
+        )),
+        RequestKind::Shards { group } => {
+            Ok(Reply::Shards(agent.list_shards(group).await.map_err(text)?))
+        }
+        RequestKind::ReleaseLock { name, owner, token } => {
+            let r = agent.force_release_lock(name.clone()).await.map_err(text)?;
+            release_summary(&name, &owner, token, &r)
+        }
+        RequestKind::SetScheduleEnabled { name, enabled } => {
+            let r = agent
+                .set_schedule_enabled(name.clone(), enabled)
+                .await
+                .map_err(text)?;
+            let verb = if enabled { "enabled" } else { "disabled" };
+            let summary = if r.changed {
+                format!("{verb} schedule {name}")
+            } else {
+                format!("schedule {name} was already {verb}")
+            };
+            Ok(Reply::Action { summary, failed: 0 })
+        }
+        RequestKind::TriggerSchedule { name } => {
+            let r = agent.trigger_schedule(name.clone()).await.map_err(text)?;
+            let summary = match r.task {
+                Some(t) => format!("triggered schedule {name}: task {}", t.id),
+                None => format!("triggered schedule {name}"),
+            };
+            Ok(Reply::Action { summary, failed: 0 })
         }
         RequestKind::Task { id } => Ok(Reply::Task(Box::new(
             agent.get_task(id).await.map_err(text)?,
@@ -617,6 +658,29 @@ async fn serve(agent: &Agent, kind: RequestKind) -> Result<Reply, String> {
     }
 }
 
+/// What a forced release did, in words: the holding it freed (named only when its token is the
+/// one the operator confirmed), that nothing was held, or that there is no such lock.
+pub fn release_summary(
+    name: &str,
+    owner: &str,
+    token: i64,
+    r: &pb::ReleaseLockResponse,
+) -> Result<Reply, String> {
+    let summary = match (&r.lock, r.released) {
+        (None, false) => return Err(format!("release lock {name}: no lock {name} (not found)")),
+        (lock, true) => {
+            let freed = lock.as_ref().map_or(token, |l| l.token);
+            if freed == token && !owner.is_empty() {
+                format!("released lock {name} (held by {owner}, token {token})")
+            } else {
+                format!("released lock {name} (token {freed})")
+            }
+        }
+        (Some(_), false) => format!("lock {name} was not held (nothing changed)"),
+    };
+    Ok(Reply::Action { summary, failed: 0 })
+}
+
 fn tally(outcomes: &mut Vec<(String, usize)>, outcome: String) {
     match outcomes.iter_mut().find(|(o, _)| *o == outcome) {
         Some((_, n)) => *n += 1,
@@ -640,5 +704,58 @@ fn summarise(
     Reply::Action {
         summary: format!("{verb} {total}: {}", parts.join(", ")),
         failed: failed.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(released: bool, token: Option<i64>) -> pb::ReleaseLockResponse {
+        pb::ReleaseLockResponse {
+            released,
+            lock: token.map(|token| pb::ResourceLease {
+                name: "deploy/prod".into(),
+                token,
+                state: "free".into(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn summary(r: Result<Reply, String>) -> Result<String, String> {
+        match r {
+            Ok(Reply::Action { summary, failed: 0 }) => Ok(summary),
+            Ok(other) => Err(format!("not an action: {other:?}")),
+            Err(e) => Err(e),
+        }
+    }
+
+    #[test]
+    fn a_release_summary_names_the_holder_only_when_its_token_was_freed() {
+        let s = |released, token| {
+            summary(release_summary(
+                "deploy/prod",
+                "ci-job-17",
+                7,
+                &reply(released, token),
+            ))
+        };
+        assert_eq!(
+            s(true, Some(7)).as_deref(),
+            Ok("released lock deploy/prod (held by ci-job-17, token 7)")
+        );
+        assert_eq!(
+            s(true, Some(8)).as_deref(),
+            Ok("released lock deploy/prod (token 8)")
+        );
+        assert_eq!(
+            s(false, Some(7)).as_deref(),
+            Ok("lock deploy/prod was not held (nothing changed)")
+        );
+        assert_eq!(
+            s(false, None),
+            Err("release lock deploy/prod: no lock deploy/prod (not found)".to_string())
+        );
     }
 }

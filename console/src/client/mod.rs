@@ -287,6 +287,141 @@ impl Agent {
         .await
     }
 
+    pub async fn list_schedules(&self) -> Result<v1::ListSchedulesResponse> {
+        self.unary(
+            "list schedules".into(),
+            self.call_timeout,
+            v1::ListSchedulesRequest {},
+            |mut c, r| async move { c.list_schedules(r).await },
+        )
+        .await
+    }
+
+    /// AddSchedule; a name taken by another definition says how to overwrite it.
+    pub async fn add_schedule(&self, r: v1::AddScheduleRequest) -> Result<v1::AddScheduleResponse> {
+        let what = format!("add schedule {}", r.name);
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.add_schedule(r).await
+            })
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::AlreadyExists,
+                "give --replace to overwrite it",
+            )
+        })
+    }
+
+    pub async fn remove_schedule(&self, name: String) -> Result<v1::RemoveScheduleResponse> {
+        let what = format!("remove schedule {name}");
+        let r = v1::RemoveScheduleRequest { name };
+        self.unary(what, self.call_timeout, r, |mut c, r| async move {
+            c.remove_schedule(r).await
+        })
+        .await
+    }
+
+    pub async fn set_schedule_enabled(
+        &self,
+        name: String,
+        enabled: bool,
+    ) -> Result<v1::SetScheduleEnabledResponse> {
+        let verb = if enabled { "enable" } else { "disable" };
+        let what = format!("{verb} schedule {name}");
+        let r = v1::SetScheduleEnabledRequest { name, enabled };
+        self.unary(what, self.call_timeout, r, |mut c, r| async move {
+            c.set_schedule_enabled(r).await
+        })
+        .await
+    }
+
+    pub async fn trigger_schedule(&self, name: String) -> Result<v1::TriggerScheduleResponse> {
+        let what = format!("trigger schedule {name}");
+        let r = v1::TriggerScheduleRequest { name };
+        self.unary(what, self.call_timeout, r, |mut c, r| async move {
+            c.trigger_schedule(r).await
+        })
+        .await
+    }
+
+    pub async fn list_locks(&self) -> Result<v1::ListLocksResponse> {
+        self.unary(
+            "list locks".into(),
+            self.call_timeout,
+            v1::ListLocksRequest {},
+            |mut c, r| async move { c.list_locks(r).await },
+        )
+        .await
+    }
+
+    /// ReleaseLock with an empty holder and token 0: an operator's forced release of whoever
+    /// holds `name`.
+    pub async fn force_release_lock(&self, name: String) -> Result<v1::ReleaseLockResponse> {
+        let what = format!("release lock {name}");
+        let r = v1::ReleaseLockRequest {
+            name,
+            holder: String::new(),
+            token: 0,
+        };
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.release_lock(r).await
+            })
+            .await;
+        answer.map_err(|e| with_hint(e, tonic::Code::NotFound, "`leasehold locks ls` lists them"))
+    }
+
+    /// CreateShardGroup; a group that exists with another count says it cannot change.
+    pub async fn create_shard_group(
+        &self,
+        name: String,
+        count: u32,
+    ) -> Result<v1::CreateShardGroupResponse> {
+        let what = format!("create shard group {name}");
+        let r = v1::CreateShardGroupRequest { name, count };
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.create_shard_group(r).await
+            })
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::FailedPrecondition,
+                "a group keeps the count it was created with (`leasehold shards ls` shows it)",
+            )
+        })
+    }
+
+    pub async fn list_shard_groups(&self) -> Result<v1::ListShardGroupsResponse> {
+        self.unary(
+            "list shard groups".into(),
+            self.call_timeout,
+            v1::ListShardGroupsRequest {},
+            |mut c, r| async move { c.list_shard_groups(r).await },
+        )
+        .await
+    }
+
+    pub async fn list_shards(&self, group: String) -> Result<v1::ListShardsResponse> {
+        let what = format!("list the shards of group {group}");
+        let r = v1::ListShardsRequest { group };
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.list_shards(r).await
+            })
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::NotFound,
+                "`leasehold shards ls` lists the groups",
+            )
+        })
+    }
+
     /// Opens the Watch stream. Only the opening has a deadline; the stream itself runs until
     /// either side ends it (no `grpc-timeout` is sent, or the agent would cut the stream).
     pub async fn watch(&self) -> Result<Streaming<v1::WatchUpdate>> {
@@ -311,6 +446,22 @@ impl Agent {
                 )),
             )),
         }
+    }
+}
+
+/// `err` with `hint` added when it is a status of `code` that has no hint yet.
+fn with_hint(err: Error, code: tonic::Code, hint: &str) -> Error {
+    match err {
+        Error::Rpc {
+            what,
+            status,
+            hint: None,
+        } if status.code() == code => Error::Rpc {
+            what,
+            status,
+            hint: Some(hint.to_owned()),
+        },
+        other => other,
     }
 }
 

@@ -14,8 +14,11 @@ pub mod cancel;
 pub mod concurrency;
 pub mod dlq;
 pub mod enqueue;
+pub mod locks;
 pub mod pause;
 pub mod requeue;
+pub mod schedules;
+pub mod shards;
 pub mod tasks;
 pub mod wait;
 pub mod watch;
@@ -23,7 +26,8 @@ pub mod watch;
 use chrono::Utc;
 
 use crate::cli::{
-    AgentsCommand, Command, ConcurrencyCommand, DlqCommand, GlobalArgs, TasksCommand,
+    AgentsCommand, Command, ConcurrencyCommand, DlqCommand, GlobalArgs, LocksCommand,
+    SchedulesCommand, ShardsCommand, TasksCommand,
 };
 use crate::client::{self, Agent};
 use crate::error::Result;
@@ -75,6 +79,44 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
         }
         Command::Agents(AgentsCommand::Ls) => {
             agents::run_ls(&Agent::connect(&settings).await?, out).await
+        }
+        Command::Schedules(SchedulesCommand::Ls) => {
+            schedules::run_ls(&Agent::connect(&settings).await?, out).await
+        }
+        Command::Schedules(SchedulesCommand::Add(args)) => {
+            let request = schedules::prepare_add(&args)?;
+            schedules::run_add(&Agent::connect(&settings).await?, request, now, out).await
+        }
+        Command::Schedules(SchedulesCommand::Rm(args)) => {
+            schedules::run_rm(&Agent::connect(&settings).await?, args.name, out).await
+        }
+        Command::Schedules(SchedulesCommand::Enable(args)) => {
+            let agent = Agent::connect(&settings).await?;
+            schedules::run_enable(&agent, args.name, true, now, out).await
+        }
+        Command::Schedules(SchedulesCommand::Disable(args)) => {
+            let agent = Agent::connect(&settings).await?;
+            schedules::run_enable(&agent, args.name, false, now, out).await
+        }
+        Command::Schedules(SchedulesCommand::Trigger(args)) => {
+            schedules::run_trigger(&Agent::connect(&settings).await?, args.name, out).await
+        }
+        Command::Locks(LocksCommand::Ls) => {
+            locks::run_ls(&Agent::connect(&settings).await?, out).await
+        }
+        Command::Locks(LocksCommand::Release(args)) => {
+            locks::run_release(&Agent::connect(&settings).await?, args.name, out).await
+        }
+        Command::Shards(ShardsCommand::Create(args)) => {
+            let agent = Agent::connect(&settings).await?;
+            shards::run_create(&agent, args.group, args.count, out).await
+        }
+        Command::Shards(ShardsCommand::Ls(args)) => {
+            let agent = Agent::connect(&settings).await?;
+            match args.group {
+                Some(group) => shards::run_ls_group(&agent, group, out).await,
+                None => shards::run_ls_groups(&agent, out).await,
+            }
         }
         Command::Drain => agents::run_drain(&Agent::connect(&settings).await?, out).await,
         Command::Watch => watch::run(&settings, out).await,

@@ -15,7 +15,7 @@
 use leasehold_proto::v1;
 
 use crate::client::{Agent, Settings};
-use crate::convert::watch::{LeaseView, WatchEvent, WatchLine, lines};
+use crate::convert::watch::{HeldResourceView, LeaseView, WatchEvent, WatchLine, lines};
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::output::Out;
@@ -91,13 +91,24 @@ impl TableState {
                         st.active, st.local_limit, st.state
                     )
                 });
+                let resources = if s.resources.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", {}",
+                        super::plural(s.resources.len() as u64, "resource", "resources")
+                    )
+                };
                 out.push(fit(&format!(
-                    "{head} snapshot of {}: {}{stats}",
+                    "{head} snapshot of {}: {}{resources}{stats}",
                     l.agent_id,
                     super::plural(s.leases.len() as u64, "lease", "leases")
                 )));
                 for lease in &s.leases {
                     out.push(fit(&format!("{head} lease {}", lease_text(lease))));
+                }
+                for r in &s.resources {
+                    out.push(fit(&format!("{head} holds {}", resource_text(r))));
                 }
                 return out;
             }
@@ -148,6 +159,12 @@ impl TableState {
             WatchEvent::CancelRequested(c) => {
                 format!("cancel requested task {} epoch {}", c.task_id, c.epoch)
             }
+            WatchEvent::ResourceChange(c) => format!(
+                "{} {}: {}",
+                if c.held { "took" } else { "lost" },
+                resource_text(&c.resource),
+                c.reason
+            ),
             WatchEvent::Closing(_) => "closing: the agent is shutting down".to_owned(),
         };
         out.push(fit(&format!("{head} {tail}")));
@@ -170,6 +187,12 @@ fn lease_text(l: &LeaseView) -> String {
         text.push_str(&format!(", {} renewal failures", l.renewal_failures));
     }
     text
+}
+
+/// `lock deploy/prod token 7`, `shard orders#3 token 12`.
+fn resource_text(r: &HeldResourceView) -> String {
+    let what = if r.group.is_some() { "shard" } else { "lock" };
+    format!("{what} {} token {}", r.name, r.token)
 }
 
 fn fit(line: &str) -> String {
@@ -294,6 +317,7 @@ mod tests {
                 leader: true,
                 ..Default::default()
             }),
+            resources: vec![],
         });
         let mut table = TableState::default();
         let mut all = Vec::new();
@@ -340,5 +364,43 @@ mod tests {
             assert!(width(line) <= WIDTH, "{line}");
             assert!(!line.chars().any(char::is_control), "{line:?}");
         }
+    }
+
+    #[test]
+    fn resources_held_and_changed_are_table_lines() {
+        use crate::convert::watch::tests::{lock_held, shard_held};
+        let mut snapshot = update(0, 0, vec![]);
+        snapshot.snapshot = Some(v1::Snapshot {
+            leases: vec![],
+            stats: None,
+            resources: vec![lock_held()],
+        });
+        let mut hostile = shard_held();
+        hostile.name = "orders#3\u{1b}[2J".into();
+        let changes = update(
+            1,
+            0,
+            vec![Kind::ResourceChange(v1::ResourceChange {
+                resource: Some(hostile),
+                held: false,
+                reason: "revoked".into(),
+                at_ms: 1_764_588_001_000,
+            })],
+        );
+        let mut table = TableState::default();
+        let mut all = Vec::new();
+        for u in [snapshot, changes] {
+            for l in lines(u).unwrap_or_default() {
+                all.extend(table.lines(&l));
+            }
+        }
+        assert_eq!(
+            all,
+            [
+                "11:20:01.234 #0 snapshot of web-1#7: 0 leases, 1 resource",
+                "11:20:01.234 #0 holds lock deploy/prod token 7",
+                "11:20:01.234 #1 lost shard orders#3\\u{1b}[2J token 12: revoked",
+            ]
+        );
     }
 }

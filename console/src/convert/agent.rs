@@ -28,10 +28,46 @@ pub struct AgentView {
     pub stopped_at: Option<Timestamp>,
 }
 
+/// The maintenance leader's lease (`ListAgentsResponse.leader`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeaderView {
+    /// Agent id of the holder; `null` when the last leader resigned.
+    pub owner: Option<String>,
+    /// Fencing token: one more at every change of leader.
+    pub term: i64,
+    /// The lease is held now.
+    pub held: bool,
+    pub elected_at: Option<Timestamp>,
+    pub lease_until: Option<Timestamp>,
+    pub heartbeat_at: Option<Timestamp>,
+}
+
+impl LeaderView {
+    /// Converts the wire's leader lease.
+    pub fn from_wire(l: v1::LeaderInfo) -> Result<Self, WireError> {
+        if l.term < 0 {
+            return Err(WireError::OutOfRange {
+                field: "leader term",
+                value: l.term,
+            });
+        }
+        Ok(Self {
+            owner: opt_string(l.owner),
+            term: l.term,
+            held: l.held,
+            elected_at: opt_time("leader elected_at_ms", l.elected_at_ms)?,
+            lease_until: opt_time("leader lease_until_ms", l.lease_until_ms)?,
+            heartbeat_at: opt_time("leader heartbeat_at_ms", l.heartbeat_at_ms)?,
+        })
+    }
+}
+
 /// `agents ls`: the registry as one agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AgentList {
     pub agents: Vec<AgentView>,
+    /// The leader lease; `null` when no agent has ever led.
+    pub leader: Option<LeaderView>,
     /// Id of the agent that answered.
     pub answered_by: String,
     /// Database time of the read.
@@ -68,6 +104,7 @@ impl AgentList {
             .collect::<Result<_, WireError>>()?;
         Ok(Self {
             agents,
+            leader: r.leader.map(LeaderView::from_wire).transpose()?,
             answered_by: r.answered_by,
             now,
         })
@@ -91,11 +128,52 @@ mod tests {
             }],
             now_ms: 1_004_500,
             answered_by: "web-1#3".into(),
+            leader: None,
         };
         let list = AgentList::from_wire(r).ok();
         let agent = list.as_ref().and_then(|l| l.agents.first());
         assert_eq!(agent.and_then(|a| a.heartbeat_age_ms), Some(4_500));
         assert_eq!(agent.and_then(|a| a.grpc_address.clone()), None);
+        assert_eq!(list.and_then(|l| l.leader), None);
+    }
+
+    #[test]
+    fn the_leader_lease_converts_and_a_resigned_owner_is_null() {
+        let r = v1::ListAgentsResponse {
+            now_ms: 1_764_588_000_000,
+            leader: Some(v1::LeaderInfo {
+                owner: String::new(),
+                term: 7,
+                elected_at_ms: 1_764_587_880_000,
+                lease_until_ms: 0,
+                heartbeat_at_ms: 1_764_587_990_000,
+                held: false,
+            }),
+            ..Default::default()
+        };
+        let json = AgentList::from_wire(r)
+            .ok()
+            .and_then(|l| serde_json::to_value(l.leader).ok());
+        assert_eq!(
+            json,
+            Some(serde_json::json!({
+                "owner": null,
+                "term": 7,
+                "held": false,
+                "elected_at": "2025-12-01T11:18:00.000Z",
+                "lease_until": null,
+                "heartbeat_at": "2025-12-01T11:19:50.000Z",
+            }))
+        );
+        let bad = v1::ListAgentsResponse {
+            now_ms: 1,
+            leader: Some(v1::LeaderInfo {
+                term: -1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(AgentList::from_wire(bad).is_err());
     }
 
     #[test]
@@ -109,6 +187,7 @@ mod tests {
             }],
             now_ms: 1,
             answered_by: String::new(),
+            leader: None,
         };
         assert!(AgentList::from_wire(r).is_err());
     }

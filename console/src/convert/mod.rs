@@ -3,9 +3,10 @@
 //!
 //! Invariants: nothing here panics on wire data. What breaks the contract — a status that is
 //! unspecified or unknown, JSON text that does not parse, a time that is negative or out of
-//! chrono's range, a priority outside `i16`, a missing required message — is a
-//! [`WireError`], which the commands report as "the agent sent …" (exit 3: an agent that
-//! answers outside the contract is as unusable as one that cannot be reached). What the
+//! chrono's range, a priority outside `i16`, a missing required message, a negative fencing
+//! token, a shard listed twice — is a [`WireError`], which the commands report as "the agent
+//! sent …" (exit 3: an agent that answers outside the contract is as unusable as one that
+//! cannot be reached). What the
 //! contract leaves open for later versions (a delta kind this build does not know) is skipped.
 //!
 //! Conventions of the views: times are RFC 3339 UTC strings with milliseconds, or `null` where
@@ -13,6 +14,8 @@
 //! values; statuses are their snake_case names.
 
 pub mod agent;
+pub mod resource;
+pub mod schedule;
 pub mod task;
 pub mod watch;
 
@@ -35,6 +38,9 @@ pub enum WireError {
     Time { field: &'static str, value: i64 },
     #[error("{field} = {value}, out of range")]
     OutOfRange { field: &'static str, value: i64 },
+    /// A reply whose parts disagree (a shard listed twice).
+    #[error("{0}")]
+    Broken(String),
     #[error("{source} for task {id}")]
     InTask {
         id: i64,

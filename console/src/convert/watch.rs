@@ -45,6 +45,8 @@ pub enum WatchEvent {
     Slow(SlowView),
     Stats(StatsView),
     CancelRequested(TaskEpoch),
+    /// The agent took or lost a resource lease (a lock or a shard).
+    ResourceChange(ResourceChangeView),
     /// The agent is shutting down and closes the stream after this update.
     Closing(bool),
 }
@@ -63,17 +65,64 @@ impl WatchEvent {
             WatchEvent::Slow(_) => "slow",
             WatchEvent::Stats(_) => "stats",
             WatchEvent::CancelRequested(_) => "cancel_requested",
+            WatchEvent::ResourceChange(_) => "resource_change",
             WatchEvent::Closing(_) => "closing",
         }
     }
 }
 
-/// Every lease the agent holds and its stats.
+/// Every lease the agent holds, its stats and the resource leases it holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SnapshotView {
     pub leases: Vec<LeaseView>,
     /// `null` when the agent sent none.
     pub stats: Option<StatsView>,
+    pub resources: Vec<HeldResourceView>,
+}
+
+/// A resource lease held by the agent serving the stream: a lock, or one shard of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeldResourceView {
+    /// A lock's name, or `<group>#<shard>`.
+    pub name: String,
+    /// The shard group; `null` for a lock.
+    pub group: Option<String>,
+    /// The shard number; `null` for a lock.
+    pub shard: Option<u32>,
+    /// Fencing token of the holding.
+    pub token: i64,
+}
+
+impl HeldResourceView {
+    fn from_wire(r: v1::HeldResource) -> Result<Self, WireError> {
+        if r.token < 0 {
+            return Err(WireError::OutOfRange {
+                field: "resource token",
+                value: r.token,
+            });
+        }
+        let group = opt_string(r.group);
+        Ok(Self {
+            name: r.name,
+            shard: group.as_ref().map(|_| r.shard),
+            group,
+            token: r.token,
+        })
+    }
+}
+
+/// A resource lease taken or lost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResourceChangeView {
+    pub resource: HeldResourceView,
+    /// True: acquired; false: lost or released.
+    pub held: bool,
+    /// acquired, released, revoked or unprovable.
+    pub reason: String,
+    /// The agent's wall clock (not the database's): when the holding began, or the last
+    /// instant the agent could still prove it held the lease.
+    pub at: Option<Timestamp>,
+    pub at_ms: Option<i64>,
 }
 
 /// A lease held by the agent serving the stream.
@@ -279,6 +328,19 @@ fn event(kind: Kind) -> Result<WatchEvent, WireError> {
             task_id: c.task_id,
             epoch: c.epoch,
         }),
+        Kind::ResourceChange(c) => {
+            let at = opt_time("resource_change at_ms", c.at_ms)?;
+            WatchEvent::ResourceChange(ResourceChangeView {
+                resource: HeldResourceView::from_wire(
+                    c.resource
+                        .ok_or(WireError::MissingField("resource_change.resource"))?,
+                )?,
+                held: c.held,
+                reason: c.reason,
+                at,
+                at_ms: at.map(Timestamp::millis),
+            })
+        }
     })
 }
 
@@ -299,6 +361,11 @@ pub fn lines(update: v1::WatchUpdate) -> Result<Vec<WatchLine>, WireError> {
                 .map(LeaseView::from_wire)
                 .collect::<Result<_, _>>()?,
             stats: s.stats.map(StatsView::from),
+            resources: s
+                .resources
+                .into_iter()
+                .map(HeldResourceView::from_wire)
+                .collect::<Result<_, _>>()?,
         }));
     }
     for delta in update.deltas {
@@ -399,6 +466,7 @@ pub(crate) mod tests {
                     state: "running".into(),
                     ..Default::default()
                 }),
+                resources: vec![lock_held(), shard_held()],
             }),
             ..Default::default()
         };
@@ -408,6 +476,92 @@ pub(crate) mod tests {
         assert_eq!(json["kind"], "snapshot");
         assert_eq!(json["snapshot"]["leases"].as_array().map(Vec::len), Some(2));
         assert_eq!(json["snapshot"]["stats"]["local_limit"], 10);
+        assert_eq!(
+            json["snapshot"]["resources"],
+            serde_json::json!([
+                {"name": "deploy/prod", "group": null, "shard": null, "token": 7},
+                {"name": "orders#3", "group": "orders", "shard": 3, "token": 12},
+            ])
+        );
+    }
+
+    pub(crate) fn lock_held() -> v1::HeldResource {
+        v1::HeldResource {
+            name: "deploy/prod".into(),
+            group: String::new(),
+            shard: 0,
+            token: 7,
+        }
+    }
+
+    pub(crate) fn shard_held() -> v1::HeldResource {
+        v1::HeldResource {
+            name: "orders#3".into(),
+            group: "orders".into(),
+            shard: 3,
+            token: 12,
+        }
+    }
+
+    #[test]
+    fn resource_changes_are_lines_of_their_own() {
+        let change = |resource, held: bool, reason: &str| v1::Delta {
+            kind: Some(Kind::ResourceChange(v1::ResourceChange {
+                resource,
+                held,
+                reason: reason.into(),
+                at_ms: 1_764_588_000_500,
+            })),
+        };
+        let update = v1::WatchUpdate {
+            now_ms: 1_764_588_001_000,
+            seq: 5,
+            agent_id: "web-1#7".into(),
+            deltas: vec![
+                change(Some(shard_held()), true, "acquired"),
+                change(Some(lock_held()), false, "revoked"),
+            ],
+            ..Default::default()
+        };
+        let json: Vec<serde_json::Value> = lines(update)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|l| serde_json::to_value(l).ok())
+            .collect();
+        assert_eq!(json[0]["kind"], "resource_change");
+        assert_eq!(
+            json[0]["resource_change"],
+            serde_json::json!({
+                "resource": {"name": "orders#3", "group": "orders", "shard": 3, "token": 12},
+                "held": true,
+                "reason": "acquired",
+                "at": "2025-12-01T11:20:00.500Z",
+                "at_ms": 1_764_588_000_500_i64,
+            })
+        );
+        assert_eq!(json[1]["resource_change"]["held"], false);
+        assert_eq!(
+            json[1]["resource_change"]["resource"]["group"],
+            serde_json::Value::Null
+        );
+
+        let missing = v1::WatchUpdate {
+            now_ms: 1,
+            deltas: vec![change(None, true, "acquired")],
+            ..Default::default()
+        };
+        assert_eq!(
+            lines(missing).err(),
+            Some(WireError::MissingField("resource_change.resource"))
+        );
+        let mut bad = lock_held();
+        bad.token = -1;
+        let negative = v1::WatchUpdate {
+            now_ms: 1,
+            deltas: vec![change(Some(bad), true, "acquired")],
+            ..Default::default()
+        };
+        assert!(lines(negative).is_err());
     }
 
     #[test]

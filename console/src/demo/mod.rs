@@ -276,6 +276,12 @@ impl Running {
                 store: Arc::clone(&opened.store),
                 schedule: Schedule::new(types, fastrand::Rng::new()),
                 stats: Arc::clone(&stats),
+                // Only in the demo's own file: a shared database keeps no demo schedules.
+                cron: if target.fresh {
+                    workload::cron_schedules()?
+                } else {
+                    Vec::new()
+                },
             }
             .run(stop_feeding.clone()),
         );

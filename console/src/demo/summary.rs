@@ -27,6 +27,8 @@ pub struct Counts {
     pub tasks: BTreeMap<&'static str, u64>,
     pub by_type: BTreeMap<String, BTreeMap<&'static str, u64>>,
     pub dead_by_code: BTreeMap<String, u64>,
+    /// Of the tasks counted, those the demo's cron schedules fired (key `schedule:…`).
+    pub fired_by_schedules: u64,
 }
 
 impl Counts {
@@ -60,6 +62,13 @@ impl Counts {
             .or_default()
             .entry(status)
             .or_default() += 1;
+        if task
+            .idempotency_key
+            .as_deref()
+            .is_some_and(|k| k.starts_with("schedule:"))
+        {
+            self.fired_by_schedules += 1;
+        }
         if task.status == TaskStatus::Dead {
             let code = task.last_error.as_ref().map_or("none", |e| e.code.as_str());
             *self.dead_by_code.entry(code.to_owned()).or_default() += 1;

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use leasehold_shared::domain::{PolicyPatch, PolicyScope};
-use leasehold_shared::store::{NewTask, PolicySetParams};
+use leasehold_shared::store::{NewTask, PolicySetParams, ScheduleAddParams, ScheduleWriteMode};
 use leasehold_shared::{Actor, Store, TaskId, TaskType};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -124,6 +124,49 @@ pub async fn set_policies(store: &dyn Store, types: &Types) -> Result<()> {
             .await
             .map_err(|e| Error::Database {
                 what: format!("setting the demo policy of {scope}"),
+                cause: crate::error::cause_chain(&e),
+            })?;
+    }
+    Ok(())
+}
+
+/// The cron schedules of the demo's own file (view 7): a heartbeat every 10 s, fired by
+/// whichever agent leads, and a nightly report in Berlin time that shows a far next fire.
+pub fn cron_schedules() -> Result<Vec<leasehold_shared::domain::Schedule>> {
+    use leasehold_shared::domain::Schedule as Cron;
+    use leasehold_shared::domain::schedule::MissedTicks;
+    let limits = leasehold_shared::InputLimits::default();
+    let invalid =
+        |e: leasehold_shared::ValidationError| Error::usage(format!("demo schedule: {e}"));
+    Ok(vec![
+        Cron::builder("demo.heartbeat", "*/10 * * * * *", "noop")
+            .missed(MissedTicks::Skip)
+            .build(&limits)
+            .map_err(invalid)?,
+        Cron::builder("demo.nightly-report", "0 30 2 * * *", "sleep")
+            .time_zone("Europe/Berlin")
+            .payload(json!({"ms": 200}))
+            .missed(MissedTicks::catch_up(1).map_err(invalid)?)
+            .build(&limits)
+            .map_err(invalid)?,
+    ])
+}
+
+/// Declares `schedules` (audited as [`ACTOR`]).
+pub async fn declare_schedules(
+    store: &dyn Store,
+    schedules: &[leasehold_shared::domain::Schedule],
+) -> Result<()> {
+    for schedule in schedules {
+        store
+            .schedule_add(ScheduleAddParams {
+                schedule: schedule.clone(),
+                mode: ScheduleWriteMode::Declare,
+                actor: Actor::operator(ACTOR),
+            })
+            .await
+            .map_err(|e| Error::Database {
+                what: format!("declaring the demo schedule {}", schedule.name()),
                 cause: crate::error::cause_chain(&e),
             })?;
     }
@@ -259,6 +302,9 @@ pub struct Feeder {
     pub store: Arc<dyn Store>,
     pub schedule: Schedule,
     pub stats: Arc<FeedStats>,
+    /// Cron schedules declared once the first task is in, so every task they fire comes
+    /// after the demo's first row (the summary counts from there).
+    pub cron: Vec<leasehold_shared::domain::Schedule>,
 }
 
 impl Feeder {
@@ -286,6 +332,12 @@ impl Feeder {
                             Ordering::Relaxed,
                             Ordering::Relaxed,
                         );
+                    }
+                    let cron = std::mem::take(&mut self.cron);
+                    if !cron.is_empty()
+                        && let Err(error) = declare_schedules(&*self.store, &cron).await
+                    {
+                        tracing::warn!(%error, "demo schedules not declared");
                     }
                     self.stats
                         .enqueued
@@ -407,5 +459,12 @@ mod tests {
                 assert!(fits, "{task:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_demo_schedules_are_valid() {
+        let cron = cron_schedules().unwrap();
+        let names: Vec<&str> = cron.iter().map(|s| s.name().as_str()).collect();
+        assert_eq!(names, ["demo.heartbeat", "demo.nightly-report"]);
     }
 }

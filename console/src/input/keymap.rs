@@ -59,6 +59,9 @@ pub enum Action {
     Show(View),
     NextView,
     PrevView,
+    /// The Shards tab's next or previous shard group.
+    NextGroup,
+    PrevGroup,
     Up,
     Down,
     PageUp,
@@ -78,6 +81,10 @@ pub enum Action {
     GlobalLimit,
     TogglePause,
     Drain,
+    EnableSchedule,
+    DisableSchedule,
+    TriggerSchedule,
+    ReleaseLock,
     Filter,
     Command,
     SortNext,
@@ -120,6 +127,11 @@ impl Scope {
             Scope::Views(v) if v == [View::Types] => "Types",
             Scope::Views(v) if v == [View::Agents] => "Agents",
             Scope::Views(v) if v == LIMITS => "Types and Agents",
+            Scope::Views(v) if v == [View::Schedules] => "Schedules",
+            // Every table but Schedules, whose `e` enables: still "Tables" in the help.
+            Scope::Views(v) if v == NOT_SCHEDULES => "Tables",
+            Scope::Views(v) if v == [View::Locks] => "Leases: Locks",
+            Scope::Views(v) if v == [View::Shards] => "Leases: Shards",
             Scope::Views(_) => "Some views",
         }
     }
@@ -138,6 +150,16 @@ pub struct Binding {
 
 const LIVE: &[View] = &[View::Leases, View::Slow, View::Renewals];
 const LIMITS: &[View] = &[View::Types, View::Agents];
+const NOT_SCHEDULES: &[View] = &[
+    View::Leases,
+    View::Slow,
+    View::Renewals,
+    View::Dead,
+    View::Types,
+    View::Agents,
+    View::Locks,
+    View::Shards,
+];
 
 const fn bind(keys: &'static [Key], action: Action, scope: Scope, help: &'static str) -> Binding {
     Binding {
@@ -213,13 +235,29 @@ pub const KEYMAP: &[Binding] = &[
         Scope::Global,
         "Agents: state, load, heartbeat",
     ),
-    bind(&[Tab], Action::NextView, Scope::Global, "next view"),
-    bind(&[BackTab], Action::PrevView, Scope::Global, "previous view"),
+    bind(
+        &[Char('7')],
+        Action::Show(View::Schedules),
+        Scope::Global,
+        "Schedules: cron, next and last fire, last outcome",
+    ),
+    bind(
+        &[Tab],
+        Action::NextView,
+        Scope::Global,
+        "next view; in Leases its tabs first (Tasks, Locks, Shards)",
+    ),
+    bind(
+        &[BackTab],
+        Action::PrevView,
+        Scope::Global,
+        "previous view or tab",
+    ),
     bind(
         &[Char(':')],
         Action::Command,
         Scope::Global,
-        "command: :leases :slow :renewals :dlq :types :agents :q",
+        "command: a view (:leases … :dlq … :locks), :help, :q",
     ),
     bind(
         &[Char('Z')],
@@ -254,7 +292,18 @@ pub const KEYMAP: &[Binding] = &[
         "previous page",
     ),
     bind(&[Char('g'), Home], Action::Top, Scope::Tables, "first row"),
-    bind(&[Char('e'), End], Action::Bottom, Scope::Tables, "last row"),
+    bind(
+        &[Char('e'), End],
+        Action::Bottom,
+        Scope::Views(NOT_SCHEDULES),
+        "last row (Schedules: end only)",
+    ),
+    bind(
+        &[End],
+        Action::Bottom,
+        Scope::Views(&[View::Schedules]),
+        "last row",
+    ),
     bind(
         &[Char('/')],
         Action::Filter,
@@ -351,6 +400,42 @@ pub const KEYMAP: &[Binding] = &[
         Scope::Views(&[View::Agents]),
         "drain the agent",
     ),
+    acts(
+        &[Char('x')],
+        Action::ReleaseLock,
+        Scope::Views(&[View::Locks]),
+        "release the lock (forced: frees it from its holder)",
+    ),
+    bind(
+        &[Char(']')],
+        Action::NextGroup,
+        Scope::Views(&[View::Shards]),
+        "next shard group",
+    ),
+    bind(
+        &[Char('[')],
+        Action::PrevGroup,
+        Scope::Views(&[View::Shards]),
+        "previous shard group",
+    ),
+    acts(
+        &[Char('e')],
+        Action::EnableSchedule,
+        Scope::Views(&[View::Schedules]),
+        "enable the schedule (fires from its next tick)",
+    ),
+    acts(
+        &[Char('d')],
+        Action::DisableSchedule,
+        Scope::Views(&[View::Schedules]),
+        "disable the schedule",
+    ),
+    acts(
+        &[Char('t')],
+        Action::TriggerSchedule,
+        Scope::Views(&[View::Schedules]),
+        "trigger the schedule: enqueue its task once, now",
+    ),
 ];
 
 /// The action of `key` in `view`, when a binding has it.
@@ -385,7 +470,7 @@ mod tests {
 
     #[test]
     fn no_key_means_two_things_in_one_view() {
-        for view in View::ALL {
+        for view in View::EVERY {
             let mut seen = std::collections::HashMap::new();
             for b in KEYMAP.iter().filter(|b| b.scope.applies(view)) {
                 for k in b.keys {
@@ -397,6 +482,80 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn schedules_take_e_d_t_and_other_tables_keep_e_for_the_last_row() {
+        let e = Char('e');
+        assert_eq!(
+            action_of(e, View::Schedules).map(|b| b.action),
+            Some(Action::EnableSchedule)
+        );
+        assert_eq!(
+            action_of(e, View::Leases).map(|b| b.action),
+            Some(Action::Bottom)
+        );
+        assert_eq!(
+            action_of(End, View::Schedules).map(|b| b.action),
+            Some(Action::Bottom)
+        );
+        assert_eq!(
+            action_of(Char('d'), View::Schedules).map(|b| b.action),
+            Some(Action::DisableSchedule)
+        );
+        assert_eq!(
+            action_of(Char('t'), View::Schedules).map(|b| b.action),
+            Some(Action::TriggerSchedule)
+        );
+        assert!(action_of(Char('t'), View::Leases).is_none());
+        for key in ['e', 'd', 't'] {
+            assert!(action_of(Char(key), View::Schedules).is_some_and(|b| b.acts));
+        }
+        assert_eq!(
+            action_of(Char('7'), View::Leases).map(|b| b.action),
+            Some(Action::Show(View::Schedules))
+        );
+    }
+
+    #[test]
+    fn the_lease_tabs_keys() {
+        for view in View::EVERY {
+            assert_eq!(
+                action_of(Tab, view).map(|b| b.action),
+                Some(Action::NextView)
+            );
+        }
+        // x releases a lock (an action), cancels a task in Leases, and is nothing in Shards.
+        assert!(
+            action_of(Char('x'), View::Locks)
+                .is_some_and(|b| b.action == Action::ReleaseLock && b.acts)
+        );
+        assert_eq!(
+            action_of(Char('x'), View::Leases).map(|b| b.action),
+            Some(Action::Cancel)
+        );
+        assert!(action_of(Char('x'), View::Shards).is_none());
+        assert_eq!(
+            action_of(Char(']'), View::Shards).map(|b| b.action),
+            Some(Action::NextGroup)
+        );
+        // The tabs are read-only but for x: nothing else that acts applies there.
+        for view in [View::Locks, View::Shards] {
+            let acting: Vec<Action> = KEYMAP
+                .iter()
+                .filter(|b| b.acts && b.scope.applies(view))
+                .map(|b| b.action)
+                .collect();
+            let expected: &[Action] = if view == View::Locks {
+                &[Action::GlobalLimit, Action::ReleaseLock]
+            } else {
+                &[Action::GlobalLimit]
+            };
+            assert_eq!(acting, expected, "{view:?}");
+        }
+        for key in [Enter, Char(' '), Char('a')] {
+            assert!(action_of(key, View::Locks).is_none(), "{key:?}");
         }
     }
 

@@ -23,6 +23,10 @@ pub struct Data {
     pub registry: Registry,
     pub overview: Option<pb::GetOverviewResponse>,
     pub dead: DeadPage,
+    /// The schedules, polled while the Schedules view is shown.
+    pub schedules: super::schedules::Schedules,
+    /// Locks and shard groups, polled while the Locks or Shards tab is shown.
+    pub resources: super::resources::Resources,
     /// Newest last.
     pub renewals: VecDeque<RenewalEvent>,
     /// Tasks finished per second across the fleet, newest last.
@@ -127,6 +131,11 @@ pub enum SortKey {
     Dead,
     Health,
     Active,
+    NextFire,
+    LastFire,
+    Shard,
+    Owner,
+    Moves,
 }
 
 impl SortKey {
@@ -146,6 +155,11 @@ impl SortKey {
             SortKey::Dead => "dead",
             SortKey::Health => "state",
             SortKey::Active => "active",
+            SortKey::NextFire => "next fire",
+            SortKey::LastFire => "last fire",
+            SortKey::Shard => "shard",
+            SortKey::Owner => "owner",
+            SortKey::Moves => "moves",
         }
     }
 }
@@ -160,6 +174,9 @@ pub fn sort_keys(view: View) -> &'static [SortKey] {
         View::Dead => &[DiedAt, Type, Code, Attempts, Id],
         View::Types => &[Name, Queued, Running, Dead],
         View::Agents => &[Name, Health, Active],
+        View::Schedules => &[Name, NextFire, LastFire],
+        View::Locks => &[Name, TimeLeft, Owner, Moves],
+        View::Shards => &[Shard, TimeLeft, Owner, Moves],
     }
 }
 
@@ -502,13 +519,26 @@ impl Data {
         counts
     }
 
-    /// The leader's id, per the registry.
+    /// The leader's id: the holder of the leader lease when the agent reports it, else the
+    /// registry's leader flag.
     pub fn leader(&self) -> Option<&str> {
+        if let Some(l) = &self.registry.leader {
+            return (l.held && !l.owner.is_empty()).then_some(l.owner.as_str());
+        }
         self.registry
             .agents
             .iter()
             .find(|a| a.leader && a.state != "stopped")
             .map(|a| a.id.as_str())
+    }
+
+    /// The term of the leader lease, when it is held and reported.
+    pub fn leader_term(&self) -> Option<i64> {
+        self.registry
+            .leader
+            .as_ref()
+            .filter(|l| l.held)
+            .map(|l| l.term)
     }
 
     /// The global row of the overview.

@@ -22,6 +22,11 @@ pub enum Verb {
     Requeue,
     RequeueDead,
     Drain,
+    EnableSchedule,
+    DisableSchedule,
+    TriggerSchedule,
+    /// An operator's forced release of a lock.
+    ReleaseLock,
 }
 
 impl Verb {
@@ -31,6 +36,24 @@ impl Verb {
             Verb::Requeue => "Requeue",
             Verb::RequeueDead => "Requeue",
             Verb::Drain => "Drain",
+            Verb::EnableSchedule => "Enable",
+            Verb::DisableSchedule => "Disable",
+            Verb::TriggerSchedule => "Trigger",
+            Verb::ReleaseLock => "Release",
+        }
+    }
+
+    /// What the action will do, when the verb alone does not say it.
+    pub fn note(self) -> Option<&'static str> {
+        match self {
+            Verb::EnableSchedule => Some("it fires from its next tick; missed ticks are skipped"),
+            Verb::DisableSchedule => Some("it stops firing until enabled again"),
+            Verb::TriggerSchedule => Some("enqueues its task once, now, outside its cron"),
+            Verb::ReleaseLock => Some(
+                "forced: frees it from whoever holds it now, whose next renew is refused; one \
+                 taken with lock_at_least_for stays held until then",
+            ),
+            _ => None,
         }
     }
 }
@@ -47,6 +70,14 @@ pub enum Targets {
     Agent {
         addr: String,
         agent_id: String,
+    },
+    /// One schedule, by name.
+    Schedule(String),
+    /// One lock, by name, with the holding the operator saw.
+    Lock {
+        name: String,
+        owner: String,
+        token: i64,
     },
 }
 
@@ -75,7 +106,7 @@ impl Confirm {
     pub fn new(verb: Verb, targets: Targets) -> Self {
         let count = match &targets {
             Targets::Tasks(ids) => Some(ids.len() as u64),
-            Targets::Agent { .. } => Some(1),
+            Targets::Agent { .. } | Targets::Schedule(_) | Targets::Lock { .. } => Some(1),
             Targets::DeadMatching { .. } => None,
         };
         Self {
@@ -116,6 +147,18 @@ impl Confirm {
                 }
             }
             (Targets::Agent { agent_id, .. }, _) => format!("agent {agent_id}"),
+            (Targets::Schedule(name), _) => {
+                format!("schedule {}", crate::output::text::shown(name, 64))
+            }
+            (Targets::Lock { name, owner, token }, _) => {
+                let name = crate::output::text::shown(name, 64);
+                if owner.is_empty() {
+                    format!("lock {name} (token {token})")
+                } else {
+                    let owner = crate::output::text::shown(owner, 40);
+                    format!("lock {name} held by {owner} (token {token})")
+                }
+            }
         }
     }
 

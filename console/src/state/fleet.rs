@@ -301,6 +301,9 @@ impl Conn {
                     h.lease.cancel_requested = true;
                 }
             }
+            // The Locks and Shards tabs read every holder from the database (ListLocks,
+            // ListShards), which also knows the holders no console follows.
+            Kind::ResourceChange(_) => {}
         }
     }
 
@@ -357,6 +360,9 @@ pub struct Registry {
     pub stale_after_ms: i64,
     /// The role the agent gave this console's token ("viewer", "operator").
     pub caller_role: String,
+    /// The leader lease; `None` when the agent reports none (no agent ever led, or an agent
+    /// built before it was reported).
+    pub leader: Option<pb::LeaderInfo>,
     /// Local time it arrived.
     pub received_ms: Option<i64>,
 }

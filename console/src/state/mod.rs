@@ -11,6 +11,8 @@ pub mod data;
 pub mod dialog;
 pub mod fleet;
 pub mod prompt;
+pub mod resources;
+pub mod schedules;
 pub mod table;
 
 use std::borrow::Cow;
@@ -27,7 +29,12 @@ pub use table::{RowKeys, Table};
 /// Entries kept in the action log.
 pub const LOG_ENTRIES: usize = 200;
 
-/// The six views, in key order.
+/// The seven views, in key order, and the two further tabs of the Leases view.
+///
+/// The Leases view has three tabs: its own table of task leases (`Leases`, the "Tasks" tab),
+/// then `Locks` and `Shards`, the resource leases. A tab is a view of its own for everything
+/// keyed by view — its table's selection, sort and filter, its keys, its footer — but it has
+/// no number: the header shows the Leases view as the current one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum View {
     #[default]
@@ -37,16 +44,52 @@ pub enum View {
     Dead,
     Types,
     Agents,
+    Schedules,
+    /// The Leases view's Locks tab: named locks (ListLocks).
+    Locks,
+    /// The Leases view's Shards tab: shard groups and one group's shards (ListShards).
+    Shards,
 }
 
 impl View {
-    pub const ALL: [View; 6] = [
+    /// The numbered views, in key order.
+    pub const ALL: [View; 7] = [
         View::Leases,
         View::Slow,
         View::Renewals,
         View::Dead,
         View::Types,
         View::Agents,
+        View::Schedules,
+    ];
+
+    /// Every view and tab, each with its own table.
+    pub const EVERY: [View; 9] = [
+        View::Leases,
+        View::Slow,
+        View::Renewals,
+        View::Dead,
+        View::Types,
+        View::Agents,
+        View::Schedules,
+        View::Locks,
+        View::Shards,
+    ];
+
+    /// The tabs of the Leases view, in Tab order.
+    pub const LEASE_TABS: [View; 3] = [View::Leases, View::Locks, View::Shards];
+
+    /// The order Tab goes round: the Leases view's tabs, then the other views in key order.
+    pub const TAB_ORDER: [View; 9] = [
+        View::Leases,
+        View::Locks,
+        View::Shards,
+        View::Slow,
+        View::Renewals,
+        View::Dead,
+        View::Types,
+        View::Agents,
+        View::Schedules,
     ];
 
     pub fn index(self) -> usize {
@@ -57,6 +100,30 @@ impl View {
             View::Dead => 3,
             View::Types => 4,
             View::Agents => 5,
+            View::Schedules => 6,
+            View::Locks => 7,
+            View::Shards => 8,
+        }
+    }
+
+    /// The numbered view a tab belongs to (itself for the others).
+    pub fn numbered(self) -> View {
+        match self {
+            View::Locks | View::Shards => View::Leases,
+            other => other,
+        }
+    }
+
+    /// True for the Leases view's tabs (Tasks, Locks, Shards).
+    pub fn is_lease_tab(self) -> bool {
+        matches!(self, View::Leases | View::Locks | View::Shards)
+    }
+
+    /// The name of its tab in the Leases view's title.
+    pub fn tab_title(self) -> &'static str {
+        match self {
+            View::Leases => "Tasks",
+            other => other.title(),
         }
     }
 
@@ -68,6 +135,19 @@ impl View {
             View::Dead => "Dead letters",
             View::Types => "Types",
             View::Agents => "Agents",
+            View::Schedules => "Schedules",
+            View::Locks => "Locks",
+            View::Shards => "Shards",
+        }
+    }
+
+    /// The title of its tab when the header is narrow (80 columns).
+    pub fn short_title(self) -> &'static str {
+        match self {
+            View::Renewals => "Renew",
+            View::Dead => "Dead",
+            View::Schedules => "Sched",
+            other => other.title(),
         }
     }
 
@@ -80,16 +160,22 @@ impl View {
             View::Dead => "dlq",
             View::Types => "types",
             View::Agents => "agents",
+            View::Schedules => "schedules",
+            View::Locks => "locks",
+            View::Shards => "shards",
         }
     }
 
     pub fn from_command(command: &str) -> Option<View> {
-        View::ALL.into_iter().find(|v| v.command() == command)
+        View::EVERY.into_iter().find(|v| v.command() == command)
     }
 
     /// Rows are task ids (so marks, cancel and requeue apply).
     pub fn has_tasks(self) -> bool {
-        !matches!(self, View::Types | View::Agents)
+        !matches!(
+            self,
+            View::Types | View::Agents | View::Schedules | View::Locks | View::Shards
+        )
     }
 }
 
@@ -138,6 +224,10 @@ pub struct LogEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pending {
     DeadPage { filter: String, append: bool },
+    Schedules,
+    Locks,
+    ShardGroups,
+    Shards { group: String },
     Task { id: i64 },
     DryRun,
     Action { log: u64 },
@@ -200,7 +290,9 @@ pub struct State {
     /// A copy shown instead of `live` while frozen (`Z`).
     pub frozen: Option<Box<Data>>,
     pub view: View,
-    pub tables: [Table; 6],
+    pub tables: [Table; 9],
+    /// The shard group the Shards tab shows (by name); the first group when none is chosen.
+    pub shard_group: Option<String>,
     /// Bottom first; the last has the keys.
     pub overlays: Vec<Overlay>,
     /// Marked task ids (`space`).
@@ -397,6 +489,7 @@ impl State {
                     now_ms: agents.now_ms,
                     stale_after_ms: agents.stale_after_ms,
                     caller_role: agents.caller_role,
+                    leader: agents.leader,
                     agents: agents.agents,
                     received_ms: Some(self.local_ms),
                 };
@@ -476,6 +569,44 @@ impl State {
                     }
                     Ok(_) => {}
                     Err(e) => self.live.dead.error = Some(e),
+                }
+            }
+            (Pending::Schedules, reply) => match reply {
+                Ok(Reply::Schedules(list)) => {
+                    self.heard_db_time(list.now_ms);
+                    self.live.schedules.apply(list);
+                }
+                Ok(_) => self.live.schedules.loading = false,
+                Err(e) => self.live.schedules.failed(e),
+            },
+            (Pending::Locks, reply) => match reply {
+                Ok(Reply::Locks(list)) => {
+                    self.heard_db_time(list.now_ms);
+                    self.live.resources.locks.apply(list);
+                }
+                Ok(_) => self.live.resources.locks.loading = false,
+                Err(e) => self.live.resources.locks.failed(e),
+            },
+            (Pending::ShardGroups, reply) => match reply {
+                Ok(Reply::ShardGroups(list)) => {
+                    self.heard_db_time(list.now_ms);
+                    self.live.resources.groups.apply(list);
+                }
+                Ok(_) => self.live.resources.groups.loading = false,
+                Err(e) => self.live.resources.groups.failed(e),
+            },
+            (Pending::Shards { group }, reply) => {
+                let res = &mut self.live.resources;
+                if res.group != group {
+                    return; // superseded: another group is shown now
+                }
+                match reply {
+                    Ok(Reply::Shards(list)) => {
+                        self.heard_db_time(list.now_ms);
+                        self.live.resources.shards.apply(list);
+                    }
+                    Ok(_) => res.shards.loading = false,
+                    Err(e) => res.shards.failed(e),
                 }
             }
             (Pending::Task { id: task }, reply) => {
@@ -610,6 +741,29 @@ impl State {
                     .map(|r| r.key)
                     .collect(),
             ),
+            View::Schedules => Keys::Names(
+                data.schedule_rows(&table.filter, sort, table.reverse)
+                    .iter()
+                    .map(|s| s.name.clone())
+                    .collect(),
+            ),
+            View::Locks => Keys::Names(
+                data.lock_rows(&table.filter, sort, table.reverse)
+                    .iter()
+                    .map(|l| l.name.clone())
+                    .collect(),
+            ),
+            View::Shards => Keys::Names(
+                data.shard_rows(
+                    self.current_group_name(),
+                    &table.filter,
+                    sort,
+                    table.reverse,
+                )
+                .iter()
+                .map(|s| s.shard.to_string())
+                .collect(),
+            ),
         }
     }
 
@@ -702,6 +856,32 @@ impl State {
             .types
             .iter()
             .find(|t| t.task_type == name)
+    }
+
+    /// The selected schedule.
+    pub fn selected_schedule(&self) -> Option<&pb::Schedule> {
+        let name = self.selected()?;
+        self.data().schedules.rows.iter().find(|s| s.name == name)
+    }
+
+    /// The selected lock (Locks tab).
+    pub fn selected_lock(&self) -> Option<&pb::ResourceLease> {
+        let name = self.selected()?;
+        self.data()
+            .resources
+            .locks
+            .last
+            .as_ref()?
+            .locks
+            .iter()
+            .find(|l| l.name == name)
+    }
+
+    /// The name of the group the Shards tab shows.
+    pub fn current_group_name(&self) -> Option<&str> {
+        self.data()
+            .current_group(self.shard_group.as_deref())
+            .map(|g| g.name.as_str())
     }
 
     /// The selected agent row.

@@ -1,5 +1,5 @@
 //! The header: the cluster at a glance (agents up / suspect / down, running against the global
-//! limit, queued, retrying, dead letters, leader, badges), the view tabs with the filter and
+//! limit, queued, retrying, dead letters, leader and its term, badges), the view tabs with the filter and
 //! marks, and the throughput sparkline with each agent's connection.
 
 use ratatui::Frame;
@@ -84,11 +84,25 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) {
         data.leader()
             .map_or_else(|| "-".to_string(), |l| untrusted(l, 24))
     )));
+    // The leader lease's term, where the line has room for it.
+    if let Some(term) = data.leader_term() {
+        let term = Span::raw(format!(" term {term}"));
+        let used: usize = first.iter().map(Span::width).sum();
+        if used + term.width() <= usize::from(area.width) {
+            first.push(term);
+        }
+    }
 
     let mut tabs = Vec::new();
     for view in View::ALL {
-        let label = format!("{} {}", view.index() + 1, view.title());
-        if view == state.view {
+        // Narrow terminals get short tab names so seven tabs and a filter fit 80 columns.
+        let name = if narrow {
+            view.short_title()
+        } else {
+            view.title()
+        };
+        let label = format!("{} {name}", view.index() + 1);
+        if view == state.view.numbered() {
             tabs.push(Span::styled(format!("[{label}]"), theme.active_tab()));
         } else {
             tabs.push(Span::raw(format!(" {label} ")));

@@ -13,7 +13,10 @@ pub mod agents;
 pub mod dead;
 pub mod header;
 pub mod leases;
+pub mod locks;
 pub mod overlay;
+pub mod schedules;
+pub mod shards;
 pub mod table;
 pub mod text;
 pub mod theme;
@@ -50,6 +53,9 @@ pub fn draw(frame: &mut Frame<'_>, state: &State) -> Drawn {
         View::Dead => dead::draw(frame, body, state, theme),
         View::Types => types::draw(frame, body, state, theme),
         View::Agents => agents::draw(frame, body, state, theme),
+        View::Schedules => schedules::draw(frame, body, state, theme),
+        View::Locks => locks::draw(frame, body, state, theme),
+        View::Shards => shards::draw(frame, body, state, theme),
     };
     footer(frame, foot, state, theme);
     for o in &state.overlays {
@@ -84,7 +90,8 @@ fn ascii_only(frame: &mut Frame<'_>) {
     }
 }
 
-/// The title of a view's table: name, row count, sort, frozen.
+/// The title of a view's table: name (the Leases view's with its tabs, the current one in
+/// brackets), row count, sort, and what went wrong reading it.
 pub fn title<'a>(state: &State, view: View, rows: usize, theme: Theme) -> Line<'a> {
     let t = &state.tables[view.index()];
     let key = sort_keys(view)[t.sort % sort_keys(view).len()];
@@ -94,11 +101,38 @@ pub fn title<'a>(state: &State, view: View, rows: usize, theme: Theme) -> Line<'
         (false, false) => "asc",
         (true, false) => "desc",
     };
-    let mut spans = vec![
-        Span::styled(format!(" {} ", view.title()), theme.title()),
+    let mut spans = Vec::new();
+    if view.is_lease_tab() {
+        spans.push(Span::styled(" Leases ", theme.title()));
+        for (i, tab) in View::LEASE_TABS.into_iter().enumerate() {
+            if i > 0 {
+                spans.push(Span::styled(" | ", theme.dim()));
+            }
+            if tab == view {
+                spans.push(Span::styled(
+                    format!("[{}]", tab.tab_title()),
+                    theme.active_tab(),
+                ));
+            } else {
+                spans.push(Span::raw(tab.tab_title()));
+            }
+        }
+        spans.push(Span::raw(" "));
+        if view == View::Shards
+            && let Some(group) = state.current_group_name()
+        {
+            spans.push(Span::styled(
+                format!("{} ", text::untrusted(group, 24)),
+                theme.title(),
+            ));
+        }
+    } else {
+        spans.push(Span::styled(format!(" {} ", view.title()), theme.title()));
+    }
+    spans.extend([
         Span::raw(format!("({rows}) ")),
         Span::styled(format!("sort: {} {arrow} ", key.word(),), theme.dim()),
-    ];
+    ]);
     if view == View::Dead {
         let dead = &state.data().dead;
         if dead.next_before_id != 0 {
@@ -107,6 +141,31 @@ pub fn title<'a>(state: &State, view: View, rows: usize, theme: Theme) -> Line<'
         if dead.loading {
             spans.push(Span::styled("loading… ", theme.dim()));
         }
+    }
+    let res = &state.data().resources;
+    let failed = match view {
+        View::Schedules => {
+            let schedules = &state.data().schedules;
+            schedules
+                .error
+                .as_ref()
+                .filter(|_| !schedules.rows.is_empty())
+        }
+        View::Locks => res.locks.error.as_ref().filter(|_| res.locks.loaded()),
+        // The groups pane and the shards table share the title.
+        View::Shards => res
+            .groups
+            .error
+            .as_ref()
+            .filter(|_| res.groups.loaded())
+            .or_else(|| res.shards.error.as_ref().filter(|_| res.shards.loaded())),
+        _ => None,
+    };
+    if let Some(e) = failed {
+        spans.push(Span::styled(
+            format!("last read failed: {} ", text::untrusted(e, 60)),
+            theme.error(),
+        ));
     }
     Line::from(spans)
 }
@@ -125,9 +184,16 @@ fn footer(frame: &mut Frame<'_>, area: ratatui::layout::Rect, state: &State, the
         }
         None => {
             let hints = match state.view {
-                View::Leases | View::Slow | View::Renewals => {
+                View::Leases => {
+                    "tab locks · enter open · x cancel · space mark · / filter · ? help · q quit"
+                }
+                View::Slow | View::Renewals => {
                     "enter open · x cancel · space mark · / filter · s sort · ? help · q quit"
                 }
+                View::Locks => {
+                    "tab shards · x release (forced) · / filter · s sort · ? help · q quit"
+                }
+                View::Shards => "[ ] group · shift-tab locks · / filter · s sort · ? help · q quit",
                 View::Dead => {
                     "enter open · r requeue · R requeue all matching · / filter · ? help · q quit"
                 }
@@ -135,6 +201,9 @@ fn footer(frame: &mut Frame<'_>, area: ratatui::layout::Rect, state: &State, the
                     "+/- limit · = type a limit · p pause/resume · G global · ? help · q quit"
                 }
                 View::Agents => "+/- local limit · = type a limit · D drain · ? help · q quit",
+                View::Schedules => {
+                    "e enable · d disable · t trigger · / filter · s sort · ? help · q quit"
+                }
             };
             Line::from(Span::styled(text::untrusted(hints, width), theme.dim()))
         }

@@ -215,6 +215,9 @@ pub fn confirm(frame: &mut Frame<'_>, area: Rect, c: &Confirm, theme: Theme) {
     if let Some(ids) = c.first_ids() {
         lines.push(Line::from(format!("ids: {ids}")));
     }
+    if let Some(note) = c.verb.note() {
+        lines.push(Line::from(Span::styled(note, theme.dim())));
+    }
     if let Some(e) = &c.error {
         lines.push(Line::from(Span::styled(
             format!("cannot count: {}", untrusted(e, 120)),

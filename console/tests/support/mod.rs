@@ -4,6 +4,14 @@
 //!
 //! Canned tasks: 1 succeeded, 2 dead (smtp_timeout), 3 running for its first two reads then
 //! succeeded, 4 running forever, 404 not found, 666 an unspecified status (bad wire data).
+//! Canned schedules: `nightly` (enabled, last task succeeded) and `broken` (disabled, its last
+//! firing failed); adding `taken` is ALREADY_EXISTS, a cron of `bad` INVALID_ARGUMENT, type
+//! `orphan` comes with a warning; any other name is NOT_FOUND for rm, enable, disable, trigger.
+//! Canned locks: `deploy/prod` (held by ci-job-17, token 7; a forced release frees it),
+//! `cache:warm` (free: a release changes nothing); any other lock is NOT_FOUND. Canned shard
+//! group: `orders` (4 shards: three owned, one free; two members); creating `orders` with 4
+//! is a no-op, with another count FAILED_PRECONDITION; any other group is created; listing
+//! another group's shards is NOT_FOUND.
 //! Tokens: when a token is configured, `operator` may do everything, `viewer` only reads.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -185,6 +193,46 @@ fn lease(task_id: i64) -> v1::Lease {
     }
 }
 
+/// A canned schedule.
+pub fn schedule(name: &str) -> v1::Schedule {
+    let broken = name == "broken";
+    v1::Schedule {
+        name: name.into(),
+        cron: "0 0 2 * * *".into(),
+        time_zone: "UTC".into(),
+        task_type: "noop".into(),
+        payload_json: "{}".into(),
+        priority: 0,
+        max_attempts: 3,
+        enabled: !broken,
+        missed: "skip".into(),
+        catch_up_max: 1,
+        next_fire_at_ms: if broken { 0 } else { NOW_MS + 30_000 },
+        last_fired_at_ms: NOW_MS - 60_000,
+        last_task_id: if broken { 0 } else { 41 },
+        last_task_status: if broken {
+            0
+        } else {
+            v1::TaskStatus::Succeeded as i32
+        },
+        last_error: if broken {
+            "no agent handles type noop".into()
+        } else {
+            String::new()
+        },
+        created_at_ms: NOW_MS - 86_400_000,
+        updated_at_ms: NOW_MS - 86_400_000,
+        description: "at 02:00:00".into(),
+    }
+}
+
+fn known_schedule(name: &str) -> Result<v1::Schedule, Status> {
+    match name {
+        "nightly" | "broken" => Ok(schedule(name)),
+        _ => Err(Status::not_found(format!("no schedule {name}"))),
+    }
+}
+
 fn update(seq: u64) -> v1::WatchUpdate {
     v1::WatchUpdate {
         now_ms: NOW_MS + seq as i64,
@@ -215,6 +263,7 @@ impl AgentService for Fake {
                 state: "running".into(),
                 ..Default::default()
             }),
+            resources: vec![],
         });
         let mut delta = update(1);
         delta.deltas = vec![
@@ -326,6 +375,14 @@ impl AgentService for Fake {
             answered_by: "fake#1".into(),
             caller_role: "operator".into(),
             stale_after_ms: 30_000,
+            leader: Some(v1::LeaderInfo {
+                owner: "fake#1".into(),
+                term: 4,
+                elected_at_ms: NOW_MS - 120_000,
+                lease_until_ms: NOW_MS + 15_000,
+                heartbeat_at_ms: NOW_MS - 1_000,
+                held: true,
+            }),
         }))
     }
 
@@ -481,6 +538,287 @@ impl AgentService for Fake {
     ) -> Result<Response<v1::DrainResponse>, Status> {
         self.record(&request, "drain".into(), true)?;
         Ok(Response::new(v1::DrainResponse { held: 3 }))
+    }
+
+    async fn list_schedules(
+        &self,
+        request: Request<v1::ListSchedulesRequest>,
+    ) -> Result<Response<v1::ListSchedulesResponse>, Status> {
+        self.record(&request, "list_schedules".into(), false)?;
+        Ok(Response::new(v1::ListSchedulesResponse {
+            schedules: vec![schedule("broken"), schedule("nightly")],
+            now_ms: NOW_MS,
+        }))
+    }
+
+    async fn add_schedule(
+        &self,
+        request: Request<v1::AddScheduleRequest>,
+    ) -> Result<Response<v1::AddScheduleResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!(
+                "add_schedule {} cron={} tz={} type={} payload={} missed={} max={} disabled={} \
+                 replace={}",
+                r.name,
+                r.cron,
+                r.time_zone,
+                r.task_type,
+                r.payload_json,
+                r.missed,
+                r.catch_up_max,
+                r.disabled,
+                r.replace
+            ),
+            true,
+        )?;
+        if r.cron == "bad" {
+            return Err(Status::invalid_argument(
+                "cron: \"bad\" is not a cron expression (6 fields)",
+            ));
+        }
+        if r.name == "taken" && !r.replace {
+            return Err(Status::already_exists(
+                "schedule taken exists with another definition",
+            ));
+        }
+        let mut s = schedule(&r.name);
+        s.cron = r.cron;
+        s.task_type = r.task_type.clone();
+        s.enabled = !r.disabled;
+        let warnings = if r.task_type == "orphan" {
+            vec!["no live agent handles task type orphan".into()]
+        } else {
+            vec![]
+        };
+        Ok(Response::new(v1::AddScheduleResponse {
+            schedule: Some(s),
+            outcome: if r.replace { "replaced" } else { "created" }.into(),
+            warnings,
+        }))
+    }
+
+    async fn remove_schedule(
+        &self,
+        request: Request<v1::RemoveScheduleRequest>,
+    ) -> Result<Response<v1::RemoveScheduleResponse>, Status> {
+        let name = request.get_ref().name.clone();
+        self.record(&request, format!("remove_schedule {name}"), true)?;
+        Ok(Response::new(v1::RemoveScheduleResponse {
+            schedule: Some(known_schedule(&name)?),
+        }))
+    }
+
+    async fn set_schedule_enabled(
+        &self,
+        request: Request<v1::SetScheduleEnabledRequest>,
+    ) -> Result<Response<v1::SetScheduleEnabledResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!("set_schedule_enabled {} {}", r.name, r.enabled),
+            true,
+        )?;
+        let mut s = known_schedule(&r.name)?;
+        let changed = s.enabled != r.enabled;
+        s.enabled = r.enabled;
+        Ok(Response::new(v1::SetScheduleEnabledResponse {
+            schedule: Some(s),
+            changed,
+        }))
+    }
+
+    async fn trigger_schedule(
+        &self,
+        request: Request<v1::TriggerScheduleRequest>,
+    ) -> Result<Response<v1::TriggerScheduleResponse>, Status> {
+        let name = request.get_ref().name.clone();
+        self.record(&request, format!("trigger_schedule {name}"), true)?;
+        let s = known_schedule(&name)?;
+        let mut t = task(77, v1::TaskStatus::Queued);
+        t.idempotency_key = format!("schedule:{name}:manual:2025-12-01T11:20:00.000Z");
+        Ok(Response::new(v1::TriggerScheduleResponse {
+            task: Some(t),
+            schedule: Some(s),
+        }))
+    }
+
+    async fn list_locks(
+        &self,
+        request: Request<v1::ListLocksRequest>,
+    ) -> Result<Response<v1::ListLocksResponse>, Status> {
+        self.record(&request, "list_locks".into(), false)?;
+        Ok(Response::new(v1::ListLocksResponse {
+            locks: vec![lock("cache:warm"), lock("deploy/prod")],
+            now_ms: NOW_MS,
+        }))
+    }
+
+    async fn acquire_lock(
+        &self,
+        request: Request<v1::AcquireLockRequest>,
+    ) -> Result<Response<v1::AcquireLockResponse>, Status> {
+        let name = request.get_ref().name.clone();
+        self.record(&request, format!("acquire_lock {name}"), true)?;
+        Err(Status::unimplemented("not canned"))
+    }
+
+    async fn renew_lock(
+        &self,
+        request: Request<v1::RenewLockRequest>,
+    ) -> Result<Response<v1::RenewLockResponse>, Status> {
+        let name = request.get_ref().name.clone();
+        self.record(&request, format!("renew_lock {name}"), true)?;
+        Err(Status::unimplemented("not canned"))
+    }
+
+    async fn release_lock(
+        &self,
+        request: Request<v1::ReleaseLockRequest>,
+    ) -> Result<Response<v1::ReleaseLockResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!(
+                "release_lock {} holder={:?} token={}",
+                r.name, r.holder, r.token
+            ),
+            true,
+        )?;
+        match r.name.as_str() {
+            "deploy/prod" => {
+                let mut after = lock("deploy/prod");
+                after.owner = String::new();
+                after.state = "free".into();
+                after.lease_until_ms = 0;
+                Ok(Response::new(v1::ReleaseLockResponse {
+                    released: true,
+                    lock: Some(after),
+                }))
+            }
+            "cache:warm" => Ok(Response::new(v1::ReleaseLockResponse {
+                released: false,
+                lock: Some(lock("cache:warm")),
+            })),
+            other => Err(Status::not_found(format!("no lock {other}"))),
+        }
+    }
+
+    async fn create_shard_group(
+        &self,
+        request: Request<v1::CreateShardGroupRequest>,
+    ) -> Result<Response<v1::CreateShardGroupResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!("create_shard_group {} {}", r.name, r.count),
+            true,
+        )?;
+        if r.name == "orders" {
+            if r.count != 4 {
+                return Err(Status::failed_precondition(format!(
+                    "shard group orders exists with 4 shards, not {}",
+                    r.count
+                )));
+            }
+            return Ok(Response::new(v1::CreateShardGroupResponse {
+                group: Some(orders(4)),
+                created: false,
+            }));
+        }
+        Ok(Response::new(v1::CreateShardGroupResponse {
+            group: Some(v1::ShardGroup {
+                name: r.name,
+                shard_count: r.count,
+                created_at_ms: NOW_MS,
+                ..Default::default()
+            }),
+            created: true,
+        }))
+    }
+
+    async fn list_shard_groups(
+        &self,
+        request: Request<v1::ListShardGroupsRequest>,
+    ) -> Result<Response<v1::ListShardGroupsResponse>, Status> {
+        self.record(&request, "list_shard_groups".into(), false)?;
+        Ok(Response::new(v1::ListShardGroupsResponse {
+            groups: vec![orders(4)],
+            now_ms: NOW_MS,
+        }))
+    }
+
+    async fn list_shards(
+        &self,
+        request: Request<v1::ListShardsRequest>,
+    ) -> Result<Response<v1::ListShardsResponse>, Status> {
+        let group = request.get_ref().group.clone();
+        self.record(&request, format!("list_shards {group}"), false)?;
+        if group != "orders" {
+            return Err(Status::not_found(format!("no shard group {group}")));
+        }
+        let shard = |n: u32, owner: &str| v1::Shard {
+            shard: n,
+            owner: owner.into(),
+            token: i64::from(n) + 1,
+            lease_until_ms: if owner.is_empty() { 0 } else { NOW_MS + 9_000 },
+            heartbeat_at_ms: if owner.is_empty() { 0 } else { NOW_MS - 1_000 },
+            acquired_at_ms: if owner.is_empty() { 0 } else { NOW_MS - 60_000 },
+            state: if owner.is_empty() { "free" } else { "held" }.into(),
+            moves_last_hour: 0,
+        };
+        let member = |agent: &str, shards: u32| v1::ShardMember {
+            agent: agent.into(),
+            joined_at_ms: NOW_MS - 60_000,
+            heartbeat_at_ms: NOW_MS - 1_000,
+            lease_until_ms: NOW_MS + 14_000,
+            state: "live".into(),
+            shards,
+        };
+        Ok(Response::new(v1::ListShardsResponse {
+            group: Some(orders(4)),
+            shards: vec![
+                shard(0, "fake#1"),
+                shard(1, "fake#2"),
+                shard(2, "fake#1"),
+                shard(3, ""),
+            ],
+            members: vec![member("fake#1", 2), member("fake#2", 1)],
+            now_ms: NOW_MS,
+        }))
+    }
+}
+
+/// A canned lock.
+pub fn lock(name: &str) -> v1::ResourceLease {
+    let held = name == "deploy/prod";
+    v1::ResourceLease {
+        name: name.into(),
+        owner: if held {
+            "ci-job-17".into()
+        } else {
+            String::new()
+        },
+        token: if held { 7 } else { 3 },
+        lease_until_ms: if held { NOW_MS + 12_000 } else { 0 },
+        heartbeat_at_ms: if held { NOW_MS - 3_000 } else { 0 },
+        acquired_at_ms: if held { NOW_MS - 60_000 } else { 0 },
+        lock_at_least_until_ms: 0,
+        lock_at_most_until_ms: 0,
+        state: if held { "held" } else { "free" }.into(),
+        moves_last_hour: if held { 2 } else { 0 },
+    }
+}
+
+fn orders(count: u32) -> v1::ShardGroup {
+    v1::ShardGroup {
+        name: "orders".into(),
+        shard_count: count,
+        members: 2,
+        owned: count.saturating_sub(1),
+        moves_last_hour: 1,
+        created_at_ms: NOW_MS - 3_600_000,
     }
 }
 
