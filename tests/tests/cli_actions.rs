@@ -1408,14 +1408,19 @@ async fn agents_ls_shows_the_whole_fleet_and_drain_stops_an_agent() {
             "{}",
             o.describe()
         );
-        assert_eq!(lines.len(), 4, "{}", o.describe());
+        assert_eq!(lines.len(), 5, "{}", o.describe());
         for id in &ids {
             let line = lines.iter().find(|l| l.contains(id.as_str())).unwrap();
             assert_eq!(line.starts_with('*'), *id == leader, "{line}");
             assert!(line.contains("running"), "{line}");
         }
+        assert!(
+            lines[3].starts_with(&format!("leader {leader} · term ")),
+            "{}",
+            o.describe()
+        );
         assert_eq!(
-            lines[3],
+            lines[4],
             format!("answered by {answering} (* = leader)"),
             "{}",
             o.describe()

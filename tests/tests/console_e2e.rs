@@ -10,7 +10,8 @@
 //! requeued with `r` `y`; a running task cancelled with `x` `y`; a type's limit set from the
 //! Types view and obeyed; a viewer token refused locally (nothing sent, nothing audited); and
 //! T33, escape sequences and bidi controls in a payload and an error shown inert; the console
-//! going on through another agent when its seed dies; a prompt replacing the footer line.
+//! going on through another agent when its seed dies; a prompt replacing the footer line; a
+//! schedule shown in view 7, triggered with `t` `y` and disabled with `d` `y`.
 //!
 //! The agents run with 10 s leases (see [`TIMINGS`]): the console's "agent lost" comes from its
 //! stream, not from lease expiry, so nothing here waits on a quick takeover.
@@ -205,7 +206,10 @@ async fn a_live_lease_is_shown_and_q_restores_the_terminal() {
         })
         .await
         .unwrap();
-    assert!(screen.contains("Leases (1)"), "{screen}");
+    assert!(
+        screen.contains("Leases [Tasks] | Locks | Shards (1)"),
+        "{screen}"
+    );
     assert!(screen.contains("[1 Leases]"), "{screen}");
     assert_eq!(console.tmux().pane_format("#{alternate_on}").unwrap(), "1");
 
@@ -949,6 +953,112 @@ async fn sigterm_restores_the_terminal() {
     assert_eq!(lines, ["EXIT=0"], "{screen}");
     assert_eq!(console.tmux().pane_format("#{alternate_on}").unwrap(), "0");
     assert_eq!(console.tmux().pane_format("#{cursor_flag}").unwrap(), "1");
+    drop(f);
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// Schedules: view 7, `t` `y` triggers, `d` `y` disables
+// -------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_is_shown_triggered_and_disabled_in_view_7() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "sched", &[]).await;
+    // Once a day at 03:00 UTC: the leader will not fire it during the test.
+    ok(&f
+        .cli
+        .run(&[
+            "schedules",
+            "add",
+            "nightly",
+            "--cron",
+            "0 0 3 * * *",
+            "--type",
+            "noop",
+        ])
+        .await
+        .unwrap());
+
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console.keys(&["7"]).unwrap();
+    let screen = console
+        .wait_for("the nightly schedule", |s| {
+            s.contains("[7 Sched") && table_line(s, "nightly").is_some_and(|l| l.contains("yes"))
+        })
+        .await
+        .unwrap();
+    let line = table_line(&screen, "nightly").unwrap();
+    assert!(
+        line.contains("0 0 3 * * *") && line.contains("noop"),
+        "{screen}"
+    );
+
+    console.keys(&["t"]).unwrap();
+    console
+        .wait_text("Trigger schedule nightly?")
+        .await
+        .unwrap();
+    // Nothing is sent before the confirmation.
+    assert_eq!(
+        leasehold_tests::count(&db.pool, "SELECT count(*) FROM tasks")
+            .await
+            .unwrap(),
+        0
+    );
+    console.keys(&["y"]).unwrap();
+    console
+        .wait_for("the trigger's result", |s| {
+            status_line(s).contains("triggered schedule nightly")
+        })
+        .await
+        .unwrap();
+    let key: String = sqlx::query_scalar("SELECT idempotency_key FROM tasks")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(key.starts_with("schedule:nightly:manual:"), "{key}");
+    // The view shows the triggered task's outcome once it ran.
+    console
+        .wait_for("the last outcome", |s| {
+            table_line(s, "nightly").is_some_and(|l| l.contains("succeede"))
+        })
+        .await
+        .unwrap();
+
+    console.keys(&["d"]).unwrap();
+    console
+        .wait_text("Disable schedule nightly?")
+        .await
+        .unwrap();
+    console.keys(&["y"]).unwrap();
+    console
+        .wait_for("the schedule disabled", |s| {
+            table_line(s, "nightly").is_some_and(|l| l.contains(" no "))
+        })
+        .await
+        .unwrap();
+    let enabled: bool = sqlx::query_scalar("SELECT enabled FROM schedules WHERE name = 'nightly'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!enabled);
+    let actions: Vec<(String, String)> = audit_rows(&db.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, _, action, target, _)| (action, target))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("schedule_add".to_string(), "schedule:nightly".to_string()),
+            ("schedule_trigger".into(), "schedule:nightly".into()),
+            ("schedule_disable".into(), "schedule:nightly".into()),
+        ]
+    );
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
     drop(f);
     db.drop_db().await.unwrap();
 }

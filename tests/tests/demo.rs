@@ -172,7 +172,11 @@ async fn a_headless_demo_feeds_every_kind_of_task_and_summarises_the_file() {
     // What: every status counted, every enqueued task among them, each kind of task seen.
     let tasks = s["tasks"].as_object().unwrap();
     let total: i64 = tasks.values().map(n).sum();
-    assert_eq!(total, n(&s["enqueued"]), "{s:#}");
+    assert_eq!(
+        total,
+        n(&s["enqueued"]) + n(&s["fired_by_schedules"]),
+        "{s:#}"
+    );
     assert_eq!(n(&s["enqueue_failures"]), 0, "{s:#}");
     assert!(n(&tasks["succeeded"]) > 0, "{s:#}");
     assert!(n(&tasks["dead"]) >= 2, "{s:#}");
@@ -206,6 +210,18 @@ async fn a_headless_demo_feeds_every_kind_of_task_and_summarises_the_file() {
             "{status}: file {in_file:?}, summary {s:#}"
         );
     }
+    // The demo's cron schedules are in its file, and the ticks they fired are counted.
+    let schedules: Vec<String> = sqlx::query_scalar("SELECT name FROM schedules ORDER BY name")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(schedules, ["demo.heartbeat", "demo.nightly-report"]);
+    let fired: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM tasks WHERE idempotency_key LIKE 'schedule:%'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(fired, n(&s["fired_by_schedules"]), "{s:#}");
     let states: Vec<(String, String)> =
         sqlx::query_as("SELECT name, state FROM agents ORDER BY name")
             .fetch_all(&pool)
@@ -255,7 +271,11 @@ async fn a_headless_demo_feeds_every_kind_of_task_and_summarises_the_file() {
     assert_eq!(s2["agents"].as_array().unwrap().len(), 1, "{s2:#}");
     let pool = open(&file).await;
     let total_now: i64 = statuses(&pool).await.values().sum();
-    assert_eq!(total_now, n(&s2["enqueued"]), "a fresh file: {s2:#}");
+    assert_eq!(
+        total_now,
+        n(&s2["enqueued"]) + n(&s2["fired_by_schedules"]),
+        "a fresh file: {s2:#}"
+    );
     let agents_now: i64 = sqlx::query_scalar("SELECT count(*) FROM agents")
         .fetch_one(&pool)
         .await

@@ -203,3 +203,128 @@ async fn sqlite_urls_that_name_no_usable_file_are_refused_clearly() {
     assert!(!dir.join("missing").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Cron schedules on the embedded store: two agent processes on one file declare the same
+/// every-second schedule; the one that leads fires it, and when it is killed with SIGKILL the
+/// other takes over. Every tick is enqueued exactly once (catch-up loses none in the handover).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_on_one_file_fire_each_tick_once_across_a_kill9_of_the_leader() {
+    use std::collections::BTreeSet;
+
+    use chrono::{DateTime, TimeDelta, Utc};
+
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-file-schedules-{}-{:x}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("queue.sqlite").display());
+    let config = dir.join("agent.toml");
+    std::fs::write(
+        &config,
+        "[[schedules]]\nname = \"tick\"\ncron = \"* * * * * *\"\ntype = \"noop\"\n\
+         missed = \"catch_up\"\ncatch_up_max = 60\n",
+    )
+    .unwrap();
+    let config = config.to_string_lossy().to_string();
+    let spawn = |name: &'static str| {
+        let url = url.clone();
+        let config = config.clone();
+        async move {
+            spawn_agent(
+                "leasehold-agent",
+                &url,
+                name,
+                "noop",
+                &["--config", &config],
+                Vec::new(),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let mut a = spawn("file-a").await;
+    // The first agent creates and migrates the file; the second joins once it exists.
+    let store = {
+        let mut opened = None;
+        for _ in 0..200 {
+            if let Ok(s) = SqliteStore::connect(&url, SqliteStoreOptions::default()).await
+                && s.schedule_list()
+                    .await
+                    .is_ok_and(|l| !l.schedules.is_empty())
+            {
+                opened = Some(s);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        opened.expect("the first agent declared its schedule")
+    };
+    let mut b = spawn("file-b").await;
+    let leader = |store: SqliteStore| async move {
+        let l = store.leader_get().await.unwrap()?;
+        l.held().then(|| l.owner.map(|o| o.as_str().to_string()))?
+    };
+    let mut first = None;
+    for _ in 0..200 {
+        first = leader(store.clone()).await;
+        if first.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let first = first.expect("a leader");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (victim, survivor) = if first.starts_with("file-a") {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    victim.kill9().unwrap();
+    victim.wait_exit(Duration::from_secs(5)).await.unwrap();
+    let mut second = None;
+    for _ in 0..100 {
+        second = leader(store.clone()).await.filter(|l| *l != first);
+        if second.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(second.is_some(), "the survivor took over");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    survivor.sigterm().unwrap();
+    survivor.wait_exit(Duration::from_secs(15)).await.unwrap();
+
+    let page = store
+        .task_list(TaskListParams {
+            limit: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let keys: Vec<String> = page
+        .tasks
+        .iter()
+        .filter_map(|t| t.idempotency_key.clone())
+        .collect();
+    let ticks: BTreeSet<DateTime<Utc>> = keys
+        .iter()
+        .map(|k| k.strip_prefix("schedule:tick:").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ticks.len(), keys.len(), "a tick doubled: {keys:?}");
+    assert!(ticks.len() >= 8, "{} ticks", ticks.len());
+    let (lo, hi) = (*ticks.first().unwrap(), *ticks.last().unwrap());
+    assert_eq!(
+        ticks.len() as i64,
+        (hi - lo).num_seconds() + 1,
+        "catch_up lost a tick: {ticks:?}"
+    );
+    assert!(
+        ticks
+            .iter()
+            .all(|t| *t - lo == TimeDelta::seconds((*t - lo).num_seconds()))
+    );
+    store.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
