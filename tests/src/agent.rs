@@ -9,18 +9,16 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use sqlx::PgPool;
 
+use crate::scratch::scratch_dir;
 use crate::wait::{POLL_INTERVAL, wait_until};
 
 /// Lines of stderr quoted in errors about an agent.
 pub const ERROR_TAIL_LINES: usize = 40;
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A spawned agent process. Killed (and reaped) on drop if still running.
 #[derive(Debug)]
@@ -43,18 +41,7 @@ impl AgentHandle {
         args: Vec<String>,
         envs: Vec<(String, String)>,
     ) -> anyhow::Result<AgentHandle> {
-        let log_dir = std::env::temp_dir().join(format!(
-            "leasehold-agent-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        if log_dir.exists() {
-            // Left by an earlier test process that had the same pid.
-            std::fs::remove_dir_all(&log_dir)
-                .with_context(|| format!("removing stale {}", log_dir.display()))?;
-        }
-        std::fs::create_dir_all(&log_dir)
-            .with_context(|| format!("creating {}", log_dir.display()))?;
+        let log_dir = scratch_dir("leasehold-agent")?;
         let stdout = std::fs::File::create(log_dir.join("stdout"))
             .with_context(|| format!("creating {}/stdout", log_dir.display()))?;
         let stderr = std::fs::File::create(log_dir.join("stderr"))

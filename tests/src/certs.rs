@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
 
+use crate::scratch::scratch_dir;
+
 /// The server name in the server certificate.
 pub const SERVER_NAME: &str = "localhost";
 
@@ -45,16 +47,7 @@ pub struct TestCerts {
 impl TestCerts {
     /// Generates the whole set in a new temp directory.
     pub fn generate() -> anyhow::Result<TestCerts> {
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-certs-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .with_context(|| format!("removing stale {}", dir.display()))?;
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = scratch_dir("leasehold-certs")?;
         let made = (|| {
             let ca = make_ca(&dir, "ca", "Leasehold Test CA")?;
             let other_ca = make_ca(&dir, "other-ca", "Unrelated Test CA")?;

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use crate::bin::binary;
+use crate::scratch::scratch_dir;
 
 /// Columns of a test terminal (TESTING.md §4).
 pub const WIDTH: u16 = 120;
@@ -216,16 +217,7 @@ impl Console {
     /// [`WIDTH`]×[`HEIGHT`] terminal, with the `LEASEHOLD_*` variables and `NO_COLOR` removed.
     pub async fn start(addr: &str, args: &[&str]) -> anyhow::Result<Console> {
         let bin = binary("leasehold").await?;
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-console-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .with_context(|| format!("removing stale {}", dir.display()))?;
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = scratch_dir("leasehold-console")?;
         let log = dir.join("console.log");
         let mut words = vec!["env".to_string()];
         for var in CONSOLE_ENV {

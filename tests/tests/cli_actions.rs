@@ -18,8 +18,8 @@ use leasehold_tests::cli::{Cli, CliOutput};
 use leasehold_tests::fleet::spawn_agent;
 use leasehold_tests::grpc::agent_address;
 use leasehold_tests::{
-    AgentHandle, TaskSpec, TestDb, attempt_rows, audit_rows, count, insert_task, task_row,
-    task_status, wait_until,
+    AgentHandle, TaskSpec, TestDb, attempt_rows, audit_rows, count, insert_task, scratch_dir,
+    task_row, task_status, wait_until,
 };
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -175,13 +175,6 @@ fn desc(mut ids: Vec<i64>) -> Vec<i64> {
     ids
 }
 
-/// A scratch directory of this test process.
-fn scratch_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("leasehold-cli-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 // -------------------------------------------------------------------------------------------
 // enqueue
 // -------------------------------------------------------------------------------------------
@@ -296,7 +289,8 @@ async fn enqueue_stores_one_task_per_idempotency_key_and_refuses_bad_input() {
     );
 
     // Bad input, refused by the CLI or by the agent: exit 2, no task, no audit row.
-    let big = scratch_dir("enqueue").join("big.json");
+    let scratch = scratch_dir("leasehold-cli-enqueue").unwrap();
+    let big = scratch.join("big.json");
     std::fs::write(&big, json!({"blob": "x".repeat(1_100_000)}).to_string()).unwrap();
     let big = big.to_str().unwrap().to_string();
     let long_type = "x".repeat(65);
@@ -327,7 +321,7 @@ async fn enqueue_stores_one_task_per_idempotency_key_and_refuses_bad_input() {
     assert!(line.ends_with("(invalid argument)"), "{line}");
     assert_eq!(digest(&db.pool).await, before);
     assert_eq!(audit_after(&db.pool, seen).await, Vec::<AuditRow>::new());
-    let _ = std::fs::remove_dir_all(scratch_dir("enqueue"));
+    let _ = std::fs::remove_dir_all(&scratch);
     db.drop_db().await.unwrap();
 }
 
@@ -1695,7 +1689,7 @@ const VIEWER: &str = "val-viewer-secret-fedcba987654321";
 const T27_TYPE: &str = "t27.job";
 
 fn t27_config() -> PathBuf {
-    let path = scratch_dir("t27").join("agent.toml");
+    let path = scratch_dir("leasehold-cli-t27").unwrap().join("agent.toml");
     std::fs::write(
         &path,
         format!(
@@ -2146,7 +2140,9 @@ async fn t27_conflicting_operators_make_only_legal_transitions_and_viewers_are_d
         .unwrap();
     ok(&o);
     assert_eq!(o.json().unwrap()["agents"][0]["state"], "running");
-    let _ = std::fs::remove_dir_all(scratch_dir("t27"));
+    if let Some(dir) = config.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     db.drop_db().await.unwrap();
     // Each answer must say what its audit row says (DESIGN §10: the row is written with the
     // change; the caller is told the same).

@@ -16,14 +16,15 @@
 //! The agents run with 10 s leases (see [`TIMINGS`]): the console's "agent lost" comes from its
 //! stream, not from lease expiry, so nothing here waits on a quick takeover.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold_tests::cli::{Cli, CliOutput};
 use leasehold_tests::fleet::spawn_agent;
 use leasehold_tests::grpc::agent_address;
 use leasehold_tests::tmux::{Console, line_starting};
-use leasehold_tests::{AgentHandle, TestDb, attempt_rows, audit_rows, task_status, wait_until};
+use leasehold_tests::{
+    AgentHandle, TestDb, attempt_rows, audit_rows, scratch_dir, task_status, wait_until,
+};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -176,16 +177,6 @@ fn lease_shown(screen: &str, id: i64, task_type: &str, agent: &str, state: &str)
 /// The last line of the screen (the footer / status line).
 fn status_line(screen: &str) -> &str {
     screen.lines().last().unwrap_or("").trim()
-}
-
-/// A scratch directory of this test process.
-fn scratch_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-console-e2e-{}-{tag}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 // -------------------------------------------------------------------------------------------
@@ -704,7 +695,8 @@ const VIEWER: &str = "val-viewer-secret-fedcba9876543210";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_token_makes_the_console_read_only_and_sends_nothing() {
     let db = TestDb::new().await.unwrap();
-    let config = scratch_dir("viewer").join("agent.toml");
+    let scratch = scratch_dir("leasehold-console-e2e-viewer").unwrap();
+    let config = scratch.join("agent.toml");
     std::fs::write(
         &config,
         format!(
@@ -783,7 +775,7 @@ async fn a_viewer_token_makes_the_console_read_only_and_sends_nothing() {
     console.keys(&["q"]).unwrap();
     assert_eq!(console.wait_exit().await.unwrap(), 0);
     drop(f);
-    let _ = std::fs::remove_dir_all(scratch_dir("viewer"));
+    let _ = std::fs::remove_dir_all(&scratch);
     db.drop_db().await.unwrap();
 }
 

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use leasehold_tests::binary;
 use leasehold_tests::tmux::{HEIGHT, SCREEN_TIMEOUT, Tmux, WIDTH, exit_code, shell_quote};
+use leasehold_tests::{binary, scratch_dir};
 use serde_json::Value;
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
@@ -46,10 +46,7 @@ const ENV: [&str; 8] = [
 
 /// A fresh scratch directory of this test process.
 fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("leasehold-demo-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.canonicalize().unwrap()
+    scratch_dir(&format!("leasehold-demo-{tag}")).unwrap()
 }
 
 struct Run {

@@ -1265,8 +1265,7 @@ fn fuzzed_requests_never_crash_the_agent_and_refused_ones_change_nothing() {
     let (state, agent) = rt.block_on(async {
         let db = TestDb::new().await.unwrap();
         fixture(&db.pool).await;
-        let dir = std::env::temp_dir().join(format!("leasehold-fuzz-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = leasehold_tests::scratch_dir("leasehold-fuzz").unwrap();
         let config = dir.join("agent.toml");
         std::fs::write(
             &config,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use leasehold_tests::fleet::{GRACE, TTL, spawn_agent};
-use leasehold_tests::{AgentHandle, TestDb, count, wait_until};
+use leasehold_tests::{AgentHandle, TestDb, count, scratch_dir, wait_until};
 
 const CONFIG: &str = r#"
 [[schedules]]
@@ -83,8 +83,7 @@ fn missing(seen: &BTreeMap<DateTime<Utc>, i64>) -> Vec<DateTime<Utc>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_agents_fire_each_tick_once_across_a_kill9_of_the_leader() {
     let db = TestDb::new().await.unwrap();
-    let dir = std::env::temp_dir().join(format!("lh-schedules-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("leasehold-schedules").unwrap();
     let config = dir.join("agent.toml");
     std::fs::write(&config, CONFIG).unwrap();
     let config = config.to_string_lossy().to_string();

@@ -25,7 +25,7 @@ use leasehold_shared::store::HolderWrite;
 use leasehold_shared::store::postgres::resource_fence;
 use leasehold_tests::fleet::{GRACE, TTL, spawn_agent};
 use leasehold_tests::grpc::{Client, WatchView, agent_address, connect, connect_with};
-use leasehold_tests::{AgentHandle, TestDb, wait_until};
+use leasehold_tests::{AgentHandle, TestDb, scratch_dir, wait_until};
 use sqlx::PgPool;
 use tonic::Code;
 
@@ -1018,8 +1018,7 @@ async fn lock_rows(pool: &PgPool) -> String {
 async fn locks_at_least_and_at_most_through_grpc() {
     let _turn = SERIAL.lock().await;
     let db = TestDb::new().await.unwrap();
-    let dir = std::env::temp_dir().join(format!("lh-locks-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("leasehold-locks").unwrap();
     let config = dir.join("agent.toml");
     std::fs::write(
         &config,

@@ -9,6 +9,7 @@ use leasehold_shared::store::sqlite::{SqliteStore, SqliteStoreOptions};
 use leasehold_shared::store::{NewTask, TaskListParams};
 use leasehold_shared::{AttemptOutcome, Store, TaskStatus, TaskType};
 use leasehold_tests::fleet::spawn_agent;
+use leasehold_tests::scratch_dir;
 use serde_json::{Value, json};
 
 const TASKS: usize = 2_000;
@@ -20,12 +21,7 @@ fn summary(stdout: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_agent_processes_on_one_file_run_every_task_exactly_once() {
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-two-agents-{}-{:x}",
-        std::process::id(),
-        fastrand::u64(..)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("leasehold-two-agents").unwrap();
     let url = format!("sqlite://{}", dir.join("queue.sqlite").display());
     let store = SqliteStore::connect(&url, SqliteStoreOptions::default())
         .await
@@ -147,12 +143,7 @@ async fn two_agent_processes_on_one_file_run_every_task_exactly_once() {
 /// database (which is left byte for byte as it was).
 #[tokio::test]
 async fn sqlite_urls_that_name_no_usable_file_are_refused_clearly() {
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-bad-sqlite-{}-{:x}",
-        std::process::id(),
-        fastrand::u64(..)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("leasehold-bad-sqlite").unwrap();
     let not_a_db = dir.join("notes.txt");
     std::fs::write(&not_a_db, "not a database\n").unwrap();
     let bin = leasehold_tests::binary("leasehold-agent").await.unwrap();
@@ -213,12 +204,7 @@ async fn two_agents_on_one_file_fire_each_tick_once_across_a_kill9_of_the_leader
 
     use chrono::{DateTime, TimeDelta, Utc};
 
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-file-schedules-{}-{:x}",
-        std::process::id(),
-        fastrand::u64(..)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("leasehold-file-schedules").unwrap();
     let url = format!("sqlite://{}", dir.join("queue.sqlite").display());
     let config = dir.join("agent.toml");
     std::fs::write(
