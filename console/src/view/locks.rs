@@ -67,6 +67,89 @@ pub fn left_cell<'a>(
     ])
 }
 
+/// What a lock row and a shard row both show after their first column.
+pub struct Holding<'a> {
+    pub owner: &'a str,
+    pub token: i64,
+    pub state: &'a str,
+    pub lease_until_ms: i64,
+    pub heartbeat_at_ms: i64,
+    pub acquired_at_ms: i64,
+    pub moves_last_hour: u32,
+}
+
+/// The header and widths of a holdings table: `first` (a name or shard number, `first_w`
+/// wide), then owner, token, state, time left, (wide: renewed, held for) and moves.
+pub fn holding_columns(
+    first: &'static str,
+    first_w: u16,
+    owner_w: u16,
+    token_w: u16,
+    wide: bool,
+) -> (Vec<&'static str>, Vec<Constraint>) {
+    let mut header = vec![first, "OWNER", "TOKEN", "STATE", "LEFT"];
+    let mut widths = vec![
+        Constraint::Length(first_w),
+        Constraint::Length(owner_w),
+        Constraint::Length(token_w),
+        Constraint::Length(8),
+        Constraint::Length(if wide { 17 } else { 10 }),
+    ];
+    if wide {
+        header.extend(["RENEWED", "HELD FOR"]);
+        widths.extend([Constraint::Length(9), Constraint::Length(9)]);
+    }
+    header.push("MOVES/H");
+    widths.push(Constraint::Min(7));
+    (header, widths)
+}
+
+/// One row of a holdings table (see [`holding_columns`]) after its `first` cell.
+pub fn holding_cells<'a>(
+    first: Cell<'a>,
+    h: &Holding<'_>,
+    owner_w: u16,
+    wide: bool,
+    now: i64,
+    theme: Theme,
+) -> Vec<Cell<'a>> {
+    let owner = if h.owner.is_empty() {
+        Span::styled("-", theme.dim())
+    } else {
+        Span::raw(untrusted(h.owner, owner_w.into()))
+    };
+    let mut cells = vec![
+        first,
+        Cell::from(owner),
+        Cell::from(h.token.to_string()),
+        Cell::from(Span::styled(
+            untrusted(h.state, 8),
+            state_style(h.state, theme),
+        )),
+        Cell::from(left_cell(
+            h.state,
+            h.lease_until_ms,
+            h.heartbeat_at_ms,
+            now,
+            if wide { 10 } else { 3 },
+            theme,
+        )),
+    ];
+    if wide {
+        let held_for = if h.owner.is_empty() || h.acquired_at_ms <= 0 {
+            "-".to_string()
+        } else {
+            dur(now.saturating_sub(h.acquired_at_ms).max(0))
+        };
+        cells.extend([
+            Cell::from(ago(now, h.heartbeat_at_ms)),
+            Cell::from(held_for),
+        ]);
+    }
+    cells.push(Cell::from(h.moves_last_hour.to_string()));
+    cells
+}
+
 pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> usize {
     let data = state.data();
     let t = state.table();
@@ -87,20 +170,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         "no lock matches the filter".to_string()
     };
     let (nw, ow, kw): (u16, u16, u16) = if wide { (32, 24, 8) } else { (22, 16, 6) };
-    let mut header = vec!["NAME", "OWNER", "TOKEN", "STATE", "LEFT"];
-    let mut widths = vec![
-        Constraint::Length(nw),
-        Constraint::Length(ow),
-        Constraint::Length(kw),
-        Constraint::Length(8),
-        Constraint::Length(if wide { 17 } else { 10 }),
-    ];
-    if wide {
-        header.extend(["RENEWED", "HELD FOR"]);
-        widths.extend([Constraint::Length(9), Constraint::Length(9)]);
-    }
-    header.push("MOVES/H");
-    widths.push(Constraint::Min(7));
+    let (header, widths) = holding_columns("NAME", nw, ow, kw, wide);
     let spec = Spec {
         title: title(state, View::Locks, rows.len(), theme),
         header,
@@ -115,41 +185,17 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
     let cells = rows[range.clone()]
         .iter()
         .map(|l| {
-            let owner = if l.owner.is_empty() {
-                Span::styled("-", theme.dim())
-            } else {
-                Span::raw(untrusted(&l.owner, ow.into()))
+            let holding = Holding {
+                owner: &l.owner,
+                token: l.token,
+                state: &l.state,
+                lease_until_ms: l.lease_until_ms,
+                heartbeat_at_ms: l.heartbeat_at_ms,
+                acquired_at_ms: l.acquired_at_ms,
+                moves_last_hour: l.moves_last_hour,
             };
-            let mut cells = vec![
-                Cell::from(untrusted(&l.name, nw.into())),
-                Cell::from(owner),
-                Cell::from(l.token.to_string()),
-                Cell::from(Span::styled(
-                    untrusted(&l.state, 8),
-                    state_style(&l.state, theme),
-                )),
-                Cell::from(left_cell(
-                    &l.state,
-                    l.lease_until_ms,
-                    l.heartbeat_at_ms,
-                    now,
-                    if wide { 10 } else { 3 },
-                    theme,
-                )),
-            ];
-            if wide {
-                let held_for = if l.owner.is_empty() || l.acquired_at_ms <= 0 {
-                    "-".to_string()
-                } else {
-                    dur(now.saturating_sub(l.acquired_at_ms).max(0))
-                };
-                cells.extend([
-                    Cell::from(ago(now, l.heartbeat_at_ms)),
-                    Cell::from(held_for),
-                ]);
-            }
-            cells.push(Cell::from(l.moves_last_hour.to_string()));
-            cells
+            let name = Cell::from(untrusted(&l.name, nw.into()));
+            holding_cells(name, &holding, ow, wide, now, theme)
         })
         .collect();
     table::draw(frame, area, theme, spec, cells, range);

@@ -15,9 +15,9 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Wrap};
 
-use super::locks::{left_cell, state_style};
+use super::locks::{Holding, holding_cells, holding_columns};
 use super::table::{self, Spec};
-use super::text::{ago, dur, untrusted};
+use super::text::untrusted;
 use super::theme::Theme;
 use super::title;
 use crate::state::{State, View};
@@ -70,20 +70,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         "no shard matches the filter".to_string()
     };
     let ow: u16 = if wide { 32 } else { 22 };
-    let mut header = vec!["SHARD", "OWNER", "TOKEN", "STATE", "LEFT"];
-    let mut widths = vec![
-        Constraint::Length(5),
-        Constraint::Length(ow),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(if wide { 17 } else { 10 }),
-    ];
-    if wide {
-        header.extend(["RENEWED", "HELD FOR"]);
-        widths.extend([Constraint::Length(9), Constraint::Length(9)]);
-    }
-    header.push("MOVES/H");
-    widths.push(Constraint::Min(7));
+    let (header, widths) = holding_columns("SHARD", 5, ow, 8, wide);
     let spec = Spec {
         title: title(state, View::Shards, rows.len(), theme),
         header,
@@ -98,41 +85,23 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
     let cells = rows[range.clone()]
         .iter()
         .map(|s| {
-            let owner = if s.owner.is_empty() {
-                Span::styled("-", theme.dim())
-            } else {
-                Span::raw(untrusted(&s.owner, ow.into()))
+            let holding = Holding {
+                owner: &s.owner,
+                token: s.token,
+                state: &s.state,
+                lease_until_ms: s.lease_until_ms,
+                heartbeat_at_ms: s.heartbeat_at_ms,
+                acquired_at_ms: s.acquired_at_ms,
+                moves_last_hour: s.moves_last_hour,
             };
-            let mut cells = vec![
+            holding_cells(
                 Cell::from(s.shard.to_string()),
-                Cell::from(owner),
-                Cell::from(s.token.to_string()),
-                Cell::from(Span::styled(
-                    untrusted(&s.state, 8),
-                    state_style(&s.state, theme),
-                )),
-                Cell::from(left_cell(
-                    &s.state,
-                    s.lease_until_ms,
-                    s.heartbeat_at_ms,
-                    now,
-                    if wide { 10 } else { 3 },
-                    theme,
-                )),
-            ];
-            if wide {
-                let held_for = if s.owner.is_empty() || s.acquired_at_ms <= 0 {
-                    "-".to_string()
-                } else {
-                    dur(now.saturating_sub(s.acquired_at_ms).max(0))
-                };
-                cells.extend([
-                    Cell::from(ago(now, s.heartbeat_at_ms)),
-                    Cell::from(held_for),
-                ]);
-            }
-            cells.push(Cell::from(s.moves_last_hour.to_string()));
-            cells
+                &holding,
+                ow,
+                wide,
+                now,
+                theme,
+            )
         })
         .collect();
     table::draw(frame, shards_area, theme, spec, cells, range);
