@@ -326,10 +326,13 @@ pub(super) async fn resource_renew_many(
     Ok(out)
 }
 
+/// The records of group `only` (`None`: every group), counting `moves` (from [`moves`] of the
+/// same groups).
 async fn group_records(
     conn: &mut PgConnection,
     only: Option<&str>,
     grace: Duration,
+    moves: &BTreeMap<(String, String), u32>,
     op: &'static str,
 ) -> Result<Vec<ShardGroupRecord>> {
     let rows = sqlx::query(sql::shard_group_list)
@@ -338,7 +341,6 @@ async fn group_records(
         .fetch_all(&mut *conn)
         .await
         .map_err(StoreError::db(op))?;
-    let moves = moves(conn, only, op).await?;
     rows.iter()
         .map(|r| {
             let shard_count: i32 = get(r, "shard_count")?;
@@ -348,7 +350,7 @@ async fn group_records(
                 get(r, "created_at")?,
                 count(r, "members")?,
                 count(r, "owned")?,
-                &moves,
+                moves,
             )
         })
         .collect()
@@ -429,7 +431,8 @@ pub(super) async fn shard_group_create(
         &common::group_entry(&p.actor, name, p.count, created),
     )
     .await?;
-    let group = group_records(&mut tx, Some(name), Duration::ZERO, OP)
+    let moves = moves(&mut tx, Some(name), OP).await?;
+    let group = group_records(&mut tx, Some(name), Duration::ZERO, &moves, OP)
         .await?
         .into_iter()
         .next()
@@ -452,7 +455,9 @@ pub(super) async fn shard_group_list(
     const OP: &str = "shard_group_list";
     let mut conn = pool.acquire().await.map_err(StoreError::db(OP))?;
     let now = tx_now(&mut conn, OP).await?;
-    Ok((group_records(&mut conn, None, grace, OP).await?, now))
+    let moves = moves(&mut conn, None, OP).await?;
+    let groups = group_records(&mut conn, None, grace, &moves, OP).await?;
+    Ok((groups, now))
 }
 
 pub(super) async fn shard_group_get(
@@ -468,14 +473,14 @@ pub(super) async fn shard_group_get(
         .await
         .map_err(StoreError::db(OP))?;
     let now = tx_now(&mut tx, OP).await?;
-    let Some(mut record_of_group) = group_records(&mut tx, Some(name), grace, OP)
+    let moves = moves(&mut tx, Some(name), OP).await?;
+    let Some(record_of_group) = group_records(&mut tx, Some(name), grace, &moves, OP)
         .await?
         .into_iter()
         .next()
     else {
         return Ok(None);
     };
-    let moves = moves(&mut tx, Some(name), OP).await?;
     let shards = sqlx::query(sql::shard_list)
         .bind(name)
         .fetch_all(&mut *tx)
@@ -507,7 +512,6 @@ pub(super) async fn shard_group_get(
         })
         .collect::<Result<Vec<_>>>()?;
     tx.commit().await.map_err(StoreError::db(OP))?;
-    record_of_group.moves_last_hour = moves.values().sum();
     Ok(Some(ShardGroupView {
         group: record_of_group,
         shards,

@@ -426,12 +426,13 @@ pub(super) async fn resource_renew_many(
 }
 
 /// Groups (`only`: that one) by name, with members and owned shards counted at `now` with
-/// `grace`, and moves in the last hour.
+/// `grace`, counting `moves` (from [`moves`] of the same groups).
 async fn group_records(
     conn: &mut SqliteConnection,
     only: Option<&str>,
     grace: Duration,
     now: i64,
+    moves: &BTreeMap<(String, String), u32>,
     op: &'static str,
 ) -> Result<Vec<ShardGroupRecord>> {
     let rows = sqlx::query(
@@ -449,7 +450,6 @@ async fn group_records(
     .fetch_all(&mut *conn)
     .await
     .map_err(StoreError::db(op))?;
-    let moves = moves(conn, only, now, op).await?;
     rows.iter()
         .map(|r| {
             let shard_count: i64 = get(r, "shard_count")?;
@@ -459,7 +459,7 @@ async fn group_records(
                 get_time(r, "created_at")?,
                 count(r, "members")?,
                 count(r, "owned")?,
-                &moves,
+                moves,
             )
         })
         .collect()
@@ -532,7 +532,8 @@ pub(super) async fn shard_group_create(
         now,
     )
     .await?;
-    let group = group_records(&mut tx, Some(name), Duration::ZERO, now, OP)
+    let moves = moves(&mut tx, Some(name), now, OP).await?;
+    let group = group_records(&mut tx, Some(name), Duration::ZERO, now, &moves, OP)
         .await?
         .into_iter()
         .next()
@@ -575,7 +576,8 @@ pub(super) async fn shard_group_list(
 ) -> Result<(Vec<ShardGroupRecord>, DateTime<Utc>)> {
     const OP: &str = "shard_group_list";
     let (mut tx, now) = read_tx(pool, OP).await?;
-    let groups = group_records(&mut tx, None, grace, now, OP).await?;
+    let moves = moves(&mut tx, None, now, OP).await?;
+    let groups = group_records(&mut tx, None, grace, now, &moves, OP).await?;
     Ok((groups, time(now, "now")?))
 }
 
@@ -588,14 +590,14 @@ pub(super) async fn shard_group_get(
     let name = group.as_str();
     // One snapshot: shards and members as of the same moment.
     let (mut tx, now) = read_tx(pool, OP).await?;
-    let Some(mut record_of_group) = group_records(&mut tx, Some(name), grace, now, OP)
+    let moves = moves(&mut tx, Some(name), now, OP).await?;
+    let Some(record_of_group) = group_records(&mut tx, Some(name), grace, now, &moves, OP)
         .await?
         .into_iter()
         .next()
     else {
         return Ok(None);
     };
-    let moves = moves(&mut tx, Some(name), now, OP).await?;
     let shards = sqlx::query(concat!(
         "SELECT ",
         columns!(),
@@ -634,7 +636,6 @@ pub(super) async fn shard_group_get(
     })
     .collect::<Result<Vec<_>>>()?;
     commit(tx, OP).await?;
-    record_of_group.moves_last_hour = moves.values().sum();
     Ok(Some(ShardGroupView {
         group: record_of_group,
         shards,
