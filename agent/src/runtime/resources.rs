@@ -29,13 +29,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use leasehold_shared::Store;
 use leasehold_shared::domain::shard::plan_shards;
 use leasehold_shared::store::resources::member_name;
 use leasehold_shared::store::{
     GroupName, LockAcquireParams, LockName, ResourceHolderParams, ResourceRenewParams,
     ShardAcquireParams, ShardGroupView, ShardJoinParams,
 };
+use leasehold_shared::{Store, StoreError};
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -632,23 +632,33 @@ impl Keeper {
     async fn rebalance(&mut self) {
         for group in self.core.settings.shard_groups.clone() {
             if let Err(error) = self.rebalance_group(&group).await {
-                self.conn = None;
+                // A store's refusal keeps the connection; a lost or stuck one is abandoned.
+                let connection = error
+                    .downcast_ref::<StoreError>()
+                    .is_none_or(|s| s.is_connection());
+                if connection {
+                    self.conn = None;
+                }
                 tracing::warn!(group = group.as_str(), error = %format!("{error:#}"), "shard rebalance failed; retrying at the next heartbeat");
             }
         }
     }
 
+    /// Gives back and takes shards of `group` by the plan. Each write is bounded by the renewal
+    /// timeout and the local deadlines are checked between writes, so a slow database delays
+    /// dropping an unprovable holding no more than it delays a renewal.
     async fn rebalance_group(&mut self, group: &GroupName) -> anyhow::Result<()> {
         let core = Arc::clone(&self.core);
         let conn = self.connection().await?;
         let limit = core.settings.lease_ttl / 2;
+        let write_limit = core.settings.renew_timeout();
         let Some(view) = tokio::time::timeout(
             limit,
             conn.shard_group_get(group.clone(), core.settings.grace),
         )
         .await??
         else {
-            anyhow::bail!("shard group {group} no longer exists");
+            return Err(StoreError::ShardGroupNotFound(group.to_string()).into());
         };
         let plan = Plan::of(&view, core.id.as_str(), core.settings.grace);
         for shard in plan.give_back {
@@ -656,8 +666,11 @@ impl Keeper {
             let token = core.holdings.lock().get(&name).map(|h| h.token);
             if let Some(token) = token {
                 core.drop_holding(&name, token, LossReason::Released, Instant::now());
-                core.give_back(conn.as_ref(), &name, token).await?;
+                tokio::time::timeout(write_limit, core.give_back(conn.as_ref(), &name, token))
+                    .await
+                    .with_context(|| format!("giving back {name}: timed out"))??;
             }
+            self.check();
         }
         for shard in plan.take {
             let name = group.shard_lease(shard);
@@ -665,18 +678,22 @@ impl Keeper {
                 continue;
             }
             let sent = Instant::now();
-            let taken = conn
-                .shard_acquire(ShardAcquireParams {
+            let taken = tokio::time::timeout(
+                write_limit,
+                conn.shard_acquire(ShardAcquireParams {
                     group: group.clone(),
                     shard,
                     owner: core.id.clone(),
                     ttl: core.settings.lease_ttl,
                     grace: core.settings.grace,
-                })
-                .await?;
+                }),
+            )
+            .await
+            .with_context(|| format!("taking {name}: timed out"))??;
             if let Some(token) = taken {
                 core.hold(name, Some((group.clone(), shard)), token, sent, None);
             }
+            self.check();
         }
         let owned = core.holdings.subscribe().borrow().shards(group.as_str());
         if plan.changed {
