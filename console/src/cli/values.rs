@@ -14,6 +14,10 @@ use chrono::{DateTime, Utc};
 use leasehold_shared::TaskType;
 use leasehold_shared::domain::ScheduleName;
 use leasehold_shared::domain::validate::MAX_IDEMPOTENCY_KEY_LEN;
+use leasehold_shared::store::resources::{
+    GroupName, LockName, MAX_GROUP_NAME_LEN as MAX_SHARD_GROUP_LEN, MAX_LOCK_NAME_LEN,
+    MAX_SHARDS as MAX_SHARD_COUNT, check_shard_count,
+};
 
 /// Longest `--text` filter the agent accepts, in bytes.
 pub const MAX_TEXT_FILTER_BYTES: usize = 200;
@@ -115,25 +119,6 @@ pub fn schedule_name(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Longest lock name, in characters (`[a-z0-9][a-z0-9_.:/-]{0,127}`).
-pub const MAX_LOCK_NAME_LEN: usize = 128;
-/// Longest shard group name, in characters (`[a-z0-9][a-z0-9_.:-]{0,63}`).
-pub const MAX_SHARD_GROUP_LEN: usize = 64;
-/// Most shards a group may have.
-pub const MAX_SHARD_COUNT: u32 = 4096;
-
-/// True when `s` is 1..=`max` characters, the first a-z or 0-9, the others a-z 0-9 or one
-/// of `extra`.
-fn is_name(s: &str, max: usize, extra: &[char]) -> bool {
-    let mut chars = s.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    first_ok
-        && s.len() <= max
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || extra.contains(&c))
-}
-
 /// The untrusted name quoted back in a message: inert and short.
 fn quoted(s: &str) -> String {
     format!("\"{}\"", crate::output::text::shown(s, 40))
@@ -141,7 +126,7 @@ fn quoted(s: &str) -> String {
 
 /// A lock name, checked as the agent checks it: `[a-z0-9][a-z0-9_.:/-]{0,127}`.
 pub fn lock_name(s: &str) -> Result<String, String> {
-    if is_name(s, MAX_LOCK_NAME_LEN, &['_', '.', ':', '/', '-']) {
+    if LockName::new(s).is_ok() {
         return Ok(s.to_owned());
     }
     Err(format!(
@@ -153,7 +138,7 @@ pub fn lock_name(s: &str) -> Result<String, String> {
 
 /// A shard group name, checked as the agent checks it: `[a-z0-9][a-z0-9_.:-]{0,63}`.
 pub fn shard_group(s: &str) -> Result<String, String> {
-    if is_name(s, MAX_SHARD_GROUP_LEN, &['_', '.', ':', '-']) {
+    if GroupName::new(s).is_ok() {
         return Ok(s.to_owned());
     }
     Err(format!(
@@ -166,7 +151,7 @@ pub fn shard_group(s: &str) -> Result<String, String> {
 /// A shard count: 1..=4096.
 pub fn shard_count(s: &str) -> Result<u32, String> {
     match s.trim().parse::<u32>() {
-        Ok(n) if (1..=MAX_SHARD_COUNT).contains(&n) => Ok(n),
+        Ok(n) if check_shard_count(n).is_ok() => Ok(n),
         _ => Err(format!(
             "expected a whole number of shards from 1 to {MAX_SHARD_COUNT}"
         )),
