@@ -322,6 +322,14 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// The database clock, read on `conn` (inside a transaction: its start time).
+async fn tx_now(conn: &mut sqlx::PgConnection, op: &'static str) -> Result<DateTime<Utc>> {
+    sqlx::query_scalar(sql::db_now)
+        .fetch_one(conn)
+        .await
+        .map_err(StoreError::db(op))
+}
+
 #[async_trait]
 impl Store for PgStore {
     async fn db_now(&self) -> Result<DateTime<Utc>> {

@@ -59,7 +59,10 @@ async fn authorize_with(
     Err(denied)
 }
 
-async fn begin(pool: &PgPool, op: &'static str) -> Result<Transaction<'static, Postgres>> {
+pub(super) async fn begin(
+    pool: &PgPool,
+    op: &'static str,
+) -> Result<Transaction<'static, Postgres>> {
     pool.begin_with(super::BEGIN_READ_COMMITTED)
         .await
         .map_err(StoreError::db(op))

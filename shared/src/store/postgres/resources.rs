@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool};
 
-use super::operator::{audit_write, authorize};
+use super::operator::{audit_write, authorize, begin};
 use super::rows::get;
-use super::{BEGIN_READ_COMMITTED, sql};
+use super::{secs, sql, tx_now};
 use crate::domain::{Actor, AgentId};
 use crate::store::resources::{
     self as common, GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams,
@@ -22,10 +22,6 @@ use crate::store::resources::{
     ShardGroupView, ShardJoinParams, ShardMemberRecord, Take,
 };
 use crate::store::{HolderWrite, Result, StoreError};
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
 
 fn count(r: &PgRow, column: &'static str) -> Result<u32> {
     Ok(common::clamp_count(get(r, column)?))
@@ -48,20 +44,6 @@ fn record(r: &PgRow) -> Result<ResourceRecord> {
         released_at: get(r, "released_at")?,
         moves_last_hour: 0,
     })
-}
-
-async fn begin(pool: &PgPool, op: &'static str) -> Result<Transaction<'static, Postgres>> {
-    pool.begin_with(BEGIN_READ_COMMITTED)
-        .await
-        .map_err(StoreError::db(op))
-}
-
-async fn tx_now(conn: &mut PgConnection, op: &'static str) -> Result<DateTime<Utc>> {
-    let r = sqlx::query(sql::db_now)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(StoreError::db(op))?;
-    get(&r, "now")
 }
 
 async fn locked(

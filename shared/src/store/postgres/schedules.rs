@@ -12,11 +12,11 @@
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Row};
 
-use super::operator::{audit_write, authorize};
+use super::operator::{audit_write, authorize, begin};
 use super::rows::{agent_id, get, status};
-use super::{BEGIN_READ_COMMITTED, enqueue, sql};
+use super::{enqueue, sql, tx_now};
 use crate::domain::{Actor, InputLimits, Schedule};
 use crate::store::schedules::{
     self as common, AddPlan, FireReport, LeaderRecord, ScheduleAddOutcome, ScheduleAddParams,
@@ -49,19 +49,6 @@ fn row(r: &PgRow) -> Result<ScheduleRow> {
         created_at: get(r, "created_at")?,
         updated_at: get(r, "updated_at")?,
     })
-}
-
-async fn begin(pool: &PgPool, op: &'static str) -> Result<Transaction<'static, Postgres>> {
-    pool.begin_with(BEGIN_READ_COMMITTED)
-        .await
-        .map_err(StoreError::db(op))
-}
-
-async fn tx_now(tx: &mut PgConnection, op: &'static str) -> Result<DateTime<Utc>> {
-    sqlx::query_scalar(sql::db_now)
-        .fetch_one(tx)
-        .await
-        .map_err(StoreError::db(op))
 }
 
 /// Records an action refused with `error` as `failed`, on its own (the action's transaction,
