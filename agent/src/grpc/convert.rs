@@ -19,8 +19,14 @@ pub fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-fn opt_ms(t: Option<DateTime<Utc>>) -> i64 {
-    t.map(ms).unwrap_or(0)
+/// Unix milliseconds of a database time; 0 for none.
+pub fn opt_ms(t: Option<DateTime<Utc>>) -> i64 {
+    t.map_or(0, ms)
+}
+
+/// A request refused for a value that does not validate: `INVALID_ARGUMENT` with its message.
+pub fn invalid(e: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(e.to_string())
 }
 
 fn json_text(v: &Option<serde_json::Value>) -> String {

@@ -15,20 +15,12 @@ use leasehold_shared::store::{
 };
 use tonic::{Request, Response, Status};
 
-use super::convert::ms;
+use super::convert::{invalid, ms, opt_ms};
 use super::service::{Need, Service};
 use super::status::from_store;
 
 /// A lock's TTL when the request leaves it 0.
 pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(30);
-
-fn invalid(e: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(e.to_string())
-}
-
-fn opt_ms(t: Option<DateTime<Utc>>) -> i64 {
-    t.map_or(0, ms)
-}
 
 /// A lock row on the wire, its state read at `now`.
 pub fn lock_to_wire(r: &ResourceRecord, now: DateTime<Utc>, grace: Duration) -> pb::ResourceLease {

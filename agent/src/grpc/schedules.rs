@@ -13,7 +13,7 @@ use leasehold_shared::store::{
 };
 use tonic::{Request, Response, Status};
 
-use super::convert::{json_without_nul, ms, status_to_wire, task_to_wire};
+use super::convert::{invalid, json_without_nul, ms, opt_ms, status_to_wire, task_to_wire};
 use super::service::{Need, Service};
 use super::status::from_store;
 use crate::runtime::scheduler::unserved_warning;
@@ -32,8 +32,8 @@ pub fn schedule_to_wire(r: &ScheduleRecord) -> pb::Schedule {
         enabled: s.enabled(),
         missed: s.missed().as_str().to_string(),
         catch_up_max: s.missed().limit(),
-        next_fire_at_ms: r.next_fire_at.map_or(0, ms),
-        last_fired_at_ms: r.last_fired_at.map_or(0, ms),
+        next_fire_at_ms: opt_ms(r.next_fire_at),
+        last_fired_at_ms: opt_ms(r.last_fired_at),
         last_task_id: r.last_task_id.map_or(0, |id| id.0),
         last_task_status: r
             .last_task_status
@@ -56,10 +56,6 @@ pub fn unreadable_to_wire(u: &UnreadableSchedule) -> pb::Schedule {
         last_error: format!("unreadable in the database: {}", u.error),
         ..Default::default()
     }
-}
-
-fn invalid(e: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(e.to_string())
 }
 
 fn name_from_wire(name: &str) -> Result<ScheduleName, Status> {

@@ -24,7 +24,7 @@ use tonic::{Request, Response, Status};
 use super::auth::{Auth, UNAUTHENTICATED_ACTOR};
 use super::convert::{
     agent_to_wire, attempt_to_wire, blocker_to_wire, dead_filter_from_wire, duration_from_wire,
-    json_without_nul, ms, opt_error_code, opt_task_type, status_from_wire, status_to_wire,
+    invalid, json_without_nul, ms, opt_error_code, opt_task_type, status_from_wire, status_to_wire,
     task_id_from_wire, task_to_wire, task_type_from_wire, text_without_nul, time_from_wire,
 };
 use super::hub::HubHandle;
@@ -252,9 +252,7 @@ impl AgentService for Service {
             error_code: opt_error_code("error_code", &r.error_code)?,
             since: time_from_wire("since_ms", r.since_ms)?,
         };
-        params
-            .validate()
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        params.validate().map_err(invalid)?;
         let store = &self.core.store;
         let page = store
             .task_list(params)
@@ -526,9 +524,7 @@ impl AgentService for Service {
             dry_run: r.dry_run,
             actor,
         };
-        params
-            .validate()
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        params.validate().map_err(invalid)?;
         let count = self
             .core
             .store
@@ -618,9 +614,7 @@ impl AgentService for Service {
             max_concurrency: Some((!r.unlimited).then_some(r.limit)),
             ..Default::default()
         };
-        patch
-            .validate(&scope)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        patch.validate(&scope).map_err(invalid)?;
         let change = self
             .core
             .store
