@@ -4,6 +4,9 @@
 //! compiles them. Conversions between wire and domain types live with their users (the agent's
 //! gRPC service and the console's client), never here, so this crate knows nothing of either.
 
+// Only the agent's exec spawner may use unsafe (the workspace lint is `deny` for its sake).
+#![forbid(unsafe_code)]
+
 /// The `leasehold.v1` package.
 pub mod v1 {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]

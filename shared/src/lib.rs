@@ -4,7 +4,11 @@
 //! This crate knows nothing of gRPC or terminals: the agent and the console build on it, never
 //! the other way round.
 
+// Only the agent's exec spawner may use unsafe (the workspace lint is `deny` for its sake).
+#![forbid(unsafe_code)]
+
 pub mod domain;
+pub mod local;
 pub mod store;
 
 pub use domain::{

@@ -9,6 +9,9 @@ pub mod status;
 pub mod task;
 pub mod validate;
 
+#[cfg(test)]
+mod decode_props;
+
 pub use ids::{AgentId, LeaseEpoch, LeaseKey, TaskId, TaskType};
 pub use policy::{Policy, PolicyPatch, PolicyScope, RetryPolicy};
 pub use schedule::{CronExpr, MissedTicks, Schedule, ScheduleBuilder, ScheduleName};

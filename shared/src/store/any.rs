@@ -41,9 +41,7 @@ impl AnyStore {
             .await?;
             return Ok(AnyStore::Postgres(store));
         }
-        Err(StoreError::UnsupportedUrl(
-            crate::domain::ids::truncate_for_error(url),
-        ))
+        Err(StoreError::unsupported_url(url))
     }
 
     /// The store behind the trait.
@@ -60,6 +58,53 @@ impl AnyStore {
             AnyStore::Postgres(s) => s.migrate().await,
             AnyStore::Sqlite(s) => s.migrate().await,
         }
+    }
+
+    /// How many migrations the database has applied, and how many this build knows, so
+    /// `migrate` can say whether it changed anything. A database never migrated has applied 0.
+    pub async fn migrations_applied(&self) -> Result<(usize, usize)> {
+        let op = "migrations_applied";
+        // sqlx's own bookkeeping table; absent until the first migration ran.
+        let applied: i64 = match self {
+            AnyStore::Postgres(s) => {
+                // Checked first: a query naming a missing table fails when it is parsed.
+                let exists: bool =
+                    sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+                        .fetch_one(s.pool())
+                        .await
+                        .map_err(StoreError::db(op))?;
+                if exists {
+                    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+                        .fetch_one(s.pool())
+                        .await
+                        .map_err(StoreError::db(op))?
+                } else {
+                    0
+                }
+            }
+            AnyStore::Sqlite(s) => {
+                let exists: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM sqlite_master \
+                     WHERE type = 'table' AND name = '_sqlx_migrations'",
+                )
+                .fetch_one(s.pool())
+                .await
+                .map_err(StoreError::db(op))?;
+                if exists == 0 {
+                    0
+                } else {
+                    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+                        .fetch_one(s.pool())
+                        .await
+                        .map_err(StoreError::db(op))?
+                }
+            }
+        };
+        let known = match self {
+            AnyStore::Postgres(_) => super::postgres::MIGRATOR.iter().count(),
+            AnyStore::Sqlite(_) => super::sqlite::MIGRATOR.iter().count(),
+        };
+        Ok((usize::try_from(applied).unwrap_or(0), known))
     }
 
     /// Deletes every task of `task_type` (and its attempts), whatever its status: for tools

@@ -9,6 +9,11 @@ use crate::domain::{TaskId, TransitionError, ValidationError};
 const CHECK_VIOLATION: &str = "23514";
 /// SQLSTATE of a lock that could not be had within `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
+/// SQLSTATE of a table that does not exist: the schema was never migrated.
+const UNDEFINED_TABLE: &str = "42P01";
+
+/// What `leasehold-agent migrate` is for, said where a database lacks its schema.
+pub const NOT_MIGRATED: &str = "database not migrated: run `leasehold-agent migrate`";
 
 /// Why a store operation failed.
 #[derive(Debug, Error)]
@@ -44,8 +49,10 @@ pub enum StoreError {
     /// The actor's role does not allow the action; nothing changed (the denial is audited).
     #[error("permission denied: {actor} may not {action} (viewer tokens may watch and list only)")]
     PermissionDenied { action: String, actor: String },
-    /// The database refused or failed the statement of `op`.
-    #[error("database error in {op}: {source}")]
+    /// The database refused or failed the statement of `op`. The message is one sentence
+    /// (the database's own message, without its source position); the sqlx error stays
+    /// reachable as the source, for logs.
+    #[error("{}", describe_database(.op, .source))]
     Database {
         op: &'static str,
         #[source]
@@ -54,6 +61,10 @@ pub enum StoreError {
     /// The operation waited too long for other work holding what it needs; nothing changed.
     #[error("{op} is busy: other work held what it needs for too long; nothing changed, try again")]
     Busy { op: &'static str },
+    /// The database has no Leasehold schema (a table of `op` does not exist): nothing can
+    /// work until `leasehold-agent migrate` runs.
+    #[error("{NOT_MIGRATED} ({detail})")]
+    NotMigrated { op: &'static str, detail: String },
     /// Applying migrations failed.
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -67,7 +78,31 @@ pub enum StoreError {
     UnsupportedUrl(String),
 }
 
+/// `url` with the password of its user info replaced by `***`, for errors and logs: a
+/// database URL's password never appears in a message.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?', '#']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        None => url.to_owned(),
+    }
+}
+
 impl StoreError {
+    /// [`StoreError::UnsupportedUrl`] of `url`, its password redacted and its length bounded.
+    pub fn unsupported_url(url: &str) -> StoreError {
+        StoreError::UnsupportedUrl(crate::domain::ids::truncate_for_error(&redact_url(url)))
+    }
+
     /// Wraps a database error with the operation that met it. A CHECK constraint the
     /// database enforces (sizes, ranges, formats) is bad input, reported as such.
     pub fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -86,13 +121,16 @@ impl StoreError {
                                 .map(str::to_string)
                         })
                         .unwrap_or_else(|| "a check".to_string());
-                    return StoreError::Invalid(ValidationError::Invalid {
-                        field: "input",
-                        detail: format!("refused by the database constraint {constraint} in {op}"),
-                    });
+                    return StoreError::Invalid(constraint_in_words(&constraint));
                 }
                 if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) || sqlite_busy(e.as_ref()) {
                     return StoreError::Busy { op };
+                }
+                if e.code().as_deref() == Some(UNDEFINED_TABLE) || sqlite_no_table(e.as_ref()) {
+                    return StoreError::NotMigrated {
+                        op,
+                        detail: e.message().to_string(),
+                    };
                 }
             }
             StoreError::Database { op, source }
@@ -136,6 +174,124 @@ impl StoreError {
     }
 }
 
+/// `op` failing with `source`, in one sentence: what failed and the database's own words,
+/// without sqlx's "error returned from database" wrapper or PostgreSQL's source line.
+fn describe_database(op: &str, source: &sqlx::Error) -> String {
+    let what = match source {
+        sqlx::Error::Database(e) => e.message().to_string(),
+        sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connection refused (is the database running, and is the host and port right?)"
+                .to_string()
+        }
+        sqlx::Error::Io(e) => e.to_string(),
+        sqlx::Error::PoolTimedOut => {
+            "no database connection free in time (the database is slow, unreachable, or every \
+             connection is busy)"
+                .to_string()
+        }
+        sqlx::Error::Tls(e) => format!("TLS: {e}"),
+        other => other.to_string(),
+    };
+    if op == "connect" {
+        format!("cannot connect to the database: {what}")
+    } else {
+        format!("database error in {op}: {what}")
+    }
+}
+
+/// A CHECK constraint of either store's migrations, said as the rule the input broke. The
+/// constraint names are the same in `migrations/postgres/` and `migrations/sqlite/`.
+fn constraint_in_words(constraint: &str) -> ValidationError {
+    let (field, detail): (&'static str, &str) = match constraint {
+        "tasks_deadline_after_creation" => (
+            "deadline",
+            "it is more than a day in the past; give a time in the future",
+        ),
+        "tasks_type_format" | "schedules_type_format" | "policies_scope_format" => (
+            "task type",
+            "use 1-64 characters of a-z 0-9 _ . : - starting with a letter or digit",
+        ),
+        "schedules_name_format" => (
+            "schedule name",
+            "use 1-64 characters of a-z 0-9 _ . : - starting with a letter or digit",
+        ),
+        "tasks_payload_size" | "schedules_payload_size" | "tasks_payload_json" => {
+            ("payload", "must be JSON of at most 1 MiB")
+        }
+        "tasks_result_size" => ("result", "must be at most 1 MiB of JSON"),
+        "tasks_progress_size" => ("progress", "must be at most 4 KiB of JSON"),
+        "tasks_last_error_size" | "task_attempts_error_size" | "schedules_last_error_size" => {
+            ("error", "it is too long")
+        }
+        "tasks_max_attempts_range" | "schedules_max_attempts_range" => {
+            ("max attempts", "give 1 to 1000")
+        }
+        "tasks_timeout_range" | "policies_timeout_range" => ("timeout", "give 1ms to 7 days"),
+        "tasks_priority_range" => ("priority", "give -32768 to 32767"),
+        "tasks_idempotency_key_size" => ("idempotency key", "give 1 to 255 bytes"),
+        "policies_concurrency_range" | "agents_local_concurrency_range" => {
+            ("concurrency", "give 0 to 1000000")
+        }
+        "policies_retry_base_range" | "policies_retry_max_range" => {
+            ("retry delay", "give 0 to 7 days")
+        }
+        "policies_retry_jitter_range" => ("retry jitter", "give 0 to 1"),
+        "policies_retry_multiplier_range" => ("retry multiplier", "give 1 to 100"),
+        "policies_slow_range" => ("slow threshold", "give 1ms to 7 days"),
+        "schedules_cron_size" => ("cron expression", "give 1 to 200 characters"),
+        "schedules_timezone_size" => ("time zone", "give 1 to 64 characters"),
+        "schedules_missed_policy" | "schedules_missed_name" => {
+            ("missed-run policy", "this version does not know it")
+        }
+        "resource_leases_name_size" => ("lock name", "give 1 to 128 bytes"),
+        "shard_groups_name_size" => ("shard group name", "give 1 to 64 bytes"),
+        "shard_groups_count" => ("shard count", "give 1 to 4096"),
+        "agents_id_size" | "tasks_lease_owner_size" | "resource_leases_owner_size" => {
+            ("agent name", "it is too long")
+        }
+        "audit_log_actor_size" => ("token name", "give 1 to 200 bytes"),
+        "audit_log_peer_size" => ("peer", "it is too long"),
+        "audit_log_params_size" => ("request", "it is too large to audit (at most 64 KiB)"),
+        _ => ("input", "it breaks a rule the database enforces"),
+    };
+    ValidationError::Invalid {
+        field,
+        detail: if field == "input" {
+            format!("{detail} ({constraint})")
+        } else {
+            detail.to_string()
+        },
+    }
+}
+
+/// SQLite's "no such table": the file has no Leasehold schema.
+fn sqlite_no_table(e: &dyn sqlx::error::DatabaseError) -> bool {
+    e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+        && e.message().starts_with("no such table")
+}
+
+/// `error` as one line for a person: each cause's text once. The chain is walked until a
+/// [`StoreError`], whose message already says what its sources say; a cause whose text the
+/// line already holds is skipped. The full chain stays on the error for logs and `--verbose`.
+pub fn error_sentence(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = String::new();
+    let mut next = Some(error);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        if cause.downcast_ref::<StoreError>().is_some() {
+            break;
+        }
+        next = cause.source();
+    }
+    line
+}
+
 /// SQLite's SQLITE_BUSY and SQLITE_LOCKED, with their extended codes: the write lock (or a
 /// table lock) stayed taken for the whole busy timeout.
 fn sqlite_busy(e: &dyn sqlx::error::DatabaseError) -> bool {
@@ -149,3 +305,27 @@ fn sqlite_busy(e: &dyn sqlx::error::DatabaseError) -> bool {
 
 /// Result of a store operation.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod redact_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_a_message() {
+        assert_eq!(redact_url("postgres://u:p@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact_url("postgres://u:p@h"), "postgres://u:***@h");
+        assert_eq!(
+            redact_url("postgres://u:p:q@h:1,h2:2/db"),
+            "postgres://u:***@h:1,h2:2/db"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("postgres://h/db?x=a@b"), "postgres://h/db?x=a@b");
+        assert_eq!(redact_url("sqlite:///a/b"), "sqlite:///a/b");
+        let e = StoreError::unsupported_url("mysql://root:hunter2@h/db").to_string();
+        assert!(
+            !e.contains("hunter2") && e.contains("mysql://root:***@h/db"),
+            "{e}"
+        );
+    }
+}

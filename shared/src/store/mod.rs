@@ -26,6 +26,7 @@ mod any;
 mod audit;
 mod error;
 pub mod explain;
+pub mod idle;
 pub mod outcomes;
 pub mod params;
 pub mod postgres;
@@ -39,7 +40,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 pub use any::AnyStore;
-pub use error::{Result, StoreError};
+pub use error::{NOT_MIGRATED, Result, StoreError, error_sentence, redact_url};
+pub use idle::{IdleGroup, IdleReport, IdleReportParams};
 pub use outcomes::*;
 pub use params::*;
 pub use resources::{
@@ -59,6 +61,10 @@ use crate::domain::{AgentId, Policy, PolicyScope, TaskId, TaskType};
 /// Storage of tasks, leases, policies, agents, the leader and the audit log.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// The input limits this store enforces (payload size and the rest), so a caller can
+    /// refuse an oversized input before doing any work with it.
+    fn input_limits(&self) -> &crate::domain::InputLimits;
+
     /// The database's current time.
     async fn db_now(&self) -> Result<DateTime<Utc>>;
 
@@ -82,7 +88,9 @@ pub trait Store: Send + Sync + 'static {
     async fn task_complete(&self, params: CompleteParams) -> Result<CompleteOutcome>;
     /// End many attempts in one statement (each fenced on its own); results in input order.
     async fn task_complete_many(&self, batch: Vec<CompleteParams>) -> Result<Vec<CompleteOutcome>>;
-    /// Give leases back so they run again at once (fenced).
+    /// Give leases back so they run again at once (fenced). Idempotent per (task, owner,
+    /// epoch), as completion is: a retry of a release that landed (its reply lost) is
+    /// `repeated`, never `fenced`, and changes nothing.
     async fn lease_release_many(&self, params: ReleaseParams) -> Result<ReleaseOutcome>;
 
     /// Operator cancel (audited).
@@ -105,6 +113,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<(TaskId, TaskType)>>;
     /// Tasks of these types that a claim could take now (due, not paused).
     async fn task_count_claimable(&self, task_types: Vec<TaskType>) -> Result<u64>;
+    /// The work of the run's task types as it stands now, for `--exit-when-idle`: pending
+    /// (queued, retry_wait, running, cancel_requested), ended badly (dead, cancelled, within
+    /// `ended_within`) and waiting tasks of other types no live agent serves; see [`idle`].
+    async fn task_idle_report(&self, params: IdleReportParams) -> Result<IdleReport>;
     /// Leases whose renewals are overdue.
     async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>>;
 
@@ -134,8 +146,9 @@ pub trait Store: Send + Sync + 'static {
     /// Become or stay leader.
     async fn leader_attempt_elect(&self, params: LeaderElectParams) -> Result<LeaderOutcome>;
     /// Renew leadership (fenced by term).
-    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<HolderWrite>;
-    /// Give leadership up (fenced by term).
+    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<LeaderRenewal>;
+    /// Give leadership up (fenced by term). A retry of a resignation that landed (its reply
+    /// lost) is `Held` again and changes nothing.
     async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite>;
     /// The `leader` lease row.
     async fn leader_get(&self) -> Result<Option<LeaderRecord>>;
@@ -170,7 +183,8 @@ pub trait Store: Send + Sync + 'static {
     async fn resource_renew(&self, params: ResourceHolderParams) -> Result<Option<ResourceRecord>>;
     /// Give one lease back (fenced). Before `lock_at_least_until` it stays held until then
     /// (state released); otherwise it is free at once. Returns the row after, `None` when
-    /// fenced.
+    /// fenced. Idempotent per (name, holder, token): a retry of a release that landed (its
+    /// reply lost) changes nothing and returns the row as it is.
     async fn resource_release(
         &self,
         params: ResourceHolderParams,
@@ -215,6 +229,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Write an audit row on its own (e.g. a denied call).
     async fn audit_record(&self, entry: AuditEntry) -> Result<()>;
+    /// Write one `denied` audit row standing for `calls.count` refused calls of `calls.peer`
+    /// (columns `peer` and `count`). Bad input ([`DeniedCalls::validate`]: a count of 0, a
+    /// result other than `denied`, oversized text) is [`StoreError::Invalid`] and writes nothing.
+    async fn audit_record_denied(&self, calls: DeniedCalls) -> Result<()>;
     /// A page of the audit log, newest first.
     async fn audit_list(&self, params: AuditListParams) -> Result<Vec<AuditRecord>>;
 

@@ -71,6 +71,10 @@ pub enum CompleteOutcome {
 #[derive(Debug, Clone, Default)]
 pub struct ReleaseOutcome {
     pub released: Vec<TaskId>,
+    /// Given back already by the same (owner, epoch): a retry of a release whose first reply
+    /// was lost. Nothing changed; it landed.
+    pub repeated: Vec<TaskId>,
+    /// No longer this owner's lease of that epoch: nothing changed.
     pub fenced: Vec<TaskId>,
 }
 
@@ -132,26 +136,43 @@ pub struct AgentRecord {
     pub started_at: DateTime<Utc>,
     pub heartbeat_at: DateTime<Utc>,
     pub stopped_at: Option<DateTime<Utc>>,
+    /// The agent's own liveness deadline (database time): it is live while not stopped and
+    /// this has not passed. `None` for a row written by an agent from before the deadline
+    /// existed (judge it by `heartbeat_at`).
+    #[serde(default)]
+    pub alive_until: Option<DateTime<Utc>>,
     /// Database time when the row was read (to age the heartbeat without a host clock).
     pub now: DateTime<Utc>,
     /// This agent holds the `leader` row's lease and it has not expired (at `now`).
     pub leader: bool,
 }
 
-/// Result of a leader election attempt.
+/// Result of a leader election attempt. `now` is the database time of the attempt (the
+/// maintenance loop watches it for clock jumps).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaderOutcome {
     /// This agent leads under `term` until `lease_until` (renewed if it already led).
     Leader {
         term: i64,
         lease_until: DateTime<Utc>,
+        now: DateTime<Utc>,
     },
     /// Someone else leads (or held it too recently to take over).
     Follower {
         leader: Option<AgentId>,
         term: i64,
         lease_until: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
     },
+}
+
+/// Result of a leader renewal (fenced by term).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaderRenewal {
+    /// Still the leader; `now` is the database time of the renewal.
+    Held { now: DateTime<Utc> },
+    /// Another term began (or the leadership was resigned): nothing changed.
+    Fenced,
 }
 
 /// A task with every attempt.
@@ -182,6 +203,11 @@ pub struct AuditRecord {
     pub params: Option<serde_json::Value>,
     pub result: String,
     pub detail: Option<String>,
+    /// The connection the call came from (`None` for rows written before peers were recorded,
+    /// and for rows of the agent's own work).
+    pub peer: Option<String>,
+    /// How many calls the row stands for (refused calls of one peer fold into one row).
+    pub count: i64,
 }
 
 /// What kind of reason keeps a task from running ([`crate::Store::task_explain`]). Blockers

@@ -102,16 +102,25 @@ impl NewTask {
                 detail: "give either a delay or a run-at time, not both".into(),
             });
         }
+        // Said in days, as a person gives them, not as the milliseconds on the wire.
         let delay_ms = match self.delay {
-            Some(d) => check_range("delay_ms", duration_ms(d), 0..=MAX_DELAY_MS)?,
+            Some(d) => check_range("delay_ms", duration_ms(d), 0..=MAX_DELAY_MS).map_err(|_| {
+                ValidationError::OutOfRange {
+                    field: "delay",
+                    detail: format!("at most {} days", MAX_DELAY_MS / 86_400_000),
+                }
+            })?,
             None => 0,
         };
         let timeout_ms = match self.timeout {
-            Some(t) => Some(check_range(
-                "timeout_ms",
-                duration_ms(t),
-                1..=MAX_TIMEOUT_MS,
-            )?),
+            Some(t) => Some(
+                check_range("timeout_ms", duration_ms(t), 1..=MAX_TIMEOUT_MS).map_err(|_| {
+                    ValidationError::OutOfRange {
+                        field: "timeout",
+                        detail: format!("give 1ms to {} days", MAX_TIMEOUT_MS / 86_400_000),
+                    }
+                })?,
+            ),
             None => None,
         };
         if let (Some(deadline), Some(run_at)) = (self.deadline, self.run_at)
@@ -203,10 +212,17 @@ pub struct RenewParams {
     pub owner: AgentId,
     pub leases: Vec<(TaskId, LeaseEpoch)>,
     pub lease_ttl: Duration,
+    /// Also push `owner`'s registry liveness deadline (`agents.alive_until`) to database
+    /// `now()` + this, in the same statement: the heartbeat connection's proof of life, sent
+    /// with no leases too. `None` leaves the registry row alone. At most 7 days.
+    pub alive_for: Option<Duration>,
 }
 
 impl RenewParams {
     pub fn validate(&self) -> Result<(), ValidationError> {
+        if let Some(alive_for) = self.alive_for {
+            check_duration("alive_for", alive_for)?;
+        }
         check_ttl("lease_ttl", self.lease_ttl)
     }
 }
@@ -330,6 +346,11 @@ impl RequeueDeadParams {
 pub struct RecoverParams {
     pub grace: Duration,
     pub limit: u32,
+    /// Take nothing when the database clock reads later than this: the caller's bound on what
+    /// the clock can read by now (its last reading plus the monotonic time since, plus a
+    /// tolerance). A clock that jumped forward since that reading then revokes nothing, even
+    /// when the jump lands between the reading and this statement. `None`: no bound.
+    pub clock_bound: Option<DateTime<Utc>>,
 }
 
 impl RecoverParams {
@@ -394,32 +415,43 @@ impl PurgeParams {
     }
 }
 
-/// Dead-letter waiting tasks whose type no live agent serves.
+/// Dead-letter waiting tasks whose type no live agent serves. An agent is live while it is
+/// not stopped and its own liveness deadline (`agents.alive_until`, which it sets from its own
+/// lease TTL and grace at registration and on every heartbeat) is in the future: the caller's
+/// timings never judge another agent.
 #[derive(Debug, Clone)]
 pub struct UnservedParams {
     /// How long a task must have been due before it is judged unserved.
     pub due_for: Duration,
-    /// An agent whose registry heartbeat is older than this is not live.
-    pub agent_stale_after: Duration,
+    /// Only for registry rows without a liveness deadline (written by agents from before it
+    /// existed): such an agent is live while its registry heartbeat is younger than this.
+    pub legacy_stale_after: Duration,
     pub limit: u32,
 }
 
 impl UnservedParams {
     pub fn validate(&self) -> Result<(), ValidationError> {
         check_duration("due_for", self.due_for)?;
-        check_duration("agent_stale_after", self.agent_stale_after)?;
+        check_duration("legacy_stale_after", self.legacy_stale_after)?;
         check_range("limit", self.limit, 1..=MAX_CLAIM_BATCH).map(drop)
     }
 }
 
+/// Most suspect leases one read returns.
+pub const MAX_SUSPECT_LIMIT: u32 = 10_000;
+
+/// Leases whose last renewal is older than `threshold` (database time), oldest renewal first,
+/// at most `limit` (1..=[`MAX_SUSPECT_LIMIT`]).
 #[derive(Debug, Clone)]
 pub struct SuspectParams {
     pub threshold: Duration,
+    pub limit: u32,
 }
 
 impl SuspectParams {
     pub fn validate(&self) -> Result<(), ValidationError> {
-        check_duration("threshold", self.threshold)
+        check_duration("threshold", self.threshold)?;
+        check_range("limit", self.limit, 1..=MAX_SUSPECT_LIMIT).map(drop)
     }
 }
 
@@ -470,6 +502,16 @@ pub struct AgentRegisterParams {
     pub version: String,
     pub task_types: Vec<TaskType>,
     pub local_concurrency: u32,
+    /// The agent's liveness deadline starts at database `now()` + this (`agents.alive_until`;
+    /// the agent's own lease TTL + grace), until its heartbeat pushes it on. At most 7 days.
+    pub alive_for: Duration,
+}
+
+impl AgentRegisterParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        crate::domain::ids::validate_agent_name(&self.name)?;
+        check_duration("alive_for", self.alive_for)
+    }
 }
 
 /// An agent's registry heartbeat.
@@ -527,6 +569,113 @@ pub struct AuditEntry {
     pub params: Option<serde_json::Value>,
     pub result: AuditResult,
     pub detail: Option<String>,
+}
+
+/// Most bytes of the peer an audit row names (e.g. `uid:1000(alice) pid:4242`).
+pub const MAX_AUDIT_PEER_LEN: usize = 256;
+/// Most bytes of an audit row's action.
+pub const MAX_AUDIT_ACTION_LEN: usize = 64;
+/// Most bytes of an audit row's target.
+pub const MAX_AUDIT_TARGET_LEN: usize = 1024;
+/// Most bytes of an audit row's detail.
+pub const MAX_AUDIT_DETAIL_LEN: usize = 4096;
+/// Most bytes of an audit row's params as JSON text (the database's own limit).
+pub const MAX_AUDIT_PARAMS_LEN: usize = 65536;
+
+/// Denied calls of one peer, recorded as one `audit_log` row
+/// ([`crate::Store::audit_record_denied`]): `count` calls by `peer` (a connection label such
+/// as `uid:1000(alice) pid:4242` or `tcp:10.0.0.7:50412`) that were refused the same way, so a
+/// peer hammering the agent with refused calls writes one row per window, not one per call.
+#[derive(Debug, Clone)]
+pub struct DeniedCalls {
+    /// The row; its `result` must be [`AuditResult::Denied`].
+    pub entry: AuditEntry,
+    /// Who called, as the connection names it (1-256 bytes, no control characters).
+    pub peer: String,
+    /// How many calls the row stands for (at least 1).
+    pub count: u64,
+}
+
+impl DeniedCalls {
+    /// Refuses a count of 0 (or above `i64::MAX`), a result other than `denied`, an empty or
+    /// oversized peer, actor, action, target, detail or params, and control characters in the
+    /// peer, actor or action.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.count_column()?;
+        if self.entry.result != AuditResult::Denied {
+            return Err(ValidationError::Invalid {
+                field: "result",
+                detail: format!(
+                    "a denied-calls row must have result denied, not {}",
+                    self.entry.result.as_str()
+                ),
+            });
+        }
+        check_audit_text("peer", &self.peer, 1, MAX_AUDIT_PEER_LEN, false)?;
+        check_audit_text("actor", &self.entry.actor.name, 1, 200, false)?;
+        check_audit_text("action", &self.entry.action, 1, MAX_AUDIT_ACTION_LEN, false)?;
+        check_audit_text("target", &self.entry.target, 0, MAX_AUDIT_TARGET_LEN, true)?;
+        if let Some(detail) = &self.entry.detail {
+            check_audit_text("detail", detail, 0, MAX_AUDIT_DETAIL_LEN, true)?;
+        }
+        if let Some(params) = &self.entry.params {
+            let size = serde_json::to_string(params)
+                .map(|t| t.len())
+                .unwrap_or(usize::MAX);
+            if size > MAX_AUDIT_PARAMS_LEN {
+                return Err(ValidationError::Invalid {
+                    field: "params",
+                    detail: format!(
+                        "{size} bytes as JSON, above the limit of {MAX_AUDIT_PARAMS_LEN} bytes"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The row's `count` column, after [`Self::validate`]: both stores write it so, and bad
+    /// input is refused before anything is written.
+    pub fn validated_count(&self) -> Result<i64, ValidationError> {
+        self.validate()?;
+        self.count_column()
+    }
+
+    /// `count` as the `audit_log.count` column holds it: 1 to `i64::MAX`.
+    fn count_column(&self) -> Result<i64, ValidationError> {
+        i64::try_from(self.count)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| ValidationError::OutOfRange {
+                field: "count",
+                detail: format!("{} is not within 1..={}", self.count, i64::MAX),
+            })
+    }
+}
+
+/// Refuses `text` outside `min..=max` bytes or, unless `controls`, with control characters.
+fn check_audit_text(
+    field: &'static str,
+    text: &str,
+    min: usize,
+    max: usize,
+    controls: bool,
+) -> Result<(), ValidationError> {
+    if text.len() < min || text.len() > max || (!controls && text.chars().any(char::is_control)) {
+        let controls = if controls {
+            ""
+        } else {
+            " without control characters"
+        };
+        return Err(ValidationError::Invalid {
+            field,
+            detail: format!(
+                "must be {min}-{max} bytes{controls}, got {} bytes",
+                text.len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A page of tasks, newest first.
@@ -599,9 +748,55 @@ pub struct EnqueueAuditedParams {
     pub actor: Actor,
 }
 
-/// A page of the audit log, newest first.
-#[derive(Debug, Clone)]
+/// Most rows of one page of the audit log.
+pub const MAX_AUDIT_PAGE: u32 = 1000;
+
+/// A page of the audit log, newest first; every filter is optional and they combine (AND).
+#[derive(Debug, Clone, Default)]
 pub struct AuditListParams {
+    /// Keyset cursor: rows with ids below this.
     pub before_id: Option<i64>,
+    /// Page size, 1..=[`MAX_AUDIT_PAGE`].
     pub limit: u32,
+    /// Only rows of this actor (exact).
+    pub actor: Option<String>,
+    /// Only rows of this action (exact, e.g. `enqueue`).
+    pub action: Option<String>,
+    /// Only rows with this result.
+    pub result: Option<AuditResult>,
+    /// Only rows whose target contains this text (case-insensitive; no wildcards).
+    pub target: Option<String>,
+    /// Only rows written at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Only rows written before this time.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl AuditListParams {
+    /// Refuses a limit outside 1..=[`MAX_AUDIT_PAGE`], a negative cursor, empty or oversized
+    /// text filters (or with control characters), and `since` not before `until`.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_range("limit", self.limit, 1..=MAX_AUDIT_PAGE)?;
+        if let Some(id) = self.before_id {
+            check_range("before_id", id, 1..=i64::MAX)?;
+        }
+        if let Some(actor) = &self.actor {
+            check_audit_text("actor", actor, 1, 200, false)?;
+        }
+        if let Some(action) = &self.action {
+            check_audit_text("action", action, 1, MAX_AUDIT_ACTION_LEN, false)?;
+        }
+        if let Some(target) = &self.target {
+            check_audit_text("target", target, 1, 200, false)?;
+        }
+        if let (Some(since), Some(until)) = (self.since, self.until)
+            && since >= until
+        {
+            return Err(ValidationError::Invalid {
+                field: "since",
+                detail: format!("{since} is not before until {until}"),
+            });
+        }
+        Ok(())
+    }
 }

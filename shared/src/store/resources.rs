@@ -10,7 +10,11 @@
 //!   held ──release / forced release──▶ free
 //!   held ──lease_until + grace < now, or lock_at_most_until <= now──▶ takeable (token+1)
 //!   every write by (owner, token) that no longer matches ──▶ Fenced, nothing changes
+//!   a release by (owner, token) repeated after it landed ──▶ the row as it is, nothing changes
 //! ```
+//!
+//! A release marks its holding's history row, so its retry (the first reply lost) is told it
+//! landed, while a holding that was taken over or force-released stays unmarked: fenced.
 //!
 //! Shards are leases named `<group>#<shard>`, created with their group; the members that
 //! joined a group share them ([`crate::domain::shard::plan_shards`]), each member counting

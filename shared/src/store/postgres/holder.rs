@@ -1,5 +1,6 @@
 //! Holder writes: renew, progress, complete, release. Each carries the lease key (task, owner,
-//! epoch) and changes nothing when it no longer matches: the outcome says `Fenced`.
+//! epoch) and changes nothing when it no longer matches: the outcome says `Fenced`, or, for a
+//! completion or release that this key already made (a retry whose reply was lost), a repeat.
 
 use std::collections::HashSet;
 
@@ -31,7 +32,8 @@ pub(super) async fn lease_renew_many(pool: &PgPool, params: &RenewParams) -> Res
         .bind(params.owner.as_str())
         .bind(&ids)
         .bind(&epochs)
-        .bind(secs(params.lease_ttl));
+        .bind(secs(params.lease_ttl))
+        .bind(params.alive_for.map(secs));
     let rows = super::fetch_indexed(pool, query, "lease_renew_many").await?;
     let mut now: Option<DateTime<Utc>> = None;
     let mut renewed = Vec::with_capacity(rows.len());
@@ -181,11 +183,35 @@ pub(super) async fn lease_release_many(
         .map(|row| get::<i64>(row, "id").map(TaskId))
         .collect::<Result<_>>()?;
     let done: HashSet<TaskId> = released.iter().copied().collect();
-    let fenced = params
+    // The rest changed nothing: each was given back already by this owner (a retry whose
+    // first reply was lost: a repeat) or fenced. A new statement tells them apart.
+    let (ids, epochs): (Vec<i64>, Vec<i64>) = params
         .leases
         .iter()
-        .map(|(id, _)| *id)
-        .filter(|id| !done.contains(id))
+        .filter(|(id, _)| !done.contains(id))
+        .map(|(id, epoch)| (id.0, epoch.0))
+        .unzip();
+    let mut repeated = Vec::new();
+    if !ids.is_empty() {
+        let rows = sqlx::query(sql::lease_release_repeated)
+            .bind(params.owner.as_str())
+            .bind(&ids)
+            .bind(&epochs)
+            .fetch_all(pool)
+            .await
+            .map_err(StoreError::db("lease_release_many"))?;
+        for row in &rows {
+            repeated.push(TaskId(get(row, "id")?));
+        }
+    }
+    let fenced = ids
+        .iter()
+        .map(|id| TaskId(*id))
+        .filter(|id| !repeated.contains(id))
         .collect();
-    Ok(ReleaseOutcome { released, fenced })
+    Ok(ReleaseOutcome {
+        released,
+        repeated,
+        fenced,
+    })
 }

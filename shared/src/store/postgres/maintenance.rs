@@ -27,7 +27,8 @@ pub(super) async fn lease_recover_expired(
 ) -> Result<Vec<Recovered>> {
     let query = sqlx::query(sql::lease_recover_expired)
         .bind(secs(params.grace))
-        .bind(i64::from(params.limit));
+        .bind(i64::from(params.limit))
+        .bind(params.clock_bound);
     let rows = super::fetch_indexed(pool, query, "lease_recover_expired").await?;
     rows.iter()
         .map(|row| {
@@ -62,6 +63,7 @@ pub(super) async fn lease_list_suspect(
 ) -> Result<Vec<SuspectLease>> {
     let rows = sqlx::query(sql::lease_list_suspect)
         .bind(secs(params.threshold))
+        .bind(i64::from(params.limit))
         .fetch_all(pool)
         .await
         .map_err(StoreError::db("lease_list_suspect"))?;
@@ -98,7 +100,7 @@ pub(super) async fn task_dead_letter_unserved(
 ) -> Result<Vec<(TaskId, TaskType)>> {
     let rows = sqlx::query(sql::task_dead_letter_unserved)
         .bind(secs(params.due_for))
-        .bind(secs(params.agent_stale_after))
+        .bind(secs(params.legacy_stale_after))
         .bind(i64::from(params.limit))
         .fetch_all(pool)
         .await
@@ -116,4 +118,39 @@ pub(super) async fn task_count_claimable(pool: &PgPool, task_types: &[TaskType])
         .await
         .map_err(StoreError::db("task_count_claimable"))?;
     Ok(u64::try_from(n).unwrap_or(0))
+}
+
+pub(super) async fn task_idle_report(
+    pool: &PgPool,
+    params: &crate::store::IdleReportParams,
+) -> Result<crate::store::IdleReport> {
+    const OP: &str = "task_idle_report";
+    let types: Vec<&str> = params.task_types.iter().map(TaskType::as_str).collect();
+    let rows = sqlx::query(sql::task_idle_report)
+        .bind(types)
+        .bind(params.ended_within.map(secs))
+        .bind(secs(params.legacy_stale_after))
+        .bind(i32::try_from(params.id_limit).unwrap_or(i32::MAX))
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let mut report = crate::store::IdleReport::default();
+    for row in &rows {
+        let kind: String = get(row, "kind")?;
+        let n: i64 = get(row, "n")?;
+        let ids: Vec<i64> = get(row, "ids")?;
+        let group = crate::store::IdleGroup {
+            status: status(&get::<String>(row, "status")?)?,
+            task_type: task_type(get(row, "task_type")?)?,
+            count: u64::try_from(n).unwrap_or(0),
+            ids: ids.into_iter().map(TaskId).collect(),
+        };
+        if !report.push(&kind, group) {
+            return Err(StoreError::Corrupt {
+                what: "idle report kind",
+                detail: kind,
+            });
+        }
+    }
+    Ok(report)
 }

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Row};
 
 use super::resources::{
     GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing,
@@ -41,12 +41,12 @@ use super::schedules::{
 use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
-    CompleteParams, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams,
-    HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, Overview,
-    PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
-    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
-    RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
-    TaskListParams, TaskPage, UnservedParams,
+    CompleteParams, DeniedCalls, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams,
+    ExplainParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal,
+    NewTask, Overview, PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams,
+    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams,
+    RequeueOutcome, RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams,
+    TaskDetail, TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -84,6 +84,7 @@ pub(crate) mod sql {
             task_complete_many,
             task_attempt_outcomes,
             lease_release_many,
+            lease_release_repeated,
             task_cancel,
             task_lock,
             task_requeue,
@@ -94,6 +95,7 @@ pub(crate) mod sql {
             task_purge_finished,
             task_dead_letter_unserved,
             task_count_claimable,
+            task_idle_report,
             lease_list_suspect,
             policy_list,
             policy_get_for_update,
@@ -106,6 +108,7 @@ pub(crate) mod sql {
             leader_attempt_elect,
             leader_renew,
             leader_resign,
+            leader_resign_repeated,
             leader_get,
             leader_check,
             schedule_list,
@@ -131,6 +134,7 @@ pub(crate) mod sql {
             resource_renew,
             resource_renew_many,
             resource_release,
+            resource_release_repeated,
             lock_force_release,
             lock_list,
             resource_moves,
@@ -260,6 +264,22 @@ impl PgStore {
         let connect = connect_options(url)?
             .application_name(&options.application_name)
             .options(settings);
+        // One plain attempt first: a refused connection, an unknown database or a bad
+        // password is reported at once, in its own words. The pool would retry it until its
+        // acquire timeout and then say only that it timed out.
+        match tokio::time::timeout(options.acquire_timeout, connect.connect()).await {
+            Ok(Ok(conn)) => {
+                // The pool opens its own connections; this one only proved the way works.
+                let _ = sqlx::Connection::close(conn).await;
+            }
+            Ok(Err(error)) => return Err(StoreError::db("connect")(error)),
+            Err(_elapsed) => {
+                return Err(StoreError::Database {
+                    op: "connect",
+                    source: sqlx::Error::PoolTimedOut,
+                });
+            }
+        }
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -311,9 +331,7 @@ impl PgStore {
 /// Parses a PostgreSQL URL, refusing other schemes with a clear message.
 pub fn connect_options(url: &str) -> Result<PgConnectOptions> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(StoreError::UnsupportedUrl(
-            crate::domain::ids::truncate_for_error(url),
-        ));
+        return Err(StoreError::unsupported_url(url));
     }
     PgConnectOptions::from_str(url).map_err(StoreError::db("parse database URL"))
 }
@@ -332,6 +350,10 @@ async fn tx_now(conn: &mut sqlx::PgConnection, op: &'static str) -> Result<DateT
 
 #[async_trait]
 impl Store for PgStore {
+    fn input_limits(&self) -> &crate::domain::InputLimits {
+        &self.limits
+    }
+
     async fn db_now(&self) -> Result<DateTime<Utc>> {
         let row = sqlx::query(sql::db_now)
             .fetch_one(&self.pool)
@@ -434,6 +456,14 @@ impl Store for PgStore {
         maintenance::task_count_claimable(&self.pool, &task_types).await
     }
 
+    async fn task_idle_report(
+        &self,
+        params: crate::store::IdleReportParams,
+    ) -> Result<crate::store::IdleReport> {
+        params.validate()?;
+        maintenance::task_idle_report(&self.pool, &params).await
+    }
+
     async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>> {
         params.validate()?;
         maintenance::lease_list_suspect(&self.pool, &params).await
@@ -477,7 +507,7 @@ impl Store for PgStore {
         registry::leader_attempt_elect(&self.pool, &params).await
     }
 
-    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<HolderWrite> {
+    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<LeaderRenewal> {
         registry::leader_renew(&self.pool, &params).await
     }
 
@@ -583,6 +613,10 @@ impl Store for PgStore {
 
     async fn audit_record(&self, entry: AuditEntry) -> Result<()> {
         operator::audit_write(&self.pool, &entry).await
+    }
+
+    async fn audit_record_denied(&self, calls: DeniedCalls) -> Result<()> {
+        operator::audit_write_denied(&self.pool, &calls).await
     }
 
     async fn audit_list(&self, params: AuditListParams) -> Result<Vec<AuditRecord>> {

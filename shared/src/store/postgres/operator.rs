@@ -13,13 +13,37 @@ use crate::domain::{Actor, InputLimits, LeaseEpoch, Policy, TaskAction, TaskStat
 use crate::store::audit;
 use crate::store::params::duration_ms;
 use crate::store::{
-    AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued,
-    PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result,
-    StoreError,
+    AuditEntry, AuditResult, CancelOutcome, CancelParams, DeniedCalls, EnqueueAuditedParams,
+    Enqueued, PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams,
+    Result, StoreError,
 };
 
 /// Writes one audit row through `executor` (pass the transaction of the change it records).
 pub async fn audit_write<'e, E: PgExecutor<'e>>(executor: E, entry: &AuditEntry) -> Result<()> {
+    audit_insert(executor, entry, None, 1, "audit_write").await
+}
+
+/// Writes the one `denied` row of `calls` (validated first: bad input writes nothing).
+pub(super) async fn audit_write_denied(pool: &PgPool, calls: &DeniedCalls) -> Result<()> {
+    let count = calls.validated_count()?;
+    audit_insert(
+        pool,
+        &calls.entry,
+        Some(&calls.peer),
+        count,
+        "audit_record_denied",
+    )
+    .await
+}
+
+/// The insert of one audit row with its peer and the number of calls it stands for.
+async fn audit_insert<'e, E: PgExecutor<'e>>(
+    executor: E,
+    entry: &AuditEntry,
+    peer: Option<&str>,
+    count: i64,
+    op: &'static str,
+) -> Result<()> {
     sqlx::query(sql::audit_insert)
         .bind(&entry.actor.name)
         .bind(entry.actor.role.as_str())
@@ -28,9 +52,11 @@ pub async fn audit_write<'e, E: PgExecutor<'e>>(executor: E, entry: &AuditEntry)
         .bind(entry.params.clone().map(Json))
         .bind(entry.result.as_str())
         .bind(&entry.detail)
+        .bind(peer)
+        .bind(count)
         .execute(executor)
         .await
-        .map_err(StoreError::db("audit_write"))?;
+        .map_err(StoreError::db(op))?;
     Ok(())
 }
 

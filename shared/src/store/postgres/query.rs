@@ -6,6 +6,7 @@ use sqlx::types::Json;
 use super::rows::{attempt, audit, get, policy, status, task, task_type};
 use super::{secs, sql};
 use crate::domain::{Policy, TaskError, TaskId, TaskStatus};
+use crate::store::audit::bind_audit_list;
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, ExplainFacts, LimitUse, blockers};
 use crate::store::{
     AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview,
@@ -162,9 +163,8 @@ pub(super) async fn audit_list(
     pool: &PgPool,
     params: &AuditListParams,
 ) -> Result<Vec<AuditRecord>> {
-    let rows = sqlx::query(sql::audit_list)
-        .bind(params.before_id)
-        .bind(i64::from(params.limit.clamp(1, 1000)))
+    params.validate()?;
+    let rows = bind_audit_list(sqlx::query(sql::audit_list), params, |t| t)
         .fetch_all(pool)
         .await
         .map_err(StoreError::db("audit_list"))?;

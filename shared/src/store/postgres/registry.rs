@@ -17,10 +17,9 @@ use sqlx::PgPool;
 use super::rows::{agent, agent_id, get};
 use super::{secs, sql};
 use crate::domain::AgentId;
-use crate::domain::ids::validate_agent_name;
 use crate::store::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, HolderWrite, LeaderElectParams,
-    LeaderOutcome, LeaderRenewParams, Result, StoreError,
+    LeaderOutcome, LeaderRenewParams, LeaderRenewal, Result, StoreError,
 };
 
 fn non_negative(field: &'static str, value: u32) -> Result<i32> {
@@ -33,7 +32,7 @@ fn non_negative(field: &'static str, value: u32) -> Result<i32> {
 }
 
 pub(super) async fn agent_register(pool: &PgPool, p: &AgentRegisterParams) -> Result<AgentRecord> {
-    validate_agent_name(&p.name)?;
+    p.validate()?;
     let types: Vec<&str> = p.task_types.iter().map(|t| t.as_str()).collect();
     let row = sqlx::query(sql::agent_register)
         .bind(&p.name)
@@ -43,6 +42,7 @@ pub(super) async fn agent_register(pool: &PgPool, p: &AgentRegisterParams) -> Re
         .bind(&p.version)
         .bind(&types)
         .bind(non_negative("local_concurrency", p.local_concurrency)?)
+        .bind(secs(p.alive_for))
         .fetch_one(pool)
         .await
         .map_err(StoreError::db("agent_register"))?;
@@ -94,6 +94,7 @@ pub(super) async fn leader_attempt_elect(
         return Ok(LeaderOutcome::Leader {
             term,
             lease_until: get(&row, "lease_until")?,
+            now: get(&row, "now")?,
         });
     }
     Ok(LeaderOutcome::Follower {
@@ -102,10 +103,11 @@ pub(super) async fn leader_attempt_elect(
             .transpose()?,
         term,
         lease_until: get(&row, "lease_until")?,
+        now: get(&row, "now")?,
     })
 }
 
-pub(super) async fn leader_renew(pool: &PgPool, p: &LeaderRenewParams) -> Result<HolderWrite> {
+pub(super) async fn leader_renew(pool: &PgPool, p: &LeaderRenewParams) -> Result<LeaderRenewal> {
     let row = sqlx::query(sql::leader_renew)
         .bind(p.owner.as_str())
         .bind(p.term)
@@ -113,10 +115,11 @@ pub(super) async fn leader_renew(pool: &PgPool, p: &LeaderRenewParams) -> Result
         .fetch_optional(pool)
         .await
         .map_err(StoreError::db("leader_renew"))?;
-    Ok(if row.is_some() {
-        HolderWrite::Held
-    } else {
-        HolderWrite::Fenced
+    Ok(match row {
+        Some(row) => LeaderRenewal::Held {
+            now: get(&row, "now")?,
+        },
+        None => LeaderRenewal::Fenced,
     })
 }
 
@@ -131,7 +134,16 @@ pub(super) async fn leader_resign(
         .fetch_optional(pool)
         .await
         .map_err(StoreError::db("leader_resign"))?;
-    Ok(if row.is_some() {
+    if row.is_some() {
+        return Ok(HolderWrite::Held);
+    }
+    // A retry of a resignation that landed (its reply lost) is a repeat, not fenced.
+    let repeated = sqlx::query(sql::leader_resign_repeated)
+        .bind(term)
+        .fetch_optional(pool)
+        .await
+        .map_err(StoreError::db("leader_resign"))?;
+    Ok(if repeated.is_some() {
         HolderWrite::Held
     } else {
         HolderWrite::Fenced

@@ -202,8 +202,22 @@ pub(super) async fn resource_release(
         .as_ref()
         .map(record)
         .transpose()?;
+    let changed = after.is_some();
+    // Nothing changed: a retry of this holder's release that landed (its reply lost) is told
+    // it did, with the row as it is (unchanged: locked since `before`); else fenced.
+    let after = match after {
+        Some(after) => Some(after),
+        None => sqlx::query(sql::resource_release_repeated)
+            .bind(&p.name)
+            .bind(p.holder.as_str())
+            .bind(p.token)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?
+            .and(before.clone()),
+    };
     if let Some(actor) = &p.actor {
-        let entry = common::release_entry(actor, &p.name, before.as_ref(), after.is_some());
+        let entry = common::release_entry(actor, &p.name, before.as_ref(), changed);
         audit_write(&mut *tx, &entry).await?;
     }
     tx.commit().await.map_err(StoreError::db(OP))?;

@@ -199,6 +199,7 @@ pub(super) fn agent(row: &PgRow) -> Result<AgentRecord> {
         started_at: get(row, "started_at")?,
         heartbeat_at: get(row, "heartbeat_at")?,
         stopped_at: get(row, "stopped_at")?,
+        alive_until: get(row, "alive_until")?,
         now: get(row, "now")?,
         leader: get(row, "leader")?,
     })
@@ -216,5 +217,7 @@ pub(super) fn audit(row: &PgRow) -> Result<AuditRecord> {
         params: get::<Option<Json<serde_json::Value>>>(row, "params")?.map(|Json(v)| v),
         result: get(row, "result")?,
         detail: get(row, "detail")?,
+        peer: get(row, "peer")?,
+        count: get(row, "count")?,
     })
 }

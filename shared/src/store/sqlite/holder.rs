@@ -409,6 +409,15 @@ pub(super) async fn lease_renew_many(
         .await
         .map_err(StoreError::db(OP))?;
     }
+    if let Some(alive_for) = params.alive_for {
+        // The heartbeat connection's proof of life, in the same transaction (one per beat).
+        sqlx::query("UPDATE agents SET alive_until = ?2 WHERE id = ?1 AND state <> 'stopped'")
+            .bind(params.owner.as_str())
+            .bind(now.saturating_add(span(alive_for)))
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+    }
     commit(tx, OP).await?;
     let kept: HashSet<(TaskId, LeaseEpoch)> = renewed.iter().map(|r| (r.id, r.epoch)).collect();
     let lost = params
@@ -772,13 +781,30 @@ pub(super) async fn lease_release_many(
         .map_err(StoreError::db(OP))?;
         released.push(TaskId(id));
     }
-    commit(tx, OP).await?;
+    // The rest changed nothing: each was given back already by this owner (a retry whose
+    // first reply was lost: a repeat) or fenced.
     let done: HashSet<TaskId> = released.iter().copied().collect();
-    let fenced = params
-        .leases
-        .iter()
-        .map(|(id, _)| *id)
-        .filter(|id| !done.contains(id))
-        .collect();
-    Ok(ReleaseOutcome { released, fenced })
+    let (mut repeated, mut fenced) = (Vec::new(), Vec::new());
+    for (id, epoch) in params.leases.iter().filter(|(id, _)| !done.contains(id)) {
+        let given_back: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM task_attempts WHERE task_id = ?1 AND epoch = ?2 AND agent = ?3 \
+             AND outcome IN ('released', 'cancelled')",
+        )
+        .bind(id.0)
+        .bind(epoch.0)
+        .bind(params.owner.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+        match given_back {
+            Some(_) => repeated.push(*id),
+            None => fenced.push(*id),
+        }
+    }
+    commit(tx, OP).await?;
+    Ok(ReleaseOutcome {
+        released,
+        repeated,
+        fenced,
+    })
 }

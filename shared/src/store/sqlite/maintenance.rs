@@ -57,6 +57,14 @@ pub(super) async fn lease_recover_expired(
 ) -> Result<Vec<Recovered>> {
     const OP: &str = "lease_recover_expired";
     let (mut tx, now) = write_tx(pool, OP).await?;
+    if params
+        .clock_bound
+        .is_some_and(|bound| now > rows::micros(bound))
+    {
+        // The clock reads past the caller's bound: it jumped; take nothing.
+        commit(tx, OP).await?;
+        return Ok(Vec::new());
+    }
     let cutoff = now.saturating_sub(span(params.grace));
     let expired = sqlx::query(
         "SELECT id, task_type, status, lease_owner, lease_epoch, lease_until, attempt, \
@@ -201,9 +209,11 @@ pub(super) async fn task_purge_finished(pool: &SqlitePool, params: &PurgeParams)
     Ok(done.rows_affected())
 }
 
-/// Agents that count as live: not stopped, registry heartbeat younger than ?2 (a cutoff).
-const LIVE_TYPES: &str = "SELECT DISTINCT j.value FROM agents a, json_each(a.task_types) j \
-    WHERE a.state <> 'stopped' AND a.heartbeat_at > ?2";
+/// Agents that count as live: not stopped, and their own liveness deadline is after `now`
+/// (?1); a row without one (an agent from before it existed) is live while its registry
+/// heartbeat is younger than ?2 microseconds.
+const LIVE: &str = "a.state <> 'stopped' \
+    AND coalesce(a.alive_until, a.heartbeat_at + ?2) > ?1";
 
 pub(super) async fn task_dead_letter_unserved(
     pool: &SqlitePool,
@@ -211,10 +221,11 @@ pub(super) async fn task_dead_letter_unserved(
 ) -> Result<Vec<(TaskId, TaskType)>> {
     const OP: &str = "task_dead_letter_unserved";
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let stale = now.saturating_sub(span(params.agent_stale_after));
-    let live: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM agents WHERE state <> 'stopped' AND heartbeat_at > ?1",
-    )
+    let stale = span(params.legacy_stale_after);
+    let live: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM agents a WHERE {LIVE}"
+    )))
+    .bind(now)
     .bind(stale)
     .fetch_one(&mut *tx)
     .await
@@ -226,12 +237,14 @@ pub(super) async fn task_dead_letter_unserved(
     }
     let unserved = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT id, task_type FROM tasks \
-         WHERE status IN ('queued', 'retry_wait') AND available_at < ?1 \
-           AND task_type NOT IN ({LIVE_TYPES}) \
-         ORDER BY priority DESC, available_at, id LIMIT ?3"
+         WHERE status IN ('queued', 'retry_wait') AND available_at < ?3 \
+           AND task_type NOT IN ( \
+               SELECT DISTINCT j.value FROM agents a, json_each(a.task_types) j WHERE {LIVE}) \
+         ORDER BY priority DESC, available_at, id LIMIT ?4"
     )))
-    .bind(now.saturating_sub(span(params.due_for)))
+    .bind(now)
     .bind(stale)
+    .bind(now.saturating_sub(span(params.due_for)))
     .bind(i64::from(params.limit))
     .fetch_all(&mut *tx)
     .await
@@ -278,9 +291,10 @@ pub(super) async fn lease_list_suspect(
     let found = sqlx::query(
         "SELECT id, task_type, lease_owner, lease_epoch, heartbeat_at, lease_until FROM tasks \
          WHERE status IN ('running', 'cancel_requested') AND heartbeat_at < ?1 \
-         ORDER BY heartbeat_at, id",
+         ORDER BY heartbeat_at, id LIMIT ?2",
     )
     .bind(now.saturating_sub(span(params.threshold)))
+    .bind(i64::from(params.limit))
     .fetch_all(&mut *tx)
     .await
     .map_err(StoreError::db(OP))?;
@@ -300,4 +314,70 @@ pub(super) async fn lease_list_suspect(
             })
         })
         .collect()
+}
+
+pub(super) async fn task_idle_report(
+    pool: &SqlitePool,
+    params: &crate::store::IdleReportParams,
+) -> Result<crate::store::IdleReport> {
+    const OP: &str = "task_idle_report";
+    let names: Vec<&str> = params.task_types.iter().map(TaskType::as_str).collect();
+    let (mut tx, now) = read_tx(pool, OP).await?;
+    // The branches and their meaning are those of the PostgreSQL statement
+    // (`postgres/sql/task_idle_report.sql`); ids are cut to the limit here.
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH ours AS (SELECT value AS task_type FROM json_each(?3)), \
+              served AS (SELECT DISTINCT j.value AS task_type \
+                         FROM agents a, json_each(a.task_types) j WHERE {LIVE}), \
+              picked AS ( \
+           SELECT 'pending' AS kind, t.id, t.status, t.task_type FROM tasks t \
+           WHERE t.status IN ('queued', 'retry_wait', 'running', 'cancel_requested') \
+             AND t.task_type IN (SELECT task_type FROM ours) \
+           UNION ALL \
+           SELECT 'ended_badly', t.id, t.status, t.task_type FROM tasks t \
+           WHERE t.status IN ('dead', 'cancelled') \
+             AND t.task_type IN (SELECT task_type FROM ours) \
+             AND (?4 IS NULL OR t.created_at >= ?1 - ?4 OR t.finished_at >= ?1 - ?4) \
+           UNION ALL \
+           SELECT 'unserved', t.id, t.status, t.task_type FROM tasks t \
+           WHERE t.status IN ('queued', 'retry_wait') \
+             AND t.task_type NOT IN (SELECT task_type FROM ours) \
+             AND t.task_type NOT IN (SELECT task_type FROM served)) \
+         SELECT kind, status, task_type, count(*) AS n, json_group_array(id) AS ids \
+         FROM (SELECT * FROM picked ORDER BY id) \
+         GROUP BY kind, status, task_type ORDER BY kind, status, task_type"
+    )))
+    .bind(now)
+    .bind(span(params.legacy_stale_after))
+    .bind(json_list(&names)?)
+    .bind(params.ended_within.map(span))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await?;
+    let limit = usize::try_from(params.id_limit).unwrap_or(usize::MAX);
+    let mut report = crate::store::IdleReport::default();
+    for row in &rows {
+        let kind: String = get(row, "kind")?;
+        let n: i64 = get(row, "n")?;
+        let mut ids: Vec<i64> =
+            serde_json::from_str(&get::<String>(row, "ids")?).map_err(|e| StoreError::Corrupt {
+                what: "idle report ids",
+                detail: e.to_string(),
+            })?;
+        ids.sort_unstable();
+        let group = crate::store::IdleGroup {
+            status: status(&get::<String>(row, "status")?)?,
+            task_type: task_type(get(row, "task_type")?)?,
+            count: u64::try_from(n).unwrap_or(0),
+            ids: ids.into_iter().take(limit).map(TaskId).collect(),
+        };
+        if !report.push(&kind, group) {
+            return Err(StoreError::Corrupt {
+                what: "idle report kind",
+                detail: kind,
+            });
+        }
+    }
+    Ok(report)
 }

@@ -19,6 +19,7 @@
 //! happened whole or not at all. A writer that cannot get the lock within the busy timeout is
 //! [`StoreError::Busy`] and changed nothing.
 
+mod file;
 mod holder;
 mod maintenance;
 mod operator;
@@ -28,6 +29,7 @@ mod resources;
 mod rows;
 mod schedules;
 
+pub use file::{DATABASE_FILE_MODE, FileState, prepare_database_file};
 pub use holder::task_enqueue_on;
 pub use operator::audit_write_on;
 pub use resources::resource_fence;
@@ -59,12 +61,12 @@ use super::schedules::{
 use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
-    CompleteParams, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams,
-    HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, NewTask, Overview,
-    PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
-    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
-    RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
-    TaskListParams, TaskPage, UnservedParams,
+    CompleteParams, DeniedCalls, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams,
+    ExplainParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal,
+    NewTask, Overview, PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams,
+    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams,
+    RequeueOutcome, RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams,
+    TaskDetail, TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -125,9 +127,7 @@ pub fn is_sqlite_url(url: &str) -> bool {
 /// Parses a SQLite URL (the file is created when missing), refusing other schemes.
 pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
     if !is_sqlite_url(url) {
-        return Err(StoreError::UnsupportedUrl(
-            crate::domain::ids::truncate_for_error(url),
-        ));
+        return Err(StoreError::unsupported_url(url));
     }
     let path = url
         .trim_start_matches("sqlite://")
@@ -145,8 +145,10 @@ pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
 }
 
 impl SqliteStore {
-    /// Opens (creating when missing) the database file of `url` (`sqlite://PATH`).
+    /// Opens (creating when missing, mode 0600: see [`prepare_database_file`]) the database
+    /// file of `url` (`sqlite://PATH`).
     pub async fn connect(url: &str, options: SqliteStoreOptions) -> Result<Self> {
+        prepare_database_file(url)?;
         let connect = connect_options(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -285,6 +287,10 @@ pub(super) fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String> {
 
 #[async_trait]
 impl Store for SqliteStore {
+    fn input_limits(&self) -> &crate::domain::InputLimits {
+        &self.limits
+    }
+
     async fn db_now(&self) -> Result<DateTime<Utc>> {
         let us: i64 = sqlx::query_scalar(NOW)
             .fetch_one(&self.pool)
@@ -373,6 +379,14 @@ impl Store for SqliteStore {
         maintenance::task_count_claimable(&self.pool, &task_types).await
     }
 
+    async fn task_idle_report(
+        &self,
+        params: crate::store::IdleReportParams,
+    ) -> Result<crate::store::IdleReport> {
+        params.validate()?;
+        maintenance::task_idle_report(&self.pool, &params).await
+    }
+
     async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>> {
         params.validate()?;
         maintenance::lease_list_suspect(&self.pool, &params).await
@@ -414,7 +428,7 @@ impl Store for SqliteStore {
         registry::leader_attempt_elect(&self.pool, &params).await
     }
 
-    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<HolderWrite> {
+    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<LeaderRenewal> {
         registry::leader_renew(&self.pool, &params).await
     }
 
@@ -520,6 +534,10 @@ impl Store for SqliteStore {
 
     async fn audit_record(&self, entry: AuditEntry) -> Result<()> {
         operator::audit_record(&self.pool, &entry).await
+    }
+
+    async fn audit_record_denied(&self, calls: DeniedCalls) -> Result<()> {
+        operator::audit_record_denied(&self.pool, &calls).await
     }
 
     async fn audit_list(&self, params: AuditListParams) -> Result<Vec<AuditRecord>> {

@@ -12,9 +12,9 @@ use crate::domain::{Actor, InputLimits, LeaseEpoch, Policy, TaskAction, TaskStat
 use crate::store::audit;
 use crate::store::params::duration_ms;
 use crate::store::{
-    AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued,
-    PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result,
-    StoreError,
+    AuditEntry, AuditResult, CancelOutcome, CancelParams, DeniedCalls, EnqueueAuditedParams,
+    Enqueued, PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams,
+    Result, StoreError,
 };
 
 /// Writes one audit row on `conn` — pass the transaction of the change it records, so the
@@ -33,14 +33,26 @@ pub(super) async fn audit_write(
     entry: &AuditEntry,
     now: i64,
 ) -> Result<()> {
+    audit_insert(tx, entry, now, None, 1, "audit_write").await
+}
+
+/// The insert of one audit row with its peer and the number of calls it stands for.
+async fn audit_insert(
+    tx: &mut SqliteConnection,
+    entry: &AuditEntry,
+    now: i64,
+    peer: Option<&str>,
+    count: i64,
+    op: &'static str,
+) -> Result<()> {
     let params = entry
         .params
         .as_ref()
         .map(|p| rows::to_text(p, "audit params"))
         .transpose()?;
     sqlx::query(
-        "INSERT INTO audit_log (at, actor, role, action, target, params, result, detail) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO audit_log (at, actor, role, action, target, params, result, detail, peer, \
+         count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )
     .bind(now)
     .bind(&entry.actor.name)
@@ -50,10 +62,22 @@ pub(super) async fn audit_write(
     .bind(params)
     .bind(entry.result.as_str())
     .bind(&entry.detail)
+    .bind(peer)
+    .bind(count)
     .execute(&mut *tx)
     .await
-    .map_err(StoreError::db("audit_write"))?;
+    .map_err(StoreError::db(op))?;
     Ok(())
+}
+
+/// Writes the one `denied` row of `calls` on its own (validated first: bad input writes
+/// nothing).
+pub(super) async fn audit_record_denied(pool: &SqlitePool, calls: &DeniedCalls) -> Result<()> {
+    const OP: &str = "audit_record_denied";
+    let count = calls.validated_count()?;
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    audit_insert(&mut tx, &calls.entry, now, Some(&calls.peer), count, OP).await?;
+    commit(tx, OP).await
 }
 
 /// An audit row on its own.

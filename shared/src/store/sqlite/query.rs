@@ -6,6 +6,7 @@ use sqlx::SqlitePool;
 use super::rows::{self, attempt, audit, get, policy, status, task, task_type};
 use super::{commit, json_list, read_tx};
 use crate::domain::{Policy, TaskError, TaskId};
+use crate::store::audit::bind_audit_list;
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, ExplainFacts, LimitUse, blockers};
 use crate::store::{
     AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview,
@@ -25,19 +26,28 @@ pub(super) async fn policy_list(pool: &SqlitePool) -> Result<Vec<Policy>> {
     found.iter().map(policy).collect()
 }
 
+/// A page of the audit log, newest first: ?1 ids below, ?2 page size, ?3 actor, ?4 action,
+/// ?5 result, ?6 text in the target (case-insensitive for ASCII), ?7 at or after, ?8 before.
+const AUDIT_LIST: &str = "SELECT id, at, actor, role, action, target, params, result, detail, \
+    peer, count FROM audit_log \
+    WHERE id < coalesce(?1, 9223372036854775807) \
+      AND (?3 IS NULL OR actor = ?3) \
+      AND (?4 IS NULL OR action = ?4) \
+      AND (?5 IS NULL OR result = ?5) \
+      AND (?6 IS NULL OR instr(lower(target), lower(?6)) > 0) \
+      AND (?7 IS NULL OR at >= ?7) \
+      AND (?8 IS NULL OR at < ?8) \
+    ORDER BY id DESC LIMIT ?2";
+
 pub(super) async fn audit_list(
     pool: &SqlitePool,
     params: &AuditListParams,
 ) -> Result<Vec<AuditRecord>> {
-    let found = sqlx::query(
-        "SELECT id, at, actor, role, action, target, params, result, detail FROM audit_log \
-         WHERE id < coalesce(?1, 9223372036854775807) ORDER BY id DESC LIMIT ?2",
-    )
-    .bind(params.before_id)
-    .bind(i64::from(params.limit.clamp(1, 1000)))
-    .fetch_all(pool)
-    .await
-    .map_err(StoreError::db("audit_list"))?;
+    params.validate()?;
+    let found = bind_audit_list(sqlx::query(AUDIT_LIST), params, rows::micros)
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db("audit_list"))?;
     found.iter().map(audit).collect()
 }
 

@@ -12,10 +12,9 @@ use sqlx::SqlitePool;
 use super::rows::{self, agent, get, span};
 use super::{commit, json_list, read_tx, write_tx};
 use crate::domain::AgentId;
-use crate::domain::ids::validate_agent_name;
 use crate::store::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, HolderWrite, LeaderElectParams,
-    LeaderOutcome, LeaderRenewParams, Result, StoreError,
+    LeaderOutcome, LeaderRenewParams, LeaderRenewal, Result, StoreError,
 };
 
 fn non_negative(field: &'static str, value: u32) -> Result<i64> {
@@ -37,7 +36,7 @@ pub(super) async fn agent_register(
     p: &AgentRegisterParams,
 ) -> Result<AgentRecord> {
     const OP: &str = "agent_register";
-    validate_agent_name(&p.name)?;
+    p.validate()?;
     let types: Vec<&str> = p.task_types.iter().map(|t| t.as_str()).collect();
     let (mut tx, now) = write_tx(pool, OP).await?;
     let seq: i64 = sqlx::query_scalar(
@@ -49,8 +48,8 @@ pub(super) async fn agent_register(
     let id = format!("{}#{seq}", p.name);
     sqlx::query(
         "INSERT INTO agents (id, name, host, pid, grpc_address, version, task_types, \
-         local_concurrency, started_at, heartbeat_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+         local_concurrency, started_at, heartbeat_at, alive_until) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10)",
     )
     .bind(&id)
     .bind(&p.name)
@@ -61,6 +60,7 @@ pub(super) async fn agent_register(
     .bind(json_list(&types)?)
     .bind(non_negative("local_concurrency", p.local_concurrency)?)
     .bind(now)
+    .bind(now.saturating_add(span(p.alive_for)))
     .execute(&mut *tx)
     .await
     .map_err(StoreError::db(OP))?;
@@ -155,6 +155,7 @@ pub(super) async fn leader_attempt_elect(
             leader: owner.map(rows::agent_id).transpose()?,
             term,
             lease_until: until.map(|u| rows::time(u, "lease_until")).transpose()?,
+            now: rows::time(now, "now")?,
         });
     }
     let keep = mine && until.is_some();
@@ -176,10 +177,14 @@ pub(super) async fn leader_attempt_elect(
     Ok(LeaderOutcome::Leader {
         term: new_term,
         lease_until: rows::time(lease_until, "lease_until")?,
+        now: rows::time(now, "now")?,
     })
 }
 
-pub(super) async fn leader_renew(pool: &SqlitePool, p: &LeaderRenewParams) -> Result<HolderWrite> {
+pub(super) async fn leader_renew(
+    pool: &SqlitePool,
+    p: &LeaderRenewParams,
+) -> Result<LeaderRenewal> {
     const OP: &str = "leader_renew";
     let (mut tx, now) = write_tx(pool, OP).await?;
     let done = sqlx::query(
@@ -195,9 +200,11 @@ pub(super) async fn leader_renew(pool: &SqlitePool, p: &LeaderRenewParams) -> Re
     .map_err(StoreError::db(OP))?;
     commit(tx, OP).await?;
     Ok(if done.rows_affected() == 1 {
-        HolderWrite::Held
+        LeaderRenewal::Held {
+            now: rows::time(now, "now")?,
+        }
     } else {
-        HolderWrite::Fenced
+        LeaderRenewal::Fenced
     })
 }
 
@@ -217,8 +224,20 @@ pub(super) async fn leader_resign(
     .execute(&mut *tx)
     .await
     .map_err(StoreError::db(OP))?;
+    // Nothing changed: a retry of a resignation that landed (its reply lost) is a repeat.
+    // Only a resignation leaves the row without an owner, and a new owner starts a new term.
+    let repeated = done.rows_affected() == 0
+        && sqlx::query_scalar::<_, i64>(
+            "SELECT term FROM leader WHERE name = 'default' AND owner IS NULL AND term = ?1 \
+             AND term > 0",
+        )
+        .bind(term)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?
+        .is_some();
     commit(tx, OP).await?;
-    Ok(if done.rows_affected() == 1 {
+    Ok(if done.rows_affected() == 1 || repeated {
         HolderWrite::Held
     } else {
         HolderWrite::Fenced

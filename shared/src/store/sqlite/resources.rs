@@ -274,8 +274,37 @@ pub(super) async fn resource_release(
     .await
     .map_err(StoreError::db(OP))?;
     let after = optional_record(r)?;
+    let changed = after.is_some();
+    if changed {
+        // The holding's history row is marked released (a retry of this release finds it).
+        sqlx::query(
+            "UPDATE resource_lease_history SET released_at = ?3 WHERE name = ?1 AND token = ?2",
+        )
+        .bind(&p.name)
+        .bind(p.token)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    }
+    // Nothing changed: a retry of this holder's release that landed (its reply lost) is told
+    // it did, with the row as it is (unchanged); else fenced.
+    let after = match after {
+        Some(after) => Some(after),
+        None => sqlx::query_scalar::<_, i64>(
+            "SELECT token FROM resource_lease_history \
+             WHERE name = ?1 AND owner = ?2 AND token = ?3 AND released_at IS NOT NULL",
+        )
+        .bind(&p.name)
+        .bind(p.holder.as_str())
+        .bind(p.token)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?
+        .and(before.clone()),
+    };
     if let Some(actor) = &p.actor {
-        let entry = common::release_entry(actor, &p.name, before.as_ref(), after.is_some());
+        let entry = common::release_entry(actor, &p.name, before.as_ref(), changed);
         audit_write(&mut tx, &entry, now).await?;
     }
     commit(tx, OP).await?;

@@ -204,6 +204,7 @@ pub(super) fn agent(row: &SqliteRow) -> Result<AgentRecord> {
         started_at: get_time(row, "started_at")?,
         heartbeat_at: get_time(row, "heartbeat_at")?,
         stopped_at: get_opt_time(row, "stopped_at")?,
+        alive_until: get_opt_time(row, "alive_until")?,
         now: get_time(row, "now")?,
         leader: get(row, "leader")?,
     })
@@ -221,5 +222,7 @@ pub(super) fn audit(row: &SqliteRow) -> Result<AuditRecord> {
         params: json::<serde_json::Value>(get(row, "params")?, "audit params")?,
         result: get(row, "result")?,
         detail: get(row, "detail")?,
+        peer: get(row, "peer")?,
+        count: get(row, "count")?,
     })
 }

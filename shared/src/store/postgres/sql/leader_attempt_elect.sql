@@ -19,5 +19,6 @@ upd AS (
 SELECT (SELECT count(*) FROM upd) > 0 AS elected,
        coalesce((SELECT owner FROM upd), cur.owner) AS owner,
        coalesce((SELECT term FROM upd), cur.term) AS term,
-       coalesce((SELECT lease_until FROM upd), cur.lease_until) AS lease_until
+       coalesce((SELECT lease_until FROM upd), cur.lease_until) AS lease_until,
+       now() AS now
 FROM cur

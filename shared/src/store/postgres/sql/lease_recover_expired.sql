@@ -4,11 +4,14 @@
 -- old holder is fenced even before anyone claims the task again. The task is due at once (a
 -- lost lease is the agent's failure, not the task's), but the attempt still counts: with none
 -- left it is dead-lettered. A cancel_requested task ends cancelled.
+-- With $3 (may be NULL) nothing is taken while now() is past $3: the leader's bound on what the
+-- database clock can read, so a clock that jumped forward revokes nothing.
 WITH expired AS (
     SELECT id, lease_owner, lease_epoch
     FROM tasks
     WHERE status IN ('running', 'cancel_requested')
       AND lease_until + make_interval(secs => $1) < now()
+      AND ($3::timestamptz IS NULL OR now() <= $3::timestamptz)
     ORDER BY lease_until
     LIMIT $2
     FOR UPDATE SKIP LOCKED

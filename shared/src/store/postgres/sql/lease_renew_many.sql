@@ -7,7 +7,15 @@
 -- The status test is wrapped in CASE on purpose: written plainly it matches the predicate of
 -- tasks_leased_type_idx, and with statistics taken when few tasks ran the planner would scan
 -- that whole partial index (dead entries included) instead of looking the ids up by primary key.
-WITH locked AS (
+-- With $5 (seconds, may be NULL) the same statement pushes owner $1's registry liveness
+-- deadline to now() + $5: the heartbeat connection's proof of life, one round trip per beat,
+-- sent with no leases too. A stopped agent's row is left alone.
+WITH alive AS (
+    UPDATE agents
+    SET alive_until = now() + make_interval(secs => $5)
+    WHERE id = $1 AND $5::double precision IS NOT NULL AND state <> 'stopped'
+),
+locked AS (
     SELECT t.id
     FROM tasks t
     JOIN unnest($2::bigint[], $3::bigint[]) AS l(id, epoch) ON t.id = l.id AND t.lease_epoch = l.epoch

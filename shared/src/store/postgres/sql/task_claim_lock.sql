@@ -29,12 +29,11 @@ SELECT NULL::text AS scope,
        -- Plan it once per connection: the generic plan is checked to walk the claim index, and
        -- planning this statement costs as much as running it.
        AND set_config('plan_cache_mode', 'force_generic_plan', true) = 'force_generic_plan'
-       -- The claim's commit need not wait for its WAL flush: nothing durable can follow from a
-       -- claim lost in a crash, because every write of its holder (renewal, progress,
-       -- completion) commits synchronously, which flushes the claim's earlier WAL first. A
-       -- holder whose claim was lost cannot renew (the row is not its) and stops, as after any
-       -- lost lease. Completions, enqueues and operator actions stay synchronous.
-       AND set_config('synchronous_commit', 'off', true) = 'off' AS locked
+       -- The claim commits like every other write, with the server's synchronous_commit (the
+       -- store never turns it off): it is on disk before its holder starts the handler. A
+       -- claim lost in a crash would hand its epoch out again (two executions under one fencing
+       -- token and one idempotency key), and a handler's side effects wait for no later write.
+       AS locked
 UNION ALL
 SELECT scope, pg_try_advisory_xact_lock(19528, hashtext(scope)) AS locked
 FROM (

@@ -1,10 +1,13 @@
 -- Dead-letter up to $3 waiting tasks, due for longer than $1 seconds, whose type no live agent
--- serves (an agent is live when it is not stopped and its registry heartbeat is younger than
--- $2 seconds). Does nothing while no agent is live: an empty fleet is an outage, not a
--- verdict on the tasks. Database time throughout.
+-- serves. An agent is live when it is not stopped and its own liveness deadline (alive_until,
+-- set from its own lease TTL + grace by its heartbeat connection) has not passed; a row without
+-- one (an agent from before it existed) is live while its registry heartbeat is younger than
+-- $2 seconds. Does nothing while no agent is live: an empty fleet is an outage, not a verdict
+-- on the tasks. Database time throughout.
 WITH live AS (
     SELECT task_types FROM agents
-    WHERE state <> 'stopped' AND heartbeat_at > now() - make_interval(secs => $2)
+    WHERE state <> 'stopped'
+      AND coalesce(alive_until, heartbeat_at + make_interval(secs => $2)) > now()
 ),
 served AS (
     SELECT DISTINCT unnest(task_types) AS task_type FROM live

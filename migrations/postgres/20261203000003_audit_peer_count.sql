@@ -1,0 +1,9 @@
+-- Issue 19: an audit row names the connection the call came from (`peer`, e.g.
+-- `uid:1000(alice) pid:4242` or `tcp:10.0.0.7:50412`) and how many calls it stands for
+-- (`count`): refused calls of one peer are folded into one `denied` row per window, so a peer
+-- hammering the agent cannot flood the log. Older rows have no peer and stand for one call.
+ALTER TABLE audit_log
+    ADD COLUMN peer  text   NULL,
+    ADD COLUMN count bigint NOT NULL DEFAULT 1,
+    ADD CONSTRAINT audit_log_count_positive CHECK (count >= 1),
+    ADD CONSTRAINT audit_log_peer_size CHECK (peer IS NULL OR octet_length(peer) BETWEEN 1 AND 256);
