@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use leasehold_shared::store::AnyStore;
 
 use crate::bench::{self, BenchConfig};
-use crate::config::{AgentConfig, FileConfig, LogFormat, OutputFormat, Overrides};
+use crate::config::{AgentConfig, FileConfig, LogFormat, OutputFormat, Overrides, perms};
 use crate::exit::ExitCode;
 use crate::handler::HandlerRegistry;
 use crate::runtime::{AgentBuilder, RunSummary, Shutdown};
@@ -29,12 +29,14 @@ cannot renew stops its executions before the lease could be taken.
 
 gRPC: the agent serves its API on --listen (default 127.0.0.1:7070). Tokens ([[tokens]] with name, role viewer|operator, secret or secret_file) and TLS ([tls] cert, key, client_ca) are set in the config file; see the README.
 
-Exit codes: 0 ok · 1 a task failed (--exit-when-idle) · 2 bad flags or config · 3 database \
-unreachable.
+Exit codes: 0 ok · 1 a task of our types is dead or cancelled (--exit-when-idle), or a service \
+of the agent (heartbeat, claimer, completer, …) died: executions stopped, leases released · \
+2 bad flags or config · 3 database unreachable · 4 --idle-timeout passed with work remaining.
 
 Example:
   leasehold-agent run --database-url postgres://leasehold@db/leasehold \\
-      --handlers exec,sleep --concurrency 20 --metrics-listen 127.0.0.1:9464";
+      --handlers exec,sleep --exec-allow '/usr/local/bin/*' --concurrency 20 \\
+      --metrics-listen 127.0.0.1:9464";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,7 +52,12 @@ struct Cli {
 #[derive(Debug, Args)]
 struct DatabaseArgs {
     /// Database URL: postgres://user@host:port/db or sqlite://PATH. Also LEASEHOLD_DATABASE_URL or DATABASE_URL.
-    #[arg(long, env = "LEASEHOLD_DATABASE_URL", value_name = "URL")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     database_url: Option<String>,
 }
 
@@ -90,7 +97,12 @@ enum Output {
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Database URL: postgres://… or sqlite://PATH (created and migrated when new). Also LEASEHOLD_DATABASE_URL or DATABASE_URL.
-    #[arg(long, env = "LEASEHOLD_DATABASE_URL", value_name = "URL")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     database_url: Option<String>,
     /// TOML config file (keys as the flags, with underscores).
     #[arg(long, env = "LEASEHOLD_CONFIG", value_name = "FILE")]
@@ -115,6 +127,30 @@ struct RunArgs {
     /// Serve a non-loopback --listen without TLS or tokens (a trusted network only).
     #[arg(long, env = "LEASEHOLD_INSECURE")]
     insecure: bool,
+    /// Let loopback TCP callers without a token act as operators (named by their uid when the
+    /// kernel tells it). Without it they may only watch and list; local users act through the
+    /// agent's Unix socket, which admits only the agent's own user and root.
+    #[arg(long, env = "LEASEHOLD_INSECURE_LOCAL")]
+    insecure_local: bool,
+    /// Also serve the API on this Unix socket (mode 0600 in a private directory), or `off`.
+    /// [default: <runtime dir>/agent-<port>.sock: $LEASEHOLD_RUNTIME_DIR, $RUNTIME_DIRECTORY,
+    /// /run/leasehold for root, $XDG_RUNTIME_DIR/leasehold, else /tmp/leasehold-<uid>]
+    #[arg(long, env = "LEASEHOLD_SOCKET", value_name = "PATH|off")]
+    socket: Option<String>,
+    /// Time a TCP client has to finish the TLS handshake (without TLS: to send its first
+    /// bytes) before it is disconnected. [default: 10s]
+    #[arg(long, env = "LEASEHOLD_TLS_HANDSHAKE_TIMEOUT", value_name = "DURATION")]
+    tls_handshake_timeout: Option<String>,
+    /// Open gRPC connections in total (TCP and socket); more are closed at once. [default: 1024]
+    #[arg(long, env = "LEASEHOLD_GRPC_MAX_CONNECTIONS", value_name = "N")]
+    grpc_max_connections: Option<u32>,
+    /// Open gRPC connections per client IP (per uid on the socket). [default: 64]
+    #[arg(
+        long,
+        env = "LEASEHOLD_GRPC_MAX_CONNECTIONS_PER_PEER",
+        value_name = "N"
+    )]
+    grpc_max_connections_per_peer: Option<u32>,
     /// Serve Prometheus metrics on ADDR (GET /metrics). [default: off]
     #[arg(long, env = "LEASEHOLD_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<String>,
@@ -159,10 +195,28 @@ struct RunArgs {
     /// Connections in the agent's pool (the heartbeat has one more of its own). [default: 10]
     #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", value_name = "N")]
     max_connections: Option<u32>,
-    /// For CI: exit once no claimable task of our types remains and none runs; exit 1 if any
-    /// task this run ended did not succeed.
+    /// Most expired leases the leader recovers per maintenance tick (a mass expiry is spread
+    /// over ticks). [default: 1000]
+    #[arg(long, env = "LEASEHOLD_RECOVERY_PER_TICK", value_name = "N")]
+    recovery_per_tick: Option<u32>,
+    /// For CI: exit once nothing of our types (the enabled handlers' types) is queued, in
+    /// retry_wait (retries are waited for, however long their backoff) or running, on any
+    /// agent. Exit 1 if any task of our types is dead or cancelled — whoever ran it, this run
+    /// or an earlier one (see --idle-since); a task that succeeded after retries is fine.
+    /// Waiting tasks of types no live agent serves are reported, not waited for, and do not
+    /// change the exit code. The summary lists failed (dead + cancelled), dead, cancelled,
+    /// pending and unserved task ids.
     #[arg(long, env = "LEASEHOLD_EXIT_WHEN_IDLE")]
     exit_when_idle: bool,
+    /// With --exit-when-idle: stop waiting this long after the start while work of our types
+    /// remains, name what remains, and exit 4. [default: off, wait as long as it takes]
+    #[arg(long, env = "LEASEHOLD_IDLE_TIMEOUT", value_name = "DURATION|off")]
+    idle_timeout: Option<String>,
+    /// With --exit-when-idle: dead and cancelled tasks of our types fail the run only when
+    /// created or finished at most DURATION before the agent started (0s: during this run
+    /// only). [default: all, every one still stored — requeue or purge them to pass]
+    #[arg(long, env = "LEASEHOLD_IDLE_SINCE", value_name = "DURATION|all")]
+    idle_since: Option<String>,
     /// Summary format when the run ends. [default: text]
     #[arg(long, env = "LEASEHOLD_OUTPUT", value_enum)]
     output: Option<OutputFormat>,
@@ -182,14 +236,30 @@ struct RunArgs {
     /// Grace between SIGTERM and SIGKILL when `exec` stops a program. [default: 5s]
     #[arg(long, env = "LEASEHOLD_EXEC_KILL_AFTER", value_name = "DURATION")]
     exec_kill_after: Option<String>,
+    /// Programs `exec` may run, comma-separated: absolute paths with `*`/`?` globs that stay
+    /// within one directory (`/usr/local/bin/*`), or `*` for any program. Required to enable
+    /// `exec`. [default: none]
+    #[arg(long, env = "LEASEHOLD_EXEC_ALLOW", value_name = "PATTERN[,PATTERN]")]
+    exec_allow: Option<String>,
+    /// Variables `exec` programs get from the agent's environment, comma-separated (LD_*,
+    /// LEASEHOLD_* and DATABASE_URL never). [default: PATH,HOME,LANG]
+    #[arg(long, env = "LEASEHOLD_EXEC_ENV", value_name = "NAME[,NAME]")]
+    exec_env: Option<String>,
+    /// Directory an `exec` payload's cwd must lie in (after resolving `..` and symlinks), and
+    /// the default cwd. [default: none]
+    #[arg(long, env = "LEASEHOLD_EXEC_ROOT", value_name = "DIR")]
+    exec_root: Option<PathBuf>,
 }
 
 impl RunArgs {
-    fn into_config(self) -> Result<AgentConfig> {
+    /// The validated config, and the warnings about secret files other users can read (to
+    /// log once logging is set up); a world-writable TLS key or token file is an error.
+    fn into_config(self) -> Result<(AgentConfig, perms::Report)> {
         let file = match &self.config {
             Some(path) => FileConfig::load(path).map_err(config_error)?,
             None => FileConfig::default(),
         };
+        let mut secret_files = perms::SecretFiles::of_config(self.config.as_deref(), &file);
         let overrides = Overrides {
             database_url: self.database_url,
             id: self.id,
@@ -208,20 +278,36 @@ impl RunArgs {
             dead_retention: self.dead_retention,
             unserved_after: self.unserved_after,
             max_connections: self.max_connections,
+            recovery_per_tick: self.recovery_per_tick,
             exit_when_idle: self.exit_when_idle,
+            idle_timeout: self.idle_timeout,
+            idle_since: self.idle_since,
             output: self.output,
             log_format: self.log_format,
             log_dir: self.log_dir,
             log_level: self.log_level,
             exec_kill_after: self.exec_kill_after,
+            exec_allow: self.exec_allow,
+            exec_env: self.exec_env,
+            exec_root: self.exec_root,
             shard_groups: self.shard_groups,
             tls_cert: self.tls_cert,
             tls_key: self.tls_key,
             tls_client_ca: self.tls_client_ca,
             insecure: self.insecure,
+            insecure_local: self.insecure_local,
+            socket: self.socket,
+            tls_handshake_timeout: self.tls_handshake_timeout,
+            grpc_max_connections: self.grpc_max_connections,
+            grpc_max_connections_per_peer: self.grpc_max_connections_per_peer,
         };
         let env_url = std::env::var("DATABASE_URL").ok();
-        AgentConfig::resolve(file, overrides, env_url).map_err(config_error)
+        let config = AgentConfig::resolve(file, overrides, env_url).map_err(config_error)?;
+        if let Some(tls) = config.grpc.as_ref().and_then(|g| g.tls.as_ref()) {
+            secret_files.add(perms::FileKind::TlsKey, &tls.key);
+        }
+        let report = secret_files.check().map_err(config_error)?;
+        Ok((config, report))
     }
 }
 
@@ -296,7 +382,16 @@ pub fn main_with(extend: Option<Extend>) -> ProcessExit {
     match runtime.block_on(dispatch(cli, extend)) {
         Ok(code) => code.into(),
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // One sentence; the whole chain (every cause's own text, and a backtrace when
+            // RUST_BACKTRACE asks) only when asked for, before it, so the sentence is always
+            // the last line.
+            if std::env::var_os("RUST_LOG").is_some() {
+                eprintln!("{error:?}");
+            }
+            eprintln!(
+                "error: {}",
+                leasehold_shared::store::error_sentence(error.as_ref())
+            );
             ExitCode::for_error(&error).into()
         }
     }
@@ -307,12 +402,23 @@ async fn dispatch(cli: Cli, extend: Option<Extend>) -> Result<ExitCode> {
         Command::Run(args) => run(*args, extend).await,
         Command::Migrate { db } => {
             let url = db.url()?;
-            let store = AnyStore::connect(&url, 1)
+            // The store's error says "cannot connect to the database: …" itself.
+            let store = AnyStore::connect(&url, 1).await?;
+            let (before, known) = store
+                .migrations_applied()
                 .await
-                .context("connecting to the database")?;
+                .context("reading the applied migrations")?;
             store.migrate().await.context("applying migrations")?;
+            let (after, _) = store
+                .migrations_applied()
+                .await
+                .context("reading the applied migrations")?;
             store.close().await;
-            println!("migrations applied");
+            match after.saturating_sub(before) {
+                0 => println!("database up to date ({known} migrations)"),
+                1 => println!("applied 1 migration; database up to date ({known} migrations)"),
+                n => println!("applied {n} migrations; database up to date ({known} migrations)"),
+            }
             Ok(ExitCode::Ok)
         }
         Command::Bench {
@@ -349,12 +455,13 @@ async fn dispatch(cli: Cli, extend: Option<Extend>) -> Result<ExitCode> {
 }
 
 async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
-    let config = args.into_config()?;
+    let (config, file_warnings) = args.into_config()?;
     let _logs = crate::telemetry::init(
         config.log_format,
         &config.log_level,
         config.log_dir.as_deref(),
     )?;
+    file_warnings.log();
     let mut handlers = HandlerRegistry::new();
     let mut extra = HandlerRegistry::new();
     if let Some(extend) = extend {
@@ -392,10 +499,18 @@ async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
             .map_err(|e| {
                 usage_error("listen", &format!("cannot listen on {}: {e}", grpc.listen))
             })?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| usage_error("listen", &format!("reading the bound address: {e}")))?
+            .port();
+        let socket = crate::grpc::UnixSocket::open(&grpc.transport.socket, port)
+            .map_err(|e| usage_error("socket", &format!("{e:#}")))?;
         builder = builder.grpc(crate::grpc::GrpcOptions {
             listener,
             tls: grpc.tls.clone(),
             auth,
+            socket,
+            limits: grpc.transport.limits,
         });
     }
     // Before connecting, so a SIGTERM while the agent starts drains it instead of killing it.
@@ -405,7 +520,20 @@ async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
     agent.declare_schedules(&config.schedules).await?;
     let summary = agent.run(shutdown).await?;
     print_summary(&summary, config.output)?;
-    if config.runtime.exit_when_idle && !summary.all_succeeded() {
+    if !config.runtime.exit_when_idle {
+        return Ok(ExitCode::Ok);
+    }
+    let Some(idle) = &summary.idle else {
+        eprintln!("error: could not read the final state of our task types");
+        return Ok(ExitCode::Unreachable);
+    };
+    for note in idle.notes() {
+        eprintln!("{note}");
+    }
+    if idle.idle_timeout {
+        return Ok(ExitCode::IdleTimeout);
+    }
+    if idle.ended_badly > 0 {
         return Ok(ExitCode::TaskFailed);
     }
     Ok(ExitCode::Ok)
@@ -429,6 +557,19 @@ fn print_summary(summary: &RunSummary, output: OutputFormat) -> Result<()> {
             summary.lease_lost,
             summary.fenced
         ),
+    }
+    if let (OutputFormat::Text, Some(idle)) = (output, &summary.idle) {
+        println!(
+            "our types: {} pending, {} ended badly (failed ids [{}]), {} unserved of other types",
+            idle.pending,
+            idle.ended_badly,
+            idle.failed_ids
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            idle.unserved
+        );
     }
     Ok(())
 }

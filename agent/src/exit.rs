@@ -11,6 +11,9 @@ pub enum ExitCode {
     Usage = 2,
     Unreachable = 3,
     PermissionDenied = 4,
+    /// `leasehold-agent run --exit-when-idle --idle-timeout`: work remained when the timeout
+    /// passed (also code 4: `run` has no permission checks of its own).
+    IdleTimeout = 5,
 }
 
 impl ExitCode {
@@ -29,7 +32,9 @@ impl ExitCode {
                     | StoreError::Transition { .. }
                     | StoreError::UnsupportedUrl(_) => ExitCode::Usage,
                     StoreError::PermissionDenied { .. } => ExitCode::PermissionDenied,
-                    StoreError::Busy { .. } => ExitCode::Unreachable,
+                    StoreError::Busy { .. } | StoreError::NotMigrated { .. } => {
+                        ExitCode::Unreachable
+                    }
                     StoreError::Database { .. } if store.is_connection() => ExitCode::Unreachable,
                     // Refused at connect (PostgreSQL authentication, a SQLite file that cannot
                     // be opened or is not a database): the database cannot be used.
@@ -52,7 +57,11 @@ impl ExitCode {
 
 impl From<ExitCode> for std::process::ExitCode {
     fn from(code: ExitCode) -> Self {
-        std::process::ExitCode::from(code as u8)
+        let code = match code {
+            ExitCode::IdleTimeout => 4,
+            other => other as u8,
+        };
+        std::process::ExitCode::from(code)
     }
 }
 

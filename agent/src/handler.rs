@@ -27,6 +27,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use leasehold_shared::{AgentId, LeaseEpoch, Progress, TaskError, TaskId, TaskType};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
@@ -166,8 +167,9 @@ impl StopSignal {
         {
             *r = Some(reason);
         }
-        self.token.cancel();
+        // `hard` first: the executor, woken by either, must already see the drop.
         self.hard.cancel();
+        self.token.cancel();
     }
 
     pub(crate) fn reason(&self) -> Option<StopReason> {
@@ -329,6 +331,14 @@ pub trait Handler: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Checks a payload when it is enqueued (the Enqueue and AddSchedule calls of an agent
+    /// that has this handler): an error refuses the call and nothing is saved. The default is
+    /// [`Handler::validate`]; a handler whose settings decide what may run (`exec`'s allow
+    /// list) checks them here too. The agent that runs the task checks again at run time.
+    fn validate_enqueue(&self, payload: &Self::Payload) -> Result<(), HandlerError> {
+        self.validate(payload)
+    }
+
     /// Runs one attempt.
     async fn run(&self, ctx: TaskContext, payload: Self::Payload) -> Result<Outcome, HandlerError>;
 }
@@ -340,6 +350,25 @@ pub(crate) trait ErasedHandler: Send + Sync {
         ctx: TaskContext,
         payload: serde_json::Value,
     ) -> BoxFuture<'static, Result<Outcome, HandlerError>>;
+
+    /// Checks a payload without running it: it must deserialise into the handler's payload
+    /// type and pass [`Handler::validate_enqueue`].
+    fn check(&self, payload: &serde_json::Value) -> Result<(), HandlerError>;
+
+    /// The handler itself, to be downcast by [`HandlerRegistry::handler`].
+    fn as_any(&self) -> &(dyn std::any::Any + Send + Sync);
+}
+
+/// Checks `payload` for `handler` without running it: it must deserialise into the handler's
+/// payload type (else a permanent `bad_payload` whose message is serde's, such as
+/// ``missing field `argv` ``) and pass [`Handler::validate_enqueue`].
+pub(crate) fn check_with<H: Handler>(
+    handler: &H,
+    payload: &serde_json::Value,
+) -> Result<(), HandlerError> {
+    let payload: H::Payload = H::Payload::deserialize(payload)
+        .map_err(|e| HandlerError::permanent("bad_payload", e.to_string()))?;
+    handler.validate_enqueue(&payload)
 }
 
 struct Typed<H>(Arc<H>);
@@ -358,6 +387,14 @@ impl<H: Handler> ErasedHandler for Typed<H> {
             handler.validate(&payload)?;
             handler.run(ctx, payload).await
         })
+    }
+
+    fn check(&self, payload: &serde_json::Value) -> Result<(), HandlerError> {
+        check_with(self.0.as_ref(), payload)
+    }
+
+    fn as_any(&self) -> &(dyn std::any::Any + Send + Sync) {
+        self.0.as_ref()
     }
 }
 
@@ -408,7 +445,27 @@ impl HandlerRegistry {
         self.handlers.is_empty()
     }
 
+    /// Checks `payload` with the handler of `task_type` without running it
+    /// ([`Handler::validate_enqueue`] after deserialising); `None` when this registry has no
+    /// handler for the type.
+    pub fn check_payload(
+        &self,
+        task_type: &TaskType,
+        payload: &serde_json::Value,
+    ) -> Option<Result<(), HandlerError>> {
+        self.handlers.get(task_type).map(|h| h.check(payload))
+    }
+
     pub(crate) fn get(&self, task_type: &TaskType) -> Option<Arc<dyn ErasedHandler>> {
         self.handlers.get(task_type).cloned()
+    }
+
+    /// The handler of `task_type` when it is an `H` (e.g. the built-in `exec`, whose settings
+    /// the Enqueue call checks payloads against).
+    pub fn handler<H: Handler>(&self, task_type: &str) -> Option<&H> {
+        self.handlers
+            .iter()
+            .find(|(t, _)| t.as_str() == task_type)
+            .and_then(|(_, h)| h.as_any().downcast_ref::<H>())
     }
 }

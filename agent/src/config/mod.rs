@@ -14,10 +14,16 @@
 //! lease_ttl = "20s"
 //! heartbeat = "4s"
 //! grace = "5s"
+//! recovery_per_tick = 1000                # expired leases the leader recovers per tick
 //! shutdown_timeout = "30s"
 //! metrics_listen = "127.0.0.1:9464"
 //! log_format = "json"
 //! log_dir = "/var/log/leasehold"
+//!
+//! # exec runs only allow-listed programs (required with the exec handler; ["*"] = any)
+//! exec_allow = ["/usr/local/bin/*", "/usr/bin/env"]
+//! exec_env = ["PATH", "HOME", "LANG"]        # passed from the agent's environment (default)
+//! exec_root = "/srv/jobs"                    # cwd must lie inside it; the default cwd
 //!
 //! [exec]
 //! kill_after = "5s"
@@ -37,7 +43,9 @@
 //! enabled = true                   # for a new schedule only
 //! ```
 //!
-//! `listen`, `insecure`, `[tls]` and `[[tokens]]` are described in [`grpc`].
+//! `listen`, `insecure`, `insecure_local`, `[tls]` and `[[tokens]]` are described in [`grpc`],
+//! as are `socket`, `tls_handshake_timeout`, `grpc_max_connections` and
+//! `grpc_max_connections_per_peer` (the transport).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -47,6 +55,10 @@ use serde::Deserialize;
 use thiserror::Error;
 
 pub mod grpc;
+pub mod perms;
+
+#[cfg(test)]
+mod props;
 
 pub use grpc::{GrpcConfig, GrpcOverrides, TlsFile, TokenFile};
 
@@ -175,13 +187,25 @@ pub struct FileConfig {
     pub dead_retention: Option<String>,
     pub unserved_after: Option<String>,
     pub max_connections: Option<u32>,
+    pub recovery_per_tick: Option<u32>,
     pub exit_when_idle: Option<bool>,
+    pub idle_timeout: Option<String>,
+    pub idle_since: Option<String>,
     pub output: Option<OutputFormat>,
     pub log_format: Option<LogFormat>,
     pub log_dir: Option<PathBuf>,
     pub log_level: Option<String>,
     pub exec: Option<ExecFile>,
+    pub exec_allow: Option<Vec<String>>,
+    pub exec_env: Option<Vec<String>>,
+    pub exec_root: Option<PathBuf>,
     pub insecure: Option<bool>,
+    pub insecure_local: Option<bool>,
+    pub socket: Option<String>,
+    #[serde(alias = "handshake_timeout")]
+    pub tls_handshake_timeout: Option<String>,
+    pub grpc_max_connections: Option<u32>,
+    pub grpc_max_connections_per_peer: Option<u32>,
     pub tls: Option<TlsFile>,
     pub tokens: Option<Vec<TokenFile>>,
     pub schedules: Option<Vec<ScheduleFile>>,
@@ -222,17 +246,30 @@ pub struct Overrides {
     pub dead_retention: Option<String>,
     pub unserved_after: Option<String>,
     pub max_connections: Option<u32>,
+    pub recovery_per_tick: Option<u32>,
     pub exit_when_idle: bool,
+    pub idle_timeout: Option<String>,
+    pub idle_since: Option<String>,
     pub output: Option<OutputFormat>,
     pub log_format: Option<LogFormat>,
     pub log_dir: Option<PathBuf>,
     pub log_level: Option<String>,
     pub exec_kill_after: Option<String>,
+    /// `--exec-allow`: comma-separated patterns.
+    pub exec_allow: Option<String>,
+    /// `--exec-env`: comma-separated names.
+    pub exec_env: Option<String>,
+    pub exec_root: Option<PathBuf>,
     pub shard_groups: Option<String>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
     pub insecure: bool,
+    pub insecure_local: bool,
+    pub socket: Option<String>,
+    pub tls_handshake_timeout: Option<String>,
+    pub grpc_max_connections: Option<u32>,
+    pub grpc_max_connections_per_peer: Option<u32>,
 }
 
 /// Everything `run` needs, validated.
@@ -265,6 +302,19 @@ pub fn duration(setting: &str, text: &str) -> Result<Duration, ConfigError> {
 
 fn pick<T>(flag: Option<T>, file: Option<T>) -> Option<T> {
     flag.or(file)
+}
+
+/// A comma-separated flag (split, trimmed, empty items dropped) or else the file's list.
+fn list(flag: Option<String>, file: Option<Vec<String>>) -> Option<Vec<String>> {
+    match flag {
+        Some(text) => Some(
+            text.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        ),
+        None => file,
+    }
 }
 
 fn pick_duration(
@@ -343,12 +393,28 @@ impl AgentConfig {
                 tls_key: cli.tls_key,
                 tls_client_ca: cli.tls_client_ca,
                 insecure: cli.insecure,
+                insecure_local: cli.insecure_local || file.insecure_local.unwrap_or(false),
             },
             file.listen,
             file.tls,
             file.tokens,
             file.insecure,
         )?;
+        let transport = grpc::resolve_transport(
+            grpc::TransportOverrides {
+                socket: cli.socket,
+                handshake_timeout: cli.tls_handshake_timeout,
+                max_connections: cli.grpc_max_connections,
+                max_connections_per_peer: cli.grpc_max_connections_per_peer,
+            },
+            grpc::TransportOverrides {
+                socket: file.socket,
+                handshake_timeout: file.tls_handshake_timeout,
+                max_connections: file.grpc_max_connections,
+                max_connections_per_peer: file.grpc_max_connections_per_peer,
+            },
+        )?;
+        let grpc = grpc.map(|g| GrpcConfig { transport, ..g });
         // The address the registry publishes is the bound one, set when the listener opens.
         let grpc_address = None;
         let exec_file = file.exec.unwrap_or_default();
@@ -362,7 +428,25 @@ impl AgentConfig {
             exec_output_tail: exec_file
                 .output_tail
                 .unwrap_or(BuiltinOptions::default().exec_output_tail),
+            exec_allow: list(cli.exec_allow, file.exec_allow).unwrap_or_default(),
+            exec_env: list(cli.exec_env, file.exec_env)
+                .unwrap_or(BuiltinOptions::default().exec_env),
+            exec_root: pick(cli.exec_root, file.exec_root),
         };
+        crate::handlers::ExecPolicy::new(
+            &builtin.exec_allow,
+            &builtin.exec_env,
+            builtin.exec_root.as_deref(),
+        )
+        .map_err(|(setting, detail)| invalid(setting, detail))?;
+        if let Some(root) = &builtin.exec_root
+            && !root.is_dir()
+        {
+            return Err(invalid(
+                "exec_root",
+                format!("{} is not a directory", root.display()),
+            ));
+        }
         if !(64..=1024 * 1024).contains(&builtin.exec_output_tail) {
             return Err(invalid(
                 "exec.output_tail",
@@ -403,13 +487,34 @@ impl AgentConfig {
             unserved_after,
             max_connections: pick(cli.max_connections, file.max_connections)
                 .unwrap_or(d.max_connections),
+            recovery_per_tick: pick(cli.recovery_per_tick, file.recovery_per_tick)
+                .unwrap_or(d.recovery_per_tick),
             exit_when_idle: cli.exit_when_idle || file.exit_when_idle.unwrap_or(false),
+            idle_timeout: match pick(cli.idle_timeout, file.idle_timeout) {
+                None => None,
+                Some(t) if t.trim() == "off" => None,
+                Some(t) => Some(duration("idle_timeout", &t)?),
+            },
+            idle_since: match pick(cli.idle_since, file.idle_since) {
+                None => None,
+                Some(t) if t.trim() == "all" => None,
+                Some(t) => Some(duration("idle_since", &t)?),
+            },
             grpc_address,
             shard_groups: shard_groups(cli.shard_groups, file.shard_groups)?,
         };
         runtime
             .validate()
             .map_err(|e| invalid(e.setting, e.detail))?;
+        if handlers.iter().any(|h| h == "exec") && builtin.exec_allow.is_empty() {
+            return Err(invalid(
+                "exec_allow",
+                "the exec handler runs a program only if exec_allow allows it, and none is \
+                 allowed: give --exec-allow '/usr/local/bin/*' (absolute paths, * and ? stay \
+                 within one directory) or --exec-allow '*' to allow any program explicitly \
+                 (also LEASEHOLD_EXEC_ALLOW, or exec_allow in the config file)",
+            ));
+        }
         for name in &handlers {
             if !BUILTIN.contains(&name.as_str())
                 && leasehold_shared::TaskType::new(name.as_str()).is_err()
@@ -428,6 +533,19 @@ impl AgentConfig {
                     &format!("schedules[{index}]"),
                     format!("the name {:?} is declared twice", schedule.name().as_str()),
                 ));
+            }
+            // The AddSchedule call's exec check, against this agent's policy when it runs exec.
+            let policy = crate::handlers::ExecPolicy::new(
+                &builtin.exec_allow,
+                &builtin.exec_env,
+                builtin.exec_root.as_deref(),
+            )
+            .ok()
+            .filter(|_| handlers.iter().any(|h| h == "exec"));
+            if schedule.task_type().as_str() == "exec" {
+                let setting = format!("schedules[{index}] ({:?})", schedule.name().as_str());
+                crate::handlers::exec::check_enqueue(schedule.payload(), policy.as_ref())
+                    .map_err(|e| invalid(&setting, e))?;
             }
             schedules.push(schedule);
         }
@@ -609,6 +727,85 @@ mod tests {
     }
 
     #[test]
+    fn exec_needs_an_allow_list_and_its_settings_are_checked() {
+        let exec = |extra: Overrides| Overrides {
+            handlers: Some("exec,noop".into()),
+            ..extra
+        };
+        let e = AgentConfig::resolve(FileConfig::default(), exec(url()), None).unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("exec_allow:"), "{text}");
+        assert!(text.contains("--exec-allow '/usr/local/bin/*'"), "{text}");
+        assert!(text.contains("--exec-allow '*'"), "{text}");
+        // Without exec, no allow list is needed.
+        AgentConfig::resolve(FileConfig::default(), url(), None).unwrap();
+
+        let cli = Overrides {
+            exec_allow: Some("/usr/local/bin/*, /usr/bin/env".into()),
+            exec_env: Some("PATH,TZ".into()),
+            exec_root: Some("/tmp".into()),
+            ..url()
+        };
+        let c = AgentConfig::resolve(FileConfig::default(), exec(cli), None).unwrap();
+        assert_eq!(c.builtin.exec_allow, ["/usr/local/bin/*", "/usr/bin/env"]);
+        assert_eq!(c.builtin.exec_env, ["PATH", "TZ"]);
+        assert_eq!(c.builtin.exec_root.as_deref(), Some(Path::new("/tmp")));
+
+        let f = file("exec_allow = [\"*\"]\nexec_env = [\"HOME\"]\nexec_root = \"/tmp\"");
+        let c = AgentConfig::resolve(f, exec(url()), None).unwrap();
+        assert_eq!(c.builtin.exec_allow, ["*"]);
+        assert_eq!(c.builtin.exec_env, ["HOME"]);
+        let c = AgentConfig::resolve(
+            FileConfig::default(),
+            Overrides {
+                exec_allow: Some("*".into()),
+                ..exec(url())
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.builtin.exec_env, ["PATH", "HOME", "LANG"]);
+
+        let bad: [(Overrides, &str); 4] = [
+            (
+                Overrides {
+                    exec_allow: Some("bin/*".into()),
+                    ..url()
+                },
+                "exec_allow",
+            ),
+            (
+                Overrides {
+                    exec_env: Some("PATH,LD_PRELOAD".into()),
+                    ..url()
+                },
+                "exec_env",
+            ),
+            (
+                Overrides {
+                    exec_root: Some("jobs".into()),
+                    ..url()
+                },
+                "exec_root",
+            ),
+            (
+                Overrides {
+                    exec_root: Some("/nonexistent/leasehold-root".into()),
+                    ..url()
+                },
+                "exec_root",
+            ),
+        ];
+        for (cli, setting) in bad {
+            let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!("{setting}:")),
+                "{setting}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn unknown_keys_and_wrong_types_in_the_file_are_refused() {
         assert!(toml::from_str::<FileConfig>("concurency = 3").is_err());
         assert!(toml::from_str::<FileConfig>("concurrency = \"three\"").is_err());
@@ -710,5 +907,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("declared twice"), "{error}");
+        refused(
+            "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"exec\"\n\
+             payload = { argv = [\"env\"], env = { LD_PRELOAD = \"x\" } }",
+            "LD_PRELOAD",
+        );
     }
 }

@@ -6,6 +6,8 @@
 //!   Watch RPC ──Subscribe──▶ Hub::run ──▶ snapshot of the view, then the watcher gets every
 //!                                          later delta, batched every FLUSH_EVERY
 //!   watcher buffer full ──▶ dropped: its stream ends with RESOURCE_EXHAUSTED
+//!   caps: MAX_WATCHERS in all, MAX_WATCHERS_PER_ACTOR per actor, viewers together
+//!         MAX_VIEWER_WATCHERS (the rest kept for operators) ──▶ beyond: RESOURCE_EXHAUSTED
 //!   agent stops ──▶ last deltas, an update with `closing`, then every stream ends
 //! ```
 //!
@@ -33,6 +35,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use futures_util::Stream;
 use leasehold_proto::v1 as pb;
+use leasehold_shared::{Actor, Role};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -53,6 +56,14 @@ pub const MAX_DELTAS_PER_UPDATE: usize = 2_048;
 pub const SNAPSHOT_CHUNK: usize = 10_000;
 /// Watchers one agent serves at once.
 pub const MAX_WATCHERS: usize = 64;
+/// Watchers one actor (a token's name, a local user's `uid:N(name)`, `local`) may hold at
+/// once, so one caller cannot take every slot.
+pub const MAX_WATCHERS_PER_ACTOR: usize = 8;
+/// Slots only operators may take: viewers altogether hold at most
+/// `MAX_WATCHERS - OPERATOR_WATCH_SLOTS`, so an operator can always watch.
+pub const OPERATOR_WATCH_SLOTS: usize = 8;
+/// Watchers viewers may hold altogether.
+pub const MAX_VIEWER_WATCHERS: usize = MAX_WATCHERS - OPERATOR_WATCH_SLOTS;
 
 type Item = Result<pb::WatchUpdate, Status>;
 
@@ -117,8 +128,56 @@ impl Stream for WatchStream {
 
 enum Command {
     Subscribe {
+        who: Watching,
         reply: oneshot::Sender<Result<WatchStream, Status>>,
     },
+}
+
+/// Who opens a Watch stream, for the caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Watching {
+    actor: String,
+    viewer: bool,
+}
+
+impl Watching {
+    fn of(actor: &Actor) -> Self {
+        Self {
+            actor: actor.name.clone(),
+            viewer: actor.role == Role::Viewer,
+        }
+    }
+}
+
+/// Refuses a new watcher for `who` when the caps are reached: [`MAX_WATCHERS`] in all,
+/// [`MAX_WATCHERS_PER_ACTOR`] per actor, [`MAX_VIEWER_WATCHERS`] for viewers together.
+fn check_caps<'a>(who: &Watching, open: impl Iterator<Item = &'a Watching>) -> Result<(), Status> {
+    let (mut all, mut same, mut viewers) = (0usize, 0usize, 0usize);
+    for w in open {
+        all += 1;
+        same += usize::from(w.actor == who.actor);
+        viewers += usize::from(w.viewer);
+    }
+    if all >= MAX_WATCHERS {
+        return Err(Status::resource_exhausted(format!(
+            "this agent already serves {MAX_WATCHERS} watchers; close one and retry"
+        )));
+    }
+    if same >= MAX_WATCHERS_PER_ACTOR {
+        return Err(Status::resource_exhausted(format!(
+            "{:?} already has {MAX_WATCHERS_PER_ACTOR} Watch streams open, the most one caller \
+             may hold; close one and retry",
+            who.actor
+        )));
+    }
+    if who.viewer && viewers >= MAX_VIEWER_WATCHERS {
+        return Err(Status::resource_exhausted(format!(
+            "viewers already hold {MAX_VIEWER_WATCHERS} Watch streams, the most they may hold \
+             together (the last {OPERATOR_WATCH_SLOTS} of the agent's {MAX_WATCHERS} are kept \
+             for operators); close one and retry"
+        )));
+    }
+    Ok(())
 }
 
 /// How RPC handlers reach the aggregator.
@@ -128,11 +187,16 @@ pub struct HubHandle {
 }
 
 impl HubHandle {
-    /// A new watcher: its stream starts with a snapshot.
-    pub async fn subscribe(&self) -> Result<WatchStream, Status> {
+    /// A new watcher for `actor`: its stream starts with a snapshot. RESOURCE_EXHAUSTED
+    /// beyond the caps ([`MAX_WATCHERS`], [`MAX_WATCHERS_PER_ACTOR`],
+    /// [`MAX_VIEWER_WATCHERS`]).
+    pub async fn subscribe(&self, actor: &Actor) -> Result<WatchStream, Status> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Command::Subscribe { reply })
+            .send(Command::Subscribe {
+                who: Watching::of(actor),
+                reply,
+            })
             .await
             .map_err(|_| Status::unavailable("the agent is shutting down"))?;
         rx.await
@@ -141,6 +205,7 @@ impl HubHandle {
 }
 
 struct Watcher {
+    who: Watching,
     tx: mpsc::Sender<Queued>,
     seq: u64,
     kick: Option<oneshot::Sender<Status>>,
@@ -280,19 +345,15 @@ impl Hub {
 
     fn command(&mut self, command: Command) {
         match command {
-            Command::Subscribe { reply } => {
-                let _ = reply.send(self.subscribe());
+            Command::Subscribe { who, reply } => {
+                let _ = reply.send(self.subscribe(who));
             }
         }
     }
 
-    fn subscribe(&mut self) -> Result<WatchStream, Status> {
+    fn subscribe(&mut self, who: Watching) -> Result<WatchStream, Status> {
         self.watchers.retain(|w| !w.tx.is_closed());
-        if self.watchers.len() >= MAX_WATCHERS {
-            return Err(Status::resource_exhausted(format!(
-                "this agent already serves {MAX_WATCHERS} watchers; close one and retry"
-            )));
-        }
+        check_caps(&who, self.watchers.iter().map(|w| &w.who))?;
         // Deltas made before this snapshot belong to the other watchers only.
         self.flush();
         let mut leases: Vec<pb::Lease> = self.view.values().cloned().collect();
@@ -353,6 +414,7 @@ impl Hub {
             })));
         }
         self.watchers.push(Watcher {
+            who,
             tx,
             seq,
             kick: Some(kick),
@@ -703,5 +765,69 @@ fn held_resource(r: crate::runtime::feed::HeldResource) -> pb::HeldResource {
         group,
         shard,
         token: r.token,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn who(actor: &str, viewer: bool) -> Watching {
+        Watching {
+            actor: actor.into(),
+            viewer,
+        }
+    }
+
+    #[test]
+    fn one_actor_holds_at_most_its_share() {
+        let open: Vec<Watching> = (0..MAX_WATCHERS_PER_ACTOR)
+            .map(|_| who("ops", false))
+            .collect();
+        let e = check_caps(&who("ops", false), open.iter()).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            e.message().contains("\"ops\" already has 8"),
+            "{}",
+            e.message()
+        );
+        assert!(check_caps(&who("oncall", false), open.iter()).is_ok());
+        assert!(check_caps(&who("ops", false), open[1..].iter()).is_ok());
+    }
+
+    #[test]
+    fn viewers_leave_slots_for_operators() {
+        // Viewers of many names fill their share.
+        let open: Vec<Watching> = (0..MAX_VIEWER_WATCHERS)
+            .map(|n| who(&format!("uid:{}", n / 4), true))
+            .collect();
+        let e = check_caps(&who("uid:999", true), open.iter()).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(e.message().contains("kept"), "{}", e.message());
+        // An operator still gets every kept slot, then the agent is full.
+        let mut open = open;
+        for n in 0..OPERATOR_WATCH_SLOTS {
+            let op = who(&format!("op{n}"), false);
+            check_caps(&op, open.iter()).unwrap();
+            open.push(op);
+        }
+        assert_eq!(open.len(), MAX_WATCHERS);
+        let e = check_caps(&who("op-late", false), open.iter()).unwrap_err();
+        assert!(e.message().contains("64 watchers"), "{}", e.message());
+    }
+
+    #[test]
+    fn watching_is_named_by_the_actor_and_its_role() {
+        let viewer = Actor {
+            name: "uid:65534(nobody)".into(),
+            role: Role::Viewer,
+        };
+        assert_eq!(Watching::of(&viewer), who("uid:65534(nobody)", true));
+        let op = Actor {
+            name: "local".into(),
+            role: Role::Operator,
+        };
+        assert_eq!(Watching::of(&op), who("local", false));
     }
 }

@@ -8,20 +8,33 @@
 //! [`hub::MAX_WATCHERS`] watchers per agent; HTTP/2 keepalive pings find dead clients (a
 //! watcher that stops reading is dropped by the aggregator anyway).
 //!
+//! Transport ([`transport`]): TCP (TLS by tokio-rustls when configured) and the local Unix
+//! socket, each connection tagged with its [`peer::Peer`]; a handshake timeout and caps on
+//! open connections, total and per peer.
+//!
 //! Start and stop: the server starts after the agent registered (its address is in the
 //! registry) and stops after the last leases were released: the aggregator sends every
 //! watcher a `closing` update and ends the streams, then the server shuts down, bounded by
 //! [`SHUTDOWN_WAIT`], so open streams never hold the agent's exit.
 
+pub mod audit;
 pub mod auth;
 pub mod convert;
+pub mod denials;
 pub mod hub;
 pub mod limits;
 pub mod overview;
+pub mod page;
+pub mod peer;
 pub mod resources;
 pub mod schedules;
 pub mod service;
 pub mod status;
+pub mod suspect;
+pub mod transport;
+
+#[cfg(test)]
+mod convert_props;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,12 +44,16 @@ use std::time::Duration;
 use anyhow::Context;
 use leasehold_proto::v1::agent_service_server::AgentServiceServer;
 use tokio::net::TcpListener;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 use tokio_util::sync::CancellationToken;
 use tonic::codec::CompressionEncoding;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 
 pub use auth::{Auth, Token, TokenError};
+pub use transport::{SocketSetting, TransportLimits, UnixSocket};
 
 use crate::runtime::core::Core;
 use hub::{Hub, HubHandle};
@@ -60,8 +77,9 @@ pub struct TlsFiles {
 }
 
 impl TlsFiles {
-    /// Reads the files into a rustls server config.
-    pub fn load(&self) -> anyhow::Result<ServerTlsConfig> {
+    /// Reads the files into a rustls server config (ring, TLS 1.2 and 1.3, ALPN `h2`; client
+    /// certificates signed by `client_ca` required when it is given).
+    pub fn load(&self) -> anyhow::Result<Arc<ServerConfig>> {
         let read = |p: &PathBuf, what: &str| {
             std::fs::read(p).with_context(|| format!("reading the TLS {what} {}", p.display()))
         };
@@ -78,12 +96,49 @@ impl TlsFiles {
                 what.to_lowercase()
             );
         }
-        let mut config = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
-        if let Some(ca) = &self.client_ca {
-            let ca = read(ca, "client CA")?;
-            config = config.client_ca_root(Certificate::from_pem(ca));
-        }
-        Ok(config)
+        let chain = CertificateDer::pem_slice_iter(&cert)
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("reading the certificates in {}", self.cert.display()))?;
+        let key = PrivateKeyDer::from_pem_slice(&key)
+            .with_context(|| format!("reading the private key in {}", self.key.display()))?;
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .context("choosing the TLS versions")?;
+        let builder = match &self.client_ca {
+            Some(path) => {
+                let ca = read(path, "client CA")?;
+                let mut roots = RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(&ca) {
+                    let cert = cert.with_context(|| {
+                        format!("reading the certificates in {}", path.display())
+                    })?;
+                    roots.add(cert).with_context(|| {
+                        format!("{} holds a certificate rustls refuses", path.display())
+                    })?;
+                }
+                anyhow::ensure!(
+                    !roots.is_empty(),
+                    "{} holds no CA certificate",
+                    path.display()
+                );
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .build()
+                        .with_context(|| format!("using {} as the client CA", path.display()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_single_cert(chain, key).with_context(|| {
+            format!(
+                "{} and {} are not a certificate and its key",
+                self.cert.display(),
+                self.key.display()
+            )
+        })?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
     }
 }
 
@@ -92,6 +147,10 @@ pub struct GrpcOptions {
     pub listener: TcpListener,
     pub tls: Option<TlsFiles>,
     pub auth: Auth,
+    /// The local Unix socket, bound ([`UnixSocket::open`]); `None` serves TCP only.
+    pub socket: Option<UnixSocket>,
+    /// Handshake timeout and connection caps.
+    pub limits: TransportLimits,
 }
 
 impl GrpcOptions {
@@ -109,6 +168,11 @@ pub(crate) struct Running {
     server: tokio::task::JoinHandle<()>,
     hub_stop: CancellationToken,
     server_stop: CancellationToken,
+    /// Writes the rows of denied calls; its last rows once the server stopped.
+    denials: tokio::task::JoinHandle<()>,
+    denials_stop: CancellationToken,
+    /// Removed (if still ours) once the server stopped, or when this is dropped.
+    socket_file: Option<transport::SocketFile>,
 }
 
 impl Running {
@@ -125,6 +189,10 @@ impl Running {
             tracing::warn!("gRPC server did not stop in time; closing its connections");
             server.abort();
         }
+        // No call is refused any more: the last counted denials are written.
+        self.denials_stop.cancel();
+        let _ = self.denials.await;
+        drop(self.socket_file);
     }
 }
 
@@ -133,11 +201,16 @@ pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> anyhow::Result<Ru
     let (hub, handle): (Hub, HubHandle) =
         Hub::new(Arc::clone(core)).context("the Watch aggregator was already started")?;
     let addr = options.local_addr()?;
+    if options.auth.is_open() && !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "no tokens on a non-loopback address (--insecure): every network caller is an operator");
+    }
+    let denials = Arc::new(denials::Denials::new(Arc::clone(&core.store)));
     let service = Service {
         core: Arc::clone(core),
         hub: handle,
         auth: Arc::new(options.auth),
         overview: Arc::default(),
+        denials: Arc::clone(&denials),
     };
     let agent = AgentServiceServer::new(service)
         .max_decoding_message_size(leasehold_proto::MAX_MESSAGE_BYTES)
@@ -158,15 +231,12 @@ pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> anyhow::Result<Ru
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .tcp_keepalive(Some(Duration::from_secs(30)))
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .http2_max_header_list_size(Some(16 * 1024));
-    let tls = options.tls.is_some();
-    if let Some(files) = &options.tls {
-        builder = builder
-            .tls_config(files.load()?)
-            .context("configuring TLS")?;
-    }
+    let tls = match &options.tls {
+        Some(files) => Some(files.load()?),
+        None => None,
+    };
     let router = builder
         .add_service(health)
         .add_service(reflection_v1)
@@ -175,7 +245,16 @@ pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> anyhow::Result<Ru
         .add_service(limits::MessageLimit::new(agent));
     let server_stop = CancellationToken::new();
     let hub_stop = CancellationToken::new();
-    let incoming = TcpIncoming::from(options.listener).with_nodelay(Some(true));
+    let (unix, socket_file) = match options.socket {
+        Some(socket) => {
+            let (listener, file) = socket.into_parts();
+            (Some(listener), Some(file))
+        }
+        None => (None, None),
+    };
+    let socket = socket_file.as_ref().map(|f| f.path().display().to_string());
+    let tls_on = tls.is_some();
+    let incoming = transport::incoming(options.listener, tls, unix, options.limits);
     let stop = server_stop.clone();
     let server = tokio::spawn(async move {
         health_reporter
@@ -189,11 +268,21 @@ pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> anyhow::Result<Ru
         }
     });
     let hub = tokio::spawn(hub.run(hub_stop.clone()));
-    tracing::info!(%addr, tls, "serving gRPC");
+    let denials_stop = CancellationToken::new();
+    let denials = tokio::spawn(denials.run(denials_stop.clone()));
+    tracing::info!(
+        %addr,
+        tls = tls_on,
+        socket = socket.as_deref().unwrap_or("off"),
+        "serving gRPC"
+    );
     Ok(Running {
         hub,
         server,
         hub_stop,
         server_stop,
+        denials,
+        denials_stop,
+        socket_file,
     })
 }

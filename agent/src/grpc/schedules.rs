@@ -1,8 +1,9 @@
 //! The schedule RPCs (ListSchedules, AddSchedule, RemoveSchedule, SetScheduleEnabled,
 //! TriggerSchedule): request validation into a [`Schedule`], the store call (which audits),
 //! and the answer. Bad input — an invalid cron, an unknown time zone, a malformed type name or
-//! payload — is INVALID_ARGUMENT naming the field, and nothing is saved. A type no live agent
-//! handles is saved with a warning in the reply.
+//! payload, or one the handler of its type refuses (see [`crate::handlers::check_enqueue`];
+//! audited as `failed`) — is INVALID_ARGUMENT naming the field, and nothing is saved. A type no
+//! live agent handles is saved with a warning in the reply.
 
 use leasehold_proto::v1 as pb;
 use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
@@ -151,6 +152,14 @@ impl Service {
             .await?;
         let r = request.into_inner();
         let schedule = schedule_from_wire(&r, &leasehold_shared::InputLimits::default())?;
+        self.check_payload(
+            &actor,
+            "schedule_add",
+            format!("schedule:{}", schedule.name()),
+            schedule.task_type(),
+            schedule.payload(),
+        )
+        .await?;
         let warning = unserved_warning(&self.core, schedule.task_type()).await;
         let added = self
             .core

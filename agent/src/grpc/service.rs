@@ -3,7 +3,8 @@
 //! their audit row in the same transaction as their change) and converts the answer.
 //!
 //! Denied calls — no token, an unknown token, a viewer calling an action — are audited with
-//! result `denied` and change nothing else.
+//! result `denied` (aggregated per peer, actor and action: [`super::denials`]) and change
+//! nothing else.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,14 +22,17 @@ use leasehold_shared::store::{
 use leasehold_shared::{Actor, Role, TaskId, TaskStatus};
 use tonic::{Request, Response, Status};
 
-use super::auth::{Auth, UNAUTHENTICATED_ACTOR};
+use super::auth::Auth;
 use super::convert::{
     agent_to_wire, attempt_to_wire, blocker_to_wire, dead_filter_from_wire, duration_from_wire,
     invalid, json_without_nul, ms, opt_error_code, opt_task_type, status_from_wire, status_to_wire,
     task_id_from_wire, task_to_wire, task_type_from_wire, text_without_nul, time_from_wire,
 };
+use super::denials::{Denials, UNKNOWN_PEER};
 use super::hub::HubHandle;
 use super::overview::OverviewCache;
+use super::page::{fit_page, page_from_wire};
+use super::peer::Peer;
 use super::status::from_store;
 use crate::handler::StopReason;
 use crate::runtime::core::Core;
@@ -36,10 +40,6 @@ use crate::runtime::feed::FeedEvent;
 
 /// Largest local concurrency limit.
 pub const MAX_LOCAL_CONCURRENCY: u32 = 100_000;
-/// Default page size of ListTasks.
-pub const DEFAULT_PAGE: u32 = 100;
-/// Largest page of ListTasks.
-pub const MAX_PAGE: u32 = 1_000;
 /// Audit action of global and type policy changes (limits, pause, resume), as the store
 /// writes it.
 pub const POLICY_ACTION: &str = "policy_set";
@@ -47,9 +47,6 @@ pub const POLICY_ACTION: &str = "policy_set";
 pub const LOCAL_LIMIT_ACTION: &str = "set_concurrency";
 /// Longest a Cancel may wait for a running task to end.
 pub const MAX_CANCEL_WAIT: Duration = Duration::from_secs(300);
-/// Most bytes of tasks in one ListTasks answer: a page of big tasks is cut short (with a
-/// cursor) to stay below the message limit.
-pub const MAX_PAGE_BYTES: usize = leasehold_proto::MAX_MESSAGE_BYTES - 64 * 1024;
 /// Longest target (in characters) of the audit row of a refused call.
 pub const MAX_DENIED_TARGET_CHARS: usize = 200;
 
@@ -73,29 +70,14 @@ fn denied_target(raw: &str) -> String {
     out
 }
 
-/// Cuts `tasks` (newest first) to fit [`MAX_PAGE_BYTES`], keeping at least one; returns the
-/// cursor to continue from when it cut.
-fn fit_page(tasks: &mut Vec<pb::Task>) -> Option<i64> {
-    let mut bytes = 0usize;
-    let cut = tasks.iter().position(|t| {
-        // The entry's tag and length prefix take at most 6 bytes.
-        bytes += prost::Message::encoded_len(t) + 6;
-        bytes > MAX_PAGE_BYTES
-    })?;
-    let keep = cut.max(1);
-    if keep >= tasks.len() {
-        return None;
-    }
-    tasks.truncate(keep);
-    tasks.last().map(|t| t.id)
-}
-
 /// The service of one agent.
 pub struct Service {
     pub(crate) core: Arc<Core>,
     pub(crate) hub: HubHandle,
     pub(crate) auth: Arc<Auth>,
     pub(crate) overview: Arc<OverviewCache>,
+    /// Where refused actions are counted and audited.
+    pub(crate) denials: Arc<Denials>,
 }
 
 /// What a call needs.
@@ -105,32 +87,33 @@ pub(super) enum Need<'a> {
 }
 
 impl Service {
-    /// The caller, allowed to do what the call needs; a refused action is audited.
+    /// The caller, allowed to do what the call needs (see [`Auth::authenticate`] for who is
+    /// who); a refused action is audited through the aggregation of denied calls
+    /// ([`Denials`]): the first of its peer, actor and action in a minute at once, the rest
+    /// counted into one row.
     pub(super) async fn caller<T>(
         &self,
         request: &Request<T>,
         need: Need<'_>,
     ) -> Result<Actor, Status> {
-        let refused = match self.auth.authenticate(request.metadata()) {
-            Ok(actor) => match (&need, actor.role) {
-                (Need::View, _) | (Need::Act { .. }, Role::Operator) => return Ok(actor),
-                (Need::Act { action, .. }, _) => (
-                    actor.clone(),
-                    Status::permission_denied(format!(
-                        "token {:?} has the viewer role: it may watch and list, not {action}",
-                        actor.name
-                    )),
-                ),
+        let peer = Peer::of(request);
+        let (actor, status) = match self.auth.authenticate(request.metadata(), peer.as_ref()) {
+            Ok(caller) => match (&need, caller.actor.role) {
+                (Need::View, _) | (Need::Act { .. }, Role::Operator) => return Ok(caller.actor),
+                (Need::Act { action, .. }, _) => {
+                    let status = caller.refusal(action);
+                    (caller.actor, status)
+                }
             },
-            Err(status) => (
+            Err(rejected) => (
                 Actor {
-                    name: UNAUTHENTICATED_ACTOR.into(),
+                    name: rejected.actor,
                     role: Role::Viewer,
                 },
-                status,
+                rejected.status,
             ),
         };
-        let (actor, status) = refused;
+        let mut first = true;
         if let Need::Act { action, target } = need {
             let entry = AuditEntry {
                 actor,
@@ -142,11 +125,18 @@ impl Service {
                 result: AuditResult::Denied,
                 detail: Some(status.message().chars().take(500).collect()),
             };
-            if let Err(error) = self.core.store.audit_record(entry).await {
-                tracing::warn!(%error, action, "could not audit a denied call");
-            }
+            first = self.denials.record(peer.as_ref(), entry).await;
         }
-        tracing::warn!(code = ?status.code(), message = status.message(), "call refused");
+        let peer = peer
+            .as_ref()
+            .map_or_else(|| UNKNOWN_PEER.to_string(), Peer::label);
+        if first {
+            tracing::warn!(code = ?status.code(), message = status.message(), peer, "call refused");
+        } else {
+            // A repeat within its window: counted, not logged at warn (a flood must not fill
+            // the log either).
+            tracing::debug!(code = ?status.code(), peer, "call refused again");
+        }
         Err(status)
     }
 
@@ -168,7 +158,7 @@ impl Service {
             return false;
         }
         let epoch = leasehold_shared::LeaseEpoch(epoch);
-        let Some(stop) = self.core.book.stop_of(id, epoch) else {
+        let Some(stop) = self.core.book.cancel_here(id, epoch) else {
             return false;
         };
         self.core
@@ -180,6 +170,40 @@ impl Service {
             "cancel requested by an operator: stopping the execution"
         );
         true
+    }
+
+    /// Refuses a payload the handler of its type would refuse
+    /// ([`crate::handlers::check_enqueue`]): INVALID_ARGUMENT naming the field and the problem,
+    /// and a `failed` audit row of `action` on `target` saying why (the refusal stands even
+    /// when that row cannot be written; the failure is logged).
+    pub(super) async fn check_payload(
+        &self,
+        actor: &Actor,
+        action: &str,
+        target: String,
+        task_type: &leasehold_shared::TaskType,
+        payload: &serde_json::Value,
+    ) -> Result<(), Status> {
+        let Err(refusal) = crate::handlers::check_enqueue(&self.core.handlers, task_type, payload)
+        else {
+            return Ok(());
+        };
+        let message = format!(
+            "payload_json: not a valid {task_type} payload: {}",
+            refusal.message
+        );
+        let entry = AuditEntry {
+            actor: actor.clone(),
+            action: action.to_string(),
+            target,
+            params: None,
+            result: AuditResult::Failed,
+            detail: Some(message.chars().take(500).collect()),
+        };
+        if let Err(error) = self.audit(entry).await {
+            tracing::warn!(%error, action, "cannot audit a refused payload");
+        }
+        Err(Status::invalid_argument(message))
     }
 
     async fn wait_terminal(&self, id: TaskId, wait: Duration) -> Result<TaskStatus, Status> {
@@ -211,8 +235,8 @@ impl AgentService for Service {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        self.caller(&request, Need::View).await?;
-        let stream = self.hub.subscribe().await?;
+        let actor = self.caller(&request, Need::View).await?;
+        let stream = self.hub.subscribe(&actor).await?;
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -227,28 +251,14 @@ impl AgentService for Service {
             .iter()
             .map(|s| status_from_wire("statuses", *s))
             .collect::<Result<Vec<_>, _>>()?;
-        if r.before_id < 0 {
-            return Err(Status::invalid_argument(format!(
-                "before_id: {} is negative",
-                r.before_id
-            )));
-        }
-        let limit = match r.limit {
-            0 => DEFAULT_PAGE,
-            n if n > MAX_PAGE => {
-                return Err(Status::invalid_argument(format!(
-                    "limit: {n} is above {MAX_PAGE}"
-                )));
-            }
-            n => n,
-        };
+        let paging = page_from_wire(r.before_id, r.limit)?;
         text_without_nul("text", &r.text)?;
         let params = TaskListParams {
             statuses,
             task_type: opt_task_type("task_type", &r.task_type)?,
             text: (!r.text.is_empty()).then_some(r.text),
-            before: (r.before_id > 0).then_some(TaskId(r.before_id)),
-            limit,
+            before: paging.before_id.map(TaskId),
+            limit: paging.limit,
             error_code: opt_error_code("error_code", &r.error_code)?,
             since: time_from_wire("since_ms", r.since_ms)?,
         };
@@ -260,7 +270,7 @@ impl AgentService for Service {
             .map_err(|e| from_store("list_tasks", e))?;
         let now = store.db_now().await.map_err(|e| from_store("db_now", e))?;
         let mut tasks: Vec<pb::Task> = page.tasks.iter().map(task_to_wire).collect();
-        let next_before_id = fit_page(&mut tasks)
+        let next_before_id = fit_page(&mut tasks, |t| t.id)
             .or(page.next_before.map(|t| t.0))
             .unwrap_or(0);
         Ok(Response::new(pb::ListTasksResponse {
@@ -383,6 +393,17 @@ impl AgentService for Service {
             })?
         };
         json_without_nul("payload_json", &payload)?;
+        // An oversized payload is refused for its size before its handler looks at it.
+        leasehold_shared::domain::validate::payload_text(&payload, self.core.store.input_limits())
+            .map_err(|e| Status::invalid_argument(format!("payload_json: {e}")))?;
+        self.check_payload(
+            &actor,
+            "enqueue",
+            format!("type:{task_type}"),
+            &task_type,
+            &payload,
+        )
+        .await?;
         text_without_nul("idempotency_key", &r.idempotency_key)?;
         let priority = i16::try_from(r.priority).map_err(|_| {
             Status::invalid_argument(format!(
@@ -638,7 +659,15 @@ impl AgentService for Service {
         let changed = self
             .set_paused(&request, request.get_ref().task_type.clone(), true)
             .await?;
-        Ok(Response::new(pb::PauseTypeResponse { changed }))
+        // Applied either way (as `schedules add` is); a type nobody serves is likely misspelt.
+        let mut warnings = Vec::new();
+        if let Ok(task_type) = leasehold_shared::TaskType::new(request.get_ref().task_type.as_str())
+            && let Some(w) =
+                crate::runtime::scheduler::unserved_warning(&self.core, &task_type).await
+        {
+            warnings.push(w);
+        }
+        Ok(Response::new(pb::PauseTypeResponse { changed, warnings }))
     }
 
     async fn resume_type(
@@ -768,6 +797,20 @@ impl AgentService for Service {
     ) -> Result<Response<pb::ListShardsResponse>, Status> {
         self.list_shards_rpc(request).await
     }
+
+    async fn list_audit(
+        &self,
+        request: Request<pb::ListAuditRequest>,
+    ) -> Result<Response<pb::ListAuditResponse>, Status> {
+        self.list_audit_rpc(request).await
+    }
+
+    async fn list_suspect_leases(
+        &self,
+        request: Request<pb::ListSuspectLeasesRequest>,
+    ) -> Result<Response<pb::ListSuspectLeasesResponse>, Status> {
+        self.list_suspect_leases_rpc(request).await
+    }
 }
 
 impl Service {
@@ -818,26 +861,5 @@ mod tests {
         let long = denied_target(&"x".repeat(5000));
         assert_eq!(long.chars().count(), MAX_DENIED_TARGET_CHARS + 1);
         assert!(long.ends_with('…'));
-    }
-
-    #[test]
-    fn a_page_of_big_tasks_is_cut_to_fit_a_message_with_a_cursor() {
-        let task = |id: i64, bytes: usize| pb::Task {
-            id,
-            payload_json: "p".repeat(bytes),
-            ..Default::default()
-        };
-        let mut small: Vec<pb::Task> = (1..=5).rev().map(|id| task(id, 100)).collect();
-        assert_eq!(fit_page(&mut small), None);
-        assert_eq!(small.len(), 5);
-        let mut big: Vec<pb::Task> = (1..=6).rev().map(|id| task(id, 1_000_000)).collect();
-        assert_eq!(
-            fit_page(&mut big),
-            Some(3),
-            "4 MiB holds 4 tasks of 1 MB: 6, 5, 4, 3"
-        );
-        assert_eq!(big.len(), 4);
-        let mut huge = vec![task(2, 5_000_000), task(1, 10)];
-        assert_eq!(fit_page(&mut huge), Some(2), "at least one task per page");
     }
 }

@@ -1,7 +1,20 @@
 //! `exec`: runs a program and reports its exit code and the tails of its output.
 //!
 //! Payload `{"argv": [..], "env": {..}, "cwd": "..", "timeout": "30s"}`; only `argv` is
-//! required. `env` is added to the agent's environment; `timeout` is a humantime duration.
+//! required; `timeout` is a humantime duration.
+//!
+//! Security (see [`policy`] for the exact rules): `exec` runs only programs the operator
+//! allowed (`exec_allow`, required to enable the handler; `'*'` allows anything explicitly).
+//! The child gets a cleared environment, then the variables of `exec_env` from the agent's
+//! (default `PATH`, `HOME`, `LANG`), then the payload's `env`, then who it is:
+//! `LEASEHOLD_TASK_ID`, `LEASEHOLD_ATTEMPT`, `LEASEHOLD_EPOCH`, `LEASEHOLD_IDEMPOTENCY_KEY`
+//! (`<task id>:<epoch>`, for idempotent side effects) and `LEASEHOLD_TASK_TYPE`. `LD_*`,
+//! `LEASEHOLD_*` and `DATABASE_URL` are never given to it. `cwd` must be absolute and, with
+//! `exec_root`, inside that root. The Enqueue and AddSchedule calls refuse a payload that breaks
+//! these rules ([`check_enqueue`], through [`Handler::validate_enqueue`]); the agent that runs it checks again, since anyone who can
+//! INSERT into `tasks` can enqueue. The program runs as the agent's user, so the first handler
+//! makes the agent process non-dumpable (`nodump`): the program cannot read the agent's
+//! `/proc/<pid>/environ` or memory, nor `ptrace` it — and the agent writes no core dump.
 //!
 //! ```text
 //!   spawn (own process group, stdin null) ─┬─ exit ───────────────────────▶ kill group ─▶ result
@@ -14,20 +27,30 @@
 //! Invariants: memory is bounded whatever the program prints (only the last `exec_output_tail`
 //! bytes of stdout and of stderr are kept); no process of the group outlives the execution —
 //! after the leader exits the group is SIGKILLed (background children), and a guard SIGKILLs it
-//! if the handler's future is dropped mid-run (lease lost). A process that leaves the group
-//! (`setsid`, `setpgid`) is out of reach; the handler then stops waiting for its output after
-//! [`OUTPUT_DRAIN_GRACE`].
+//! if the handler's future is dropped mid-run (lease lost); the program itself dies with the
+//! agent, even by `kill -9` (a parent-death signal, see `spawner`). A process that leaves the
+//! group (`setsid`, `setpgid`) is out of reach; the handler then stops waiting for its output
+//! after [`OUTPUT_DRAIN_GRACE`].
 //!
-//! When things fail: a program that cannot be started (not found, not executable, bad `cwd`) is
+//! When things fail: a payload that breaks the rules is a permanent `bad_payload`; a program
+//! outside `exec_allow` or a `cwd` outside `exec_root` is a permanent `not_allowed` (the program
+//! never starts); a program that cannot be started (not found, not executable, bad `cwd`) is
 //! a permanent `spawn_failed`; a non-zero exit is a retryable `exit_code` with the last line of
 //! stderr; death by a signal is a retryable `signal`; a stop is a retryable `timeout` (the
 //! payload's timeout) or `stopped` (cancel, deadline, shutdown; the runtime records which).
 
+mod glob;
 mod group;
+mod nodump;
+pub mod policy;
+mod spawner;
 mod tail;
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -40,6 +63,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use self::group::ProcessGroup;
+pub use self::policy::{ExecPolicy, check_enqueue};
 use self::tail::{Tail, read_tail};
 use super::BuiltinOptions;
 use crate::handler::{Handler, HandlerError, Outcome, TaskContext};
@@ -53,12 +77,13 @@ pub const MAX_ERROR_LINE_BYTES: usize = 500;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecPayload {
-    /// The program and its arguments; `argv[0]` is looked up in `PATH` unless it has a `/`.
+    /// The program and its arguments; `argv[0]` is an absolute path, or a bare name looked up
+    /// in the child's `PATH`.
     pub argv: Vec<String>,
-    /// Variables added to the agent's environment.
+    /// Variables added to the child's environment (after the `exec_env` passthrough).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Working directory (default: the agent's).
+    /// Absolute working directory (default: `exec_root` when set, else the agent's).
     #[serde(default)]
     pub cwd: Option<String>,
     /// A humantime duration (`"30s"`, `"5m"`) after which the program is stopped.
@@ -79,18 +104,14 @@ impl ExecPayload {
             return Err(bad_payload(format!("argv[{i}] contains a NUL byte")));
         }
         for (key, value) in &self.env {
-            if key.is_empty() || key.contains('=') || key.contains('\0') {
-                return Err(bad_payload(format!(
-                    "env name {key:?} must be non-empty without '=' or NUL"
-                )));
-            }
             if value.contains('\0') {
-                return Err(bad_payload(format!("env {key} contains a NUL byte")));
+                return Err(bad_payload(format!("env {key:?} contains a NUL byte")));
             }
         }
         if self.cwd.as_deref().is_some_and(|cwd| cwd.contains('\0')) {
             return Err(bad_payload("cwd contains a NUL byte"));
         }
+        policy::check_structure(self).map_err(bad_payload)?;
         let timeout = match self.timeout.as_deref() {
             None => None,
             Some(text) => match humantime::parse_duration(text) {
@@ -121,19 +142,110 @@ fn bad_payload(message: impl Into<String>) -> HandlerError {
     HandlerError::permanent("bad_payload", message)
 }
 
-/// Runs programs.
+fn not_allowed(message: impl Into<String>) -> HandlerError {
+    HandlerError::permanent("not_allowed", message)
+}
+
+/// Runs the programs its [`ExecPolicy`] allows.
 #[derive(Debug, Clone)]
 pub struct ExecHandler {
     kill_after: Duration,
     output_tail: usize,
+    policy: Arc<ExecPolicy>,
 }
 
 impl ExecHandler {
+    /// A handler with the `exec_*` settings of `opts`. Settings that fail
+    /// [`ExecPolicy::new`] (the agent's configuration refuses them before this) give a handler
+    /// that runs nothing.
+    ///
+    /// The first call in a process makes the process non-dumpable (module `nodump`), before
+    /// any program can start: programs run as this process's user and must not read its
+    /// environment or memory through `/proc`. Every way of enabling `exec` — `leasehold-agent
+    /// run`, the console's `leasehold demo`, a library user's registry — goes through here.
+    /// Side effect: no core dumps from this process.
     pub fn new(opts: &BuiltinOptions) -> Self {
+        nodump::protect_agent();
+        let policy = ExecPolicy::new(&opts.exec_allow, &opts.exec_env, opts.exec_root.as_deref())
+            .unwrap_or_else(|(setting, problem)| {
+                tracing::error!(setting, problem, "bad exec settings: exec runs no program");
+                ExecPolicy::default()
+            });
         Self {
             kill_after: opts.exec_kill_after,
             output_tail: opts.exec_output_tail,
+            policy: Arc::new(policy),
         }
+    }
+
+    /// What this handler may run.
+    pub fn policy(&self) -> &ExecPolicy {
+        &self.policy
+    }
+
+    /// The child's environment: the passthrough, the payload's, then the task's own variables.
+    fn child_env(&self, ctx: &TaskContext, payload: &ExecPayload) -> BTreeMap<OsString, OsString> {
+        let mut env = self.policy.inherited_env();
+        for (name, value) in &payload.env {
+            env.insert(name.into(), value.into());
+        }
+        let task = [
+            ctx.id().0.to_string(),
+            ctx.attempt().to_string(),
+            ctx.epoch().0.to_string(),
+            ctx.idempotency_key(),
+            ctx.task_type().as_str().to_owned(),
+        ];
+        for (name, value) in policy::TASK_VARS.iter().zip(task) {
+            env.insert((*name).into(), value.into());
+        }
+        env
+    }
+
+    /// The program to execute (absolute, allowed) and the directory to start it in.
+    fn place(
+        &self,
+        payload: &ExecPayload,
+        program: &str,
+        env: &BTreeMap<OsString, OsString>,
+    ) -> Result<(PathBuf, Option<PathBuf>), HandlerError> {
+        let path = env
+            .get(std::ffi::OsStr::new("PATH"))
+            .map(OsString::as_os_str);
+        let resolved = policy::resolve_program(program, path)
+            .map_err(|e| HandlerError::permanent("spawn_failed", e))?;
+        if !self.policy.allows(&resolved) {
+            return Err(not_allowed(self.policy.refusal(&resolved)));
+        }
+        let cwd = match (&payload.cwd, self.policy.root()) {
+            (None, root) => root.map(Path::to_path_buf),
+            (Some(cwd), None) => Some(PathBuf::from(cwd)),
+            (Some(cwd), Some(root)) => {
+                let lexical = self
+                    .policy
+                    .cwd_inside_root(Path::new(cwd))
+                    .map_err(not_allowed)?;
+                let canonical = |p: &Path| {
+                    p.canonicalize().map_err(|e| {
+                        HandlerError::permanent(
+                            "spawn_failed",
+                            format!("cannot use {}: {e}", p.display()),
+                        )
+                    })
+                };
+                let (real_cwd, real_root) = (canonical(&lexical)?, canonical(root)?);
+                if !real_cwd.starts_with(&real_root) {
+                    return Err(not_allowed(format!(
+                        "cwd {cwd} resolves to {} outside exec_root {} (resolved {})",
+                        real_cwd.display(),
+                        root.display(),
+                        real_root.display()
+                    )));
+                }
+                Some(real_cwd)
+            }
+        };
+        Ok((resolved, cwd))
     }
 }
 
@@ -171,6 +283,11 @@ impl Handler for ExecHandler {
         payload.checked().map(|_| ())
     }
 
+    /// The structural checks, then this agent's allow list and `exec_root` ([`check_enqueue`]).
+    fn validate_enqueue(&self, payload: &ExecPayload) -> Result<(), HandlerError> {
+        policy::admit(payload, Some(&self.policy)).map_err(bad_payload)
+    }
+
     #[tracing::instrument(name = "exec", skip_all, fields(program = tracing::field::Empty))]
     async fn run(&self, ctx: TaskContext, payload: ExecPayload) -> Result<Outcome, HandlerError> {
         let checked = payload.checked()?;
@@ -181,31 +298,35 @@ impl Handler for ExecHandler {
                 "asked to stop before the program started",
             ));
         }
-        let mut command = Command::new(checked.program);
+        let env = self.child_env(&ctx, &payload);
+        let (program, cwd) = self.place(&payload, checked.program, &env)?;
+        // Exactly the path that was checked runs; argv[0] stays as the payload gave it.
+        let mut command = Command::new(&program);
         command
+            .arg0(checked.program)
             .args(checked.args)
-            .envs(&payload.env)
+            .env_clear()
+            .envs(&env)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        if let Some(cwd) = &payload.cwd {
+        if let Some(cwd) = &cwd {
             command.current_dir(cwd);
         }
 
         let started = Instant::now();
         // Drop order matters (reverse of declaration): readers stop, the group is SIGKILLed
         // while the leader is still unreaped, then tokio kills and reaps the leader.
-        let mut child = command.spawn().map_err(|e| {
-            let place = payload
-                .cwd
+        let mut child = spawner::spawn(command).await.map_err(|e| {
+            let place = cwd
                 .as_deref()
-                .map(|cwd| format!(" in {cwd:?}"))
+                .map(|cwd| format!(" in {:?}", cwd.display()))
                 .unwrap_or_default();
             HandlerError::permanent(
                 "spawn_failed",
-                format!("cannot start {:?}{place}: {e}", checked.program),
+                format!("cannot start {:?}{place}: {e}", program.display()),
             )
         })?;
         let mut group = ProcessGroup::led_by(child.id());

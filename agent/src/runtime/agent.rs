@@ -18,9 +18,15 @@
 //! ```
 //! The force token (a second signal) skips the waits: executions are dropped at once and their
 //! leases released in one statement, bounded by a short timeout.
+//!
+//! Supervision: the services run in one `JoinSet` ([`Services`]). One that returns or panics
+//! before it was asked to stop has failed: the agent logs it, stops claiming, skips the drain,
+//! asks its executions to stop (drops them at once if the heartbeat is the one that failed:
+//! no lease can be proven any more), releases their leases, runs the rest of the stop order,
+//! and `run` returns [`ServiceFailed`] (`leasehold-agent run` exits 1).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -38,12 +44,15 @@ use super::completer::Completer;
 use super::core::{Core, Finished, PolicyCache, RunSummary, Stats};
 use super::events::{LifecycleListener, Listeners};
 use super::heartbeat::{Connect, Heartbeat};
+use super::idle::IdleWatcher;
 use super::maintenance::Maintenance;
 use super::metrics::{Metrics, serve_metrics};
 use super::notifier::{FileWatcher, Notifier};
 use super::registry::Registry;
 use super::scheduler::Scheduler;
 use super::settings::RuntimeSettings;
+pub use super::supervisor::ServiceFailed;
+use super::supervisor::{COMPLETER, HEARTBEAT, Services};
 use crate::grpc::GrpcOptions;
 use crate::handler::{HandlerRegistry, StopReason};
 
@@ -148,8 +157,8 @@ impl AgentBuilder {
                     idle_in_transaction_timeout: server_timeout,
                 },
             )
-            .await
-            .context("connecting to the database")?;
+            // The store's error says "cannot connect to the database: …" itself.
+            .await?;
             let pool = store.pool().clone();
             (Arc::new(store), Pools::Postgres(pool))
         };
@@ -199,6 +208,7 @@ impl AgentBuilder {
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 task_types: types.clone(),
                 local_concurrency: settings.concurrency,
+                alive_for: settings.alive_for(),
             })
             .await
             .context("registering the agent")?;
@@ -393,89 +403,124 @@ impl Agent {
         let claim_stop = CancellationToken::new();
         let keeper_stop = CancellationToken::new();
         let idle = CancellationToken::new();
+        let run_started = Instant::now();
+        // Cancelled by a second signal, or by a service failure.
+        let forced = shutdown.force.child_token();
+        let mut services = Services::new(forced.clone());
+        let failed = services.failed();
 
         // First, so a server that cannot start leaves nothing running.
         let grpc = match grpc {
             Some(options) => Some(crate::grpc::start(&core, options)?),
             None => None,
         };
-        let completer = tokio::spawn(
-            Completer {
-                core: Arc::clone(&core),
-                rx,
-            }
-            .run(completer_stop.clone()),
-        );
-        let heartbeat = tokio::spawn(
-            Heartbeat {
-                core: Arc::clone(&core),
-                connect: Arc::clone(&connect),
-                conn: Some(heartbeat_conn),
-            }
-            .run(heartbeat_stop.clone()),
-        );
-        let registry = tokio::spawn(
-            Registry {
-                core: Arc::clone(&core),
-            }
-            .run(background_stop.clone()),
-        );
-        let maintenance = tokio::spawn(
-            Maintenance {
-                core: Arc::clone(&core),
-            }
-            .run(background_stop.clone()),
-        );
-        let keeper = tokio::spawn(
-            super::resources::Keeper {
-                core: Arc::clone(&core),
-                connect: Arc::clone(&connect),
-                conn: None,
-            }
-            .run(keeper_stop.clone()),
-        );
-        let scheduler = tokio::spawn(
-            Scheduler {
-                core: Arc::clone(&core),
-            }
-            .run(background_stop.clone()),
-        );
-        let metrics = metrics_listener.map(|listener| {
-            tokio::spawn(serve_metrics(
-                listener,
-                Arc::clone(&core.metrics),
-                background_stop.clone(),
-            ))
-        });
-        // SQLite has no NOTIFY: its stand-in watches the file's change counter.
-        let notifier = match &pools {
-            Pools::Postgres(pool) => tokio::spawn(
-                Notifier {
-                    core: Arc::clone(&core),
-                    pool: pool.clone(),
-                }
-                .run(claim_stop.clone()),
-            ),
-            Pools::Sqlite(pool) => tokio::spawn(
-                FileWatcher {
-                    core: Arc::clone(&core),
-                    pool: pool.clone(),
-                }
-                .run(claim_stop.clone()),
-            ),
+        let completer = Completer {
+            core: Arc::clone(&core),
+            rx,
         };
-        let claimer = tokio::spawn(
-            Claimer {
-                core: Arc::clone(&core),
-                idle: idle.clone(),
-            }
-            .run(claim_stop.clone()),
+        services.spawn(
+            COMPLETER,
+            &[&completer_stop],
+            completer.run(completer_stop.clone()),
         );
+        let heartbeat = Heartbeat {
+            core: Arc::clone(&core),
+            connect: Arc::clone(&connect),
+            conn: Some(heartbeat_conn),
+        };
+        services.spawn(
+            HEARTBEAT,
+            &[&heartbeat_stop],
+            heartbeat.run(heartbeat_stop.clone()),
+        );
+        let registry = Registry {
+            core: Arc::clone(&core),
+        };
+        services.spawn(
+            "registry",
+            &[&background_stop],
+            registry.run(background_stop.clone()),
+        );
+        let maintenance = Maintenance {
+            core: Arc::clone(&core),
+        };
+        services.spawn(
+            "maintenance",
+            &[&background_stop],
+            maintenance.run(background_stop.clone()),
+        );
+        let keeper = super::resources::Keeper {
+            core: Arc::clone(&core),
+            connect: Arc::clone(&connect),
+            conn: None,
+        };
+        services.spawn("keeper", &[&keeper_stop], keeper.run(keeper_stop.clone()));
+        let scheduler = Scheduler {
+            core: Arc::clone(&core),
+        };
+        services.spawn(
+            "scheduler",
+            &[&background_stop],
+            scheduler.run(background_stop.clone()),
+        );
+        if let Some(listener) = metrics_listener {
+            let serve = serve_metrics(listener, Arc::clone(&core.metrics), background_stop.clone());
+            services.spawn("metrics", &[&background_stop], async move {
+                if let Err(error) = serve.await {
+                    tracing::error!(%error, "the metrics listener failed");
+                }
+            });
+        }
+        // SQLite has no NOTIFY: its stand-in watches the file's change counter.
+        match &pools {
+            Pools::Postgres(pool) => {
+                let notifier = Notifier {
+                    core: Arc::clone(&core),
+                    pool: pool.clone(),
+                };
+                services.spawn("notifier", &[&claim_stop], notifier.run(claim_stop.clone()));
+            }
+            Pools::Sqlite(pool) => {
+                let watcher = FileWatcher {
+                    core: Arc::clone(&core),
+                    pool: pool.clone(),
+                };
+                services.spawn("notifier", &[&claim_stop], watcher.run(claim_stop.clone()));
+            }
+        }
+        // With --exit-when-idle the idle watcher ends the run when nothing of our types is
+        // left (or the idle timeout passes); the claimer tells it when a claim came back short.
+        let idle_check = core
+            .settings
+            .exit_when_idle
+            .then(|| Arc::new(tokio::sync::Notify::new()));
+        let timed_out = Arc::new(AtomicBool::new(false));
+        if let Some(check) = &idle_check {
+            let watcher = IdleWatcher {
+                core: Arc::clone(&core),
+                check: Arc::clone(check),
+                idle: idle.clone(),
+                timed_out: Arc::clone(&timed_out),
+                started: run_started,
+            };
+            services.spawn(
+                "idle",
+                &[&claim_stop, &idle],
+                watcher.run(claim_stop.clone()),
+            );
+        }
+        let claimer = Claimer {
+            core: Arc::clone(&core),
+            idle_check,
+        };
+        services.spawn("claimer", &[&claim_stop], claimer.run(claim_stop.clone()));
 
         let ended_by = tokio::select! {
+            biased;
+            _ = failed.cancelled() => "failed",
             _ = shutdown.graceful.cancelled() => "signal",
             _ = shutdown.force.cancelled() => "forced",
-            _ = idle.cancelled() => "idle",
+            _ = idle.cancelled() => if timed_out.load(Ordering::SeqCst) { "idle_timeout" } else { "idle" },
             _ = core.drain.cancelled() => "drain",
         };
         let started = Instant::now();
@@ -489,12 +534,10 @@ impl Agent {
         // 1. Stop claiming.
         core.draining.store(true, Ordering::Relaxed);
         claim_stop.cancel();
-        let _ = claimer.await;
-        let _ = notifier.await;
+        services.join(&["claimer", "notifier", "idle"]).await;
         Registry::beat(&core).await;
 
-        // 2. Drain while heartbeating.
-        let forced = shutdown.force.clone();
+        // 2. Drain while heartbeating (not after a failure: `forced` is cancelled then).
         if !wait_for(&forced, core.settings.shutdown_timeout, || {
             core.book.executing() == 0
         })
@@ -505,29 +548,50 @@ impl Agent {
         }
 
         // 3. Ask what still runs to stop; handlers get stop_grace, then are dropped.
+        // A failed heartbeat proves no lease any more: drop the executions at once. After any
+        // other failure the heartbeat still renews while they get stop_grace.
+        let heartbeat_failed = services.failure().is_some_and(|f| f.service == HEARTBEAT);
+        let drop_now = heartbeat_failed || shutdown.force.is_cancelled();
         for stop in core.book.executing_stops() {
-            if forced.is_cancelled() {
+            if drop_now {
                 stop.force(StopReason::Shutdown);
             } else {
                 stop.stop(StopReason::Shutdown);
             }
         }
         let stop_wait = core.settings.stop_grace + Duration::from_secs(1);
-        if !wait_for(&forced, stop_wait, || core.book.executing() == 0).await {
+        let stopped = if drop_now || !failed.is_cancelled() {
+            wait_for(&forced, stop_wait, || core.book.executing() == 0).await
+        } else {
+            // `forced` is already cancelled by the failure: wait on the force signal alone.
+            wait_for(&shutdown.force, stop_wait, || core.book.executing() == 0).await
+        };
+        if !stopped {
             for stop in core.book.executing_stops() {
                 stop.force(StopReason::Shutdown);
             }
         }
 
-        // 4. Last completions and releases.
-        let write_wait = if forced.is_cancelled() {
-            Duration::from_secs(2)
+        // 4. Last completions and releases. After a failure that left the heartbeat and the
+        // completer running, `forced` is already cancelled but the leases are still proven:
+        // wait on the force signal alone, so work that finished is completed, not released
+        // to run again.
+        let completer_failed = services.failure().is_some_and(|f| f.service == COMPLETER);
+        if failed.is_cancelled() && !drop_now && !completer_failed {
+            wait_for(&shutdown.force, core.settings.lease_ttl, || {
+                core.book.len() == 0
+            })
+            .await;
         } else {
-            core.settings.lease_ttl
-        };
-        wait_for(&forced, write_wait, || core.book.len() == 0).await;
+            let write_wait = if forced.is_cancelled() {
+                Duration::from_secs(2)
+            } else {
+                core.settings.lease_ttl
+            };
+            wait_for(&forced, write_wait, || core.book.len() == 0).await;
+        }
         completer_stop.cancel();
-        let _ = completer.await;
+        services.join(&[COMPLETER]).await;
         let leftover = core.book.drain_all();
         if !leftover.is_empty() {
             for (_, lease) in &leftover {
@@ -565,22 +629,44 @@ impl Agent {
             }
         }
 
+        // The state of the run's types, now that this agent's completions and releases are in.
+        let idle_summary = if core.settings.exit_when_idle {
+            let read = tokio::time::timeout(
+                Duration::from_secs(10),
+                super::idle::final_summary(
+                    &core,
+                    run_started.elapsed(),
+                    timed_out.load(Ordering::SeqCst),
+                ),
+            )
+            .await;
+            match read {
+                Ok(Ok(summary)) => Some(summary),
+                Ok(Err(error)) => {
+                    tracing::error!(%error, "could not read the final state of our task types");
+                    None
+                }
+                Err(_) => {
+                    tracing::error!("reading the final state of our task types timed out");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+
         // 5. Resource leases go back (so others take them at once), then the Watch streams
         // and the gRPC server, background services, then the registry row.
         keeper_stop.cancel();
-        let _ = keeper.await;
+        services.join(&["keeper"]).await;
         if let Some(grpc) = grpc {
             grpc.stop().await;
         }
         heartbeat_stop.cancel();
         background_stop.cancel();
-        let _ = heartbeat.await;
-        let _ = maintenance.await;
-        let _ = scheduler.await;
-        let _ = registry.await;
-        if let Some(m) = metrics {
-            let _ = m.await;
-        }
+        services
+            .join(&[HEARTBEAT, "maintenance", "scheduler", "registry", "metrics"])
+            .await;
         match tokio::time::timeout(
             Duration::from_secs(3),
             core.store.agent_mark_stopped(core.id.clone()),
@@ -591,7 +677,12 @@ impl Agent {
             _ => tracing::warn!("could not mark the agent stopped"),
         }
         pools.close().await;
-        let summary = core.stats.summary(&core.id, ended_by);
+        let mut summary = core.stats.summary(&core.id, ended_by);
+        summary.idle = idle_summary;
+        if let Some(failure) = services.failure() {
+            tracing::error!(took = ?started.elapsed(), summary = ?summary, service = failure.service, "agent stopped after a service failed");
+            return Err(anyhow::Error::new(failure));
+        }
         tracing::info!(took = ?started.elapsed(), summary = ?summary, "agent stopped");
         Ok(summary)
     }

@@ -292,11 +292,17 @@ impl LeaseBook {
     }
 
     /// The stop signal of the lease on `id` at `epoch` if it is executing (operator cancel).
-    pub(crate) fn stop_of(&self, id: TaskId, epoch: LeaseEpoch) -> Option<Arc<StopSignal>> {
-        self.lock()
-            .get(&id)
-            .filter(|l| l.epoch == epoch && l.executing)
-            .map(|l| Arc::clone(&l.stop))
+    ///
+    /// The cancel counts as seen, so the next renewal that reports it does not stop (and log)
+    /// the execution a second time. `None` when this epoch is not executing here or its
+    /// cancel was already seen (by a renewal or an earlier call).
+    pub(crate) fn cancel_here(&self, id: TaskId, epoch: LeaseEpoch) -> Option<Arc<StopSignal>> {
+        let mut book = self.lock();
+        let lease = book
+            .get_mut(&id)
+            .filter(|l| l.epoch == epoch && l.executing && !l.cancel_seen)?;
+        lease.cancel_seen = true;
+        Some(Arc::clone(&lease.stop))
     }
 
     /// Stop signals of every executing lease (shutdown).

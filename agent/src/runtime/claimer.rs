@@ -7,8 +7,8 @@
 //!
 //! When things fail: a claim that fails or times out pauses claiming with exponential backoff
 //! (claims pause while the database is away; running tasks are unaffected). With
-//! `--exit-when-idle` the claimer ends the run once a claim comes back short, nothing is held,
-//! and no claimable task of the agent's types remains.
+//! `--exit-when-idle` a claim that comes back short while nothing is held asks the idle
+//! watcher (`idle.rs`) to look at once; the watcher decides when the run ends.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,8 +27,8 @@ const FILL_WAIT: Duration = Duration::from_millis(1);
 
 pub(crate) struct Claimer {
     pub(crate) core: Arc<Core>,
-    /// Cancelled by the claimer when `--exit-when-idle` finds nothing left.
-    pub(crate) idle: CancellationToken,
+    /// With `--exit-when-idle`: the idle watcher's wake-up.
+    pub(crate) idle_check: Option<Arc<tokio::sync::Notify>>,
 }
 
 fn jittered(d: Duration) -> Duration {
@@ -145,10 +145,11 @@ impl Claimer {
             if n as u32 >= want {
                 continue; // a full batch: more is probably waiting
             }
-            if core.settings.exit_when_idle && self.idle_now().await {
-                tracing::info!("nothing left to claim and nothing running: exiting when idle");
-                self.idle.cancel();
-                return;
+            if let Some(check) = &self.idle_check
+                && core.book.len() == 0
+                && core.book.reserved() == 0
+            {
+                check.notify_one();
             }
             let wait = if claim.contended {
                 Duration::from_millis(20)
@@ -177,30 +178,6 @@ impl Claimer {
         tokio::select! {
             _ = stop.cancelled() => true,
             _ = tokio::time::sleep(d) => false,
-        }
-    }
-
-    async fn idle_now(&self) -> bool {
-        if self.core.book.len() > 0 || self.core.book.reserved() > 0 {
-            return false;
-        }
-        let count = self
-            .core
-            .store
-            .task_count_claimable(self.core.types.clone());
-        match tokio::time::timeout(self.core.settings.lease_ttl / 2, count)
-            .await
-            .unwrap_or_else(|_| {
-                Err(leasehold_shared::StoreError::Busy {
-                    op: "task_count_claimable (timed out)",
-                })
-            }) {
-            Ok(0) => self.core.book.len() == 0 && self.core.book.reserved() == 0,
-            Ok(_) => false,
-            Err(error) => {
-                tracing::warn!(%error, "could not count claimable tasks");
-                false
-            }
         }
     }
 }

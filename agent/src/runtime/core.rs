@@ -75,8 +75,12 @@ pub struct RunSummary {
     pub lease_lost: u64,
     pub recovered: u64,
     pub renewal_failures: u64,
-    /// Why the run ended: `signal`, `idle`, `forced` or `stopped`.
+    /// Why the run ended: `signal`, `idle`, `idle_timeout`, `forced`, `drain` or `failed`.
     pub ended_by: String,
+    /// With `--exit-when-idle`: the state of the run's types when it ended (its keys appear at
+    /// the top level of the JSON summary).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<super::idle::IdleSummary>,
 }
 
 impl RunSummary {
@@ -108,6 +112,7 @@ impl Stats {
             recovered: g(&self.recovered),
             renewal_failures: g(&self.renewal_failures),
             ended_by: ended_by.to_string(),
+            idle: None,
         }
     }
 }

@@ -62,11 +62,11 @@ pub(crate) fn start(
         Some(d) if d < timeout_at => (d, StopReason::Deadline),
         _ => (timeout_at, StopReason::Timeout),
     };
-    let safe_until = claimed_at
-        + core
-            .settings
-            .lease_ttl
-            .saturating_sub(core.settings.safety_margin());
+    // Never past the database's lease_until (minus the margin).
+    let left = task
+        .lease_until
+        .map(|until| super::resources::lease_left(until, db_now));
+    let safe_until = core.safe_until(claimed_at, left);
     if core.feed.is_enabled() {
         acquired.push(AcquiredLease {
             id: task.id,
@@ -217,9 +217,15 @@ async fn run_handler(
         )));
     };
     let mut run = AssertUnwindSafe(handler.call(ctx, payload)).catch_unwind();
+    // Biased, stops first: once a stop (or a drop) is signalled the handler is not polled
+    // again here. Polled first, it would see `ctx.cancelled()` and could start a side effect
+    // (a write that reaches its database) in the instant before a forced stop drops it — after
+    // the lease can no longer be proven.
     let first = tokio::select! {
-        r = &mut run => Some(r),
+        biased;
+        _ = stop.hard.cancelled() => None,
         _ = stop.token.cancelled() => None,
+        r = &mut run => Some(r),
         _ = tokio::time::sleep_until(stop_at.into()) => {
             stop.stop(stop_reason);
             None
@@ -231,8 +237,9 @@ async fn run_handler(
         None => {
             // Asked to stop: the handler gets stop_grace to return on its own.
             tokio::select! {
-                r = &mut run => Some(r),
+                biased;
                 _ = stop.hard.cancelled() => None,
+                r = &mut run => Some(r),
                 _ = tokio::time::sleep(core.settings.stop_grace) => {
                     tracing::warn!(grace = ?core.settings.stop_grace, "handler ignored the stop request; dropping it");
                     stop.force(stop_reason);

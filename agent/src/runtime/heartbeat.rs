@@ -2,8 +2,12 @@
 //! of its own with a statement timeout, so a busy pool or a slow handler never makes a healthy
 //! agent look dead.
 //!
+//! The same statement pushes the agent's liveness deadline (`agents.alive_until` = database
+//! `now()` + its own lease TTL + grace) on every beat, leases held or not: the leader judges
+//! whether a type is served by that deadline, never by its own timings (issue 18).
+//!
 //! ```text
-//!   every heartbeat:  renew all (one statement) ──▶ renewed: safe_until = sent + ttl − margin
+//!   every heartbeat:  renew all (one statement) ──▶ renewed: safe_until = sent + min(ttl, lease_until − db now) − margin
 //!                                              ├──▶ cancel_requested: ask the handler to stop
 //!                                              └──▶ lost: drop the execution at once
 //!   every check:      executing lease past safe_until ──▶ drop it (cannot prove the lease)
@@ -21,8 +25,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_shared::Store;
-use leasehold_shared::store::RenewParams;
+use leasehold_shared::store::{RenewOutcome, RenewParams};
+use leasehold_shared::{LeaseEpoch, Store, TaskId};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
@@ -85,45 +89,16 @@ impl Heartbeat {
         let core = Arc::clone(&self.core);
         let leases = core.book.keys();
         if leases.is_empty() {
+            self.prove_alive().await;
             return;
         }
-        let timeout = core.settings.renew_timeout();
         let sent = Instant::now();
         let failed_keys = if core.feed.is_enabled() {
             leases.clone()
         } else {
             Vec::new()
         };
-        let params = RenewParams {
-            owner: core.id.clone(),
-            leases,
-            lease_ttl: core.settings.lease_ttl,
-        };
-        // One deadline for connecting and renewing together.
-        let attempt = tokio::time::timeout(timeout, async {
-            let conn = self.connection().await?;
-            conn.lease_renew_many(params)
-                .await
-                .map_err(anyhow::Error::new)
-        })
-        .await;
-        let result = match attempt {
-            Ok(Ok(out)) => Ok(out),
-            Ok(Err(e)) => {
-                let connection = e
-                    .downcast_ref::<leasehold_shared::StoreError>()
-                    .is_none_or(|s| s.is_connection());
-                if connection {
-                    self.conn = None;
-                }
-                Err(e)
-            }
-            Err(_) => {
-                // Half-open or stuck: abandon the connection rather than wait on it.
-                self.conn = None;
-                Err(anyhow::anyhow!("renewal timed out after {timeout:?}"))
-            }
-        };
+        let result = self.send_renewal(leases).await;
         let out = match result {
             Ok(out) => out,
             Err(error) => {
@@ -143,11 +118,14 @@ impl Heartbeat {
         };
         core.metrics.renewal(true);
         core.metrics.database(true);
-        let safe_until = sent
-            + core
-                .settings
-                .lease_ttl
-                .saturating_sub(core.settings.safety_margin());
+        // Never past the database's lease_until (minus the margin): the least any renewed
+        // lease has left at the database's now.
+        let left = out
+            .renewed
+            .iter()
+            .map(|r| super::resources::lease_left(r.lease_until, out.now))
+            .min();
+        let safe_until = core.safe_until(sent, left);
         let renewed: Vec<_> = out
             .renewed
             .iter()
@@ -168,7 +146,7 @@ impl Heartbeat {
             });
             tracing::info!(
                 task.id = noted.id.0,
-                "cancel requested by an operator: stopping the execution"
+                "cancel requested by an operator, seen at renewal: stopping the execution"
             );
             noted.stop.stop(StopReason::Cancelled);
         }
@@ -195,6 +173,57 @@ impl Heartbeat {
             }
         }
         core.update_active();
+    }
+
+    /// With no lease to renew, the beat still pushes the agent's liveness deadline on (the
+    /// renewal statement with no leases), so an idle agent's types stay served. A failure is
+    /// logged and, on a connection error or timeout, the connection replaced; it is not a
+    /// lease renewal failure (nothing was held).
+    async fn prove_alive(&mut self) {
+        if let Err(error) = self.send_renewal(Vec::new()).await {
+            tracing::warn!(error = %format!("{error:#}"), "liveness beat failed");
+        }
+    }
+
+    /// One renewal statement on the heartbeat connection: the leases given (maybe none) and
+    /// the agent's liveness deadline, connecting and renewing within one renewal timeout. A
+    /// connection error or a timeout drops the connection: a half-open or stuck socket is
+    /// never waited on again.
+    async fn send_renewal(
+        &mut self,
+        leases: Vec<(TaskId, LeaseEpoch)>,
+    ) -> anyhow::Result<RenewOutcome> {
+        let core = Arc::clone(&self.core);
+        let timeout = core.settings.renew_timeout();
+        let params = RenewParams {
+            owner: core.id.clone(),
+            leases,
+            lease_ttl: core.settings.lease_ttl,
+            alive_for: Some(core.settings.alive_for()),
+        };
+        let attempt = tokio::time::timeout(timeout, async {
+            let conn = self.connection().await?;
+            conn.lease_renew_many(params)
+                .await
+                .map_err(anyhow::Error::new)
+        })
+        .await;
+        match attempt {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => {
+                let connection = e
+                    .downcast_ref::<leasehold_shared::StoreError>()
+                    .is_none_or(|s| s.is_connection());
+                if connection {
+                    self.conn = None;
+                }
+                Err(e)
+            }
+            Err(_) => {
+                self.conn = None;
+                Err(anyhow::anyhow!("renewal timed out after {timeout:?}"))
+            }
+        }
     }
 
     fn check(&self) {

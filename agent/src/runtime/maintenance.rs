@@ -5,7 +5,9 @@
 //!   follower ──elect (leader lease expired + grace)──▶ leader ──renew each tick──▶ leader
 //!      ▲                                                  │ renew fenced / unprovable
 //!      └──────────────────────────────────────────────────┘
-//!   leader tick: recover leases past lease_until + grace (in batches until none are left)
+//!   every tick:  the renewal / election reads the database clock (see `db_clock`)
+//!   leader tick: recover leases past lease_until + grace (at most `recovery_per_tick`;
+//!                none for one TTL after a forward jump of the database clock)
 //!                dead-letter waiting tasks past their deadline
 //!                every minute (or every unserved_after / 2): delete finished tasks past retention
 //!                and resource lease history older than a day; dead-letter tasks whose
@@ -14,24 +16,28 @@
 //!
 //! Recovery latency after an agent dies is bounded by TTL + grace + one tick, also when the
 //! dead agent was the leader: its leader lease expires with its task leases, and every agent
-//! tries to take it over on each tick.
+//! tries to take it over on each tick. A mass expiry of N leases takes N / `recovery_per_tick`
+//! ticks to recover: the cap keeps one tick bounded and spreads a burst of retries.
 //!
 //! When things fail: every statement re-checks what it changes in the database, so two agents
 //! that both believe they lead (a paused leader that wakes up) are harmless, only wasteful; a
-//! leader that cannot renew in time stops leading locally. Errors are logged and retried on the
-//! next tick.
+//! leader that cannot renew in time — the renewal failed, or was cut off by the step timeout —
+//! stops leading locally once its `safe_until` has passed (the leader step is never allowed to
+//! run past it). Errors are logged and retried on the next tick.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use leasehold_shared::TaskStatus;
 use leasehold_shared::store::{
-    ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
+    ExpireDeadlinesParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal,
     PurgeParams, RecoverParams, UnservedParams,
 };
 use tokio_util::sync::CancellationToken;
 
 use super::core::{Core, bump};
+use super::db_clock::{ClockJump, DbClock};
 use super::events::LifecycleEvent;
 
 const BATCH: u32 = 1000;
@@ -46,9 +52,20 @@ struct Leadership {
     safe_until: Instant,
 }
 
+/// A renewal that failed or timed out: past `safe_until` leadership cannot be proven.
+fn step_down_if_unprovable(leading: &mut Option<Leadership>) {
+    if let Some(l) = leading.as_ref()
+        && Instant::now() >= l.safe_until
+    {
+        tracing::warn!(term = l.term, "leadership not provable: stepping down");
+        *leading = None;
+    }
+}
+
 impl Maintenance {
     pub(crate) async fn run(self, stop: CancellationToken) {
         let mut leading: Option<Leadership> = None;
+        let mut clock = DbClock::new(self.core.settings.lease_ttl);
         let mut last_housekeeping: Option<Instant> = None;
         // Every step is bounded, so a silent connection can neither stall maintenance for good
         // nor hold up shutdown.
@@ -61,10 +78,21 @@ impl Maintenance {
             }
         };
         loop {
-            bounded("leader")(tokio::time::timeout(limit, self.lead(&mut leading)).await);
+            // The leader step never runs past safe_until: leadership it cannot prove by then is
+            // given up below, not after another full step.
+            let lead_limit = leading.as_ref().map_or(limit, |l| {
+                let left = l.safe_until.saturating_duration_since(Instant::now());
+                limit.min(left.max(self.core.settings.renew_timeout()))
+            });
+            let led = tokio::time::timeout(lead_limit, self.lead(&mut leading, &mut clock)).await;
+            if led.is_err() {
+                tracing::warn!(step = "leader", limit = ?lead_limit, "maintenance step timed out");
+                // A renewal cut off by the timeout is a failed one.
+                step_down_if_unprovable(&mut leading);
+            }
             self.publish(leading.as_ref());
             if leading.is_some() {
-                bounded("recovery")(tokio::time::timeout(limit, self.recover()).await);
+                bounded("recovery")(tokio::time::timeout(limit, self.recover(&clock)).await);
                 bounded("deadlines")(tokio::time::timeout(limit, self.expire_deadlines()).await);
                 if last_housekeeping.is_none_or(|at| at.elapsed() >= self.housekeeping_every()) {
                     last_housekeeping = Some(Instant::now());
@@ -122,7 +150,7 @@ impl Maintenance {
         }
     }
 
-    async fn lead(&self, leading: &mut Option<Leadership>) {
+    async fn lead(&self, leading: &mut Option<Leadership>, clock: &mut DbClock) {
         let core = &self.core;
         let ttl = core.settings.lease_ttl;
         let sent = Instant::now();
@@ -137,24 +165,23 @@ impl Maintenance {
                 })
                 .await;
             match renewed {
-                Ok(HolderWrite::Held) => {
+                Ok(LeaderRenewal::Held { now }) => {
                     l.safe_until = safe;
+                    self.observe(clock, now, sent);
                     return;
                 }
-                Ok(HolderWrite::Fenced) => {
+                Ok(LeaderRenewal::Fenced) => {
                     tracing::warn!(term = l.term, "leadership lost: another agent took over");
                     *leading = None;
                 }
                 Err(error) => {
                     tracing::warn!(%error, "leader renewal failed");
-                    if Instant::now() >= l.safe_until {
-                        tracing::warn!(term = l.term, "leadership not provable: stepping down");
-                        *leading = None;
-                    }
+                    step_down_if_unprovable(leading);
                     return;
                 }
             }
         }
+        let elect_sent = Instant::now();
         let elected = core
             .store
             .leader_attempt_elect(LeaderElectParams {
@@ -164,26 +191,56 @@ impl Maintenance {
             })
             .await;
         match elected {
-            Ok(LeaderOutcome::Leader { term, .. }) => {
+            Ok(LeaderOutcome::Leader { term, now, .. }) => {
+                self.observe(clock, now, elect_sent);
                 tracing::info!(term, "became leader");
                 *leading = Some(Leadership {
                     term,
                     safe_until: safe,
                 });
             }
-            Ok(LeaderOutcome::Follower { .. }) => {}
+            Ok(LeaderOutcome::Follower { now, .. }) => self.observe(clock, now, elect_sent),
             Err(error) => tracing::debug!(%error, "leader election failed"),
         }
     }
 
-    async fn recover(&self) {
+    /// Checks database time `db`, read by a statement sent at `sent`, for a clock jump.
+    fn observe(&self, clock: &mut DbClock, db: DateTime<Utc>, sent: Instant) {
+        let Some(jump) = clock.observe(db, sent, Instant::now()) else {
+            return;
+        };
+        self.core.metrics.clock_jump(jump.direction());
+        match jump {
+            ClockJump::Forward(by) => tracing::warn!(
+                ?by,
+                hold = ?self.core.settings.lease_ttl,
+                "database clock jumped forward: lease recovery held for one TTL, so live \
+                 holders renew at the new time first"
+            ),
+            ClockJump::Backward(by) => tracing::warn!(
+                ?by,
+                "database clock jumped backward: leases last longer by the jump"
+            ),
+        }
+    }
+
+    /// Recovers at most `recovery_per_tick` expired leases, none while a database clock jump
+    /// holds recovery; each statement refuses to act on a clock past the monotonic bound.
+    async fn recover(&self, clock: &DbClock) {
         let core = &self.core;
-        loop {
+        if clock.recovery_held(Instant::now()) {
+            tracing::debug!("lease recovery held after a database clock jump");
+            return;
+        }
+        let mut left = core.settings.recovery_per_tick;
+        while left > 0 {
+            let limit = left.min(BATCH);
             let recovered = match core
                 .store
                 .lease_recover_expired(RecoverParams {
                     grace: core.settings.grace,
-                    limit: BATCH,
+                    limit,
+                    clock_bound: clock.bound(Instant::now()),
                 })
                 .await
             {
@@ -207,10 +264,15 @@ impl Maintenance {
                     .collect(),
             });
             core.wake_claimers();
-            if n < BATCH as usize {
+            if n < limit as usize {
                 return;
             }
+            left -= limit;
         }
+        tracing::info!(
+            cap = core.settings.recovery_per_tick,
+            "lease recovery reached its cap for this tick; the rest follows on the next ticks"
+        );
     }
 
     async fn expire_deadlines(&self) {
@@ -287,7 +349,9 @@ impl Maintenance {
                 .store
                 .task_dead_letter_unserved(UnservedParams {
                     due_for: after,
-                    agent_stale_after: core.settings.lease_ttl + core.settings.grace,
+                    // Each agent is judged by its own liveness deadline; this bound is only
+                    // for rows of agents from before it existed.
+                    legacy_stale_after: core.settings.lease_ttl + core.settings.grace,
                     limit: BATCH,
                 })
                 .await

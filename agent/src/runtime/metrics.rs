@@ -40,6 +40,11 @@ struct OpLabel {
     op: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
 fn seconds_histogram() -> Histogram {
     // 1 ms … ~9 h in 16 doubling buckets… plus a few more for long tasks.
     Histogram::new(exponential_buckets(0.001, 2.0, 25))
@@ -71,6 +76,7 @@ pub struct Metrics {
     fenced: Family<OpLabel, Counter>,
     leases_lost: Family<OpLabel, Counter>,
     recoveries: Counter,
+    clock_jumps: Family<DirectionLabel, Counter>,
     ticks: Family<TickLabel, Counter>,
     timeouts: Family<TypeLabel, Counter>,
     slow: Family<TypeLabel, Counter>,
@@ -107,6 +113,7 @@ impl Metrics {
             fenced: Family::default(),
             leases_lost: Family::default(),
             recoveries: Counter::default(),
+            clock_jumps: Family::default(),
             ticks: Family::default(),
             timeouts: Family::default(),
             slow: Family::default(),
@@ -176,6 +183,12 @@ impl Metrics {
             m.recoveries.clone(),
         );
         registry.register(
+            "database_clock_jumps",
+            "Jumps of the database clock against monotonic time seen by maintenance, by direction \
+             (a forward jump holds lease recovery for one TTL)",
+            m.clock_jumps.clone(),
+        );
+        registry.register(
             "schedule_ticks",
             "Cron ticks this agent fired as leader, by schedule and outcome (enqueued; duplicate: \
              another leader had enqueued the tick; failed: not enqueued)",
@@ -205,6 +218,11 @@ impl Metrics {
         for op in ["renew", "complete", "release", "progress"] {
             m.fenced
                 .get_or_create(&OpLabel { op: op.to_string() })
+                .inc_by(0);
+        }
+        for direction in ["forward", "backward"] {
+            m.clock_jumps
+                .get_or_create(&DirectionLabel { direction })
                 .inc_by(0);
         }
         for how in ["revoked", "unprovable"] {
@@ -321,6 +339,12 @@ impl Metrics {
 
     pub(crate) fn recovered(&self, n: usize) {
         self.recoveries.inc_by(u64::try_from(n).unwrap_or(0));
+    }
+
+    pub(crate) fn clock_jump(&self, direction: &'static str) {
+        self.clock_jumps
+            .get_or_create(&DirectionLabel { direction })
+            .inc();
     }
 
     pub(crate) fn tick(&self, schedule: &str, outcome: &str) {
@@ -445,6 +469,7 @@ mod tests {
         m.fenced("complete");
         m.renewal(false);
         m.database(true);
+        m.clock_jump("forward");
         let text = m.encode();
         for name in [
             "leasehold_active_tasks",
@@ -456,6 +481,8 @@ mod tests {
             "leasehold_renewal_failures_total 1",
             "leasehold_fenced_writes_total{op=\"complete\"} 1",
             "leasehold_database_up 1",
+            "leasehold_database_clock_jumps_total{direction=\"forward\"} 1",
+            "leasehold_database_clock_jumps_total{direction=\"backward\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

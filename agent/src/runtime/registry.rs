@@ -1,6 +1,8 @@
 //! The registry service: the agent's row in `agents` (state, active executions, local
 //! concurrency) refreshed every heartbeat, and the policy cache (per-type timeouts and slow
-//! thresholds) refreshed with it.
+//! thresholds) refreshed with it. It runs on the shared pool, so it does not prove the agent
+//! alive: the liveness deadline (`alive_until`) is pushed by the heartbeat service on its own
+//! connection, and only that deadline decides whether the agent's types are served.
 //!
 //! When things fail: errors are logged and retried next interval; the row going stale only
 //! makes the console show the agent as silent.

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   every heartbeat:  renew every held lease and membership (one statement)
-//!                       renewed ──▶ safe_until = sent + ttl − margin
+//!                       renewed ──▶ safe_until = sent + min(ttl, lease_until − db now) − margin
 //!                       lost    ──▶ dropped at once, the holder told (revoked)
 //!                     then, per group: read shards + members, plan (plan_shards: even ±1,
 //!                       sticky by agent name), take free shards planned for us, give back
@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
+use chrono::{DateTime, Utc};
 use leasehold_shared::domain::shard::plan_shards;
 use leasehold_shared::store::resources::member_name;
 use leasehold_shared::store::{
@@ -193,27 +194,38 @@ fn wall(at: Instant) -> SystemTime {
     }
 }
 
+/// What is left of a lease at the database's `now`: `lease_until − now` (never negative).
+pub(crate) fn lease_left(lease_until: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
+    (lease_until - now).to_std().unwrap_or(Duration::ZERO)
+}
+
 impl Core {
-    fn safe_until(&self, sent: Instant) -> Instant {
-        sent + self
-            .settings
-            .lease_ttl
-            .saturating_sub(self.settings.safety_margin())
+    /// The local deadline of a lease written by a call sent at `sent`: the TTL after it, or
+    /// what the database said is `left` of the lease when that is less (a lock's
+    /// `lock_at_most_for` caps its `lease_until`), minus the safety margin. It never passes
+    /// the database's `lease_until` − margin: this agent stops believing it holds a lease
+    /// before anyone else can take it.
+    pub(crate) fn safe_until(&self, sent: Instant, left: Option<Duration>) -> Instant {
+        let ttl = self.settings.lease_ttl;
+        let lease = left.map_or(ttl, |left| left.min(ttl));
+        sent + lease.saturating_sub(self.settings.safety_margin())
     }
 
-    /// Records a new holding: the book, listeners, the Watch stream, the log.
+    /// Records a new holding (written by a call sent at `sent`, with `left` of it by the
+    /// database): the book, listeners, the Watch stream, the log.
     fn hold(
         &self,
         name: String,
         group: Option<(GroupName, u32)>,
         token: i64,
         sent: Instant,
+        left: Option<Duration>,
         lost: Option<watch::Sender<Option<LossReason>>>,
     ) {
         let held = Held {
             group,
             token,
-            safe_until: self.safe_until(sent),
+            safe_until: self.safe_until(sent, left),
             lost,
         };
         let res = resource(&name, &held);
@@ -371,10 +383,25 @@ async fn release(core: &Arc<Core>, name: &str, token: i64) -> anyhow::Result<boo
     if !core.drop_holding(name, token, LossReason::Released, now) {
         return Ok(false);
     }
-    core.give_back(core.store.as_ref(), name, token).await
+    let given = core.give_back(core.store.as_ref(), name, token).await;
+    if given.is_err() {
+        core.retry_give_back(name, token);
+    }
+    given
 }
 
 impl Core {
+    /// Gives `name` (of `token`) back again at the next renewal: a give-back that failed may
+    /// have landed with its reply lost, and a release is idempotent, so its retry is told it
+    /// landed rather than counted as fenced.
+    fn retry_give_back(&self, name: &str, token: i64) {
+        self.holdings
+            .to_release
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((name.to_string(), token));
+    }
+
     /// This agent's holder write giving `name` (of `token`) back on `conn`; a refused one is
     /// counted as fenced. True when it landed.
     async fn give_back(&self, conn: &dyn Store, name: &str, token: i64) -> anyhow::Result<bool> {
@@ -411,6 +438,12 @@ impl Core {
     }
 }
 
+/// The refusal of a second `lock` of a name this agent holds: the name as written, never the
+/// newtype's Debug form.
+fn already_held(name: &LockName) -> String {
+    format!("this agent already holds lock {:?}", name.as_str())
+}
+
 /// Takes lock `name` for this agent (renewed by its heartbeat); `None` while someone else
 /// holds it.
 pub(crate) async fn lock(
@@ -420,7 +453,7 @@ pub(crate) async fn lock(
 ) -> anyhow::Result<Option<HeldLock>> {
     let name = LockName::new(name)?;
     if core.holdings.lock().contains_key(name.as_str()) {
-        anyhow::bail!("this agent already holds lock {name:?}");
+        anyhow::bail!(already_held(&name));
     }
     let sent = Instant::now();
     let out = core
@@ -440,7 +473,16 @@ pub(crate) async fn lock(
     }
     let (tx, rx) = watch::channel(None);
     let token = out.lock.token;
-    core.hold(name.as_str().to_string(), None, token, sent, Some(tx));
+    // The database's lease_until (capped by lock_at_most_for) bounds the local deadline.
+    let left = (out.lock.lease_until).map_or(Duration::ZERO, |until| lease_left(until, out.now));
+    core.hold(
+        name.as_str().to_string(),
+        None,
+        token,
+        sent,
+        Some(left),
+        Some(tx),
+    );
     Ok(Some(HeldLock {
         core: Arc::clone(core),
         name: name.as_str().to_string(),
@@ -564,14 +606,16 @@ impl Keeper {
             }
         };
         core.metrics.renewal(true);
-        let safe = core.safe_until(sent);
         {
             let mut held = core.holdings.lock();
-            for (name, token, _) in &out.renewed {
+            for (name, token, until) in &out.renewed {
                 if let Some(h) = held.get_mut(name)
                     && h.token == *token
                 {
-                    h.safe_until = safe;
+                    let left = out
+                        .now
+                        .map_or(Duration::ZERO, |now| lease_left(*until, now));
+                    h.safe_until = core.safe_until(sent, Some(left));
                 }
             }
         }
@@ -666,9 +710,15 @@ impl Keeper {
             let token = core.holdings.lock().get(&name).map(|h| h.token);
             if let Some(token) = token {
                 core.drop_holding(&name, token, LossReason::Released, Instant::now());
-                tokio::time::timeout(write_limit, core.give_back(conn.as_ref(), &name, token))
-                    .await
-                    .with_context(|| format!("giving back {name}: timed out"))??;
+                let given =
+                    tokio::time::timeout(write_limit, core.give_back(conn.as_ref(), &name, token))
+                        .await
+                        .with_context(|| format!("giving back {name}: timed out"))
+                        .and_then(|given| given);
+                if given.is_err() {
+                    core.retry_give_back(&name, token);
+                }
+                given?;
             }
             self.check();
         }
@@ -691,7 +741,8 @@ impl Keeper {
             .await
             .with_context(|| format!("taking {name}: timed out"))??;
             if let Some(token) = taken {
-                core.hold(name, Some((group.clone(), shard)), token, sent, None);
+                // A shard's lease is the TTL from the database's now (no at-most bound).
+                core.hold(name, Some((group.clone(), shard)), token, sent, None, None);
             }
             self.check();
         }
@@ -833,6 +884,15 @@ mod tests {
     }
 
     const GRACE: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_lock_held_twice_is_refused_naming_the_lock_as_written() {
+        let name = LockName::new("deploy/prod").unwrap();
+        assert_eq!(
+            already_held(&name),
+            "this agent already holds lock \"deploy/prod\""
+        );
+    }
 
     #[test]
     fn a_new_member_takes_half_and_the_owner_gives_half_back() {

@@ -131,26 +131,37 @@ impl Scheduler {
     }
 }
 
-/// A warning when no live agent (registry heartbeat within lease TTL + grace, not stopped)
-/// handles `task_type`: its schedule's tasks would wait (and, with `unserved_after`, be
-/// dead-lettered). `None` when one does, or when the registry cannot be read (the add itself
-/// will then say what is wrong).
+/// A warning when no live agent (not stopped, its own liveness deadline not passed) handles
+/// `task_type`: its schedule's tasks would wait (and, with `unserved_after`, be dead-lettered).
+/// `None` when one does, or when the registry cannot be read (the add itself will then say
+/// what is wrong).
 pub(crate) async fn unserved_warning(
     core: &Core,
     task_type: &leasehold_shared::TaskType,
 ) -> Option<String> {
     let agents = core.store.agent_list().await.ok()?;
+    // Each agent by its own liveness deadline; our TTL + grace only for rows without one.
     let stale = core.settings.lease_ttl + core.settings.grace;
     let served = agents.iter().any(|a| {
-        a.state != leasehold_shared::store::AgentState::Stopped
-            && (a.now - a.heartbeat_at)
+        let alive = match a.alive_until {
+            Some(until) => until > a.now,
+            None => (a.now - a.heartbeat_at)
                 .to_std()
-                .is_ok_and(|age| age <= stale)
+                .is_ok_and(|age| age <= stale),
+        };
+        a.state != leasehold_shared::store::AgentState::Stopped
+            && alive
             && a.task_types.iter().any(|t| t == task_type.as_str())
     });
-    (!served).then(|| {
-        format!("no live agent handles task type {task_type:?}: its tasks will wait until one does")
-    })
+    (!served).then(|| unserved_message(task_type))
+}
+
+/// The warning of [`unserved_warning`]: the type by its name, never the newtype's Debug form.
+fn unserved_message(task_type: &leasehold_shared::TaskType) -> String {
+    format!(
+        "no live agent handles task type {}: its tasks will wait until one does",
+        task_type.as_str()
+    )
 }
 
 /// Upserts the schedules of the agent's configuration ([`ScheduleWriteMode::Declare`]: a
@@ -194,4 +205,19 @@ pub(crate) async fn declare(
         core.schedules_changed.notify_one();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_unserved_warning_names_the_type_as_written() {
+        let t = leasehold_shared::TaskType::new("report.build").unwrap();
+        assert_eq!(
+            unserved_message(&t),
+            "no live agent handles task type report.build: its tasks will wait until one does"
+        );
+    }
 }

@@ -40,6 +40,8 @@ pub const DEFAULT_COMPLETE_BATCH: usize = 100;
 pub const DEFAULT_COMPLETE_FLUSH: Duration = Duration::from_millis(2);
 /// Connections of the agent's main pool (the heartbeat has its own connection on top).
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Most expired leases the leader recovers per maintenance tick (one recovery statement).
+pub const DEFAULT_RECOVERY_PER_TICK: u32 = 1000;
 
 /// Everything the runtime needs to know, validated by [`RuntimeSettings::validate`].
 #[derive(Debug, Clone, PartialEq)]
@@ -63,8 +65,18 @@ pub struct RuntimeSettings {
     /// `None`: never dead-letter tasks of unserved types.
     pub unserved_after: Option<Duration>,
     pub max_connections: u32,
-    /// Exit once nothing claimable of our types remains and nothing runs.
+    /// Most expired leases the leader recovers per maintenance tick: a mass expiry of N leases
+    /// is spread over N / this many ticks instead of being revoked at once.
+    pub recovery_per_tick: u32,
+    /// Exit once nothing of our types is queued, retrying or running.
     pub exit_when_idle: bool,
+    /// With `exit_when_idle`: give up this long after the start while work remains (exit 4).
+    /// `None`: wait as long as it takes (a retry is waited for, however long its backoff).
+    pub idle_timeout: Option<Duration>,
+    /// With `exit_when_idle`: dead and cancelled tasks of our types fail the run only when
+    /// created or finished at most this long before the agent started. `None`: every one
+    /// still stored (a rerun against the same database still fails on them).
+    pub idle_since: Option<Duration>,
     /// gRPC address recorded in the registry (the server itself arrives with the gRPC API).
     pub grpc_address: Option<String>,
     /// Shard groups this agent joins (`--shard-groups`).
@@ -91,7 +103,10 @@ impl Default for RuntimeSettings {
             dead_retention: DEFAULT_DEAD_RETENTION,
             unserved_after: Some(DEFAULT_UNSERVED_AFTER),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            recovery_per_tick: DEFAULT_RECOVERY_PER_TICK,
             exit_when_idle: false,
+            idle_timeout: None,
+            idle_since: None,
             grpc_address: None,
             shard_groups: Vec::new(),
         }
@@ -218,8 +233,17 @@ impl RuntimeSettings {
         if let Some(after) = self.unserved_after {
             within("unserved_after", after, Duration::from_secs(1), 7 * DAY)?;
         }
+        if let Some(d) = self.idle_timeout {
+            within("idle_timeout", d, MS, 365 * DAY)?;
+        }
+        if let Some(d) = self.idle_since {
+            within("idle_since", d, Duration::ZERO, 3650 * DAY)?;
+        }
         if !(2..=1000).contains(&self.max_connections) {
             return Err(bad("max_connections", "must be within 2..=1000"));
+        }
+        if !(1..=100_000).contains(&self.recovery_per_tick) {
+            return Err(bad("recovery_per_tick", "must be within 1..=100000"));
         }
         Ok(())
     }
@@ -237,6 +261,15 @@ impl RuntimeSettings {
     /// Margin kept between the local safety deadline and the lease's expiry.
     pub fn safety_margin(&self) -> Duration {
         (self.lease_ttl / 5).min(Duration::from_secs(2))
+    }
+
+    /// How far ahead this agent's liveness deadline (`agents.alive_until`) is set at
+    /// registration and on every heartbeat: lease TTL + grace, the time its leases are also
+    /// held without a renewal. A healthy agent beats at least every heartbeat + renew timeout,
+    /// which the validation keeps under half the TTL, so it always beats in time; the leader's
+    /// unserved-type check trusts this deadline rather than its own timings.
+    pub fn alive_for(&self) -> Duration {
+        self.lease_ttl + self.grace
     }
 
     /// Leases whose heartbeat is older than this are suspect (DESIGN §4: 3 × heartbeat).
