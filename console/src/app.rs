@@ -4,15 +4,19 @@
 //! no terminal and no agent.
 //!
 //! Invariants: a destructive action (cancel, requeue, requeue all matching, drain, enable,
-//! disable or trigger a schedule, release a lock) is only sent from a confirm dialog; in read-only mode no action that changes anything is sent (the
-//! agent refuses it too); the selection is re-found by key after every change.
+//! disable or trigger a schedule, release a lock) is only sent from a confirm dialog; in
+//! read-only mode no action that changes anything is sent (the agent refuses it too); the
+//! selection is re-found by key after every change, and marks are kept only on rows the view
+//! shows; `q` and Esc inside a dialog, pane or prompt only close it, and quitting the demo
+//! (which stops its agents) asks first; an open task pane is read again every second, after
+//! every action reply and on ctrl-l.
 
 use crate::event::{Event, LimitScope, Request, RequestKind, TaskFilter};
 use crate::input::{Action, Key, action_of};
-use crate::state::prompt::{Edit, LineInput};
+use crate::state::prompt::Edit;
 use crate::state::{
-    Confirm, Detail, Focus, Overlay, Pending, Prompt, PromptKind, State, Targets, Verb, View,
-    sort_keys,
+    Confirm, DETAIL_REFRESH_MS, Detail, Focus, Overlay, Pending, Prompt, PromptKind, State,
+    Targets, Verb, View, sort_keys,
 };
 
 /// Rows asked per dead-letter page.
@@ -76,6 +80,10 @@ impl App {
         if action_reply && matches!(self.state.view, View::Locks | View::Shards) {
             self.load_resources();
         }
+        // What an action did shows in the open task pane at once.
+        if action_reply {
+            self.load_details(true);
+        }
         // The first groups just arrived: read the shards of the one shown.
         if self.state.view == View::Shards
             && self.state.frozen.is_none()
@@ -114,7 +122,74 @@ impl App {
                 self.load_resources();
             }
         }
+        if self.state.frozen.is_none() {
+            self.load_details(false);
+        }
         self.state.sync_selection();
+    }
+
+    /// Reads every open task pane again: each one due (a second since its last read, none
+    /// on its way), or with `now` every one at once — the answer to a read already on its
+    /// way is then dropped, since it may predate what `now` is for.
+    fn load_details(&mut self, now: bool) {
+        let local = self.state.local_ms();
+        let mut due = Vec::new();
+        for overlay in &self.state.overlays {
+            if let Overlay::Detail(d) = overlay
+                && (now || (d.asked.is_none() && local - d.asked_ms >= DETAIL_REFRESH_MS))
+            {
+                due.push(d.id);
+            }
+        }
+        for id in due {
+            let request = self.state.request_id(Pending::Task { id });
+            self.outbox.push(crate::event::Request {
+                id: request,
+                kind: RequestKind::Task { id },
+            });
+            for overlay in self.state.overlays.iter_mut() {
+                if let Overlay::Detail(d) = overlay
+                    && d.id == id
+                {
+                    d.asked = Some(request);
+                    d.asked_ms = local;
+                }
+            }
+        }
+    }
+
+    /// ctrl-l: the screen redrawn whole, and everything the console reads on demand read
+    /// again now — the open task panes, the dead letters, schedules, locks or shards shown,
+    /// and the registry and overview.
+    fn refresh_all(&mut self) {
+        self.redraw = true;
+        self.load_details(true);
+        match self.state.view {
+            View::Dead if !self.state.live.dead.loading => self.load_dead(false),
+            View::Schedules => self.load_schedules(),
+            View::Locks | View::Shards => self.load_resources(),
+            _ => {}
+        }
+        self.outbox.push(crate::event::Request {
+            id: 0,
+            kind: RequestKind::Poll,
+        });
+    }
+
+    /// `q`: quits, unless the console runs inside `leasehold demo` with agents still running,
+    /// whose stop it asks about first.
+    fn ask_quit(&mut self) {
+        let agents = self.state.demo_agents_running();
+        if agents == 0 {
+            self.state.quit = true;
+            return;
+        }
+        self.state
+            .overlays
+            .push(Overlay::Confirm(Box::new(Confirm::new(
+                Verb::StopDemo,
+                Targets::Demo { agents },
+            ))));
     }
 
     /// Asks for what the Locks or Shards tab shows (the locks; or the groups and the shown
@@ -250,12 +325,17 @@ impl App {
 
     /// Handles one key.
     pub fn on_key(&mut self, key: Key) {
+        // ctrl-l works everywhere, under any dialog, pane or prompt.
+        if key == Key::Ctrl('l') {
+            self.refresh_all();
+            self.state.sync_selection();
+            return;
+        }
         match self.state.overlays.last() {
             Some(Overlay::Prompt(_)) => self.prompt_key(key),
             Some(Overlay::Confirm(_)) => self.confirm_key(key),
-            Some(Overlay::Help { .. } | Overlay::Log { .. } | Overlay::Detail(_)) => {
-                self.pane_key(key)
-            }
+            Some(Overlay::Log { .. }) => self.log_key(key),
+            Some(Overlay::Help { .. } | Overlay::Detail(_)) => self.pane_key(key),
             None => self.view_key(key),
         }
         self.state.sync_selection();
@@ -279,7 +359,7 @@ impl App {
     pub fn act(&mut self, action: Action) {
         let page = self.state.page_rows;
         match action {
-            Action::Quit => self.state.quit = true,
+            Action::Quit => self.ask_quit(),
             Action::Back => {
                 if !self.state.marks.is_empty() {
                     self.state.marks.clear();
@@ -291,8 +371,11 @@ impl App {
                 }
             }
             Action::Help => self.state.overlays.push(Overlay::Help { scroll: 0 }),
-            Action::ActionLog => self.state.overlays.push(Overlay::Log { scroll: 0 }),
-            Action::Redraw => self.redraw = true,
+            Action::ActionLog => self.state.overlays.push(Overlay::Log {
+                selected: 0,
+                expanded: false,
+            }),
+            Action::Redraw => self.refresh_all(),
             Action::Show(view) => self.show(view),
             Action::NextView | Action::PrevView => {
                 // Every view and tab in turn: the Leases view's tabs, then Slow, and so on.
@@ -331,6 +414,8 @@ impl App {
                 }
             }
             Action::Mark => {
+                // The row under the cursor now: the selection is a task id, so a re-sort
+                // since the last frame moved the cursor with its task, never onto another.
                 if let Some(id) = self.state.selected().and_then(|k| k.parse::<i64>().ok()) {
                     if !self.state.marks.remove(&id) {
                         self.state.marks.insert(id);
@@ -350,12 +435,31 @@ impl App {
             Action::RequeueMatching => self.confirm_requeue_matching(),
             Action::LimitUp => self.step_limit(1),
             Action::LimitDown => self.step_limit(-1),
+            // The prompt starts with the limit in force, so Enter alone changes nothing and an
+            // emptied prompt means unlimited.
             Action::LimitTyped => {
                 if let Some(scope) = self.selected_scope() {
-                    self.open_prompt(PromptKind::Limit(scope), "");
+                    let current = match &scope {
+                        LimitScope::Agent { .. } => self
+                            .state
+                            .selected_agent()
+                            .and_then(|r| r.info.map(|i| i.local_concurrency)),
+                        _ => self.state.selected_type().and_then(|t| t.limit),
+                    };
+                    let text = current.map(|n| n.to_string()).unwrap_or_default();
+                    self.open_prompt(PromptKind::Limit(scope), &text);
                 }
             }
-            Action::GlobalLimit => self.open_prompt(PromptKind::Limit(LimitScope::Global), ""),
+            Action::GlobalLimit => {
+                let current = self
+                    .state
+                    .data()
+                    .overview
+                    .as_ref()
+                    .and_then(|o| o.global_limit);
+                let text = current.map(|n| n.to_string()).unwrap_or_default();
+                self.open_prompt(PromptKind::Limit(LimitScope::Global), &text);
+            }
             Action::TogglePause => {
                 if let Some(t) = self.state.selected_type() {
                     let (task_type, pause) = (t.task_type.clone(), !t.paused);
@@ -456,20 +560,16 @@ impl App {
     }
 
     fn open_detail(&mut self, id: i64) {
-        self.state.overlays.push(Overlay::Detail(Box::new(Detail {
-            id,
-            reply: None,
-            error: None,
-            scroll: 0,
-        })));
-        self.send(RequestKind::Task { id }, Pending::Task { id });
+        self.state
+            .overlays
+            .push(Overlay::Detail(Box::new(Detail::new(id))));
+        self.load_details(true);
     }
 
     fn open_prompt(&mut self, kind: PromptKind, text: &str) {
-        self.state.overlays.push(Overlay::Prompt(Prompt {
-            kind,
-            input: LineInput::new(text),
-        }));
+        self.state
+            .overlays
+            .push(Overlay::Prompt(Prompt::new(kind, text)));
     }
 
     fn confirm_tasks(&mut self, verb: Verb) {
@@ -657,6 +757,7 @@ impl App {
             _ => return,
         };
         prompt.input.edit(edit);
+        prompt.error = None;
         // Live views filter as the operator types; the database-backed one on Enter.
         if prompt.kind == PromptKind::Filter && self.state.view != View::Dead {
             let text = prompt.input.text();
@@ -677,10 +778,12 @@ impl App {
             PromptKind::Limit(scope) => match parse_limit(&text, &scope) {
                 Ok(limit) => self.set_limit(scope, limit),
                 Err(why) => {
-                    self.state.set_status(why, true);
+                    // The prompt stays open with its text and says why on its own line (it
+                    // covers the status line).
                     self.state.overlays.push(Overlay::Prompt(Prompt {
                         kind: PromptKind::Limit(scope),
                         input: prompt.input,
+                        error: Some(why),
                     }));
                 }
             },
@@ -693,7 +796,9 @@ impl App {
         }
         match command {
             "" => {}
-            "q" | "q!" | "quit" => self.state.quit = true,
+            "q" | "quit" => self.ask_quit(),
+            // Forced: no question, even in the demo.
+            "q!" | "quit!" => self.state.quit = true,
             "help" => self.act(Action::Help),
             "log" => self.act(Action::ActionLog),
             other => {
@@ -711,7 +816,8 @@ impl App {
             return;
         };
         match key {
-            Key::Esc | Key::Char('n') => {
+            // Only ever closes the dialog: `q` here never quits the console.
+            Key::Esc | Key::Char('n') | Key::Char('q') => {
                 self.state.overlays.pop();
             }
             Key::Tab | Key::BackTab | Key::Left | Key::Right | Key::Char('h') | Key::Char('l') => {
@@ -725,13 +831,15 @@ impl App {
             }
             Key::Backspace => dialog.typed.edit(Edit::Backspace),
             Key::Char('y') => self.confirm(),
+            // A count typed is the answer, whatever the focus: Enter confirms it when it is
+            // right, and keeps the dialog open saying what to type when it is not.
+            Key::Enter if dialog.needs_typed_count() && !dialog.typed.is_empty() => self.confirm(),
             Key::Enter => match dialog.focus {
                 Focus::Confirm => self.confirm(),
                 Focus::Cancel => {
                     self.state.overlays.pop();
                 }
             },
-            Key::Char('q') => self.state.quit = true,
             _ => {}
         }
     }
@@ -751,6 +859,11 @@ impl App {
         let Some(Overlay::Confirm(dialog)) = self.state.overlays.pop() else {
             return;
         };
+        if let Targets::Demo { .. } = dialog.targets {
+            // Nothing to send: quitting the console stops the demo's agents.
+            self.state.quit = true;
+            return;
+        }
         let what = format!("{} {}", dialog.verb.word().to_lowercase(), dialog.what());
         let what = match dialog.first_ids() {
             Some(ids) => format!("{what} ({ids})"),
@@ -767,6 +880,7 @@ impl App {
             },
             Targets::Agent { addr, .. } => RequestKind::Drain { addr },
             Targets::Lock { name, owner, token } => RequestKind::ReleaseLock { name, owner, token },
+            Targets::Demo { .. } => return,
             Targets::Schedule(name) => match dialog.verb {
                 Verb::TriggerSchedule => RequestKind::TriggerSchedule { name },
                 verb => RequestKind::SetScheduleEnabled {
@@ -779,6 +893,48 @@ impl App {
         self.send_action(what, kind);
     }
 
+    /// Keys of the action log: j/k (and the page keys) move the selection, Enter expands the
+    /// selected entry to its full text and collapses it again, Esc collapses an expanded entry
+    /// before it closes the log, `q` closes it.
+    fn log_key(&mut self, key: Key) {
+        let page = self.state.page_rows.max(1);
+        let last = self.state.log.len().saturating_sub(1);
+        let Some(Overlay::Log { selected, expanded }) = self.state.overlays.last_mut() else {
+            return;
+        };
+        let moved = match key {
+            Key::Char('q') => {
+                self.state.overlays.pop();
+                return;
+            }
+            Key::Esc if *expanded => {
+                *expanded = false;
+                return;
+            }
+            Key::Esc => {
+                self.state.overlays.pop();
+                return;
+            }
+            Key::Enter => {
+                *expanded = !*expanded && !self.state.log.is_empty();
+                return;
+            }
+            Key::Char('j') | Key::Down => selected.saturating_add(1),
+            Key::Char('k') | Key::Up => selected.saturating_sub(1),
+            Key::PageDown | Key::Char(' ') | Key::Ctrl('f') => selected.saturating_add(page),
+            Key::PageUp | Key::Ctrl('b') => selected.saturating_sub(page),
+            Key::Char('g') | Key::Home => 0,
+            Key::Char('G') | Key::End => last,
+            _ => return,
+        };
+        let moved = moved.min(last);
+        if moved != *selected {
+            // One entry open at a time: the one selected.
+            *selected = moved;
+            *expanded = false;
+        }
+    }
+
     fn pane_key(&mut self, key: Key) {
         let page = u16::try_from(self.state.page_rows.max(1)).unwrap_or(u16::MAX);
         let (is_help, detail_id) = match self.state.overlays.last() {
@@ -787,20 +943,13 @@ impl App {
             _ => (false, None),
         };
         match key {
-            Key::Esc => {
+            // `q` closes the pane like Esc; it never quits the console from here.
+            Key::Esc | Key::Char('q') => {
                 self.state.overlays.pop();
                 return;
             }
             Key::Char('?') if is_help => {
                 self.state.overlays.pop();
-                return;
-            }
-            Key::Char('q') => {
-                self.state.quit = true;
-                return;
-            }
-            Key::Ctrl('l') => {
-                self.redraw = true;
                 return;
             }
             Key::Char('x') | Key::Char('r') => {
@@ -826,7 +975,7 @@ impl App {
             _ => {}
         }
         let scroll = match self.state.overlays.last_mut() {
-            Some(Overlay::Help { scroll } | Overlay::Log { scroll }) => scroll,
+            Some(Overlay::Help { scroll }) => scroll,
             Some(Overlay::Detail(d)) => &mut d.scroll,
             _ => return,
         };
@@ -841,11 +990,12 @@ impl App {
     }
 }
 
-/// A typed limit: a number in range, or `none` / `unlimited` (not for an agent's own limit).
+/// A typed limit: a number in range, or nothing, `none` or `unlimited` for no limit (not for
+/// an agent's own limit, which is always a number).
 pub fn parse_limit(text: &str, scope: &LimitScope) -> Result<Option<u32>, String> {
     let text = text.trim();
     let local = matches!(scope, LimitScope::Agent { .. });
-    if matches!(text, "none" | "unlimited" | "off") {
+    if matches!(text, "" | "none" | "unlimited" | "off") {
         return if local {
             Err("an agent's local limit is a number from 1 to 100000".into())
         } else {

@@ -25,6 +25,8 @@ pub enum Event {
     Agents(pb::ListAgentsResponse),
     /// Counts per type and the global policy.
     Overview(pb::GetOverviewResponse),
+    /// Leases whose renewal is overdue, as the database sees them (ListSuspectLeases).
+    Suspects(pb::ListSuspectLeasesResponse),
     /// The answer to the request with this id.
     Reply {
         id: u64,
@@ -43,6 +45,9 @@ pub enum ConnEvent {
     Lost { reason: String, retry_in_ms: u64 },
     /// The agent left the registry (stopped); the console no longer connects to it.
     Gone,
+    /// How the connection reached the agent, sent before [`ConnEvent::Live`]: `tcp`, or
+    /// `unix:PATH` for the agent's local socket.
+    Route(String),
 }
 
 /// Something the app asks of the network side; answered by an [`Event::Reply`] with its id.
@@ -97,6 +102,9 @@ pub enum RequestKind {
         owner: String,
         token: i64,
     },
+    /// Read the registry and the overview now rather than at the next poll (ctrl-l). Not
+    /// answered: what it reads arrives as [`Event::Agents`] and [`Event::Overview`].
+    Poll,
 }
 
 /// The filter pushed to the agent for database-backed views.

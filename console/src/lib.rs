@@ -15,6 +15,9 @@
 //! error to an exit code. [`demo`] runs `leasehold demo`: agents in this process on a fresh
 //! SQLite file, a mixed workload, and the console on them.
 
+// Only the agent's exec spawner may use unsafe (the workspace lint is `deny` for its sake).
+#![forbid(unsafe_code)]
+
 pub mod app;
 pub mod cli;
 pub mod client;
@@ -33,8 +36,6 @@ pub mod view;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use crate::cli::Cli;
 use crate::output::Out;
 
@@ -44,7 +45,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let cli = match Cli::parse_args(args) {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version print on stdout and exit 0; usage errors on stderr, exit 2.

@@ -169,7 +169,7 @@ fn read_only_sends_nothing_and_says_why() {
         ('5', 'p'),
         ('5', '='),
         ('6', 'D'),
-        ('1', 'G'),
+        ('1', 'C'),
         ('7', 'e'),
         ('7', 'd'),
         ('7', 't'),
@@ -783,4 +783,533 @@ fn the_shards_tab_follows_the_chosen_group() {
     typed(&mut app, "suspect");
     app.on_key(Key::Enter);
     assert_eq!(app.state.row_keys(View::Shards), ["5"]);
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 20: the task pane refreshes, dialogs have no traps, marks follow their rows, the
+// limit prompt says why it refused.
+// -------------------------------------------------------------------------------------------
+
+/// A watch update of web-1 with one delta.
+fn web1_delta(seq: u64, kind: pb::delta::Kind) -> Event {
+    Event::Watch {
+        addr: fixture::WEB1.into(),
+        update: pb::WatchUpdate {
+            now_ms: fixture::NOW,
+            seq,
+            agent_id: "web-1#1".into(),
+            deltas: vec![pb::Delta { kind: Some(kind) }],
+            ..Default::default()
+        },
+    }
+}
+
+/// Task `id` of web-1 ended (its lease released).
+fn released(seq: u64, id: i64) -> Event {
+    web1_delta(
+        seq,
+        pb::delta::Kind::LeaseReleased(pb::LeaseReleased {
+            task_id: id,
+            epoch: 1 + id % 3,
+            outcome: "succeeded".into(),
+        }),
+    )
+}
+
+/// The Task reads asked for since the last call: (request id, task id).
+fn task_reads(app: &mut App) -> Vec<(u64, i64)> {
+    app.take_requests()
+        .into_iter()
+        .filter_map(|r| match r.kind {
+            RequestKind::Task { id } => Some((r.id, id)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The detail reply of task `id` with status `status`.
+fn detail_with(id: i64, status: pb::TaskStatus) -> Reply {
+    let mut detail = fixture::detail_reply(id);
+    if let Some(t) = detail.task.as_mut() {
+        t.status = status as i32;
+    }
+    Reply::Task(Box::new(detail))
+}
+
+/// The status the open task pane shows, if it has a reply.
+fn pane_status(app: &App) -> Option<i32> {
+    app.state.overlays.iter().find_map(|o| match o {
+        Overlay::Detail(d) => d.reply.as_ref()?.task.as_ref().map(|t| t.status),
+        _ => None,
+    })
+}
+
+#[test]
+fn the_task_pane_is_read_again_every_second_after_an_action_and_on_ctrl_l() {
+    let mut app = app();
+    app.on_key(Key::Char('4'));
+    fixture::answer_dead_page(&mut app);
+    app.on_tick(0);
+    assert_eq!(app.state.selected(), Some("905"));
+    app.on_key(Key::Enter);
+    let first = task_reads(&mut app);
+    assert_eq!(first.iter().map(|r| r.1).collect::<Vec<_>>(), [905]);
+    app.on_event(Event::Reply {
+        id: first[0].0,
+        reply: Ok(detail_with(905, pb::TaskStatus::Dead)),
+    });
+    assert_eq!(pane_status(&app), Some(pb::TaskStatus::Dead as i32));
+
+    // Every second while open, one read at a time.
+    app.on_tick(500);
+    assert!(task_reads(&mut app).is_empty(), "not due yet");
+    app.on_tick(1_000);
+    let periodic = task_reads(&mut app);
+    assert_eq!(periodic.iter().map(|r| r.1).collect::<Vec<_>>(), [905]);
+    app.on_tick(2_500);
+    assert!(task_reads(&mut app).is_empty(), "a read is on its way");
+
+    // `r` `y` from the pane: the action's reply reads the task again at once, and the
+    // periodic read asked before the action cannot overwrite the answer from after it.
+    keys(&mut app, &[Key::Char('r'), Key::Char('y')]);
+    let action = app.take_requests().pop().unwrap();
+    assert_eq!(action.kind, RequestKind::Requeue { ids: vec![905] });
+    app.on_event(Event::Reply {
+        id: action.id,
+        reply: Ok(Reply::Action {
+            summary: "requeue 1: 1 requeued".into(),
+            failed: 0,
+        }),
+    });
+    let requests = app.take_requests();
+    let after: Vec<(u64, i64)> = requests
+        .iter()
+        .filter_map(|r| match r.kind {
+            RequestKind::Task { id } => Some((r.id, id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(after.iter().map(|r| r.1).collect::<Vec<_>>(), [905]);
+    // The dead letters are read again too (they were before this issue).
+    let page = requests
+        .iter()
+        .find(|r| matches!(r.kind, RequestKind::DeadPage { .. }))
+        .expect("the dead letters are read again after an action");
+    app.on_event(Event::Reply {
+        id: page.id,
+        reply: Ok(Reply::Page(fixture::dead_page())),
+    });
+    app.on_event(Event::Reply {
+        id: after[0].0,
+        reply: Ok(detail_with(905, pb::TaskStatus::Queued)),
+    });
+    assert_eq!(pane_status(&app), Some(pb::TaskStatus::Queued as i32));
+    app.on_event(Event::Reply {
+        id: periodic[0].0,
+        reply: Ok(detail_with(905, pb::TaskStatus::Dead)),
+    });
+    assert_eq!(
+        pane_status(&app),
+        Some(pb::TaskStatus::Queued as i32),
+        "a read from before the action is dropped"
+    );
+    assert_eq!(
+        app.state.status.as_ref().map(|s| s.text.as_str()),
+        Some("requeue 1: 1 requeued")
+    );
+
+    // ctrl-l reads everything again now: the pane, the dead letters, the registry.
+    app.on_key(Key::Ctrl('l'));
+    assert!(app.redraw);
+    let sent = kinds(&mut app);
+    assert!(sent.contains(&RequestKind::Task { id: 905 }), "{sent:?}");
+    assert!(sent.contains(&RequestKind::Poll), "{sent:?}");
+    assert!(
+        sent.iter()
+            .any(|k| matches!(k, RequestKind::DeadPage { .. })),
+        "{sent:?}"
+    );
+    // Closed: no more reads.
+    app.on_key(Key::Esc);
+    app.on_tick(60_000);
+    assert!(task_reads(&mut app).is_empty());
+}
+
+#[test]
+fn enter_confirms_a_typed_count_that_matches() {
+    let mut app = app();
+    app.on_key(Key::Char('4'));
+    fixture::answer_dead_page(&mut app);
+    app.on_key(Key::Char('R'));
+    let dry = app.take_requests().pop().unwrap();
+    app.on_event(Event::Reply {
+        id: dry.id,
+        reply: Ok(Reply::Count(3)),
+    });
+    // A wrong count and Enter: nothing sent, the dialog stays and says what to type.
+    typed(&mut app, "4");
+    app.on_key(Key::Enter);
+    assert!(kinds(&mut app).is_empty());
+    assert!(matches!(app.state.top(), Some(Overlay::Confirm(_))));
+    assert!(
+        app.state
+            .status
+            .as_ref()
+            .is_some_and(|s| s.error && s.text.contains("type 3 to confirm")),
+        "{:?}",
+        app.state.status
+    );
+    // The right count and Enter, with the focus still on No: sent.
+    app.on_key(Key::Backspace);
+    typed(&mut app, "3");
+    app.on_key(Key::Enter);
+    assert_eq!(
+        kinds(&mut app),
+        vec![RequestKind::RequeueDead {
+            filter: TaskFilter::default(),
+            dry_run: false
+        }]
+    );
+    assert!(app.state.top().is_none());
+
+    // Above fifty marked tasks too.
+    app.on_key(Key::Char('1'));
+    app.take_requests();
+    let shown: Vec<i64> = app
+        .state
+        .row_keys(View::Leases)
+        .iter()
+        .map(|k| k.parse().unwrap())
+        .collect();
+    app.state.marks.extend(shown.iter().copied());
+    app.state.marks.extend(1000..1060);
+    app.on_key(Key::Char('x'));
+    let Some(Overlay::Confirm(c)) = app.state.top() else {
+        panic!("x opens the dialog: {:?}", app.state.top());
+    };
+    let n = c.count.unwrap();
+    assert!(c.needs_typed_count());
+    typed(&mut app, &n.to_string());
+    app.on_key(Key::Enter);
+    assert!(
+        matches!(kinds(&mut app).as_slice(), [RequestKind::Cancel { ids }] if ids.len() as u64 == n)
+    );
+    // Nothing typed: Enter on No still just closes.
+    app.state.marks.extend(1000..1060);
+    app.on_key(Key::Char('x'));
+    app.on_key(Key::Enter);
+    assert!(app.state.top().is_none());
+    assert!(kinds(&mut app).is_empty());
+}
+
+#[test]
+fn q_in_a_dialog_or_a_pane_only_closes_it() {
+    let mut app = app();
+    app.take_requests();
+    for open in [Key::Char('x'), Key::Enter, Key::Char('?'), Key::Char('@')] {
+        app.on_key(open);
+        assert!(app.state.top().is_some(), "{open:?} opens something");
+        app.on_key(Key::Char('q'));
+        assert!(!app.state.quit, "q after {open:?} quit the console");
+        assert!(app.state.top().is_none(), "q after {open:?} closes it");
+    }
+    // A confirm dialog over the task pane: q closes the dialog, then the pane.
+    keys(&mut app, &[Key::Enter, Key::Char('x')]);
+    assert_eq!(app.state.overlays.len(), 2);
+    app.on_key(Key::Char('q'));
+    assert!(matches!(app.state.top(), Some(Overlay::Detail(_))));
+    app.on_key(Key::Char('q'));
+    assert!(app.state.top().is_none());
+    // In a prompt it is a letter.
+    app.on_key(Key::Char('/'));
+    app.on_key(Key::Char('q'));
+    assert!(!app.state.quit);
+    assert!(matches!(app.state.top(), Some(Overlay::Prompt(p)) if p.input.text() == "q"));
+    app.on_key(Key::Esc);
+    let sent: Vec<RequestKind> = kinds(&mut app)
+        .into_iter()
+        .filter(|k| !matches!(k, RequestKind::Task { .. }))
+        .collect();
+    assert!(sent.is_empty(), "{sent:?}");
+    // With nothing open, q quits (outside the demo, at once).
+    app.on_key(Key::Char('q'));
+    assert!(app.state.quit);
+}
+
+#[test]
+fn quitting_the_demo_asks_first_while_its_agents_run() {
+    let mut app = app();
+    app.take_requests();
+    // web-3#0 is stopped: two of the demo's three agents run.
+    app.state.demo_agents = vec!["web-1#1".into(), "web-2#2".into(), "web-3#0".into()];
+    assert_eq!(app.state.demo_agents_running(), 2);
+    for keep_going in [Key::Esc, Key::Char('n'), Key::Char('q'), Key::Enter] {
+        app.on_key(Key::Char('q'));
+        let Some(Overlay::Confirm(c)) = app.state.top() else {
+            panic!("q asks first: {:?}", app.state.top());
+        };
+        assert_eq!(
+            format!("{} {}?", c.verb.word(), c.what()),
+            "Stop the demo's 2 agents?"
+        );
+        app.on_key(keep_going);
+        assert!(!app.state.quit, "{keep_going:?} keeps the demo going");
+        assert!(
+            app.state.top().is_none(),
+            "{keep_going:?} closes the question"
+        );
+    }
+    // `:q` asks too; `:q!` does not.
+    app.on_key(Key::Char(':'));
+    typed(&mut app, "q");
+    app.on_key(Key::Enter);
+    assert!(matches!(app.state.top(), Some(Overlay::Confirm(_))));
+    assert!(!app.state.quit);
+    app.on_key(Key::Char('y'));
+    assert!(app.state.quit, "y stops the demo");
+    assert!(kinds(&mut app).is_empty(), "nothing is sent to an agent");
+    assert!(app.state.log.is_empty());
+
+    let mut app = fixture::app(Settings::default());
+    app.state.demo_agents = vec!["web-1#1".into()];
+    app.on_key(Key::Char(':'));
+    typed(&mut app, "q!");
+    app.on_key(Key::Enter);
+    assert!(app.state.quit);
+
+    // Once the demo's agents are all stopped there is nothing to ask.
+    let mut app = fixture::app(Settings::default());
+    app.state.demo_agents = vec!["web-3#0".into()];
+    app.on_key(Key::Char('q'));
+    assert!(app.state.quit);
+}
+
+#[test]
+fn marks_are_dropped_when_their_task_leaves_the_view() {
+    let mut app = app();
+    app.take_requests();
+    let rows = app.state.row_keys(View::Leases);
+    let (first, second): (i64, i64) = (rows[1].parse().unwrap(), rows[2].parse().unwrap());
+    // Rows 1 and 2 of web-1 (row 0 is batch-1's expired lease).
+    keys(&mut app, &[Key::Char('j'), Key::Char(' '), Key::Char(' ')]);
+    assert_eq!(
+        app.state.marks.iter().copied().collect::<Vec<_>>(),
+        [first, second]
+    );
+    // The first finishes: its mark goes with it, at once.
+    app.on_event(released(20, first));
+    app.on_tick(100);
+    assert_eq!(
+        app.state.marks.iter().copied().collect::<Vec<_>>(),
+        [second]
+    );
+    app.on_key(Key::Char('x'));
+    let Some(Overlay::Confirm(c)) = app.state.top() else {
+        panic!("x opens the dialog: {:?}", app.state.top());
+    };
+    assert_eq!(
+        c.targets,
+        leasehold_console::state::Targets::Tasks(vec![second])
+    );
+    app.on_key(Key::Esc);
+    // A filter that hides a marked row drops its mark too: what is marked is what is shown.
+    app.on_key(Key::Char('/'));
+    typed(&mut app, "report.nightly");
+    app.on_key(Key::Enter);
+    assert!(app.state.marks.is_empty(), "{:?}", app.state.marks);
+
+    // Dead letters: a requeued task leaves the page, and its mark with it.
+    let mut app = app_on_dead();
+    app.on_key(Key::Char(' '));
+    assert_eq!(app.state.marks.iter().copied().collect::<Vec<_>>(), [905]);
+    app.on_key(Key::Ctrl('r'));
+    let page = app.take_requests().pop().unwrap();
+    let mut without = fixture::dead_page();
+    without.tasks.retain(|t| t.id != 905);
+    app.on_event(Event::Reply {
+        id: page.id,
+        reply: Ok(Reply::Page(without)),
+    });
+    app.on_tick(200);
+    assert!(app.state.marks.is_empty(), "{:?}", app.state.marks);
+}
+
+fn app_on_dead() -> App {
+    let mut app = app();
+    app.on_key(Key::Char('4'));
+    fixture::answer_dead_page(&mut app);
+    app.on_tick(0);
+    app.take_requests();
+    app
+}
+
+#[test]
+fn space_marks_the_task_under_the_cursor_and_the_cursor_stays_on_its_task() {
+    let mut app = app();
+    app.take_requests();
+    keys(&mut app, &[Key::Char('j'), Key::Char('j')]);
+    let rows = app.state.row_keys(View::Leases);
+    let chosen: i64 = rows[2].parse().unwrap();
+    let after: i64 = rows[3].parse().unwrap();
+    let next_after: i64 = rows[4].parse().unwrap();
+    assert_eq!(app.state.selected(), Some(rows[2].as_str()));
+    // The task under the cursor renews and re-sorts to the bottom: the cursor goes with it.
+    app.on_event(web1_delta(
+        21,
+        pb::delta::Kind::LeaseRenewed(pb::LeaseRenewed {
+            task_id: chosen,
+            epoch: 1 + chosen % 3,
+            lease_until_ms: fixture::NOW + 3_600_000,
+            heartbeat_at_ms: fixture::NOW,
+        }),
+    ));
+    app.on_tick(100);
+    assert_eq!(app.state.row_keys(View::Leases).last(), Some(&rows[2]));
+    assert_eq!(app.state.selected(), Some(rows[2].as_str()));
+    // Space marks it, not the row now where it was.
+    app.on_key(Key::Char(' '));
+    assert_eq!(
+        app.state.marks.iter().copied().collect::<Vec<_>>(),
+        [chosen]
+    );
+
+    // The row under the cursor leaves before the next frame: `j` goes to the row that
+    // followed it, not one further.
+    app.on_key(Key::Char('g'));
+    for _ in 0..2 {
+        app.on_key(Key::Char('j'));
+    }
+    assert_eq!(app.state.selected(), Some(after.to_string().as_str()));
+    app.on_event(released(22, after));
+    app.on_key(Key::Char('j'));
+    assert_eq!(app.state.selected(), Some(next_after.to_string().as_str()));
+}
+
+#[test]
+fn a_refused_limit_says_why_on_the_prompt_and_an_empty_one_means_unlimited() {
+    let mut app = app();
+    app.on_key(Key::Char('5'));
+    app.on_key(Key::Char('j')); // mail, limit 20
+    app.take_requests();
+    app.on_key(Key::Char('='));
+    let prompt = |app: &App| match app.state.top() {
+        Some(Overlay::Prompt(p)) => Some((p.input.text(), p.error.clone())),
+        _ => None,
+    };
+    assert_eq!(
+        prompt(&app),
+        Some(("20".to_string(), None)),
+        "the prompt starts with the limit in force"
+    );
+    app.on_key(Key::Ctrl('u'));
+    typed(&mut app, "lots");
+    app.on_key(Key::Enter);
+    assert!(kinds(&mut app).is_empty());
+    let (text, error) = prompt(&app).expect("the prompt stays open");
+    assert_eq!(text, "lots");
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.contains("not a limit") && e.contains("or unlimited")),
+        "{error:?}"
+    );
+    // The next edit clears it.
+    app.on_key(Key::Backspace);
+    assert_eq!(prompt(&app).and_then(|p| p.1), None);
+    // Empty: unlimited, as the help says.
+    app.on_key(Key::Ctrl('u'));
+    app.on_key(Key::Enter);
+    assert_eq!(
+        kinds(&mut app),
+        vec![RequestKind::SetConcurrency {
+            scope: LimitScope::Type("mail".into()),
+            limit: None
+        }]
+    );
+    assert!(app.state.top().is_none());
+
+    // An agent's own limit is always a number: empty is refused, and the prompt says why.
+    app.on_key(Key::Char('6'));
+    app.on_key(Key::Char('j')); // web-1#1
+    app.take_requests();
+    app.on_key(Key::Char('='));
+    assert_eq!(prompt(&app).map(|p| p.0), Some("50".to_string()));
+    app.on_key(Key::Ctrl('u'));
+    app.on_key(Key::Enter);
+    assert!(kinds(&mut app).is_empty());
+    let (_, error) = prompt(&app).expect("the prompt stays open");
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.contains("a number from 1 to 100000")),
+        "{error:?}"
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 20 item 6: the action log's entries open to their full answer.
+// -------------------------------------------------------------------------------------------
+
+/// Sends a cancel of the selected row (x, y) and answers it with `reply`.
+fn cancel_answered(app: &mut App, reply: Result<Reply, String>) {
+    keys(app, &[Key::Char('x'), Key::Char('y')]);
+    let r = app.take_requests().pop().unwrap();
+    app.on_event(Event::Reply { id: r.id, reply });
+}
+
+fn log_pane(app: &App) -> (usize, bool) {
+    match app.state.top() {
+        Some(Overlay::Log { selected, expanded }) => (*selected, *expanded),
+        other => panic!("the action log is open: {other:?}"),
+    }
+}
+
+#[test]
+fn enter_expands_the_selected_log_entry_and_j_k_move_the_selection() {
+    let mut app = app();
+    app.take_requests();
+    cancel_answered(&mut app, Err("cancel task 301: permission denied".into()));
+    cancel_answered(
+        &mut app,
+        Ok(Reply::Action {
+            summary: "cancel 1: 1 cancel requested".into(),
+            failed: 0,
+        }),
+    );
+    app.on_key(Key::Char('@'));
+    // The newest entry is selected, one line.
+    assert_eq!(log_pane(&app), (0, false));
+    app.on_key(Key::Enter);
+    assert_eq!(log_pane(&app), (0, true), "enter expands");
+    app.on_key(Key::Enter);
+    assert_eq!(log_pane(&app), (0, false), "enter again collapses");
+    keys(&mut app, &[Key::Enter, Key::Esc]);
+    assert_eq!(
+        log_pane(&app),
+        (0, false),
+        "esc collapses and keeps the log open"
+    );
+    app.on_key(Key::Char('j'));
+    assert_eq!(log_pane(&app), (1, false), "j selects the older entry");
+    app.on_key(Key::Char('j'));
+    assert_eq!(log_pane(&app), (1, false), "no entry past the oldest");
+    app.on_key(Key::Enter);
+    assert_eq!(log_pane(&app), (1, true));
+    app.on_key(Key::Char('k'));
+    assert_eq!(
+        log_pane(&app),
+        (0, false),
+        "k selects the newer one, collapsed"
+    );
+    app.on_key(Key::Esc);
+    assert!(
+        app.state.top().is_none(),
+        "esc on a collapsed entry closes the log"
+    );
+    assert!(kinds(&mut app).is_empty(), "the log sends nothing");
+    // An empty log has nothing to expand.
+    let mut empty = self::app();
+    empty.on_key(Key::Char('@'));
+    keys(&mut empty, &[Key::Enter, Key::Char('j')]);
+    assert_eq!(log_pane(&empty), (0, false));
 }

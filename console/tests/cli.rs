@@ -320,6 +320,40 @@ async fn tasks_ls_and_show() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn tasks_show_to_a_pipe_prints_whole_lines_progress_and_the_running_attempt() {
+    let (addr, _fake) = plain().await;
+    // stdout is a pipe here, as in `leasehold tasks show 5 | grep …`.
+    let o = leasehold(&["--agent", &addr, "tasks", "show", "5"], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    // Nothing cut: the payload's 150-character value is there whole.
+    let note = format!(r#""note": "{}""#, "n".repeat(150));
+    assert!(text.contains(&note), "{text}");
+    assert!(!text.contains('…'), "{text}");
+    // Progress in words, not JSON.
+    assert!(
+        text.contains("progress         26/28 (25 succeeded, 1 failed)\n"),
+        "{text}"
+    );
+    // The attempt running now is listed after the one that ended.
+    let attempts: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "Attempts:")
+        .skip(2)
+        .take(2)
+        .collect();
+    assert_eq!(attempts.len(), 2, "{text}");
+    assert!(
+        attempts[0].contains("fake#1") && attempts[0].contains("lease_expired"),
+        "{text}"
+    );
+    let running: Vec<&str> = attempts[1].split_whitespace().collect();
+    assert_eq!(running[..3], ["2", "2", "fake#1"], "{text}");
+    assert!(attempts[1].contains("running"), "{text}");
+    assert!(!text.contains("none yet"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn cancel_processes_every_id_and_exits_with_the_worst() {
     let (addr, _) = plain().await;
     let o = leasehold(&["--agent", &addr, "cancel", "7", "8", "9"], &[]).await;
@@ -985,4 +1019,56 @@ async fn watch_ends_with_0_on_sigterm_and_sigint() {
         .unwrap();
         assert_eq!(code, Some(0), "after {signal}");
     }
+}
+
+// Issue 20 item 14: `leasehold demo` starts its own agents; the connection flags are not its.
+#[tokio::test(flavor = "multi_thread")]
+async fn demo_help_leaves_out_the_connection_flags_and_the_demo_refuses_them() {
+    let o = leasehold(&["demo", "--help"], &[]).await;
+    assert_eq!(o.status.code(), Some(0));
+    let help = stdout(&o);
+    let flags: Vec<&str> = help
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("--"))
+        .collect();
+    for gone in [
+        "--agent",
+        "--token",
+        "--token-file",
+        "--socket",
+        "--insecure",
+        "--ca",
+    ] {
+        assert!(!flags.contains(&gone), "demo --help lists {gone}:\n{help}");
+    }
+    assert!(
+        flags.contains(&"--agents") && flags.contains(&"--output"),
+        "{help}"
+    );
+    // `leasehold --help` still lists them.
+    let top = stdout(&leasehold(&["--help"], &[]).await);
+    assert!(
+        top.contains("--agent <ADDR>") && top.contains("--token <TOKEN>"),
+        "{top}"
+    );
+    // Given anyway: exit 2 before anything starts, saying why.
+    let o = leasehold(&["--agent", "x", "demo"], &[]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("--agent does not apply to `leasehold demo`: the demo starts its own agents"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stdout(&o), "");
+    // The variable is for the other commands: the demo does not refuse it (it stops at the
+    // bad --agents instead, before starting anything).
+    let o = leasehold(
+        &["demo", "--agents", "0"],
+        &[("LEASEHOLD_AGENT", "10.0.0.1:1")],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--agents"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("does not apply"), "{}", stderr(&o));
 }

@@ -233,7 +233,7 @@ fn help_of_the_lease_tabs() {
     // The help is one list for every view; scrolled to the Leases tabs' keys.
     let mut app = at(View::Locks);
     app.on_key(Key::Char('?'));
-    for _ in 0..44 {
+    for _ in 0..42 {
         app.on_key(Key::Char('j'));
     }
     insta::assert_snapshot!("help_lease_tabs_80x24", screen(&mut app, 80, 24));
@@ -276,4 +276,504 @@ fn frozen_and_filtered() {
     app.on_key(Key::Enter);
     app.on_key(Key::Char('Z'));
     insta::assert_snapshot!("leases_filtered_frozen_80x24", screen(&mut app, 80, 24));
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 20: sort words, layout, the detail pane's actions and running attempt, unreachable.
+// -------------------------------------------------------------------------------------------
+
+use leasehold_console::event::{ConnEvent, Event, Reply};
+use leasehold_console::state::Pending;
+use leasehold_proto::v1 as pb;
+
+/// The words after `sort:` in the title of the app's view.
+fn sort_words(app: &mut App) -> String {
+    let text = screen(app, 160, 48);
+    let title = text.lines().nth(3).unwrap();
+    let at = title.find("sort: ").unwrap() + "sort: ".len();
+    title[at..].split(" ─").next().unwrap().trim().to_string()
+}
+
+fn is_sorted_by<T: Ord + Copy + std::fmt::Debug>(values: &[T], descending: bool) -> bool {
+    values.windows(2).all(|w| {
+        if descending {
+            w[0] >= w[1]
+        } else {
+            w[0] <= w[1]
+        }
+    })
+}
+
+#[test]
+fn sort_labels_name_the_order_shown() {
+    // Types by queued: the most first, and the title says so; `S` turns both round.
+    let mut app = at(View::Types);
+    app.on_key(Key::Char('s'));
+    assert_eq!(sort_words(&mut app), "queued, most first");
+    let overview = app.state.live.overview.clone().unwrap();
+    let queued = |app: &App| -> Vec<u64> {
+        app.state
+            .row_keys(View::Types)
+            .iter()
+            .map(|k| {
+                overview
+                    .types
+                    .iter()
+                    .find(|t| &t.task_type == k)
+                    .unwrap()
+                    .queued
+            })
+            .collect()
+    };
+    assert_eq!(queued(&app), [1250, 340, 12, 0]);
+    app.on_key(Key::Char('S'));
+    assert_eq!(sort_words(&mut app), "queued, fewest first");
+    assert!(is_sorted_by(&queued(&app), false));
+
+    // Slow by age: the longest running (the oldest) first.
+    let mut app = at(View::Slow);
+    assert_eq!(sort_words(&mut app), "age, oldest first");
+    let started = |app: &App, view: View| -> Vec<i64> {
+        app.state
+            .row_keys(view)
+            .iter()
+            .map(|k| {
+                let id: i64 = k.parse().unwrap();
+                app.state
+                    .live
+                    .conns
+                    .values()
+                    .find_map(|c| c.leases.get(&id))
+                    .unwrap()
+                    .lease
+                    .started_at_ms
+            })
+            .collect()
+    };
+    let s = started(&app, View::Slow);
+    assert!(s.len() > 1 && is_sorted_by(&s, false), "{s:?}");
+
+    // Leases by time left: the least first.
+    let mut app = at(View::Leases);
+    assert_eq!(sort_words(&mut app), "time left, least first");
+
+    // Dead letters: the newest death first.
+    let mut app = at(View::Dead);
+    assert_eq!(sort_words(&mut app), "died, newest first");
+    let died: Vec<i64> = app
+        .state
+        .row_keys(View::Dead)
+        .iter()
+        .map(|k| {
+            let id: i64 = k.parse().unwrap();
+            let t = app.state.live.dead.tasks.iter().find(|t| t.id == id);
+            t.unwrap().finished_at_ms
+        })
+        .collect();
+    assert!(is_sorted_by(&died, true), "{died:?}");
+
+    // Agents by state: the worst (down) first.
+    let mut app = at(View::Agents);
+    app.on_key(Key::Char('s'));
+    assert_eq!(sort_words(&mut app), "state, worst first");
+    assert_eq!(app.state.row_keys(View::Agents)[0], "web-3#0");
+}
+
+#[test]
+fn at_120_columns_text_gets_the_room_it_needs() {
+    // Dead letters: every message whole, not cut at a fixed width while TYPE and CODE idle.
+    let mut app = at(View::Dead);
+    let text = screen(&mut app, 120, 35);
+    for message in [
+        "550 mailbox unavailable",
+        "attempt timed out after 30s",
+        "handler panicked: index out of bounds",
+        "deadline passed before a claim",
+        r"\u{1b}[2J\u{1b}[31mred alert\u{202e}txt.exe",
+    ] {
+        assert!(text.contains(message), "{message} cut:\n{text}");
+    }
+    insta::assert_snapshot!("dead_120x35", text);
+
+    // Schedules: the last outcome's header and words whole at 120 as at 80.
+    let mut app = at(View::Schedules);
+    let text = screen(&mut app, 120, 35);
+    assert!(text.contains("LAST OUTCOME"), "{text}");
+    assert!(text.contains("succeeded (task 5012)"), "{text}");
+    assert!(!text.contains("succeede…"), "{text}");
+    insta::assert_snapshot!("schedules_120x35", text);
+}
+
+#[test]
+fn panes_at_80_columns_leave_no_cut_table_text_beside_them() {
+    for open in [Key::Char('?'), Key::Enter] {
+        let mut app = at(View::Leases);
+        app.on_key(open);
+        fixture::answer_detail(&mut app);
+        let text = screen(&mut app, 80, 24);
+        // The pane spans rows 4..22 of the screen; nothing of the table beside it.
+        for line in text.lines().skip(5).take(17) {
+            let outside: String = line
+                .chars()
+                .rev()
+                .take_while(|c| *c != '│' && *c != '╮' && *c != '╯')
+                .collect();
+            assert!(outside.trim().is_empty(), "beside the pane: {line:?}");
+        }
+    }
+}
+
+/// The reply to GetTask for the first lease of the Leases view (task 301, export:csv): its
+/// second attempt runs on batch-1#3 at epoch 2 (the first lost its lease), with progress.
+fn running_reply(id: i64) -> pb::GetTaskResponse {
+    let mut task = fixture::dead_task(id, "export:csv", "x", "x", 0);
+    task.status = pb::TaskStatus::Running as i32;
+    task.last_error = None;
+    task.finished_at_ms = 0;
+    task.attempt = 2;
+    task.lease_owner = "batch-1#3".into();
+    task.lease_epoch = 2;
+    task.started_at_ms = fixture::NOW - 95_000;
+    task.lease_until_ms = fixture::NOW - 3_000;
+    task.progress_json = r#"{"total":28,"processed":26,"succeeded":25,"failed":1}"#.into();
+    pb::GetTaskResponse {
+        task: Some(task),
+        attempts: vec![pb::Attempt {
+            epoch: 1,
+            attempt: 1,
+            agent: "web-2#2".into(),
+            started_at_ms: fixture::NOW - 600_000,
+            finished_at_ms: fixture::NOW - 540_000,
+            outcome: "lease_expired".into(),
+            error: None,
+        }],
+        why_not_running: String::new(),
+        blockers: vec![],
+        now_ms: fixture::NOW,
+    }
+}
+
+fn answer_with(app: &mut App, reply: impl Fn(i64) -> pb::GetTaskResponse) {
+    for r in app.take_requests() {
+        if let Some(Pending::Task { id }) = app.state.pending.get(&r.id).cloned() {
+            app.on_event(Event::Reply {
+                id: r.id,
+                reply: Ok(Reply::Task(Box::new(reply(id)))),
+            });
+        }
+    }
+}
+
+#[test]
+fn a_running_task_shows_its_attempt_its_progress_and_only_cancel() {
+    check("detail_running", || {
+        let mut app = at(View::Leases);
+        app.on_key(Key::Enter);
+        answer_with(&mut app, running_reply);
+        app
+    });
+    let mut app = at(View::Leases);
+    app.on_key(Key::Enter);
+    answer_with(&mut app, running_reply);
+    let text = screen(&mut app, 160, 48);
+    assert!(
+        text.contains("progress 26/28 (25 succeeded, 1 failed)"),
+        "{text}"
+    );
+    assert!(!text.contains(r#"{"total""#), "{text}");
+    assert!(!text.contains("none yet"), "{text}");
+    assert!(
+        text.contains("#2 epoch 2 batch-1#3 11:58:25 (1m35s ago) → running"),
+        "{text}"
+    );
+    assert!(text.contains("x cancel"), "{text}");
+    assert!(!text.contains("r requeue"), "{text}");
+}
+
+#[test]
+fn a_dead_task_offers_requeue_not_cancel() {
+    let mut app = at(View::Dead);
+    app.on_key(Key::Enter);
+    fixture::answer_detail(&mut app);
+    let text = screen(&mut app, 160, 48);
+    assert!(text.contains("esc back · j/k scroll · r requeue"), "{text}");
+    assert!(!text.contains("x cancel"), "{text}");
+}
+
+#[test]
+fn the_leases_view_shows_progress_as_processed_of_total() {
+    let mut app = at(View::Leases);
+    let text = screen(&mut app, 160, 48);
+    // Task 101 reported 84 of 200, 4 failed.
+    let row = text.lines().find(|l| l.contains(" 101 ")).unwrap();
+    assert!(row.contains("84/200 4 failed"), "{row}");
+}
+
+#[test]
+fn g_goes_to_the_last_row_and_c_asks_for_the_global_limit() {
+    let mut app = at(View::Leases);
+    app.on_key(Key::Char('G'));
+    let last = app.state.row_keys(View::Leases).last().cloned();
+    assert_eq!(app.state.selected().map(str::to_string), last);
+    assert!(app.state.top().is_none(), "G opened {:?}", app.state.top());
+    app.on_key(Key::Char('C'));
+    let text = screen(&mut app, 80, 24);
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .starts_with("global limit (number or unlimited):"),
+        "{text}"
+    );
+    let mut app = at(View::Types);
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains("C global limit"), "{text}");
+    assert!(!text.contains("G global"), "{text}");
+}
+
+/// A console whose only agent cannot be reached: it tried, failed, and retries.
+fn unreachable_app(view: View) -> App {
+    let mut app = App::new(leasehold_console::state::State::new(Settings::default()));
+    app.on_tick(0);
+    let addr = "127.0.0.1:7070";
+    app.on_event(Event::Conn {
+        addr: addr.into(),
+        conn: ConnEvent::Connecting,
+    });
+    app.on_event(Event::Conn {
+        addr: addr.into(),
+        conn: ConnEvent::Lost {
+            reason: "cannot reach agent at 127.0.0.1:7070: connection refused".into(),
+            retry_in_ms: 4000,
+        },
+    });
+    app.act(leasehold_console::input::Action::Show(view));
+    // What the requests of the view get back: the same failure.
+    for r in app.take_requests() {
+        app.on_event(Event::Reply {
+            id: r.id,
+            reply: Err("cannot reach agent at 127.0.0.1:7070: connection refused".into()),
+        });
+    }
+    app.on_tick(1000);
+    app
+}
+
+#[test]
+fn every_view_says_no_agent_is_reachable_and_why() {
+    for view in View::EVERY {
+        let mut app = unreachable_app(view);
+        let text = screen(&mut app, 80, 24);
+        // The banner wraps at 80 columns: read it as one line.
+        let joined = text.lines().collect::<Vec<_>>().join(" ");
+        assert!(
+            joined.contains(
+                "no agent reachable (retry in 3s): cannot reach agent at 127.0.0.1:7070: \
+                 connection refused"
+            ),
+            "{view:?}:\n{text}"
+        );
+        for wrong in [
+            "no live leases",
+            "loading…",
+            "every lease is renewing on time",
+        ] {
+            assert!(!text.contains(wrong), "{view:?} says {wrong:?}:\n{text}");
+        }
+    }
+    for view in [View::Leases, View::Types] {
+        let mut app = unreachable_app(view);
+        let name = format!("unreachable_{}_80x24", view.command());
+        insta::assert_snapshot!(name, screen(&mut app, 80, 24));
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 20 (dialogs and prompts): the demo's quit question, a refused limit on its prompt.
+// -------------------------------------------------------------------------------------------
+
+#[test]
+fn quitting_the_demo_asks_first() {
+    check("demo_quit", || {
+        let mut app = at(View::Leases);
+        app.state.demo_agents = vec!["web-1#1".into(), "web-2#2".into(), "batch-1#3".into()];
+        app.on_key(Key::Char('q'));
+        app
+    });
+}
+
+#[test]
+fn a_refused_limit_says_why_on_its_prompt() {
+    let mut app = at(View::Types);
+    app.on_key(Key::Char('j'));
+    app.on_key(Key::Char('='));
+    app.on_key(Key::Ctrl('u'));
+    for c in "lots".chars() {
+        app.on_key(Key::Char(c));
+    }
+    app.on_key(Key::Enter);
+    insta::assert_snapshot!("limit_prompt_error_80x24", screen(&mut app, 80, 24));
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 20 item 4: a frozen agent must not look healthy. Its stream goes silent (no failure of
+// its own), so the database's list of overdue renewals (ListSuspectLeases) marks its leases.
+// -------------------------------------------------------------------------------------------
+
+/// The database's answer: web-1's task 110 (epoch 3, its stream quiet since its last renewal
+/// 8 s ago) and task 401 of an agent the console does not follow.
+fn overdue_answer() -> leasehold_proto::v1::ListSuspectLeasesResponse {
+    use leasehold_proto::v1 as pb;
+    pb::ListSuspectLeasesResponse {
+        leases: vec![
+            pb::SuspectLease {
+                task_id: 401,
+                task_type: "cron.rollup".into(),
+                owner: "cron-9#4".into(),
+                epoch: 5,
+                heartbeat_at_ms: fixture::NOW - 11_000,
+                lease_until_ms: fixture::NOW + 19_000,
+                overdue_ms: 11_000,
+            },
+            pb::SuspectLease {
+                task_id: 110,
+                task_type: "sleep".into(),
+                owner: "web-1#1".into(),
+                epoch: 3,
+                heartbeat_at_ms: fixture::NOW - 8_000,
+                lease_until_ms: fixture::NOW + 12_000,
+                overdue_ms: 8_000,
+            },
+        ],
+        now_ms: fixture::NOW,
+        threshold_ms: 3_000,
+        truncated: false,
+    }
+}
+
+fn with_overdue(view: View) -> App {
+    let mut app = at(view);
+    app.on_event(leasehold_console::event::Event::Suspects(overdue_answer()));
+    app.on_tick(0);
+    app
+}
+
+#[test]
+fn renewals_list_leases_the_database_says_are_overdue() {
+    check("renewals_overdue", || with_overdue(View::Renewals));
+    for (w, h) in SIZES {
+        let text = screen(&mut with_overdue(View::Renewals), w, h);
+        // The followed agent's lease and the unfollowed one, each with its agent.
+        let row_110 = text.lines().find(|l| l.contains(" 110 ")).unwrap_or("");
+        assert!(
+            row_110.contains("web-1#1") && row_110.contains("overdue"),
+            "{w}x{h}:\n{text}"
+        );
+        let row_401 = text.lines().find(|l| l.contains(" 401 ")).unwrap_or("");
+        assert!(
+            row_401.contains("cron-9#4") && row_401.contains("overdue"),
+            "{w}x{h}:\n{text}"
+        );
+        assert!(
+            text.contains("2 overdue") || text.contains("2 late"),
+            "{text}"
+        );
+    }
+    let wide = screen(&mut with_overdue(View::Renewals), 160, 48);
+    assert!(wide.contains("overdue (db): no renewal for 8s"), "{wide}");
+}
+
+#[test]
+fn a_renewal_streamed_after_the_poll_clears_the_overdue_mark() {
+    use leasehold_proto::v1 as pb;
+    let mut app = with_overdue(View::Renewals);
+    let order = |app: &App| -> Vec<i64> {
+        app.state
+            .lease_order(View::Renewals)
+            .iter()
+            .map(|r| r.task_id)
+            .collect()
+    };
+    assert!(order(&app).contains(&110));
+    assert_eq!(app.state.data().overdue_count(), 2);
+    // web-1's stream reports a renewal of task 110 newer than the database's answer.
+    app.on_event(leasehold_console::event::Event::Watch {
+        addr: fixture::WEB1.into(),
+        update: pb::WatchUpdate {
+            now_ms: fixture::NOW + 500,
+            seq: 2,
+            agent_id: "web-1#1".into(),
+            deltas: vec![pb::Delta {
+                kind: Some(pb::delta::Kind::LeaseRenewed(pb::LeaseRenewed {
+                    task_id: 110,
+                    epoch: 3,
+                    lease_until_ms: fixture::NOW + 30_500,
+                    heartbeat_at_ms: fixture::NOW + 500,
+                })),
+            }],
+            ..Default::default()
+        },
+    });
+    app.on_tick(0);
+    assert!(!order(&app).contains(&110));
+    assert!(order(&app).contains(&401));
+    assert_eq!(app.state.data().overdue_count(), 1);
+    // Without the database's list nothing of this is suspect.
+    app.on_event(leasehold_console::event::Event::Suspects(
+        pb::ListSuspectLeasesResponse {
+            now_ms: fixture::NOW + 1_000,
+            threshold_ms: 3_000,
+            ..Default::default()
+        },
+    ));
+    app.on_tick(0);
+    assert!(!order(&app).contains(&401));
+    assert_eq!(app.state.data().overdue_count(), 0);
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 20 item 6: an action log entry expanded to its full answer, inert and wrapped.
+// -------------------------------------------------------------------------------------------
+
+/// The whole error of a refused cancel: longer than a line, with an escape sequence and a
+/// newline from the agent's message.
+const LONG_ERROR: &str = "cancel task 301: permission denied: the token's role is \
+    viewer\u{1b}[2J and cancelling needs operator\nask the fleet's owner for an operator \
+    token or run without --read-only; END-OF-CHAIN (permission denied)";
+
+fn log_expanded() -> App {
+    use leasehold_console::event::{Event, Reply};
+    let mut app = at(View::Leases);
+    app.take_requests();
+    for reply in [
+        Err(LONG_ERROR.to_string()),
+        Ok(Reply::Action {
+            summary: "cancel 1: 1 cancel requested".into(),
+            failed: 0,
+        }),
+    ] {
+        app.on_key(Key::Char('x'));
+        app.on_key(Key::Char('y'));
+        let r = app.take_requests().pop().unwrap();
+        app.on_event(Event::Reply { id: r.id, reply });
+    }
+    app.on_key(Key::Char('@'));
+    app.on_key(Key::Char('j'));
+    app.on_key(Key::Enter);
+    app.on_tick(0);
+    app
+}
+
+#[test]
+fn an_expanded_log_entry_shows_its_whole_answer() {
+    let mut app = log_expanded();
+    let text = screen(&mut app, 80, 24);
+    insta::assert_snapshot!("log_expanded_80x24", text);
+    assert!(text.contains("END-OF-CHAIN"), "{text}");
+    assert!(text.contains(r"viewer\u{1b}[2J"), "{text}");
+    assert!(!text.contains('\u{1b}'), "{text}");
+    // Collapsed again, the entry is one line, cut.
+    app.on_key(Key::Enter);
+    let text = screen(&mut app, 80, 24);
+    assert!(!text.contains("END-OF-CHAIN"), "{text}");
 }

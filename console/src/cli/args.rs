@@ -55,7 +55,7 @@ pub struct EnqueueArgs {
     #[arg(long, value_name = "DURATION", value_parser = values::positive_duration)]
     pub timeout: Option<Duration>,
 
-    /// Most attempts (default: the type's).
+    /// Most attempts, the first included (default: 25; no per-type setting exists).
     #[arg(
         long,
         value_name = "N",
@@ -447,7 +447,7 @@ pub struct ScheduleAddArgs {
     )]
     pub priority: i16,
 
-    /// Most attempts of each task (default: the type's).
+    /// Most attempts of each task, the first included (default: 25).
     #[arg(
         long,
         value_name = "N",
@@ -576,4 +576,75 @@ pub struct WaitArgs {
         value_parser = values::positive_duration
     )]
     pub interval: Duration,
+}
+
+/// `leasehold audit …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AuditCommand {
+    /// List the audit log, newest first, one page at a time (operator token needed)
+    ///
+    /// Output (table): ID, AT (UTC, to the second), ACTOR, ACTION, RESULT, N (calls the row
+    /// stands for), TARGET, then, when there is another page, a line
+    /// `next page: --before-id N`.
+    /// Output (json): {"entries":[ENTRY...],"next_before_id":N or null}, ENTRY is {"id",
+    /// "at","at_ms","actor","role","action","target","params","result","detail","peer",
+    /// "count"}; params is the JSON the row recorded (an enqueue's has "payload_sha256" and,
+    /// for exec, "argv"), and params, detail and peer are null when not set.
+    /// A viewer token is refused (exit 4); a bad filter is exit 2.
+    #[command(verbatim_doc_comment)]
+    Ls(AuditLsArgs),
+}
+
+/// `leasehold audit ls`.
+#[derive(Debug, Clone, Args)]
+pub struct AuditLsArgs {
+    /// Only rows of this actor (exact, e.g. `uid:1000(alice)` or a token's name).
+    #[arg(long, value_name = "ACTOR", value_parser = exact_filter)]
+    pub actor: Option<String>,
+
+    /// Only rows of this action (exact, e.g. `enqueue`, `cancel`, `policy_set`).
+    #[arg(long, value_name = "ACTION", value_parser = exact_filter)]
+    pub action: Option<String>,
+
+    /// Only rows with this result.
+    #[arg(long, value_name = "RESULT", value_parser = ["applied", "noop", "denied", "failed"])]
+    pub result: Option<String>,
+
+    /// Only rows whose target contains this text (case-insensitive), e.g. `task:42`.
+    #[arg(long, value_name = "TEXT", value_parser = values::text_filter)]
+    pub target: Option<String>,
+
+    /// Only rows written since then: an RFC 3339 time, or a duration back from now (`1h`).
+    #[arg(long, value_name = "WHEN", value_parser = values::time_or_duration)]
+    pub since: Option<TimeOrDuration>,
+
+    /// Only rows written before then: an RFC 3339 time, or a duration back from now.
+    #[arg(long, value_name = "WHEN", value_parser = values::time_or_duration)]
+    pub until: Option<TimeOrDuration>,
+
+    /// Page size.
+    #[arg(
+        long,
+        default_value_t = DEFAULT_LIST_LIMIT,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub limit: u32,
+
+    /// Only ids below this one: the next page after a `next page: --before-id N` hint.
+    #[arg(
+        long = "before-id",
+        alias = "before",
+        value_name = "ID",
+        value_parser = clap::value_parser!(i64).range(1..)
+    )]
+    pub before_id: Option<i64>,
+}
+
+/// An exact-match filter: 1-200 bytes without control characters.
+fn exact_filter(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 200 || s.chars().any(char::is_control) {
+        return Err("must be 1-200 bytes without control characters".into());
+    }
+    Ok(s.to_owned())
 }

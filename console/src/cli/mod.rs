@@ -11,10 +11,11 @@ mod demo;
 pub mod values;
 
 pub use args::{
-    AgentsCommand, CancelArgs, ConcurrencyCommand, ConcurrencySetArgs, DlqCommand, DlqLsArgs,
-    DlqRequeueArgs, EnqueueArgs, IdsArgs, ListFilter, LockNameArgs, LocksCommand, Missed,
-    ScheduleAddArgs, ScheduleNameArgs, SchedulesCommand, ScopeArgs, ShardsCommand,
-    ShardsCreateArgs, ShardsLsArgs, ShowArgs, TasksCommand, TasksLsArgs, TypeArgs, WaitArgs,
+    AgentsCommand, AuditCommand, AuditLsArgs, CancelArgs, ConcurrencyCommand, ConcurrencySetArgs,
+    DlqCommand, DlqLsArgs, DlqRequeueArgs, EnqueueArgs, IdsArgs, ListFilter, LockNameArgs,
+    LocksCommand, Missed, ScheduleAddArgs, ScheduleNameArgs, SchedulesCommand, ScopeArgs,
+    ShardsCommand, ShardsCreateArgs, ShardsLsArgs, ShowArgs, TasksCommand, TasksLsArgs, TypeArgs,
+    WaitArgs,
 };
 pub use demo::{
     DEFAULT_DEMO_AGENTS, DEFAULT_HEADLESS_DURATION, DemoArgs, MAX_DEMO_AGENTS, MAX_DEMO_DURATION,
@@ -56,6 +57,82 @@ When one command makes several calls (cancel 1 2 3), it exits with the highest c
 
 Environment: LEASEHOLD_AGENT, LEASEHOLD_TOKEN, LEASEHOLD_CA, LEASEHOLD_CERT, LEASEHOLD_KEY
 stand in for the flags of the same name; a flag wins over its variable.";
+
+/// The global flags `leasehold demo` keeps: the others say how to reach an agent, and the
+/// demo starts its own.
+const DEMO_GLOBALS: &[&str] = &["output", "call_timeout"];
+
+/// The ids of the global connection flags, which `leasehold demo` neither lists nor accepts.
+fn demo_refused(cmd: &clap::Command) -> Vec<clap::Arg> {
+    cmd.get_arguments()
+        .filter(|a| a.is_global_set() && !DEMO_GLOBALS.contains(&a.get_id().as_str()))
+        .cloned()
+        .collect()
+}
+
+impl Cli {
+    /// The command line's definition: [`Cli`]'s, with the connection flags hidden from
+    /// `leasehold demo --help` (clap lists a global flag under every command, so the demo gets
+    /// hidden copies of them, which clap then does not add again).
+    pub fn command_line() -> clap::Command {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let hidden = demo_refused(&cmd);
+        let names: Vec<String> = cmd
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .collect();
+        // `mut_subcommand` moves the command it changes to the end of the list, which is the
+        // order `leasehold --help` lists them in: every one is taken out and put back in turn.
+        names.iter().fold(cmd, |cmd, name| {
+            cmd.mut_subcommand(name, |sub| {
+                if name == "demo" {
+                    hidden
+                        .iter()
+                        .fold(sub, |demo, arg| demo.arg(arg.clone().hide(true)))
+                } else {
+                    sub
+                }
+            })
+        })
+    }
+
+    /// Parses `args` (the program name first) like `Cli::try_parse_from`, and refuses a
+    /// connection flag given with `leasehold demo` (exit 2) rather than ignore it. The same
+    /// flag's environment variable (LEASEHOLD_AGENT …) is not refused: it is there for the
+    /// other commands.
+    pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::FromArgMatches;
+        use clap::parser::ValueSource;
+        let mut cmd = Cli::command_line();
+        let matches = cmd.try_get_matches_from_mut(args)?;
+        if let Some(("demo", sub)) = matches.subcommand() {
+            let given = demo_refused(&cmd).into_iter().find(|a| {
+                let id = a.get_id().as_str();
+                [&matches, sub]
+                    .iter()
+                    .any(|m| m.value_source(id) == Some(ValueSource::CommandLine))
+            });
+            if let Some(arg) = given {
+                let flag = arg.get_long().unwrap_or(arg.get_id().as_str());
+                let message = format!(
+                    "--{flag} does not apply to `leasehold demo`: the demo starts its own \
+agents and its console talks to them; leave it out"
+                );
+                let mut demo = cmd
+                    .find_subcommand_mut("demo")
+                    .map(|demo| demo.clone())
+                    .unwrap_or_else(|| cmd.clone());
+                return Err(demo.error(clap::error::ErrorKind::ArgumentConflict, message));
+            }
+        }
+        Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+    }
+}
 
 /// `leasehold`: the console and the headless commands of Leasehold.
 #[derive(Debug, Clone, Parser)]
@@ -126,6 +203,42 @@ pub struct GlobalArgs {
     )]
     pub token: Option<String>,
 
+    /// Read the token from this file (its content, trimmed). A file readable by group or
+    /// others is warned about.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_TOKEN_FILE",
+        hide_env_values = true,
+        conflicts_with = "token",
+        value_name = "FILE"
+    )]
+    pub token_file: Option<PathBuf>,
+
+    /// Talk to the agent over this Unix socket only (fails if it cannot be reached). Without
+    /// it, a loopback --agent without TLS prefers the agent's local socket when there is one.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_SOCKET",
+        conflicts_with = "no_socket",
+        value_name = "PATH"
+    )]
+    pub socket: Option<PathBuf>,
+
+    /// Never use the agent's local Unix socket: always TCP.
+    #[arg(long, global = true)]
+    pub no_socket: bool,
+
+    /// Allow sending a token in plaintext to a host that is not loopback (and following
+    /// registry addresses that are not loopback with it).
+    #[arg(long, global = true)]
+    pub insecure: bool,
+
+    /// Say on stderr how the agent was reached (Unix socket or TCP).
+    #[arg(long, short = 'v', global = true)]
+    pub verbose: bool,
+
     /// Output format: `table` for people, `json` for scripts (one object per line).
     #[arg(long, global = true, value_enum, default_value_t = Format::Table, value_name = "FORMAT")]
     pub output: Format,
@@ -149,6 +262,7 @@ pub struct GlobalArgs {
         long,
         global = true,
         env = "LEASEHOLD_KEY",
+        hide_env_values = true,
         requires = "cert",
         value_name = "FILE"
     )]
@@ -188,8 +302,9 @@ pub enum Command {
     /// hangs past its 4 s timeout (sleep, once a minute), a program run by exec, and a burst
     /// of 40 every 15 s. Then it opens the console on the first agent; quitting the console
     /// (q) drains the agents and prints where the database is and how to reopen it. The
-    /// console flags (--no-color, --ascii, --read-only, --log-file) apply; the connection
-    /// flags (--agent, --token, TLS) do not: the console talks to the demo's own agents.
+    /// console flags (--no-color, --ascii, --read-only, --log-file), --output and
+    /// --call-timeout apply; the connection flags (agent, token, socket, TLS) do not: the
+    /// console talks to the demo's own agents, so the demo refuses them (exit 2).
     ///
     /// The file: an existing ./leasehold-demo.sqlite is replaced only when an earlier
     /// `leasehold demo` made it (SQLite application_id 0x4C48444D, "LHDM"); any other file of
@@ -291,6 +406,10 @@ pub enum Command {
     #[command(subcommand)]
     Shards(ShardsCommand),
 
+    /// The audit log of operator actions and refused calls (operator token needed).
+    #[command(subcommand)]
+    Audit(AuditCommand),
+
     /// Drain the agent named by --agent: stop claiming, finish or release its leases, exit
     ///
     /// The agent does what it does on SIGTERM.
@@ -348,5 +467,7 @@ pub enum Command {
     Wait(WaitArgs),
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
 
 use leasehold_shared::TaskStatus;
 
@@ -12,7 +12,7 @@ use super::values::{Limit, TimeOrDuration};
 use super::*;
 
 fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-    Cli::try_parse_from(std::iter::once("leasehold").chain(args.iter().copied()))
+    Cli::parse_args(std::iter::once("leasehold").chain(args.iter().copied()))
 }
 
 fn ok(args: &[&str]) -> Cli {
@@ -608,4 +608,97 @@ fn demo_defaults_and_bounds() {
     refused(&["demo", "--headless", "--duration", "2days"]);
     let e = refused(&["demo", "--duration", "5s"]);
     assert!(e.to_string().contains("--headless"), "{e}");
+}
+
+/// The long help of `path` (a command and its subcommands) in `cmd`.
+fn long_help(cmd: &mut clap::Command, path: &[&str]) -> String {
+    let mut at = cmd;
+    for name in path {
+        at = at
+            .find_subcommand_mut(name)
+            .unwrap_or_else(|| panic!("no command {path:?}"));
+    }
+    at.render_long_help().to_string()
+}
+
+/// Every command's path: `[]` for `leasehold`, then `["demo"]`, `["tasks", "ls"]` …
+fn command_paths(cmd: &clap::Command, prefix: &[String], out: &mut Vec<Vec<String>>) {
+    out.push(prefix.to_vec());
+    for sub in cmd.get_subcommands() {
+        let mut path = prefix.to_vec();
+        path.push(sub.get_name().to_string());
+        command_paths(sub, &path, out);
+    }
+}
+
+#[test]
+fn demo_help_lists_no_connection_flag_and_every_other_help_is_unchanged() {
+    let mut plain = Cli::command();
+    plain.build();
+    let mut ours = Cli::command_line();
+    ours.build();
+    let mut paths = Vec::new();
+    command_paths(&plain, &[], &mut paths);
+    assert!(paths.len() > 20, "{paths:?}");
+    for path in &paths {
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        let ours = long_help(&mut ours, &path);
+        if path == ["demo"] {
+            let flags: Vec<&str> = ours
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .filter(|w| w.starts_with("--"))
+                .collect();
+            for gone in [
+                "--agent",
+                "--token",
+                "--token-file",
+                "--socket",
+                "--no-socket",
+                "--insecure",
+                "--verbose",
+                "--ca",
+                "--cert",
+                "--key",
+                "--tls",
+                "--tls-server-name",
+            ] {
+                assert!(!flags.contains(&gone), "demo --help lists {gone}:\n{ours}");
+            }
+            for kept in ["--agents", "--output", "--call-timeout", "--read-only"] {
+                assert!(flags.contains(&kept), "demo --help lacks {kept}:\n{ours}");
+            }
+        } else {
+            assert_eq!(
+                ours,
+                long_help(&mut plain, &path),
+                "help of {path:?} changed"
+            );
+        }
+    }
+}
+
+#[test]
+fn demo_refuses_connection_flags_given_before_or_after_it() {
+    for args in [
+        &["--agent", "127.0.0.1:9", "demo"][..],
+        &["demo", "--agent", "127.0.0.1:9"],
+        &["--token", "t", "demo", "--headless"],
+        &["demo", "--tls"],
+        &["demo", "-v"],
+    ] {
+        let e = refused(args);
+        let text = e.to_string();
+        assert!(
+            text.contains("does not apply to `leasehold demo`"),
+            "{args:?}: {text}"
+        );
+    }
+    let e = refused(&["--agent", "x", "demo"]);
+    assert!(e.to_string().contains("--agent does not apply"), "{e}");
+    // The flags the demo uses still parse, and the connection flags elsewhere.
+    let cli = ok(&["demo", "--output", "json", "--call-timeout", "3s"]);
+    assert!(matches!(cli.command, Some(Command::Demo(_))));
+    assert_eq!(cli.global.call_timeout, Duration::from_secs(3));
+    ok(&["--agent", "127.0.0.1:9", "drain"]);
+    ok(&["drain", "--agent", "127.0.0.1:9", "--token", "t"]);
 }

@@ -17,11 +17,13 @@ pub enum Security {
     Tls,
     /// TLS with a client certificate.
     MutualTls,
+    /// The agent's local Unix socket (no TLS; the agent knows the caller's uid).
+    Socket,
 }
 
 impl Security {
     fn is_tls(self) -> bool {
-        self != Security::Plaintext
+        matches!(self, Security::Tls | Security::MutualTls)
     }
 }
 
@@ -35,6 +37,8 @@ const HINT_MUTUAL_TLS: &str = "the TLS connection closed before any answer: the 
      client certificate, or serve plaintext (drop --tls, --ca, --cert and --key)";
 const HINT_CLIENT_CERT: &str = "the agent asks for a client certificate: give --cert and --key";
 const HINT_SERVES_PLAINTEXT: &str = "the agent may serve plaintext: drop --tls and --ca";
+const HINT_SOCKET: &str = "the agent's socket closed before any answer: is a Leasehold agent \
+     serving it? (--no-socket uses TCP)";
 
 /// The hint for a failed call, if any.
 pub fn status_hint(
@@ -59,6 +63,7 @@ pub fn status_hint(
                         Security::Plaintext => HINT_PLAINTEXT,
                         Security::Tls => HINT_TLS,
                         Security::MutualTls => HINT_MUTUAL_TLS,
+                        Security::Socket => HINT_SOCKET,
                     }
                     .to_owned()
                 })
@@ -118,6 +123,9 @@ pub fn connect_cause(
                 "no connection within {} ({chain})",
                 humantime::format_duration(timeout)
             )
+        } else if lower.contains("connection refused") {
+            // Nothing listens there: said at once, in words, not as an OS error code.
+            "connection refused (is the agent running, and listening on that address?)".to_owned()
         } else if chain.is_empty() {
             "connection failed".to_owned()
         } else {
@@ -153,6 +161,8 @@ mod tests {
         );
         let hint = status_hint(&s, "a:1", Security::MutualTls, false).unwrap_or_default();
         assert!(hint.contains("refuse this client certificate"), "{hint}");
+        let hint = status_hint(&s, "a:1", Security::Socket, false).unwrap_or_default();
+        assert!(hint.contains("--no-socket"), "{hint}");
         assert_eq!(status_hint(&s, "a:1", Security::Plaintext, true), None);
         // A status from the agent itself (no source) gets no guess.
         let own = Status::unknown("boom");

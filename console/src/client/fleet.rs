@@ -2,7 +2,8 @@
 //! the requests the app sends, each answered as an [`Event`].
 //!
 //! ```text
-//!  seed agent ──ListAgents + GetOverview every 2 s──▶ Event::Agents / Event::Overview
+//!  seed agent ──ListAgents + GetOverview + ListSuspectLeases every 2 s──▶ Event::Agents /
+//!              Event::Overview / Event::Suspects
 //!  (the app polls what only one view shows — dead letters, schedules, locks, shards — as
 //!   requests)
 //!      │                                   new agent in the registry ─▶ spawn its watcher
@@ -26,11 +27,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use leasehold_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::{Agent, AgentAddr, Settings};
+use super::{Agent, AgentAddr, Settings, Transport, token_plaintext_refusal};
 use crate::error::Error;
 use crate::event::{ConnEvent, Event, LimitScope, Reply, Request, RequestKind, TaskFilter};
 
@@ -102,6 +104,11 @@ pub fn start(
     events: mpsc::Sender<Event>,
     requests: mpsc::UnboundedReceiver<Request>,
 ) -> Fleet {
+    // The terminal is the console's: nothing may be printed on stderr.
+    let settings = Settings {
+        verbose: false,
+        ..settings
+    };
     let watchers: Arc<Mutex<HashMap<String, Watcher>>> = Arc::default();
     let seed_addr = settings.addr.given.clone();
     spawn_watcher(&watchers, &settings, seed_addr.clone(), &events);
@@ -154,17 +161,26 @@ fn spawn_watcher(
     );
 }
 
-/// The seed's settings (TLS, token, timeouts) aimed at another address.
-fn settings_for(seed: &Settings, addr: &str) -> Result<Settings, Error> {
+/// The seed's settings (TLS, token, timeouts) aimed at another address: a loopback one prefers
+/// its agent's Unix socket (unless `--no-socket`). An address the token would reach in
+/// plaintext off this host is refused (unless `--insecure`): the error says why, and the
+/// console shows it as that agent's lost connection.
+pub(crate) fn settings_for(seed: &Settings, addr: &str) -> Result<Settings, Error> {
     if addr == seed.addr.given {
         return Ok(seed.clone());
     }
     let mut parsed = AgentAddr::parse(addr)?;
     parsed.scheme_tls = seed.addr.scheme_tls;
-    Ok(Settings {
+    let transport = Transport::default_for(&parsed, seed.tls.is_some(), seed.no_socket);
+    let settings = Settings {
         addr: parsed,
+        transport,
         ..seed.clone()
-    })
+    };
+    if let Some(why) = token_plaintext_refusal(&settings) {
+        return Err(Error::usage(format!("not connecting: {why}")));
+    }
+    Ok(settings)
 }
 
 async fn watch_loop(
@@ -237,6 +253,14 @@ async fn follow(
     let agent = Agent::connect(settings).await.map_err(|e| e.to_string())?;
     let mut stream = agent.watch().await.map_err(|e| e.to_string())?;
     live.store(true, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(agent = %addr, route = %agent.route(), "watch stream open");
+    let route = Event::Conn {
+        addr: addr.to_string(),
+        conn: ConnEvent::Route(agent.route().to_string()),
+    };
+    if events.send(route).await.is_err() {
+        return Ok(None);
+    }
     if events
         .send(Event::Conn {
             addr: addr.to_string(),
@@ -346,6 +370,16 @@ async fn poll_loop(
             }
             Err(e) => tracing::debug!(error = %e, "overview read failed"),
         }
+        // Overdue renewals from the database: an agent whose own stream went silent (frozen,
+        // partitioned) shows no failure of its own, so the database has to say it.
+        match agent.list_suspect_leases(0).await {
+            Ok(suspects) => {
+                if events.send(Event::Suspects(suspects)).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "suspect lease read failed"),
+        }
     }
 }
 
@@ -400,6 +434,10 @@ async fn request_loop(
 ) {
     let mut clients: HashMap<String, Agent> = HashMap::new();
     while let Some(request) = requests.recv().await {
+        if request.kind == RequestKind::Poll {
+            refresh.notify_one();
+            continue;
+        }
         let target = match &request.kind {
             RequestKind::Drain { addr }
             | RequestKind::SetConcurrency {
@@ -438,6 +476,7 @@ async fn request_loop(
         };
         let events = events.clone();
         let refresh = Arc::clone(&refresh);
+        let seed = settings.clone();
         tokio::spawn(async move {
             let changes = !matches!(
                 request.kind,
@@ -450,7 +489,7 @@ async fn request_loop(
                     | RequestKind::RequeueDead { dry_run: true, .. }
             );
             let reply = match agent {
-                Ok(agent) => serve(&agent, request.kind).await,
+                Ok(agent) => serve(&seed, &agent, request.kind).await,
                 Err(e) => Err(e),
             };
             if changes {
@@ -478,7 +517,7 @@ fn limit_word(limit: Option<u32>) -> String {
 }
 
 /// Runs one request; the reply, or the error in words.
-async fn serve(agent: &Agent, kind: RequestKind) -> Result<Reply, String> {
+async fn serve(settings: &Settings, agent: &Agent, kind: RequestKind) -> Result<Reply, String> {
     let text = |e: Error| e.to_string();
     match kind {
         RequestKind::DeadPage {
@@ -535,23 +574,27 @@ async fn serve(agent: &Agent, kind: RequestKind) -> Result<Reply, String> {
             };
             Ok(Reply::Action { summary, failed: 0 })
         }
+        RequestKind::Poll => Err("a poll is not a call (the request loop serves it)".into()),
         RequestKind::Task { id } => Ok(Reply::Task(Box::new(
             agent.get_task(id).await.map_err(text)?,
         ))),
         RequestKind::Cancel { ids } => {
+            // Each to its holder, several at once (`holders`).
+            let holders = super::holders::Holders::discover(settings, agent.clone()).await;
+            let requests = ids.iter().map(|id| pb::CancelRequest {
+                id: *id,
+                wait: false,
+                wait_ms: 0,
+            });
+            let answers: Vec<_> = super::holders::cancel_many(&holders, requests.collect())
+                .collect()
+                .await;
             let mut outcomes: Vec<(String, usize)> = Vec::new();
             let mut failed = Vec::new();
-            for id in &ids {
-                let r = agent
-                    .cancel(pb::CancelRequest {
-                        id: *id,
-                        wait: false,
-                        wait_ms: 0,
-                    })
-                    .await;
+            for (id, r) in answers {
                 match r {
                     Ok(r) => tally(&mut outcomes, r.outcome),
-                    Err(e) => failed.push((*id, e.to_string())),
+                    Err(e) => failed.push((id, e.to_string())),
                 }
             }
             Ok(summarise("cancel", ids.len(), &outcomes, &failed))
@@ -710,6 +753,67 @@ fn summarise(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    fn seed(args: &[&str]) -> Settings {
+        let args = std::iter::once("leasehold")
+            .chain(args.iter().copied())
+            .chain(["drain"]);
+        match crate::cli::Cli::try_parse_from(args) {
+            Ok(cli) => match super::super::settings(&cli.global) {
+                Ok(s) => s,
+                Err(e) => panic!("{e}"),
+            },
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn registry_addresses_prefer_sockets_and_never_get_a_plaintext_token_off_the_host() {
+        let with_token = seed(&["--token", "s3cret"]);
+        let local = settings_for(&with_token, "127.0.0.1:7071").map(|s| s.transport);
+        assert_eq!(local.ok(), Some(Transport::Auto));
+        let remote = settings_for(&with_token, "10.1.2.3:7070").map(|s| s.transport);
+        let why = match remote {
+            Err(e) => e.to_string(),
+            Ok(t) => panic!("a token would go in plaintext to 10.1.2.3 ({t:?})"),
+        };
+        assert!(
+            why.contains("plaintext") && !why.contains("s3cret"),
+            "{why}"
+        );
+        // --insecure, or no token: followed, over TCP.
+        let insecure = seed(&["--token", "s3cret", "--insecure"]);
+        let remote = settings_for(&insecure, "10.1.2.3:7070").map(|s| s.transport);
+        assert_eq!(remote.ok(), Some(Transport::Tcp));
+        let remote = settings_for(&seed(&[]), "10.1.2.3:7070").map(|s| s.transport);
+        assert_eq!(remote.ok(), Some(Transport::Tcp));
+        // --no-socket holds for registry agents too; --socket names the seed's socket only.
+        let tcp = settings_for(&seed(&["--no-socket"]), "127.0.0.1:7071").map(|s| s.transport);
+        assert_eq!(tcp.ok(), Some(Transport::Tcp));
+        let explicit = seed(&["--socket", "/x.sock"]);
+        let other = settings_for(&explicit, "127.0.0.1:7071").map(|s| s.transport);
+        assert_eq!(other.ok(), Some(Transport::Auto));
+    }
+
+    #[test]
+    fn the_route_is_kept_with_the_connection() {
+        let mut conn = crate::state::fleet::Conn::new("127.0.0.1:7070".into());
+        let route = super::super::Route::Socket("/run/leasehold/agent-7070.sock".into());
+        assert!(
+            conn.set_link(ConnEvent::Route(route.to_string()), 0)
+                .is_empty()
+        );
+        assert_eq!(conn.link, crate::state::Link::Connecting);
+        let _ = conn.set_link(ConnEvent::Live, 1);
+        assert_eq!(
+            conn.route.as_deref(),
+            Some("unix:/run/leasehold/agent-7070.sock")
+        );
+        assert!(conn.link.is_live());
+        let _ = conn.set_link(ConnEvent::Route(super::super::Route::Tcp.to_string()), 2);
+        assert_eq!(conn.route.as_deref(), Some("tcp"));
+    }
 
     fn reply(released: bool, token: Option<i64>) -> pb::ReleaseLockResponse {
         pb::ReleaseLockResponse {

@@ -4,9 +4,14 @@
 //!
 //! ```text
 //! GlobalArgs ──settings()──▶ Settings ──Agent::connect()──▶ Agent ──get_task(..)──▶ reply
-//!   (flags/env)   files read,            TCP + TLS + HTTP/2       per-call deadline,
-//!                 checked                within --call-timeout    grpc-timeout header
+//!   (flags/env)   files read,            Unix socket or           per-call deadline,
+//!                 checked                TCP + TLS, HTTP/2        grpc-timeout header
+//!                                        within --call-timeout
 //! ```
+//!
+//! A loopback `--agent` without TLS prefers the agent's local Unix socket ([`socket`]), where
+//! the agent knows the caller's uid; `--socket PATH` uses that socket only, `--no-socket`
+//! TCP only. [`Agent::route`] says which was used.
 //!
 //! When things fail: a bad flag combination or unreadable file is found by [`settings()`]
 //! before any I/O on the network (exit 2); a connection that cannot be made is
@@ -17,12 +22,18 @@
 
 mod diagnose;
 pub mod fleet;
+pub mod holders;
 mod settings;
+mod socket;
 
 pub use diagnose::Security;
-pub use settings::{AgentAddr, Settings, TlsSettings, settings};
+pub use settings::{
+    AgentAddr, Settings, TlsSettings, Transport, is_loopback_host, settings,
+    token_plaintext_refusal,
+};
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -68,23 +79,80 @@ pub struct Agent {
     call_timeout: Duration,
     security: Security,
     addr: String,
+    route: Route,
     /// Set once any call got an answer: a transport failure after that is not a TLS mismatch.
     answered: Arc<AtomicBool>,
 }
 
+/// How a connection reached its agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// TCP (plaintext or TLS) to the `--agent` address.
+    Tcp,
+    /// The agent's local Unix socket at this path.
+    Socket(PathBuf),
+}
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Route::Tcp => f.write_str("tcp"),
+            Route::Socket(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
 impl Agent {
-    /// Connects (TCP, TLS, HTTP/2) within the call timeout.
+    /// Connects within the call timeout: over the agent's Unix socket when [`Transport`]
+    /// says so (or, for [`Transport::Auto`], when one answers), else TCP (+ TLS), then HTTP/2.
     pub async fn connect(settings: &Settings) -> Result<Self> {
-        let security = match &settings.tls {
+        let endpoint = endpoint(settings)?;
+        let mut security = match &settings.tls {
             None => Security::Plaintext,
             Some(t) if t.identity.is_some() => Security::MutualTls,
             Some(_) => Security::Tls,
         };
-        let endpoint = endpoint(settings)?;
-        let channel = endpoint.connect().await.map_err(|e| Error::Connect {
-            addr: settings.addr.given.clone(),
-            cause: diagnose::connect_cause(&e, settings.call_timeout, security),
-        })?;
+        let socket = match &settings.transport {
+            Transport::Socket(path) => {
+                let channel =
+                    socket::connect(&endpoint, path)
+                        .await
+                        .map_err(|e| Error::Connect {
+                            addr: format!("unix:{}", path.display()),
+                            cause: diagnose::connect_cause(&e, settings.call_timeout, security),
+                        })?;
+                Some((channel, path.clone()))
+            }
+            Transport::Auto => {
+                let candidates = leasehold_shared::local::socket_candidates(settings.addr.port);
+                socket::first_answering(&endpoint, candidates).await
+            }
+            Transport::Tcp => None,
+        };
+        let (channel, route) = match socket {
+            Some((channel, path)) => {
+                security = Security::Socket;
+                (channel, Route::Socket(path))
+            }
+            None => {
+                if let Some(why) = settings::token_plaintext_refusal(settings) {
+                    return Err(Error::usage(why));
+                }
+                let channel = endpoint.connect().await.map_err(|e| Error::Connect {
+                    addr: settings.addr.given.clone(),
+                    cause: diagnose::connect_cause(&e, settings.call_timeout, security),
+                })?;
+                (channel, Route::Tcp)
+            }
+        };
+        tracing::debug!(agent = %settings.addr.given, %route, "connected");
+        if settings.verbose {
+            // stderr only: stdout may be JSON for a script.
+            eprintln!(
+                "leasehold: connected to {} via {route}",
+                crate::output::text::shown(&settings.addr.given, 100)
+            );
+        }
         let client =
             AgentServiceClient::with_interceptor(channel, TokenInterceptor(settings.token.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -94,8 +162,14 @@ impl Agent {
             call_timeout: settings.call_timeout,
             security,
             addr: settings.addr.given.clone(),
+            route,
             answered: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// How this connection reached the agent.
+    pub fn route(&self) -> &Route {
+        &self.route
     }
 
     /// The per-call timeout (`--call-timeout`).
@@ -346,6 +420,17 @@ impl Agent {
         .await
     }
 
+    /// ListAudit: one page of the audit log (operator role).
+    pub async fn list_audit(&self, r: v1::ListAuditRequest) -> Result<v1::ListAuditResponse> {
+        self.unary(
+            "list audit".into(),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.list_audit(r).await },
+        )
+        .await
+    }
+
     pub async fn list_locks(&self) -> Result<v1::ListLocksResponse> {
         self.unary(
             "list locks".into(),
@@ -393,6 +478,24 @@ impl Agent {
                 "a group keeps the count it was created with (`leasehold shards ls` shows it)",
             )
         })
+    }
+
+    /// Leases whose renewal is overdue in the database; `threshold_ms` 0 = the agent's revoke
+    /// threshold.
+    pub async fn list_suspect_leases(
+        &self,
+        threshold_ms: i64,
+    ) -> Result<v1::ListSuspectLeasesResponse> {
+        self.unary(
+            "list suspect leases".into(),
+            self.call_timeout,
+            v1::ListSuspectLeasesRequest {
+                threshold_ms,
+                limit: 0,
+            },
+            |mut c, r| async move { c.list_suspect_leases(r).await },
+        )
+        .await
     }
 
     pub async fn list_shard_groups(&self) -> Result<v1::ListShardGroupsResponse> {

@@ -1,12 +1,22 @@
 //! The connection settings of `leasehold`: the `--agent` address, TLS material read from
-//! files, and the token as a header value, checked before any network I/O.
+//! files, the token as a header value (from `--token` or `--token-file`), and how to reach the
+//! agent (its local Unix socket or TCP), checked before any network I/O.
 //!
 //! Invariants: TLS is on when `--tls`, `--ca`, `--cert`/`--key` or an `https://` address say
 //! so, and then a CA file is required (this build carries no system roots); an `http://`
 //! address with TLS flags is refused rather than silently picking one; the token never
-//! appears in an error or a `Debug` output.
+//! appears in an error or a `Debug` output, and is never sent in plaintext over TCP to a host
+//! that is not loopback unless `--insecure` says so ([`token_plaintext_refusal`]).
+//!
+//! ```text
+//! --socket PATH ─────────────────────────────▶ Transport::Socket(PATH)   (that socket only)
+//! --no-socket, TLS, or a non-loopback host ──▶ Transport::Tcp
+//! otherwise (loopback, plaintext) ──────────▶ Transport::Auto           (socket if one answers)
+//! ```
 
-use std::path::Path;
+use std::net::{IpAddr, Ipv6Addr};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tonic::metadata::{Ascii, MetadataValue};
@@ -78,6 +88,49 @@ impl AgentAddr {
         let scheme = if tls { "https" } else { "http" };
         format!("{scheme}://{}:{}", self.host, self.port)
     }
+
+    /// True when the host is this machine's loopback: `localhost`, 127.0.0.0/8, `[::1]` (or an
+    /// IPv4-mapped loopback). A name that merely resolves to loopback does not count.
+    pub fn is_loopback(&self) -> bool {
+        is_loopback_host(&self.host)
+    }
+}
+
+/// See [`AgentAddr::is_loopback`]; `host` as [`AgentAddr::host`] keeps it (IPv6 in brackets).
+pub fn is_loopback_host(host: &str) -> bool {
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return inner.parse::<Ipv6Addr>().is_ok_and(|ip| {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        });
+    }
+    host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// How the console reaches the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// The agent's local socket when one of
+    /// [`leasehold_shared::local::socket_candidates`] accepts a connection, else TCP.
+    Auto,
+    /// This Unix socket only (`--socket`).
+    Socket(PathBuf),
+    /// TCP only (`--no-socket`, TLS, or a host that is not loopback).
+    Tcp,
+}
+
+impl Transport {
+    /// The transport for `addr` without `--socket`: [`Transport::Auto`] for a loopback host
+    /// without TLS unless `--no-socket`, else [`Transport::Tcp`].
+    pub fn default_for(addr: &AgentAddr, tls: bool, no_socket: bool) -> Self {
+        if no_socket || tls || !addr.is_loopback() {
+            Transport::Tcp
+        } else {
+            Transport::Auto
+        }
+    }
 }
 
 /// TLS material, read from files.
@@ -106,6 +159,14 @@ pub struct Settings {
     pub tls: Option<TlsSettings>,
     pub token: Option<MetadataValue<Ascii>>,
     pub call_timeout: Duration,
+    /// Socket or TCP.
+    pub transport: Transport,
+    /// `--no-socket`: never a Unix socket, for the seed or for agents found in the registry.
+    pub no_socket: bool,
+    /// `--insecure`: a token may go in plaintext to a host that is not loopback.
+    pub insecure: bool,
+    /// `--verbose`: say on stderr how the agent was reached.
+    pub verbose: bool,
 }
 
 impl std::fmt::Debug for Settings {
@@ -115,6 +176,10 @@ impl std::fmt::Debug for Settings {
             .field("tls", &self.tls)
             .field("token", &self.token.as_ref().map(|_| "<hidden>"))
             .field("call_timeout", &self.call_timeout)
+            .field("transport", &self.transport)
+            .field("no_socket", &self.no_socket)
+            .field("insecure", &self.insecure)
+            .field("verbose", &self.verbose)
             .finish()
     }
 }
@@ -134,6 +199,13 @@ pub fn settings(global: &GlobalArgs) -> Result<Settings> {
         )));
     }
     let use_tls = flags_want_tls || addr.scheme_tls == Some(true);
+    let socket = non_empty_path(global.socket.as_deref());
+    if socket.is_some() && use_tls {
+        return Err(Error::usage(
+            "--socket talks to a local agent over its Unix socket: drop --tls, --ca, --cert \
+             and --key (or https://), or drop --socket",
+        ));
+    }
     let tls = if use_tls {
         let ca = ca.ok_or_else(|| {
             Error::usage(
@@ -160,15 +232,93 @@ pub fn settings(global: &GlobalArgs) -> Result<Settings> {
         }
         None
     };
-    let token = match global.token.as_deref() {
-        None | Some("") => None,
-        Some(token) => Some(bearer(token)?),
+    let token = match (
+        global.token.as_deref(),
+        non_empty_path(global.token_file.as_deref()),
+    ) {
+        (Some(token), None) if !token.is_empty() => {
+            Some(bearer(token, "--token (or LEASEHOLD_TOKEN)")?)
+        }
+        (_, Some(file)) => Some(bearer(
+            &read_token_file(file)?,
+            &format!("the token in --token-file {}", file.display()),
+        )?),
+        _ => None,
     };
-    Ok(Settings {
+    let transport = match socket {
+        Some(path) => Transport::Socket(path.to_path_buf()),
+        None => Transport::default_for(&addr, tls.is_some(), global.no_socket),
+    };
+    let settings = Settings {
         addr,
         tls,
         token,
         call_timeout: global.call_timeout,
+        transport,
+        no_socket: global.no_socket,
+        insecure: global.insecure,
+        verbose: global.verbose,
+    };
+    // Over `--socket` the token stays on this host whatever --agent says.
+    if !matches!(settings.transport, Transport::Socket(_))
+        && let Some(why) = token_plaintext_refusal(&settings)
+    {
+        return Err(Error::usage(why));
+    }
+    Ok(settings)
+}
+
+/// Why `settings` must not be used over TCP: a token would travel in plaintext to a host that
+/// is not loopback without `--insecure`. `None` when the connection may be made.
+pub fn token_plaintext_refusal(settings: &Settings) -> Option<String> {
+    if settings.token.is_none()
+        || settings.tls.is_some()
+        || settings.insecure
+        || settings.addr.is_loopback()
+    {
+        return None;
+    }
+    Some(format!(
+        "refusing to send the token in plaintext to {} (not loopback): use TLS (--ca, \
+         https://), or give --insecure to send it anyway",
+        crate::output::text::shown(&settings.addr.given, 100)
+    ))
+}
+
+/// The token in `path`: the file's content, trimmed. Warns on stderr when the file is
+/// readable by group or others.
+fn read_token_file(path: &Path) -> Result<String> {
+    let what = || format!("reading --token-file {}", path.display());
+    let meta = std::fs::metadata(path).map_err(|source| Error::Local {
+        what: what(),
+        source,
+    })?;
+    if let Some(warning) = open_file_warning(path, meta.permissions().mode()) {
+        // stderr only: stdout may be JSON for a script.
+        eprintln!("leasehold: warning: {warning}");
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Local {
+        what: what(),
+        source,
+    })?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(Error::usage(format!(
+            "--token-file {}: the file is empty",
+            path.display()
+        )));
+    }
+    Ok(token.to_owned())
+}
+
+/// The warning for a secret file whose `mode` lets group or others read it.
+fn open_file_warning(path: &Path, mode: u32) -> Option<String> {
+    (mode & 0o044 != 0).then(|| {
+        format!(
+            "--token-file {} is readable by other users (mode {:o}): chmod 600 it",
+            path.display(),
+            mode & 0o777
+        )
     })
 }
 
@@ -177,17 +327,17 @@ fn non_empty_path(p: Option<&Path>) -> Option<&Path> {
 }
 
 /// `Bearer <token>` as a header value; the token itself never appears in an error.
-fn bearer(token: &str) -> Result<MetadataValue<Ascii>> {
+/// `from` names where the token came from, for messages.
+fn bearer(token: &str, from: &str) -> Result<MetadataValue<Ascii>> {
     let token = token.trim();
     if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(Error::usage(
-            "--token (or LEASEHOLD_TOKEN) has characters a header cannot carry: use printable \
-             ASCII without spaces",
-        ));
+        return Err(Error::usage(format!(
+            "{from} has characters a header cannot carry: use printable ASCII without spaces"
+        )));
     }
     format!("Bearer {token}")
         .parse()
-        .map_err(|_| Error::usage("--token (or LEASEHOLD_TOKEN) cannot be sent as a header"))
+        .map_err(|_| Error::usage(format!("{from} cannot be sent as a header")))
 }
 
 /// Reads a PEM file and checks it holds a block whose label ends with `label`.
@@ -335,5 +485,180 @@ mod tests {
         assert!(s.is_some_and(|s| s.token.is_none()));
         let s = settings(&global(&["--token", "s3cret"])).ok();
         assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    /// Every flag that can take a secret from the environment hides its value in `--help`.
+    #[test]
+    fn secret_env_values_are_hidden_from_help() {
+        use clap::CommandFactory;
+        fn visit(cmd: &clap::Command, found: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let Some(env) = arg.get_env() else { continue };
+                let env = env.to_string_lossy().to_ascii_uppercase();
+                let secret = ["TOKEN", "URL", "PASSWORD", "SECRET", "KEY"]
+                    .iter()
+                    .any(|w| env.contains(w));
+                if secret && !arg.is_hide_env_values_set() {
+                    found.push(format!("{} --{}", cmd.get_name(), arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                visit(sub, found);
+            }
+        }
+        let mut cmd = crate::cli::Cli::command();
+        cmd.build();
+        let mut found = Vec::new();
+        visit(&cmd, &mut found);
+        assert!(found.is_empty(), "env values shown in --help: {found:?}");
+    }
+
+    #[test]
+    fn loopback_hosts_are_recognised() {
+        for host in [
+            "127.0.0.1",
+            "127.8.9.10",
+            "localhost",
+            "LocalHost",
+            "[::1]",
+            "[::ffff:127.0.0.1]",
+        ] {
+            assert!(is_loopback_host(host), "{host} is loopback");
+        }
+        for host in [
+            "10.1.2.3",
+            "0.0.0.0",
+            "[::]",
+            "[fe80::1]",
+            "localhost.example.com",
+            "127.0.0.1.nip.io",
+            "agent.internal",
+        ] {
+            assert!(!is_loopback_host(host), "{host} is not loopback");
+        }
+    }
+
+    #[test]
+    fn a_token_is_not_sent_in_plaintext_off_the_host() {
+        let m = usage_message(settings(&global(&[
+            "--agent",
+            "10.1.2.3:7070",
+            "--token",
+            "s3cret",
+        ])));
+        assert!(m.contains("plaintext") && m.contains("--insecure"), "{m}");
+        assert!(!m.contains("s3cret"), "{m}");
+        // Loopback, --insecure, TLS, or no token: allowed.
+        for args in [
+            &["--agent", "127.0.0.1:7070", "--token", "t"][..],
+            &["--agent", "localhost:7070", "--token", "t"],
+            &["--agent", "[::1]:7070", "--token", "t"],
+            &["--agent", "10.1.2.3:7070", "--token", "t", "--insecure"],
+            &["--agent", "10.1.2.3:7070"],
+            &[
+                "--agent",
+                "10.1.2.3:7070",
+                "--token",
+                "t",
+                "--socket",
+                "/x.sock",
+            ],
+        ] {
+            let s = settings(&global(args));
+            assert!(s.is_ok(), "{args:?}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn the_transport_follows_the_address_and_the_flags() {
+        let transport = |args: &[&str]| settings(&global(args)).map(|s| s.transport).ok();
+        assert_eq!(transport(&[]), Some(Transport::Auto));
+        assert_eq!(
+            transport(&["--agent", "localhost:9"]),
+            Some(Transport::Auto)
+        );
+        assert_eq!(transport(&["--no-socket"]), Some(Transport::Tcp));
+        assert_eq!(
+            transport(&["--agent", "10.0.0.1:7070"]),
+            Some(Transport::Tcp)
+        );
+        assert_eq!(
+            transport(&["--socket", "/run/x.sock"]),
+            Some(Transport::Socket(PathBuf::from("/run/x.sock")))
+        );
+        let m = usage_message(settings(&global(&[
+            "--socket",
+            "/x",
+            "--agent",
+            "https://h:1",
+        ])));
+        assert!(m.contains("--socket"), "{m}");
+        let both = crate::cli::Cli::try_parse_from([
+            "leasehold",
+            "--socket",
+            "/x",
+            "--no-socket",
+            "drain",
+        ]);
+        assert!(both.is_err());
+    }
+
+    #[test]
+    fn a_token_file_is_read_trimmed_and_checked() {
+        let dir = std::env::temp_dir().join(format!("leasehold-token-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::create_dir_all(&dir);
+        let file = dir.join("token");
+        let _ = std::fs::write(&file, "  s3cret\n");
+        let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+        let path = file.to_string_lossy().into_owned();
+        let value = settings(&global(&["--token-file", &path]))
+            .ok()
+            .and_then(|s| s.token)
+            .and_then(|v| v.to_str().ok().map(str::to_owned));
+        assert_eq!(value.as_deref(), Some("Bearer s3cret"));
+        // With --token too: a usage error of clap's.
+        let both = crate::cli::Cli::try_parse_from([
+            "leasehold",
+            "--token",
+            "x",
+            "--token-file",
+            &path,
+            "drain",
+        ]);
+        assert!(both.is_err());
+        // Unreadable: a local error (exit 2) naming the file.
+        let missing = dir.join("missing").to_string_lossy().into_owned();
+        match settings(&global(&["--token-file", &missing])) {
+            Err(e @ Error::Local { .. }) => {
+                assert!(e.to_string().contains(&missing), "{e}");
+                assert_eq!(crate::exit::exit_code(&e), crate::exit::USAGE);
+            }
+            other => panic!("expected a local error, got {other:?}"),
+        }
+        let empty = dir.join("empty");
+        let _ = std::fs::write(&empty, "\n");
+        let empty = empty.to_string_lossy().into_owned();
+        let m = usage_message(settings(&global(&["--token-file", &empty])));
+        assert!(m.contains("empty"), "{m}");
+        // The same plaintext rule as --token.
+        let m = usage_message(settings(&global(&[
+            "--token-file",
+            &path,
+            "--agent",
+            "10.1.2.3:7070",
+        ])));
+        assert!(m.contains("plaintext"), "{m}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_token_file_open_to_others_is_warned_about() {
+        let p = Path::new("/etc/lh-token");
+        assert_eq!(open_file_warning(p, 0o100600), None);
+        assert_eq!(open_file_warning(p, 0o400), None);
+        let w = open_file_warning(p, 0o100640).unwrap_or_default();
+        assert!(w.contains("/etc/lh-token") && w.contains("640"), "{w}");
+        assert!(open_file_warning(p, 0o604).is_some());
     }
 }

@@ -1,17 +1,23 @@
-//! `leasehold cancel ID…`: one Cancel call per id, in order.
+//! `leasehold cancel ID…`: one Cancel call per id, sent to the agent holding the task
+//! ([`crate::client::holders`]: the holder stops it at once), up to
+//! [`CANCEL_CONCURRENCY`](crate::client::holders::CANCEL_CONCURRENCY) at a time, so cancelling
+//! tasks spread over several agents takes about as long as the slowest one, not their sum.
 //!
-//! Every id is tried; a failed one is reported on stderr and the next one still runs. The exit
-//! code is the highest of all (0 when every call was accepted, including a task that finished
-//! before the cancel reached it: that is an outcome, reported plainly).
+//! Every id is tried; the answers are printed in the order of the ids (a failed one on
+//! stderr). The exit code is the highest of all (0 when every call was accepted, including a
+//! task that finished before the cancel reached it: that is an outcome, reported plainly).
 
 use leasehold_proto::v1;
 use leasehold_shared::TaskStatus;
 use serde::Serialize;
 
+use futures_util::StreamExt;
+
 use super::unique;
 use crate::cli::CancelArgs;
 use crate::cli::values::duration_ms;
-use crate::client::Agent;
+use crate::client::holders::{Holders, cancel_many};
+use crate::client::{Agent, Settings};
 use crate::convert::{opt_string, status};
 use crate::error::{Error, Result};
 use crate::exit;
@@ -57,16 +63,31 @@ impl Cancelled {
     }
 }
 
-/// Runs the cancels.
-pub async fn run(agent: &Agent, requests: Vec<v1::CancelRequest>, out: &mut Out) -> Result<u8> {
+/// Runs the cancels, each through the agent holding its task, several at once.
+pub async fn run(
+    settings: &Settings,
+    agent: Agent,
+    requests: Vec<v1::CancelRequest>,
+    out: &mut Out,
+) -> Result<u8> {
+    let holders = Holders::discover(settings, agent).await;
+    let mut answers = std::pin::pin!(cancel_many(&holders, requests));
     let mut code = exit::OK;
-    for request in requests {
-        let id = request.id;
-        let result = match agent.cancel(request).await {
+    while let Some((id, reply)) = answers.next().await {
+        let reply = match reply {
+            // A task that finished before the cancel: information, not a failure.
+            Err(e) => match finished_status(&holders, id, &e).await {
+                Some(done) => Ok(Cancelled {
+                    id,
+                    outcome: "already_finished".into(),
+                    status: done,
+                    holder: None,
+                }),
+                None => Err(e),
+            },
             Ok(reply) => Cancelled::from_wire(id, reply),
-            Err(e) => Err(e),
         };
-        match result {
+        match reply {
             Ok(c) if out.json_mode() => out.json(&c)?,
             Ok(c) => out.line(&line(&c))?,
             Err(e) => {
@@ -76,6 +97,17 @@ pub async fn run(agent: &Agent, requests: Vec<v1::CancelRequest>, out: &mut Out)
         }
     }
     Ok(code)
+}
+
+/// The status of task `id` when a cancel was refused because the task had already finished
+/// (the agent answers "failed precondition"; its current status says whether that is why).
+pub async fn finished_status(holders: &Holders, id: i64, e: &Error) -> Option<TaskStatus> {
+    if e.status()?.code() != tonic::Code::FailedPrecondition {
+        return None;
+    }
+    let reply = holders.agent_for(id).await.get_task(id).await.ok()?;
+    let done = status(reply.task?.status).ok()?;
+    done.is_terminal().then_some(done)
 }
 
 /// The table line of one cancel.
@@ -94,6 +126,7 @@ pub fn line(c: &Cancelled) -> String {
             ),
             None => format!("task {id}: cancel requested (status {})", c.status),
         },
+        "already_finished" => format!("task {id} already {}", c.status),
         "already_requested" => {
             format!("task {id}: cancel already requested (status {})", c.status)
         }

@@ -10,6 +10,7 @@
 //! its outcome (0, or 1 when a task failed); failures are errors mapped by [`crate::exit`].
 
 pub mod agents;
+pub mod audit;
 pub mod cancel;
 pub mod concurrency;
 pub mod dlq;
@@ -26,7 +27,7 @@ pub mod watch;
 use chrono::Utc;
 
 use crate::cli::{
-    AgentsCommand, Command, ConcurrencyCommand, DlqCommand, GlobalArgs, LocksCommand,
+    AgentsCommand, AuditCommand, Command, ConcurrencyCommand, DlqCommand, GlobalArgs, LocksCommand,
     SchedulesCommand, ShardsCommand, TasksCommand,
 };
 use crate::client::{self, Agent};
@@ -53,7 +54,7 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
         }
         Command::Cancel(args) => {
             let requests = cancel::prepare(&args)?;
-            cancel::run(&Agent::connect(&settings).await?, requests, out).await
+            cancel::run(&settings, Agent::connect(&settings).await?, requests, out).await
         }
         Command::Requeue(args) => {
             let ids = unique(&args.ids);
@@ -117,6 +118,10 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
                 Some(group) => shards::run_ls_group(&agent, group, out).await,
                 None => shards::run_ls_groups(&agent, out).await,
             }
+        }
+        Command::Audit(AuditCommand::Ls(args)) => {
+            let request = audit::prepare_ls(&args, now)?;
+            audit::run_ls(&Agent::connect(&settings).await?, request, out).await
         }
         Command::Drain => agents::run_drain(&Agent::connect(&settings).await?, out).await,
         Command::Watch => watch::run(&settings, out).await,

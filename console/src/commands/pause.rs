@@ -21,6 +21,10 @@ pub struct Paused {
 /// Runs `pause TYPE`.
 pub async fn run_pause(agent: &Agent, task_type: String, out: &mut Out) -> Result<u8> {
     let reply = agent.pause_type(task_type.clone()).await?;
+    // On stderr in both output modes, as `schedules add` does: stdout stays the result.
+    for w in &reply.warnings {
+        out.note(&format!("warning: {w}"));
+    }
     print(
         out,
         &Paused {

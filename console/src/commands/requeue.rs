@@ -25,7 +25,23 @@ pub async fn run(agent: &Agent, ids: Vec<i64>, out: &mut Out) -> Result<u8> {
             Ok(reply) => status(reply.previous)
                 .map(|previous| Requeued { id, previous })
                 .map_err(|e| Error::bad_wire(format!("requeue task {id}"), e)),
-            Err(e) => Err(e),
+            Err(e) => match waiting_status(agent, id, &e).await {
+                // Already waiting to run: what the requeue asked for is so; not a failure.
+                Some(now) => {
+                    let r = AlreadyWaiting {
+                        id,
+                        outcome: "already_waiting",
+                        status: now,
+                    };
+                    if out.json_mode() {
+                        out.json(&r)?;
+                    } else {
+                        out.line(&format!("task {id} already {now}"))?;
+                    }
+                    continue;
+                }
+                None => Err(e),
+            },
         };
         match result {
             Ok(r) if out.json_mode() => out.json(&r)?,
@@ -37,6 +53,25 @@ pub async fn run(agent: &Agent, ids: Vec<i64>, out: &mut Out) -> Result<u8> {
         }
     }
     Ok(code)
+}
+
+/// A requeue of a task that already waits to run (queued or retry-waiting): nothing to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AlreadyWaiting {
+    pub id: i64,
+    /// Always `already_waiting`, so a script tells it from a requeue (`previous`).
+    pub outcome: &'static str,
+    pub status: TaskStatus,
+}
+
+/// The status of task `id` when a requeue was refused because the task already waits to run.
+async fn waiting_status(agent: &Agent, id: i64, e: &Error) -> Option<TaskStatus> {
+    if e.status()?.code() != tonic::Code::FailedPrecondition {
+        return None;
+    }
+    let reply = agent.get_task(id).await.ok()?;
+    let now = status(reply.task?.status).ok()?;
+    matches!(now, TaskStatus::Queued | TaskStatus::RetryWait).then_some(now)
 }
 
 /// `task 7: requeued (was dead)`.

@@ -1,7 +1,8 @@
 //! `leasehold tasks ls` (ListTasks, one page) and `leasehold tasks show ID` (GetTask).
 //!
-//! Table mode cuts every value to fit 80 columns and shows untrusted text inert; the payload
-//! is pretty JSON cut to [`PAYLOAD_LINES`] lines. JSON mode prints the full values.
+//! Table mode shows untrusted text inert. `tasks ls` fits 80 columns. `tasks show` cuts its
+//! lines to the terminal's width and its payload (pretty JSON) to [`PAYLOAD_LINES`] lines; to
+//! a pipe or a file it prints every line whole. JSON mode prints the full values.
 
 use chrono::{DateTime, Utc};
 use leasehold_proto::v1;
@@ -11,13 +12,13 @@ use crate::cli::values::epoch_ms;
 use crate::cli::{ListFilter, TasksLsArgs};
 use crate::client::Agent;
 use crate::convert::Timestamp;
-use crate::convert::task::{TaskDetail, TaskPage, TaskView};
+use crate::convert::task::{AttemptView, TaskDetail, TaskPage, TaskView, progress_of};
 use crate::convert::wire_status;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::output::Out;
 use crate::output::table::{Column, Table, WIDTH};
-use crate::output::text::{age, short_duration, shown};
+use crate::output::text::{age, inert, progress, short_duration, shown};
 
 /// Most payload lines `tasks show` prints in table mode.
 pub const PAYLOAD_LINES: usize = 40;
@@ -124,14 +125,27 @@ pub async fn run_show(agent: &Agent, id: i64, out: &mut Out) -> Result<u8> {
     if out.json_mode() {
         out.json(&detail)?;
     } else {
-        out.lines(show_lines(&detail))?;
+        out.lines(show_lines(&detail, out.width()))?;
     }
     Ok(exit::OK)
 }
 
-fn field(key: &str, value: &str) -> String {
-    let value = shown(value, WIDTH - KEY_WIDTH - 1);
-    format!("{key:<KEY_WIDTH$} {value}")
+/// How wide `tasks show` may write: a terminal's columns, or no limit (a pipe or a file).
+#[derive(Debug, Clone, Copy)]
+struct Fit(Option<usize>);
+
+impl Fit {
+    /// `s` made inert and cut to the width less `indent` columns.
+    fn cut(self, s: &str, indent: usize) -> String {
+        match self.0 {
+            Some(w) => shown(s, w.saturating_sub(indent).max(1)),
+            None => inert(s).into_owned(),
+        }
+    }
+
+    fn field(self, key: &str, value: &str) -> String {
+        format!("{key:<KEY_WIDTH$} {}", self.cut(value, KEY_WIDTH + 1))
+    }
 }
 
 fn when(t: Option<Timestamp>, now: &Timestamp) -> String {
@@ -145,38 +159,46 @@ fn compact(value: Option<&serde_json::Value>) -> String {
     value.map_or_else(|| "-".to_owned(), serde_json::Value::to_string)
 }
 
-/// The lines of `tasks show` in table mode.
-pub fn show_lines(d: &TaskDetail) -> Vec<String> {
+/// The progress as `26/28 (25 succeeded, 1 failed)`; its JSON when it is not the documented
+/// object.
+fn progress_text(value: Option<&serde_json::Value>) -> String {
+    match value.and_then(progress_of) {
+        Some(p) => progress(&p),
+        None => compact(value),
+    }
+}
+
+/// The lines of `tasks show` in table mode, cut to `width` columns (`None`: not cut, every
+/// payload line).
+pub fn show_lines(d: &TaskDetail, width: Option<usize>) -> Vec<String> {
+    let fit = Fit(width);
     let t = &d.task;
     let now = &d.now;
     let mut lines = vec![
-        shown(
-            &format!("task {}: {}, {}", t.id, t.task_type, t.status),
-            WIDTH,
-        ),
-        field("status", t.status.as_str()),
-        field("type", &t.task_type),
-        field("priority", &t.priority.to_string()),
-        field("attempt", &format!("{} of {}", t.attempt, t.max_attempts)),
-        field("lease", &lease_text(t)),
-        field("created", &when(t.created_at, now)),
-        field("available", &when(t.available_at, now)),
-        field("started", &when(t.started_at, now)),
-        field("heartbeat", &when(t.heartbeat_at, now)),
-        field("lease until", &when(t.lease_until, now)),
-        field("finished", &when(t.finished_at, now)),
-        field("deadline", &when(t.deadline_at, now)),
-        field("updated", &when(t.updated_at, now)),
-        field(
+        fit.cut(&format!("task {}: {}, {}", t.id, t.task_type, t.status), 0),
+        fit.field("status", t.status.as_str()),
+        fit.field("type", &t.task_type),
+        fit.field("priority", &t.priority.to_string()),
+        fit.field("attempt", &format!("{} of {}", t.attempt, t.max_attempts)),
+        fit.field("lease", &lease_text(t)),
+        fit.field("created", &when(t.created_at, now)),
+        fit.field("available", &when(t.available_at, now)),
+        fit.field("started", &when(t.started_at, now)),
+        fit.field("heartbeat", &when(t.heartbeat_at, now)),
+        fit.field("lease until", &when(t.lease_until, now)),
+        fit.field("finished", &when(t.finished_at, now)),
+        fit.field("deadline", &when(t.deadline_at, now)),
+        fit.field("updated", &when(t.updated_at, now)),
+        fit.field(
             "timeout",
             &t.timeout_ms
                 .map_or_else(|| "type default".into(), short_duration),
         ),
-        field(
+        fit.field(
             "idempotency key",
             t.idempotency_key.as_deref().unwrap_or("-"),
         ),
-        field(
+        fit.field(
             "last error",
             &t.last_error.as_ref().map_or_else(
                 || "-".to_owned(),
@@ -190,20 +212,21 @@ pub fn show_lines(d: &TaskDetail) -> Vec<String> {
                 },
             ),
         ),
-        field("progress", &compact(t.progress.as_ref())),
-        field("result", &compact(t.result.as_ref())),
+        fit.field("progress", &progress_text(t.progress.as_ref())),
+        fit.field("result", &compact(t.result.as_ref())),
         "payload:".to_owned(),
     ];
-    lines.extend(payload_lines(&t.payload));
+    lines.extend(payload_lines(&t.payload, fit));
     lines.push(String::new());
-    if d.attempts.is_empty() {
+    let attempts = d.attempts_with_current();
+    if attempts.is_empty() {
         lines.push("Attempts: none yet".to_owned());
     } else {
         lines.push("Attempts:".to_owned());
         lines.extend(
-            attempts_table(d)
+            attempts_table(&attempts, now, fit)
                 .into_iter()
-                .map(|l| shown(&format!("  {l}"), WIDTH)),
+                .map(|l| format!("  {l}")),
         );
     }
     let reasons: Vec<String> = match &d.why_not_running {
@@ -217,7 +240,7 @@ pub fn show_lines(d: &TaskDetail) -> Vec<String> {
     if !reasons.is_empty() {
         lines.push(String::new());
         lines.push("Why not running:".to_owned());
-        lines.extend(reasons.iter().map(|r| format!("  {}", shown(r, WIDTH - 2))));
+        lines.extend(reasons.iter().map(|r| format!("  {}", fit.cut(r, 2))));
     }
     lines
 }
@@ -229,36 +252,42 @@ fn lease_text(t: &TaskView) -> String {
     }
 }
 
-/// The payload as indented JSON, each line cut to fit and at most [`PAYLOAD_LINES`] lines.
-fn payload_lines(payload: &serde_json::Value) -> Vec<String> {
+/// The payload as indented JSON, each line cut to fit and at most [`PAYLOAD_LINES`] lines on a
+/// terminal; every line whole to a pipe.
+fn payload_lines(payload: &serde_json::Value, fit: Fit) -> Vec<String> {
     let pretty = serde_json::to_string_pretty(payload).unwrap_or_else(|_| payload.to_string());
     let all: Vec<&str> = pretty.lines().collect();
+    let most = if fit.0.is_some() {
+        PAYLOAD_LINES
+    } else {
+        usize::MAX
+    };
     let mut lines: Vec<String> = all
         .iter()
-        .take(PAYLOAD_LINES)
-        .map(|l| format!("  {}", shown(l, WIDTH - 2)))
+        .take(most)
+        .map(|l| format!("  {}", fit.cut(l, 2)))
         .collect();
-    if all.len() > PAYLOAD_LINES {
+    if all.len() > most {
         lines.push(format!(
             "  … {} more lines (--output json shows all)",
-            all.len() - PAYLOAD_LINES
+            all.len() - most
         ));
     }
     lines
 }
 
-fn attempts_table(d: &TaskDetail) -> Vec<String> {
+fn attempts_table(attempts: &[AttemptView], now: &Timestamp, fit: Fit) -> Vec<String> {
     let mut table = Table::new(vec![
         Column::new("#", 1, 5).right(),
         Column::new("EPOCH", 5, 10).right(),
-        Column::new("AGENT", 5, 24),
+        Column::new("AGENT", 5, 200),
         Column::new("STARTED", 7, 12),
         Column::new("FINISHED", 8, 12),
-        Column::new("OUTCOME", 7, 19),
-        Column::new("ERROR", 5, 200),
+        Column::new("OUTCOME", 7, 64),
+        Column::new("ERROR", 5, 4000),
     ]);
-    let now = d.now.millis();
-    for a in &d.attempts {
+    let now = now.millis();
+    for a in attempts {
         table.row(vec![
             a.attempt.to_string(),
             a.epoch.to_string(),
@@ -273,7 +302,7 @@ fn attempts_table(d: &TaskDetail) -> Vec<String> {
                 .map_or_else(String::new, |e| format!("{}: {}", e.code, e.message)),
         ]);
     }
-    table.render(WIDTH - 2)
+    table.render(fit.0.map_or(usize::MAX, |w| w.saturating_sub(2)))
 }
 
 #[cfg(test)]
@@ -410,7 +439,7 @@ mod tests {
     #[test]
     fn show_fits_80_columns_with_wide_inert_values() {
         let lines = detail(wide_task())
-            .map(|d| show_lines(&d))
+            .map(|d| show_lines(&d, Some(WIDTH)))
             .unwrap_or_default();
         assert!(lines.len() > 20);
         for line in &lines {
@@ -428,9 +457,51 @@ mod tests {
     }
 
     #[test]
+    fn show_to_a_pipe_cuts_nothing_and_stays_inert() {
+        let lines = detail(wide_task())
+            .map(|d| show_lines(&d, None))
+            .unwrap_or_default();
+        let text = lines.join("\n");
+        assert!(text.contains(&"x".repeat(500)), "{text}");
+        assert!(text.contains(&"k".repeat(255)), "{text}");
+        assert!(!text.contains("more lines"), "{text}");
+        assert!(lines.iter().any(|l| width(l) > 400));
+        for line in &lines {
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+            assert!(!line.contains('\u{202e}'), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn show_lists_the_running_attempt_and_progress_in_words() {
+        let mut t = wire_task();
+        t.status = v1::TaskStatus::Running as i32;
+        t.attempt = 2;
+        t.lease_epoch = 6;
+        t.progress_json = r#"{"total":28,"processed":26,"succeeded":25,"failed":1}"#.into();
+        let lines = detail(t)
+            .map(|d| show_lines(&d, Some(WIDTH)))
+            .unwrap_or_default();
+        let text = lines.join("\n");
+        assert!(
+            text.contains("progress         26/28 (25 succeeded, 1 failed)\n"),
+            "{text}"
+        );
+        let running = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with("2  "))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(
+            running.as_ref().map(|r| r[..3].to_vec()),
+            Some(vec!["2", "6", "web-1#7"]),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn show_lists_the_fields() {
         let lines = detail(wire_task())
-            .map(|d| show_lines(&d))
+            .map(|d| show_lines(&d, Some(WIDTH)))
             .unwrap_or_default();
         let text = lines.join("\n");
         assert!(text.starts_with("task 42: email.send, dead\n"), "{text}");

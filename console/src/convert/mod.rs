@@ -19,6 +19,9 @@ pub mod schedule;
 pub mod task;
 pub mod watch;
 
+#[cfg(test)]
+mod props;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use leasehold_proto::v1;
 use leasehold_shared::TaskStatus;

@@ -117,6 +117,45 @@ impl TaskView {
     }
 }
 
+/// A task's progress JSON as counters; `None` when it is not the documented object (the
+/// caller then shows the JSON itself). Counters a handler left out are 0.
+pub fn progress_of(value: &serde_json::Value) -> Option<leasehold_shared::Progress> {
+    if !value.is_object() {
+        return None;
+    }
+    serde_json::from_value(value.clone()).ok()
+}
+
+/// A wire lease's progress as counters.
+pub fn progress_of_wire(p: &v1::Progress) -> leasehold_shared::Progress {
+    leasehold_shared::Progress {
+        total: p.total,
+        processed: p.processed,
+        succeeded: p.succeeded,
+        failed: p.failed,
+        skipped: p.skipped,
+    }
+}
+
+/// The operator actions that apply to a task in `status` (the state machine's), so a pane
+/// offers only those: cancel while it waits or runs (not once cancelling), requeue once it
+/// ended.
+pub fn offered_actions(status: TaskStatus) -> Offered {
+    use leasehold_shared::domain::TaskAction;
+    Offered {
+        cancel: status != TaskStatus::CancelRequested
+            && status.apply(TaskAction::RequestCancel).is_ok(),
+        requeue: status.apply(TaskAction::Requeue).is_ok(),
+    }
+}
+
+/// See [`offered_actions`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offered {
+    pub cancel: bool,
+    pub requeue: bool,
+}
+
 /// One attempt of a task.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AttemptView {
@@ -191,6 +230,31 @@ impl TaskDetail {
                 .collect(),
             now: time("now_ms", r.now_ms)?,
         })
+    }
+}
+
+impl TaskDetail {
+    /// The attempts, with the one running now added when the task is held and the database
+    /// has no row for it yet (an attempt's row is written when it ends): attempt N, epoch,
+    /// holder and start, no finish.
+    pub fn attempts_with_current(&self) -> Vec<AttemptView> {
+        let mut attempts = self.attempts.clone();
+        let t = &self.task;
+        let held = matches!(t.status, TaskStatus::Running | TaskStatus::CancelRequested);
+        if held && !attempts.iter().any(|a| a.epoch == t.lease_epoch) {
+            attempts.push(AttemptView {
+                attempt: t.attempt,
+                epoch: t.lease_epoch,
+                agent: t.lease_owner.clone().unwrap_or_default(),
+                started_at: t.started_at,
+                finished_at: None,
+                // Not ended: no outcome yet (a cancel asked of it is said).
+                outcome: (t.status == TaskStatus::CancelRequested)
+                    .then(|| "cancel requested".to_owned()),
+                error: None,
+            });
+        }
+        attempts
     }
 }
 

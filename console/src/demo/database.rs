@@ -267,8 +267,13 @@ pub async fn open(target: &Target) -> Result<Opened> {
     Ok(opened)
 }
 
-/// Creates the fresh file and sets its `application_id` before anything else is in it.
+/// Creates the fresh file (mode 0600: only the demo's user can read its payloads) and sets
+/// its `application_id` before anything else is in it.
 async fn stamp(url: &str) -> Result<()> {
+    sqlite::prepare_database_file(url).map_err(|e| Error::Database {
+        what: "creating the demo database".into(),
+        cause: crate::error::cause_chain(&e),
+    })?;
     let options = sqlite::connect_options(url)
         .map_err(|e| usage_url(&e))?
         .create_if_missing(true);
@@ -325,20 +330,7 @@ fn sqlite_url(file: &Path) -> Result<String> {
 
 /// `url` with the password of its user info replaced by `***`.
 pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-        None => url.to_owned(),
-    }
+    leasehold_shared::store::redact_url(url)
 }
 
 #[cfg(test)]
@@ -462,6 +454,13 @@ mod tests {
         opened.close().await;
         let file = target.file.clone().unwrap();
         assert_eq!(inspect(&file).unwrap(), Existing::Replaceable);
+        for path in [file.clone(), dir.join(format!("{DEFAULT_FILE}-wal"))] {
+            if path.exists() {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{}", path.display());
+            }
+        }
         // And the next demo replaces it.
         target.clear().unwrap();
         assert!(!file.exists());

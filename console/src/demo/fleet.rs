@@ -1,5 +1,6 @@
 //! The demo's agents: full agent runtimes in this process, each with its own connections to
-//! the database and a gRPC server on a free loopback port (open access: loopback only).
+//! the database and a gRPC server on a free loopback port and on its default Unix socket
+//! (`leasehold_shared::local::socket_path` of the port), where the console acts without a token.
 //!
 //! Start: one after the other (`demo-1`, `demo-2`, …); if one cannot start, those already
 //! running are stopped before the error is returned. Stop: every agent's graceful shutdown at
@@ -8,7 +9,7 @@
 
 use std::time::Duration;
 
-use leasehold_agent::grpc::{Auth, GrpcOptions};
+use leasehold_agent::grpc::{Auth, GrpcOptions, SocketSetting, TransportLimits, UnixSocket};
 use leasehold_agent::runtime::{AgentBuilder, RunSummary, RuntimeSettings, Shutdown};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -140,19 +141,22 @@ async fn start_one(url: &str, n: u32, shutdown: &Shutdown) -> Result<Member> {
             what: format!("{what}: listening on 127.0.0.1"),
             source,
         })?;
-    let address = listener
-        .local_addr()
-        .map_err(|source| Error::Local {
-            what: format!("{what}: reading the listener's address"),
-            source,
-        })?
-        .to_string();
+    let bound = listener.local_addr().map_err(|source| Error::Local {
+        what: format!("{what}: reading the listener's address"),
+        source,
+    })?;
+    let address = bound.to_string();
+    // The agent's default socket, where the demo's console finds it (no token needed there).
+    let socket = UnixSocket::open(&SocketSetting::Default, bound.port())
+        .map_err(|e| Error::usage(format!("{what}: {e:#}")))?;
     let auth = Auth::new(Vec::new()).map_err(|e| Error::usage(format!("{what}: {e}")))?;
     let agent = AgentBuilder::new(settings(n), handlers::registry()?)
         .grpc(GrpcOptions {
             listener,
             tls: None,
             auth,
+            socket,
+            limits: TransportLimits::default(),
         })
         .connect(url)
         .await

@@ -129,12 +129,17 @@ impl Handler for FlakyHandler {
     }
 }
 
+/// The programs the demo's `exec` may run (`sh` wherever PATH finds it).
+pub const DEMO_EXEC_ALLOW: [&str; 2] = ["/bin/sh", "/usr/bin/sh"];
+
 /// The handlers every demo agent runs: the four built-ins and the two above.
 pub fn registry() -> Result<HandlerRegistry> {
     let mut registry = HandlerRegistry::new();
     let options = BuiltinOptions {
         // A demo program stopped by a timeout should not linger.
         exec_kill_after: Duration::from_secs(1),
+        // The demo's exec tasks run `sh -c …` (found in PATH); nothing else.
+        exec_allow: DEMO_EXEC_ALLOW.iter().map(|p| (*p).to_string()).collect(),
         ..BuiltinOptions::default()
     };
     for name in handlers::BUILTIN {

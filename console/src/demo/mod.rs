@@ -7,7 +7,8 @@
 //!   Fleet::start (N agents, gRPC on 127.0.0.1:0) ─▶ Feeder (a bulk enqueue every 500 ms)
 //!        │
 //!        ├─ interactive: tui::run on the first agent (blocks this thread; the agents and the
-//!        │  feeder run on the demo's own runtime meanwhile) until q / SIGTERM / SIGHUP / ^C
+//!        │  feeder run on the demo's own runtime meanwhile) until q (asked first while its
+//!        │  agents run) / SIGTERM / SIGHUP / ^C
 //!        └─ headless: --duration, or until SIGINT / SIGTERM
 //!        ▼
 //!   stop feeding ─▶ drain the agents (a signal meanwhile forces them) ─▶ count from the
@@ -161,6 +162,7 @@ fn interactive(
     out: &mut Out,
 ) -> Result<u8> {
     let running = runtime.block_on(Running::start(target, args.agents))?;
+    let agents: Vec<String> = running.fleet.members.iter().map(|m| m.id.clone()).collect();
     let console = running
         .fleet
         .seed()
@@ -170,7 +172,7 @@ fn interactive(
             let no_color = cli.console.no_color
                 || args.console.no_color
                 || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-            crate::tui::run(
+            crate::tui::run_demo(
                 settings,
                 crate::tui::Options {
                     display: crate::state::Settings {
@@ -180,6 +182,7 @@ fn interactive(
                     read_only: cli.console.read_only || args.console.read_only,
                     log_file: Some(log.to_path_buf()),
                 },
+                agents,
             )
         });
     if let Err(err) = &console {
@@ -217,6 +220,12 @@ fn seed_args(global: &GlobalArgs, seed: &str) -> GlobalArgs {
         tls: false,
         tls_server_name: None,
         call_timeout: global.call_timeout,
+        token_file: None,
+        // A loopback seed: the agent's Unix socket when it serves one, else TCP.
+        socket: None,
+        no_socket: false,
+        insecure: false,
+        verbose: false,
     }
 }
 

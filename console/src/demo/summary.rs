@@ -237,7 +237,7 @@ pub fn farewell(
     }
     lines.push("reopen it:".into());
     lines.push(format!(
-        "  leasehold-agent run --database-url {} --handlers exec,sleep,noop,fail --unserved-after off &",
+        "  leasehold-agent run --database-url {} --handlers exec,sleep,noop,fail --exec-allow /bin/sh,/usr/bin/sh --unserved-after off &",
         crate::demo::shell_word(&target.shown_url())
     ));
     lines.push("  leasehold".into());
@@ -281,7 +281,7 @@ mod tests {
                 "demo database: /tmp/my demo/leasehold-demo.sqlite",
                 "demo log: /tmp/my demo/leasehold-demo.log",
                 "reopen it:",
-                "  leasehold-agent run --database-url 'sqlite:///tmp/my demo/leasehold-demo.sqlite' --handlers exec,sleep,noop,fail --unserved-after off &",
+                "  leasehold-agent run --database-url 'sqlite:///tmp/my demo/leasehold-demo.sqlite' --handlers exec,sleep,noop,fail --exec-allow /bin/sh,/usr/bin/sh --unserved-after off &",
                 "  leasehold",
             ]
         );

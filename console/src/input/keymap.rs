@@ -185,7 +185,12 @@ use Key::*;
 
 /// Every binding, in help order.
 pub const KEYMAP: &[Binding] = &[
-    bind(&[Char('q')], Action::Quit, Scope::Global, "quit"),
+    bind(
+        &[Char('q')],
+        Action::Quit,
+        Scope::Global,
+        "quit (the demo asks first); in a dialog or pane: close it",
+    ),
     bind(
         &[Esc],
         Action::Back,
@@ -197,7 +202,7 @@ pub const KEYMAP: &[Binding] = &[
         &[Ctrl('l')],
         Action::Redraw,
         Scope::Global,
-        "redraw the screen",
+        "redraw, and read everything again now",
     ),
     bind(
         &[Char('1')],
@@ -271,8 +276,9 @@ pub const KEYMAP: &[Binding] = &[
         Scope::Global,
         "the log of actions sent",
     ),
+    // `C`, not `G`: vim's `G` is the last row.
     acts(
-        &[Char('G')],
+        &[Char('C')],
         Action::GlobalLimit,
         Scope::Global,
         "set the global concurrency limit",
@@ -293,13 +299,13 @@ pub const KEYMAP: &[Binding] = &[
     ),
     bind(&[Char('g'), Home], Action::Top, Scope::Tables, "first row"),
     bind(
-        &[Char('e'), End],
+        &[Char('G'), Char('e'), End],
         Action::Bottom,
         Scope::Views(NOT_SCHEDULES),
-        "last row (Schedules: end only)",
+        "last row (Schedules: G and end only)",
     ),
     bind(
-        &[End],
+        &[Char('G'), End],
         Action::Bottom,
         Scope::Views(&[View::Schedules]),
         "last row",
@@ -386,7 +392,7 @@ pub const KEYMAP: &[Binding] = &[
         &[Char('=')],
         Action::LimitTyped,
         Scope::Views(LIMITS),
-        "type a limit (none: unlimited)",
+        "type a limit (empty or none: unlimited)",
     ),
     acts(
         &[Char('p')],
@@ -556,6 +562,27 @@ mod tests {
         }
         for key in [Enter, Char(' '), Char('a')] {
             assert!(action_of(key, View::Locks).is_none(), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn g_is_the_last_row_as_in_vim_and_c_sets_the_global_limit() {
+        for view in View::EVERY {
+            assert_eq!(
+                action_of(Char('G'), view).map(|b| b.action),
+                Some(Action::Bottom),
+                "{view:?}"
+            );
+            assert_eq!(
+                action_of(Char('g'), view).map(|b| b.action),
+                Some(Action::Top),
+                "{view:?}"
+            );
+            assert!(
+                action_of(Char('C'), view)
+                    .is_some_and(|b| b.action == Action::GlobalLimit && b.acts),
+                "{view:?}"
+            );
         }
     }
 

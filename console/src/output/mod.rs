@@ -4,7 +4,9 @@
 //! Invariants:
 //! - JSON mode writes one compact JSON value per line (serde escapes every string); table
 //!   mode writes lines made of inert text at most [`table::WIDTH`] columns wide when they are
-//!   tables (free lines cut their untrusted parts with [`text::shown`]).
+//!   tables (free lines cut their untrusted parts with [`text::shown`]). A detail that is
+//!   not a table (`tasks show`) is cut to the terminal's width, and not at all when stdout is
+//!   a pipe or a file ([`Out::width`]).
 //! - An error is one line on stderr, `leasehold: <what failed>: <why> (<code>)`, and nothing
 //!   on stdout for it.
 //! - A closed stdout (the reader of a pipe went away, `leasehold watch | head`) is not an
@@ -43,16 +45,27 @@ pub struct Out {
     stdout: Box<dyn Write>,
     stderr: Box<dyn Write>,
     closed: bool,
+    /// Columns of the terminal stdout is, `None` when it is a pipe or a file.
+    width: Option<usize>,
 }
 
 impl Out {
     /// The process's stdout and stderr.
     pub fn stdio(format: Format) -> Self {
+        use std::io::IsTerminal;
+        let width = io::stdout().is_terminal().then(|| {
+            crossterm::terminal::size()
+                .map(|(columns, _)| usize::from(columns))
+                .ok()
+                .filter(|c| *c > 0)
+                .unwrap_or(table::WIDTH)
+        });
         Self {
             format,
             stdout: Box::new(io::stdout()),
             stderr: Box::new(io::stderr()),
             closed: false,
+            width,
         }
     }
 
@@ -64,8 +77,21 @@ impl Out {
             stdout: Box::new(captured.stdout.clone()),
             stderr: Box::new(captured.stderr.clone()),
             closed: false,
+            width: Some(table::WIDTH),
         };
         (out, captured)
+    }
+
+    /// The same, writing as to a pipe (`None`) or a terminal of `width` columns.
+    pub fn with_width(mut self, width: Option<usize>) -> Self {
+        self.width = width;
+        self
+    }
+
+    /// Columns of the terminal stdout is; `None` when stdout is a pipe or a file, where
+    /// free-form lines (`tasks show`) are not cut: a script gets every character.
+    pub fn width(&self) -> Option<usize> {
+        self.width
     }
 
     /// The output format.
@@ -210,6 +236,7 @@ mod tests {
             stdout: Box::new(ClosedPipe),
             stderr: Box::new(io::sink()),
             closed: false,
+            width: None,
         };
         assert!(out.line("one").is_ok());
         assert!(out.closed());

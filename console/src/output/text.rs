@@ -13,6 +13,8 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use leasehold_shared::Progress;
+
 /// Shows `s` with every character that could act on a terminal written as an escape:
 /// `\n`, `\r`, `\t`, and `\u{1b}`-style for the other C0/C1 controls, DEL, bidi overrides and
 /// isolates, zero-width and other invisible format characters, line/paragraph separators and
@@ -134,9 +136,77 @@ pub fn age(now_ms: i64, then_ms: i64) -> String {
     }
 }
 
+/// A task's progress in words: `26/28 (25 succeeded, 1 failed)` — processed of total, then
+/// the counts the handler reported (those above zero); `26 processed` when it gave no total.
+pub fn progress(p: &Progress) -> String {
+    let mut text = processed(p);
+    let counts: Vec<String> = [
+        (p.succeeded, "succeeded"),
+        (p.failed, "failed"),
+        (p.skipped, "skipped"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, word)| format!("{n} {word}"))
+    .collect();
+    if !counts.is_empty() {
+        let _ = write!(text, " ({})", counts.join(", "));
+    }
+    text
+}
+
+/// Progress for a table cell: `26/28`, with `1 failed` and `2 skipped` when there are any
+/// (the rest succeeded).
+pub fn progress_short(p: &Progress) -> String {
+    let mut text = processed(p);
+    for (n, word) in [(p.failed, "failed"), (p.skipped, "skipped")] {
+        if n > 0 {
+            let _ = write!(text, " {n} {word}");
+        }
+    }
+    text
+}
+
+fn processed(p: &Progress) -> String {
+    if p.total > 0 {
+        format!("{}/{}", p.processed, p.total)
+    } else {
+        format!("{} processed", p.processed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_is_processed_of_total_with_the_counts_reported() {
+        let p = Progress {
+            total: 28,
+            processed: 26,
+            succeeded: 25,
+            failed: 1,
+            skipped: 0,
+        };
+        assert_eq!(progress(&p), "26/28 (25 succeeded, 1 failed)");
+        assert_eq!(progress_short(&p), "26/28 1 failed");
+        let bare = Progress {
+            total: 0,
+            processed: 7,
+            ..Progress::default()
+        };
+        assert_eq!(progress(&bare), "7 processed");
+        assert_eq!(progress_short(&bare), "7 processed");
+        let skipped = Progress {
+            total: 10,
+            processed: 10,
+            succeeded: 8,
+            failed: 0,
+            skipped: 2,
+        };
+        assert_eq!(progress(&skipped), "10/10 (8 succeeded, 2 skipped)");
+        assert_eq!(progress_short(&skipped), "10/10 2 skipped");
+    }
 
     #[test]
     fn inert_escapes_terminal_controls() {

@@ -4,7 +4,7 @@
 //! keeps taking updates underneath.
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use leasehold_proto::v1 as pb;
 
@@ -27,6 +27,8 @@ pub struct Data {
     pub schedules: super::schedules::Schedules,
     /// Locks and shard groups, polled while the Locks or Shards tab is shown.
     pub resources: super::resources::Resources,
+    /// Leases whose renewal is overdue in the database (polled with the registry).
+    pub overdue: Overdue,
     /// Newest last.
     pub renewals: VecDeque<RenewalEvent>,
     /// Tasks finished per second across the fleet, newest last.
@@ -53,6 +55,76 @@ pub struct DeadPage {
     pub loaded: bool,
 }
 
+/// Leases whose renewal is overdue as the database last reported them (ListSuspectLeases,
+/// every 2 s): the only sign of an agent whose own stream went silent (frozen, partitioned),
+/// since such an agent streams no failure of its own.
+#[derive(Debug, Clone, Default)]
+pub struct Overdue {
+    /// By task id.
+    pub leases: HashMap<i64, pb::SuspectLease>,
+    /// Overdue leases no followed stream reports, as lease rows of one pseudo-connection per
+    /// owner (named after the owner), so the Renewals view lists them too.
+    pub orphans: BTreeMap<String, Conn>,
+    /// The threshold the agent applied (ms).
+    pub threshold_ms: i64,
+    /// The agent had more to list than it sent.
+    pub truncated: bool,
+}
+
+impl Overdue {
+    /// The database's list, joined with what the streams report: leases no stream holds (at
+    /// this epoch or a newer one) become orphan rows.
+    pub fn from_wire(answer: pb::ListSuspectLeasesResponse, conns: &Conns) -> Self {
+        let mut orphans: BTreeMap<String, Conn> = BTreeMap::new();
+        for s in &answer.leases {
+            let streamed = conns.values().any(|c| {
+                c.leases
+                    .get(&s.task_id)
+                    .is_some_and(|h| h.lease.epoch >= s.epoch)
+            });
+            if streamed {
+                continue;
+            }
+            let conn = orphans.entry(s.owner.clone()).or_insert_with(|| {
+                let mut c = Conn::new(format!("db:{}", s.owner));
+                c.agent_id.clone_from(&s.owner);
+                c.link = Link::Live;
+                c
+            });
+            let lease = pb::Lease {
+                task_id: s.task_id,
+                task_type: s.task_type.clone(),
+                epoch: s.epoch,
+                owner: s.owner.clone(),
+                lease_until_ms: s.lease_until_ms,
+                heartbeat_at_ms: s.heartbeat_at_ms,
+                ..pb::Lease::default()
+            };
+            conn.leases.insert(
+                s.task_id,
+                Held {
+                    lease,
+                    fenced: None,
+                },
+            );
+        }
+        Self {
+            leases: answer.leases.into_iter().map(|s| (s.task_id, s)).collect(),
+            orphans,
+            threshold_ms: answer.threshold_ms,
+            truncated: answer.truncated,
+        }
+    }
+
+    /// The database's overdue record of this lease, unless a stream reported a renewal (or a
+    /// newer holding) since.
+    pub fn of(&self, l: &pb::Lease) -> Option<&pb::SuspectLease> {
+        self.leases
+            .get(&l.task_id)
+            .filter(|s| s.epoch == l.epoch && l.heartbeat_at_ms <= s.heartbeat_at_ms)
+    }
+}
+
 /// Why a lease is suspect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Suspect {
@@ -64,6 +136,9 @@ pub enum Suspect {
     Expired,
     /// Renewals are failing.
     Failing { consecutive: u32, reason: String },
+    /// The database says its last renewal is older than the revoke threshold (the agent may
+    /// be frozen: its stream says nothing); `since_ms` since that renewal, database time.
+    Overdue { since_ms: i64 },
 }
 
 impl Suspect {
@@ -74,6 +149,7 @@ impl Suspect {
             Suspect::Closing => "agent closing".into(),
             Suspect::Expired => "expired".into(),
             Suspect::Failing { consecutive, .. } => format!("failing x{consecutive}"),
+            Suspect::Overdue { .. } => "overdue (db)".into(),
         }
     }
 }
@@ -233,11 +309,16 @@ impl Data {
             Link::Lost { .. } | Link::Gone => Some(Suspect::AgentLost),
             Link::Closing => Some(Suspect::Closing),
             _ if l.lease_until_ms < self.now_ms => Some(Suspect::Expired),
-            _ if l.renewal_failures > 0 => Some(Suspect::Failing {
-                consecutive: l.renewal_failures,
-                reason: l.renewal_failure_reason.clone(),
-            }),
-            _ => None,
+            _ => match self.overdue.of(l) {
+                Some(s) => Some(Suspect::Overdue {
+                    since_ms: self.now_ms.saturating_sub(s.heartbeat_at_ms).max(0),
+                }),
+                None if l.renewal_failures > 0 => Some(Suspect::Failing {
+                    consecutive: l.renewal_failures,
+                    reason: l.renewal_failure_reason.clone(),
+                }),
+                None => None,
+            },
         }
     }
 
@@ -246,18 +327,45 @@ impl Data {
         matches!(conn.link, Link::Lost { .. } | Link::Gone | Link::Closing)
             || l.lease_until_ms < self.now_ms
             || l.renewal_failures > 0
+            || self.overdue.of(l).is_some()
+    }
+
+    /// Leases the database says are overdue, less those a stream reported renewed since.
+    pub fn overdue_count(&self) -> usize {
+        self.overdue
+            .leases
+            .values()
+            .filter(|s| {
+                !self.conns.values().any(|c| {
+                    c.leases.get(&s.task_id).is_some_and(|h| {
+                        h.lease.epoch > s.epoch || h.lease.heartbeat_at_ms > s.heartbeat_at_ms
+                    })
+                })
+            })
+            .count()
+    }
+
+    /// The followed connections, then (for the Renewals view) the overdue leases no stream
+    /// reports; a [`LeaseRef`]'s `conn` indexes this sequence.
+    fn lease_conns(&self) -> impl Iterator<Item = &Conn> {
+        self.conns.values().chain(self.overdue.orphans.values())
     }
 
     /// The row of one lease.
     pub fn lease_row(&self, r: LeaseRef) -> Option<LeaseRow<'_>> {
-        let conn = self.conns.values().nth(r.conn)?;
+        let conn = self.lease_conns().nth(r.conn)?;
         let held = conn.leases.get(&r.task_id)?;
         let l = &held.lease;
         Some(LeaseRow {
             conn,
             held,
             left_ms: l.lease_until_ms.saturating_sub(self.now_ms),
-            age_ms: self.now_ms.saturating_sub(l.started_at_ms).max(0),
+            // 0 when not known (a lease only the database reported).
+            age_ms: if l.started_at_ms > 0 {
+                self.now_ms.saturating_sub(l.started_at_ms).max(0)
+            } else {
+                0
+            },
             since_renewal_ms: self.now_ms.saturating_sub(l.heartbeat_at_ms).max(0),
             suspect: self.suspect(conn, l),
         })
@@ -282,7 +390,13 @@ impl Data {
             conn: usize,
             held: &'a Held,
         }
-        let conns: Vec<&Conn> = self.conns.values().collect();
+        // Leases only the database reports (an agent not followed, or followed but not yet
+        // snapshotted) are Renewals rows only.
+        let conns: Vec<&Conn> = if view == View::Renewals {
+            self.lease_conns().collect()
+        } else {
+            self.conns.values().collect()
+        };
         let total: usize = conns.iter().map(|c| c.leases.len()).sum();
         let agent_rank: Vec<i64> = {
             let mut by_name: Vec<usize> = (0..conns.len()).collect();

@@ -3,7 +3,8 @@
 //! Invariant: nothing destructive is sent without a confirmation that named the verb, the count
 //! and the first ids. Focus starts on Cancel, so a stray Enter does nothing; `y` confirms; an
 //! action on more than [`TYPE_COUNT_ABOVE`] tasks, or on "all matching the filter", is confirmed
-//! only by typing its count.
+//! only by typing its count, then `y` or Enter. `n`, `q` and Esc only close a dialog: none of
+//! them ever quits the console.
 
 use leasehold_proto::v1 as pb;
 
@@ -27,6 +28,8 @@ pub enum Verb {
     TriggerSchedule,
     /// An operator's forced release of a lock.
     ReleaseLock,
+    /// Quitting `leasehold demo`, which stops the demo's agents.
+    StopDemo,
 }
 
 impl Verb {
@@ -40,6 +43,7 @@ impl Verb {
             Verb::DisableSchedule => "Disable",
             Verb::TriggerSchedule => "Trigger",
             Verb::ReleaseLock => "Release",
+            Verb::StopDemo => "Stop",
         }
     }
 
@@ -52,6 +56,10 @@ impl Verb {
             Verb::ReleaseLock => Some(
                 "forced: frees it from whoever holds it now, whose next renew is refused; one \
                  taken with lock_at_least_for stays held until then",
+            ),
+            Verb::StopDemo => Some(
+                "quits the console; the agents drain and release what they run (n or esc keeps \
+                 the demo going)",
             ),
             _ => None,
         }
@@ -78,6 +86,10 @@ pub enum Targets {
         name: String,
         owner: String,
         token: i64,
+    },
+    /// The agents `leasehold demo` runs in this process (how many still run).
+    Demo {
+        agents: usize,
     },
 }
 
@@ -106,7 +118,10 @@ impl Confirm {
     pub fn new(verb: Verb, targets: Targets) -> Self {
         let count = match &targets {
             Targets::Tasks(ids) => Some(ids.len() as u64),
-            Targets::Agent { .. } | Targets::Schedule(_) | Targets::Lock { .. } => Some(1),
+            Targets::Agent { .. }
+            | Targets::Schedule(_)
+            | Targets::Lock { .. }
+            | Targets::Demo { .. } => Some(1),
             Targets::DeadMatching { .. } => None,
         };
         Self {
@@ -159,6 +174,8 @@ impl Confirm {
                     format!("lock {name} held by {owner} (token {token})")
                 }
             }
+            (Targets::Demo { agents: 1 }, _) => "the demo's agent".into(),
+            (Targets::Demo { agents }, _) => format!("the demo's {agents} agents"),
         }
     }
 
@@ -175,13 +192,36 @@ impl Confirm {
     }
 }
 
-/// A task's detail pane.
+/// A task's detail pane. It is read again every [`DETAIL_REFRESH_MS`] while open, after
+/// every action reply and on ctrl-l; only the answer to the latest read is shown, so an
+/// answer from before an action never overwrites one from after it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Detail {
     pub id: i64,
     pub reply: Option<Box<pb::GetTaskResponse>>,
     pub error: Option<String>,
     pub scroll: u16,
+    /// The request id of the read on its way, if one is.
+    pub asked: Option<u64>,
+    /// Local time of the last read asked for.
+    pub asked_ms: i64,
+}
+
+/// How often an open task pane is read again (local ms).
+pub const DETAIL_REFRESH_MS: i64 = 1_000;
+
+impl Detail {
+    /// A pane for task `id`, nothing read yet.
+    pub fn new(id: i64) -> Self {
+        Self {
+            id,
+            reply: None,
+            error: None,
+            scroll: 0,
+            asked: None,
+            asked_ms: 0,
+        }
+    }
 }
 
 /// What a prompt's text is for.
@@ -200,6 +240,19 @@ pub enum PromptKind {
 pub struct Prompt {
     pub kind: PromptKind,
     pub input: LineInput,
+    /// Why the text entered was refused, shown on the prompt line until the next edit (the
+    /// prompt takes the status line's place, so the status line cannot say it).
+    pub error: Option<String>,
+}
+
+impl Prompt {
+    pub fn new(kind: PromptKind, text: &str) -> Self {
+        Self {
+            kind,
+            input: LineInput::new(text),
+            error: None,
+        }
+    }
 }
 
 /// Something drawn over the view; the last one opened has the keys.
@@ -207,7 +260,14 @@ pub struct Prompt {
 pub enum Overlay {
     Detail(Box<Detail>),
     Confirm(Box<Confirm>),
-    Help { scroll: u16 },
-    Log { scroll: u16 },
+    Help {
+        scroll: u16,
+    },
+    /// The log of actions sent (`@`): `selected` counts from the newest entry (shown first);
+    /// `expanded` shows the selected entry's full text under it.
+    Log {
+        selected: usize,
+        expanded: bool,
+    },
     Prompt(Prompt),
 }

@@ -68,6 +68,8 @@ pub struct Conn {
     pub addr: String,
     /// The agent id its stream gives (empty until the first update).
     pub agent_id: String,
+    /// How the last connection reached the agent (`tcp`, `unix:PATH`); `None` until known.
+    pub route: Option<String>,
     pub link: Link,
     /// Leases by task id.
     pub leases: HashMap<i64, Held>,
@@ -126,6 +128,7 @@ impl Conn {
         Self {
             addr,
             agent_id: String::new(),
+            route: None,
             link: Link::Connecting,
             leases: HashMap::new(),
             stats: None,
@@ -170,6 +173,10 @@ impl Conn {
                 }
             }
             ConnEvent::Gone => Link::Gone,
+            ConnEvent::Route(route) => {
+                self.route = Some(route);
+                self.link.clone()
+            }
         };
         match (&self.link, was_live) {
             (Link::Lost { reason, .. }, true) => {
@@ -393,3 +400,101 @@ impl Registry {
 
 /// All connections by address.
 pub type Conns = BTreeMap<String, Conn>;
+
+/// Why the console reaches no agent at all: what every view must say instead of an empty or
+/// loading table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreachable {
+    /// The connection lost most recently (its name: the agent id once known, else the
+    /// address).
+    pub name: String,
+    pub addr: String,
+    pub reason: String,
+    /// Local time of its next attempt.
+    pub retry_at_ms: i64,
+    /// How many connections are lost in all.
+    pub lost: usize,
+}
+
+/// `Some` when no stream is live and at least one connection is lost (with its reason);
+/// `None` while any agent answers, and before the first attempt to reach one ended.
+pub fn unreachable(conns: &Conns) -> Option<Unreachable> {
+    if conns.values().any(|c| c.link.is_live()) {
+        return None;
+    }
+    let lost: Vec<(&Conn, &str, i64, i64)> = conns
+        .values()
+        .filter_map(|c| match &c.link {
+            Link::Lost {
+                reason,
+                since_ms,
+                retry_at_ms,
+            } => Some((c, reason.as_str(), *since_ms, *retry_at_ms)),
+            _ => None,
+        })
+        .collect();
+    let count = lost.len();
+    let (conn, reason, _, retry_at_ms) = lost.into_iter().max_by_key(|(c, _, since, _)| {
+        // The latest loss, ties to the first address.
+        (*since, std::cmp::Reverse(c.addr.clone()))
+    })?;
+    Some(Unreachable {
+        name: conn.name().to_string(),
+        addr: conn.addr.clone(),
+        reason: reason.to_string(),
+        retry_at_ms,
+        lost: count,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lost(conn: &mut Conn, reason: &str, at_ms: i64) {
+        conn.set_link(
+            ConnEvent::Lost {
+                reason: reason.into(),
+                retry_in_ms: 2000,
+            },
+            at_ms,
+        );
+    }
+
+    #[test]
+    fn no_agent_is_reachable_only_when_every_stream_is_down_and_one_said_why() {
+        let mut conns = Conns::new();
+        assert_eq!(unreachable(&conns), None);
+        let mut a = Conn::new("10.0.0.1:7070".into());
+        let mut b = Conn::new("10.0.0.2:7070".into());
+        // Still trying its first connection: nothing to say yet.
+        conns.insert(a.addr.clone(), a.clone());
+        assert_eq!(unreachable(&conns), None);
+        lost(
+            &mut a,
+            "cannot reach agent at 10.0.0.1:7070: connection refused",
+            1000,
+        );
+        b.set_link(ConnEvent::Live, 0);
+        conns.insert(a.addr.clone(), a.clone());
+        conns.insert(b.addr.clone(), b.clone());
+        // One agent still answers: the header's LOST says the rest.
+        assert_eq!(unreachable(&conns), None);
+        lost(&mut b, "watch: connection reset by peer", 3000);
+        conns.insert(b.addr.clone(), b.clone());
+        assert_eq!(
+            unreachable(&conns),
+            Some(Unreachable {
+                name: "10.0.0.2:7070".into(),
+                addr: "10.0.0.2:7070".into(),
+                reason: "watch: connection reset by peer".into(),
+                retry_at_ms: 5000,
+                lost: 2,
+            })
+        );
+        // A reconnect under way keeps the reason.
+        b.set_link(ConnEvent::Connecting, 5000);
+        conns.insert(b.addr.clone(), b);
+        assert_eq!(unreachable(&conns).map(|u| u.lost), Some(2));
+    }
+}

@@ -21,8 +21,10 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use leasehold_proto::v1 as pb;
 
 use crate::event::{ConnEvent, Event, Reply};
-pub use data::{AgentRow, Data, LeaseRef, LeaseRow, SortKey, Suspect, Totals, sort_keys};
-pub use dialog::{Confirm, Detail, Focus, Overlay, Prompt, PromptKind, Targets, Verb};
+pub use data::{AgentRow, Data, LeaseRef, LeaseRow, Overdue, SortKey, Suspect, Totals, sort_keys};
+pub use dialog::{
+    Confirm, DETAIL_REFRESH_MS, Detail, Focus, Overlay, Prompt, PromptKind, Targets, Verb,
+};
 pub use fleet::{Conn, Health, Link, RenewalEvent, RenewalKind};
 pub use table::{RowKeys, Table};
 
@@ -295,7 +297,8 @@ pub struct State {
     pub shard_group: Option<String>,
     /// Bottom first; the last has the keys.
     pub overlays: Vec<Overlay>,
-    /// Marked task ids (`space`).
+    /// Marked task ids (`space`): always among the rows the current view shows — a task
+    /// that leaves the view (finished, requeued, filtered out) loses its mark at the next sync.
     pub marks: BTreeSet<i64>,
     pub status: Option<Status>,
     /// Oldest first; numbered by [`State::log_base`] + position.
@@ -309,6 +312,9 @@ pub struct State {
     pub pending: HashMap<u64, Pending>,
     pub next_request: u64,
     pub quit: bool,
+    /// The ids of the agents `leasehold demo` runs in this process (empty outside the demo):
+    /// quitting stops them, so `q` asks first while any of them runs.
+    pub demo_agents: Vec<String>,
     /// Local time now and of the last database time heard.
     local_ms: i64,
     db_heard: Option<(i64, i64)>,
@@ -499,6 +505,10 @@ impl State {
                 self.heard_db_time(overview.now_ms);
                 self.live.overview = Some(overview);
             }
+            Event::Suspects(answer) => {
+                self.heard_db_time(answer.now_ms);
+                self.live.overdue = data::Overdue::from_wire(answer, &self.live.conns);
+            }
             Event::Reply { id, reply } => self.apply_reply(id, reply),
         }
     }
@@ -611,9 +621,12 @@ impl State {
             }
             (Pending::Task { id: task }, reply) => {
                 for overlay in self.overlays.iter_mut() {
+                    // Only the latest read's answer: an older one may predate an action.
                     if let Overlay::Detail(d) = overlay
                         && d.id == task
+                        && d.asked == Some(id)
                     {
+                        d.asked = None;
                         match &reply {
                             Ok(Reply::Task(t)) => {
                                 d.reply = Some(t.clone());
@@ -785,12 +798,59 @@ impl State {
         self.tables[i] = table;
     }
 
-    /// Re-finds the current view's selection among its rows (call after events and keys).
+    /// Re-finds the current view's selection among its rows and drops the marks of tasks
+    /// no longer among them (call after events and keys).
     pub fn sync_selection(&mut self) {
         let page = self.page_rows;
         self.with_table(|t, keys| {
             t.sync(keys, page);
         });
+        self.prune_marks();
+    }
+
+    /// Keeps only the marks of tasks the current view shows.
+    fn prune_marks(&mut self) {
+        if self.marks.is_empty() {
+            return;
+        }
+        let shown: BTreeSet<i64> = if self.view.has_tasks() {
+            match self.keys_with(self.view, self.table()) {
+                Keys::Leases(rows) => rows
+                    .iter()
+                    .map(|r| r.task_id)
+                    .filter(|id| self.marks.contains(id))
+                    .collect(),
+                Keys::Names(names) => names
+                    .iter()
+                    .filter_map(|k| k.parse::<i64>().ok())
+                    .filter(|id| self.marks.contains(id))
+                    .collect(),
+            }
+        } else {
+            BTreeSet::new()
+        };
+        if shown.len() != self.marks.len() {
+            self.marks = shown;
+        }
+    }
+
+    /// How many of the demo's agents still run (0 outside the demo): those the registry does
+    /// not report stopped or down (an agent not listed yet counts as running).
+    pub fn demo_agents_running(&self) -> usize {
+        let data = &self.live;
+        self.demo_agents
+            .iter()
+            .filter(|id| {
+                data.registry
+                    .agents
+                    .iter()
+                    .find(|a| &a.id == *id)
+                    .is_none_or(|info| {
+                        let link = data.conn_of(info).map(|c| &c.link);
+                        data.registry.health(info, link) != Health::Down
+                    })
+            })
+            .count()
     }
 
     /// Moves the selection by `delta` rows.
@@ -815,8 +875,8 @@ impl State {
         self.table().selected.as_deref()
     }
 
-    /// The task ids an action applies to: the marked ones (those still shown in this view)
-    /// if any, else the selected row.
+    /// The task ids an action applies to: the marked ones (all shown in this view, see
+    /// [`State::marks`]) if any, else the selected row.
     pub fn action_ids(&self) -> Vec<i64> {
         if !self.view.has_tasks() {
             return Vec::new();

@@ -2,7 +2,9 @@
 //!
 //! Invariant: the selection is a row *key* (a task id, a type name, an agent id), never a row
 //! number, so rows arriving, leaving or re-sorting under the cursor never move it to another
-//! task. When the selected row leaves, the selection passes to the row now at its position.
+//! task. When the selected row leaves, the selection passes to the row now at its position —
+//! the one that followed it — so a step down from a row that just left lands on that row
+//! rather than skipping it.
 
 /// The rows of a table as the selection sees them: how many, where a key is, the key at a
 /// position. Lease views answer from their cached order without making a string per row.
@@ -58,9 +60,16 @@ impl Table {
 
     /// Moves the selection by `delta` rows (clamped to the table).
     pub fn move_by<K: RowKeys + ?Sized>(&mut self, keys: &K, delta: isize, page: usize) {
+        let left = self
+            .selected
+            .as_deref()
+            .is_some_and(|k| keys.find(k).is_none());
         let Some(current) = self.sync(keys, page) else {
             return;
         };
+        // The selected row left since the last sync: the row now at its place is the one
+        // that followed it, one step down already.
+        let delta = if left && delta > 0 { delta - 1 } else { delta };
         let last = keys.count() - 1;
         let target = if delta < 0 {
             current.saturating_sub(delta.unsigned_abs())
@@ -120,6 +129,20 @@ mod tests {
         assert_eq!(t.sync(&["a"][..], 10), Some(0));
         assert_eq!(t.selected.as_deref(), Some("a"));
         assert_eq!(t.sync::<[&str]>(&[][..], 10), None);
+    }
+
+    #[test]
+    fn a_step_down_from_a_row_that_just_left_lands_on_the_row_after_it() {
+        let mut t = Table::default();
+        t.sync(&["a", "b", "c", "d"][..], 10);
+        t.move_by(&["a", "b", "c", "d"][..], 1, 10);
+        assert_eq!(t.selected.as_deref(), Some("b"));
+        // "b" finishes before the next sync; `j` means "the row after b": c, not d.
+        t.move_by(&["a", "c", "d"][..], 1, 10);
+        assert_eq!(t.selected.as_deref(), Some("c"));
+        // Up from a row that left goes to the row before it.
+        t.move_by(&["a", "d"][..], -1, 10);
+        assert_eq!(t.selected.as_deref(), Some("a"));
     }
 
     #[test]

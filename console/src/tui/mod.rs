@@ -48,6 +48,16 @@ pub struct Options {
 
 /// Runs the console until the operator quits; the process exit code.
 pub fn run(settings: Settings, options: Options) -> Result<u8> {
+    run_with_agents(settings, options, Vec::new())
+}
+
+/// Runs the console inside `leasehold demo`, whose agents (`demo_agents`, their ids) stop when
+/// it quits: `q` asks first while any of them runs.
+pub fn run_demo(settings: Settings, options: Options, demo_agents: Vec<String>) -> Result<u8> {
+    run_with_agents(settings, options, demo_agents)
+}
+
+fn run_with_agents(settings: Settings, options: Options, demo_agents: Vec<String>) -> Result<u8> {
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(Error::usage(
             "the console needs a terminal (stdin and stdout); for scripts use the headless \
@@ -68,6 +78,7 @@ pub fn run(settings: Settings, options: Options) -> Result<u8> {
     if options.read_only {
         state.read_only = Some("--read-only".into());
     }
+    state.demo_agents = demo_agents;
     let result = runtime.block_on(async move {
         let _guard = terminal::Guard::enter()?;
         run_loop(settings, App::new(state)).await

@@ -65,19 +65,24 @@ fn install_panic_hook() {
 pub fn log_to_file(path: Option<PathBuf>) -> Result<PathBuf> {
     let path = path.unwrap_or_else(default_log_path);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Local {
-            what: format!("creating the log directory {}", dir.display()),
-            source,
-        })?;
+        // Logs name tasks, payload hashes and errors: a directory made here is the user's own.
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| Error::Local {
+                what: format!("creating the log directory {}", dir.display()),
+                source,
+            })?;
     }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|source| Error::Local {
-            what: format!("opening the log file {}", path.display()),
-            source,
-        })?;
+    // A new log file is 0600; an existing one keeps its mode.
+    let mut options = std::fs::OpenOptions::new();
+    std::os::unix::fs::OpenOptionsExt::mode(options.create(true).append(true), 0o600);
+    let file = options.open(&path).map_err(|source| Error::Local {
+        what: format!("opening the log file {}", path.display()),
+        source,
+    })?;
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()

@@ -9,7 +9,7 @@ use ratatui::widgets::Cell;
 use super::table::{self, Spec};
 use super::text::{ago, dur, untrusted};
 use super::theme::Theme;
-use super::title;
+use super::{empty_text, title};
 use crate::state::{Health, Link, State, View};
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> usize {
@@ -67,7 +67,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         total: rows.len(),
         offset: t.offset,
         selected,
-        empty: "no agents known yet",
+        empty: empty_text(state, "no agents known yet"),
     };
     let range = table::visible(&spec, area);
     let local = state.local_ms();
@@ -84,6 +84,14 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
             let link = match r.conn.map(|c| &c.link) {
                 None => "-".to_string(),
                 Some(Link::Lost { since_ms, .. }) => format!("lost {}", dur(local - since_ms)),
+                // The agent's local socket (where it knows this user's uid) says so.
+                Some(Link::Live)
+                    if r.conn
+                        .and_then(|c| c.route.as_deref())
+                        .is_some_and(|v| v.starts_with("unix:")) =>
+                {
+                    "live unix".to_string()
+                }
                 Some(l) => l.word().to_string(),
             };
             let active = match (r.info, r.conn.and_then(|c| c.stats.as_ref())) {

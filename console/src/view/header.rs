@@ -1,4 +1,5 @@
-//! The header: the cluster at a glance (agents up / suspect / down, running against the global
+//! The header: the cluster at a glance (agents up / suspect / down, leases whose renewal the
+//! database says is overdue, running against the global
 //! limit, queued, retrying, dead letters, leader and its term, badges), the view tabs with the filter and
 //! marks, and the throughput sparkline with each agent's connection.
 
@@ -50,6 +51,17 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) {
     first.push(count(suspect, l_suspect, theme.warn()));
     first.push(Span::raw(" "));
     first.push(count(down, "down", theme.error()));
+    // Leases the database says are overdue: shown only when there are some (the Renewals view
+    // lists them).
+    let overdue = data.overdue_count();
+    if overdue > 0 {
+        first.push(Span::raw(" "));
+        first.push(count(
+            overdue,
+            if narrow { "late" } else { "overdue" },
+            theme.error(),
+        ));
+    }
     first.push(sep());
     let limit = totals.global_limit.map_or_else(
         || if theme.unicode { "∞" } else { "-" }.to_string(),

@@ -1,5 +1,6 @@
 //! Views 1–3: Leases (every live lease, least time left first), Slow (past the slow threshold,
-//! longest first) and Renewals (suspect leases, then renewal problems as they happened).
+//! longest first) and Renewals (suspect leases — the streams' own, and those the database says
+//! are overdue, marked `overdue (db)` — then renewal problems as they happened).
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -9,7 +10,9 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph};
 use super::table::{self, Spec};
 use super::text::{ago, clock, dur, untrusted};
 use super::theme::Theme;
-use super::title;
+use super::{empty_text, title};
+use crate::convert::task::progress_of_wire;
+use crate::output::text::progress_short;
 use crate::state::{LeaseRow, RenewalKind, State, Suspect, View};
 
 /// Draws the Leases, Slow or Renewals view; the rows a page shows.
@@ -54,14 +57,14 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
             vec![
                 Constraint::Length(1),
                 Constraint::Length(8),
-                Constraint::Length(18),
-                Constraint::Length(18),
+                Constraint::Length(16),
+                Constraint::Length(16),
                 Constraint::Length(4),
                 Constraint::Length(4),
                 Constraint::Length(7),
                 Constraint::Length(17),
                 Constraint::Length(8),
-                Constraint::Length(12),
+                Constraint::Length(16),
                 Constraint::Length(3),
                 Constraint::Min(10),
             ]
@@ -83,11 +86,14 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         total: rows.len(),
         offset: t.offset,
         selected,
-        empty: match view {
-            View::Slow => "no task is running past its slow threshold",
-            View::Renewals => "every lease is renewing on time",
-            _ => "no live leases",
-        },
+        empty: empty_text(
+            state,
+            match view {
+                View::Slow => "no task is running past its slow threshold",
+                View::Renewals => "every lease is renewing on time",
+                _ => "no live leases",
+            },
+        ),
     };
     let range = table::visible(&spec, table_area);
     let cells = rows[range.clone()]
@@ -133,14 +139,15 @@ fn row<'a>(
         Span::raw(" "),
         Span::raw(left_text),
     ]);
-    let progress = match &l.progress {
-        Some(p) if p.total > 0 => format!("{}%", p.processed.saturating_mul(100) / p.total),
-        Some(p) => p.processed.to_string(),
-        None => "-".into(),
-    };
+    // Processed of total, with failures and skips, where there is room; a percentage in the
+    // narrow column.
     let progress = match (&l.progress, wide) {
-        (Some(p), true) if p.total > 0 => format!("{progress} {}/{}", p.processed, p.total),
-        _ => progress,
+        (Some(p), true) => progress_short(&progress_of_wire(p)),
+        (Some(p), false) if p.total > 0 => {
+            format!("{}%", p.processed.saturating_mul(100) / p.total)
+        }
+        (Some(p), false) => p.processed.to_string(),
+        (None, _) => "-".into(),
     };
     let mut words: Vec<String> = Vec::new();
     if let Some(s) = &r.suspect {
@@ -154,6 +161,11 @@ fn row<'a>(
             ) => {
                 format!("renewal failing x{consecutive}: {}", untrusted(reason, 40))
             }
+            (Suspect::Overdue { since_ms }, true) => {
+                format!("overdue (db): no renewal for {}", dur(*since_ms))
+            }
+            // The narrow STATE column has 10 columns at 80; RENEW says how long.
+            (Suspect::Overdue { .. }, false) => "db overdue".into(),
             (s, _) => s.word(),
         });
     }
@@ -178,7 +190,7 @@ fn row<'a>(
     } else {
         words.join(", ")
     };
-    let (tw, aw) = if wide { (18, 18) } else { (10, 10) };
+    let (tw, aw) = if wide { (16, 16) } else { (10, 10) };
     let mut cells = vec![
         Cell::from(mark),
         Cell::from(l.task_id.to_string()),
@@ -189,16 +201,22 @@ fn row<'a>(
     if wide {
         cells.push(Cell::from(l.priority.to_string()));
     }
+    // A lease only the database reported has no start or attempt known here.
+    let known = l.started_at_ms > 0;
     cells.extend([
-        Cell::from(dur(r.age_ms)),
+        Cell::from(if known { dur(r.age_ms) } else { "-".into() }),
         Cell::from(left),
         Cell::from(if wide {
             ago(now_ms, l.heartbeat_at_ms)
         } else {
             dur(r.since_renewal_ms)
         }),
-        Cell::from(progress),
-        Cell::from(l.attempt.to_string()),
+        Cell::from(untrusted(&progress, if wide { 16 } else { 4 })),
+        Cell::from(if known {
+            l.attempt.to_string()
+        } else {
+            "-".into()
+        }),
         Cell::from(Span::styled(state_text, state_style)),
     ]);
     cells

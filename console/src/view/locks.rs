@@ -12,7 +12,7 @@ use ratatui::widgets::Cell;
 use super::table::{self, Spec};
 use super::text::{ago, dur, untrusted};
 use super::theme::Theme;
-use super::title;
+use super::{empty_text, title};
 use crate::state::resources::time_left;
 use crate::state::{State, View};
 
@@ -163,7 +163,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
     let empty = if let Some(e) = &locks.error {
         format!("cannot load the locks: {}", untrusted(e, 200))
     } else if !locks.loaded() {
-        "loading…".to_string()
+        empty_text(state, "loading…").to_string()
     } else if t.filter.is_empty() {
         "no locks (a lock is listed once something takes it)".to_string()
     } else {

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! ┌ header: cluster at a glance · tabs · throughput and links ┐
+//! │ banner, only when no agent is reachable: why              │
 //! │ view (a table; Renewals adds its event pane)              │
 //! │ overlays: detail / confirm / help / action log            │
 //! └ footer: status line, or the prompt being typed           ┘
@@ -27,7 +28,7 @@ use ratatui::layout::{Constraint, Layout};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
-use crate::state::{Overlay, State, View, sort_keys};
+use crate::state::{Overlay, SortKey, State, View, sort_keys};
 use theme::Theme;
 
 /// What drawing found out about the layout.
@@ -48,6 +49,25 @@ pub fn draw(frame: &mut Frame<'_>, state: &State) -> Drawn {
     ])
     .areas(area);
     header::draw(frame, head, state, theme);
+    // With no agent reachable, every view says so and why, above what it last heard.
+    let body = match unreachable_text(state) {
+        Some(text) => {
+            let lines = if crate::output::text::width(&text) > usize::from(body.width) {
+                2
+            } else {
+                1
+            };
+            let [banner, rest] =
+                Layout::vertical([Constraint::Length(lines), Constraint::Min(3)]).areas(body);
+            frame.render_widget(
+                Paragraph::new(Line::from(Span::styled(text, theme.error())))
+                    .wrap(ratatui::widgets::Wrap { trim: false }),
+                banner,
+            );
+            rest
+        }
+        None => body,
+    };
     let page_rows = match state.view {
         View::Leases | View::Slow | View::Renewals => leases::draw(frame, body, state, theme),
         View::Dead => dead::draw(frame, body, state, theme),
@@ -63,7 +83,9 @@ pub fn draw(frame: &mut Frame<'_>, state: &State) -> Drawn {
             Overlay::Detail(d) => overlay::detail(frame, body, d, theme),
             Overlay::Confirm(c) => overlay::confirm(frame, body, c, theme),
             Overlay::Help { scroll } => overlay::help(frame, body, *scroll, theme),
-            Overlay::Log { scroll } => overlay::log(frame, body, state, *scroll, theme),
+            Overlay::Log { selected, expanded } => {
+                overlay::log(frame, body, state, *selected, *expanded, theme)
+            }
             Overlay::Prompt(p) => overlay::prompt(frame, foot, p, theme),
         }
     }
@@ -71,6 +93,40 @@ pub fn draw(frame: &mut Frame<'_>, state: &State) -> Drawn {
         ascii_only(frame);
     }
     Drawn { page_rows }
+}
+
+/// The banner of an unreachable fleet: `no agent reachable (retry in 2s): <why>`, naming the
+/// agent when the reason does not.
+pub fn unreachable_text(state: &State) -> Option<String> {
+    let u = crate::state::fleet::unreachable(&state.live.conns)?;
+    let retry = (u.retry_at_ms - state.local_ms()).max(0);
+    let who = if u.reason.contains(&u.addr) || u.reason.contains(&u.name) {
+        String::new()
+    } else {
+        format!("{}: ", u.name)
+    };
+    let others = match u.lost {
+        0 | 1 => String::new(),
+        n => format!(", {n} agents lost"),
+    };
+    Some(text::untrusted(
+        &format!(
+            "no agent reachable (retry in {}{others}): {who}{}",
+            text::dur(retry),
+            u.reason
+        ),
+        300,
+    ))
+}
+
+/// A view's text for "nothing to show": `normal` while an agent answers; when none does, that
+/// nothing is known — an empty table would claim there is nothing.
+pub fn empty_text<'a>(state: &State, normal: &'a str) -> &'a str {
+    if crate::state::fleet::unreachable(&state.live.conns).is_some() {
+        "unknown: no agent reachable (see above)"
+    } else {
+        normal
+    }
 }
 
 /// The ASCII mode's last pass: whatever is still not ASCII (a cut mark, a name in another
@@ -95,12 +151,6 @@ fn ascii_only(frame: &mut Frame<'_>) {
 pub fn title<'a>(state: &State, view: View, rows: usize, theme: Theme) -> Line<'a> {
     let t = &state.tables[view.index()];
     let key = sort_keys(view)[t.sort % sort_keys(view).len()];
-    let arrow = match (t.reverse, theme.unicode) {
-        (false, true) => "↑",
-        (true, true) => "↓",
-        (false, false) => "asc",
-        (true, false) => "desc",
-    };
     let mut spans = Vec::new();
     if view.is_lease_tab() {
         spans.push(Span::styled(" Leases ", theme.title()));
@@ -131,7 +181,10 @@ pub fn title<'a>(state: &State, view: View, rows: usize, theme: Theme) -> Line<'
     }
     spans.extend([
         Span::raw(format!("({rows}) ")),
-        Span::styled(format!("sort: {} {arrow} ", key.word(),), theme.dim()),
+        Span::styled(
+            format!("sort: {}, {} ", key.word(), order_words(key, t.reverse)),
+            theme.dim(),
+        ),
     ]);
     if view == View::Dead {
         let dead = &state.data().dead;
@@ -170,6 +223,35 @@ pub fn title<'a>(state: &State, view: View, rows: usize, theme: Theme) -> Line<'
     Line::from(spans)
 }
 
+/// The order a sort key puts rows in, in words (`most first`, `a-z`), so the title names the
+/// order the table shows — never an arrow that leaves "ascending what?" to the reader.
+///
+/// Each key's order without `S` is the one `state` sorts by (`Data::lease_order`,
+/// `dead_rows`, `type_rows`, `agent_rows`, `schedule_rows`, `lock_rows`, `shard_rows`);
+/// `S` reverses it. The snapshot tests check the words against the rows shown.
+pub fn order_words(key: SortKey, reverse: bool) -> &'static str {
+    let (natural, reversed) = match key {
+        SortKey::TimeLeft => ("least first", "most first"),
+        // The earliest start first: the longest running.
+        SortKey::Age => ("oldest first", "newest first"),
+        SortKey::Type | SortKey::Agent | SortKey::Code | SortKey::Name | SortKey::Owner => {
+            ("a-z", "z-a")
+        }
+        SortKey::Id | SortKey::Shard => ("lowest first", "highest first"),
+        SortKey::DiedAt => ("newest first", "oldest first"),
+        SortKey::Attempts
+        | SortKey::Queued
+        | SortKey::Running
+        | SortKey::Dead
+        | SortKey::Active
+        | SortKey::Moves => ("most first", "fewest first"),
+        SortKey::Health => ("worst first", "best first"),
+        SortKey::NextFire => ("soonest first", "latest first"),
+        SortKey::LastFire => ("latest first", "earliest first"),
+    };
+    if reverse { reversed } else { natural }
+}
+
 /// The status line, or key hints when there is no status.
 fn footer(frame: &mut Frame<'_>, area: ratatui::layout::Rect, state: &State, theme: Theme) {
     let width = usize::from(area.width);
@@ -198,7 +280,7 @@ fn footer(frame: &mut Frame<'_>, area: ratatui::layout::Rect, state: &State, the
                     "enter open · r requeue · R requeue all matching · / filter · ? help · q quit"
                 }
                 View::Types => {
-                    "+/- limit · = type a limit · p pause/resume · G global · ? help · q quit"
+                    "+/- limit · = type a limit · p pause/resume · C global limit · ? help · q quit"
                 }
                 View::Agents => "+/- local limit · = type a limit · D drain · ? help · q quit",
                 View::Schedules => {

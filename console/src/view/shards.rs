@@ -19,7 +19,7 @@ use super::locks::{Holding, holding_cells, holding_columns};
 use super::table::{self, Spec};
 use super::text::untrusted;
 use super::theme::Theme;
-use super::title;
+use super::{empty_text, title};
 use crate::state::{State, View};
 
 /// Most group rows the groups pane shows (it scrolls to keep the shown one in sight).
@@ -57,13 +57,13 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
     {
         format!("cannot load the shard groups: {}", untrusted(e, 200))
     } else if !res.groups.loaded() {
-        "loading…".to_string()
+        empty_text(state, "loading…").to_string()
     } else if groups.is_empty() {
         "no shard groups (create one with `leasehold shards create GROUP --count N`)".to_string()
     } else if let Some(e) = &res.shards.error {
         format!("cannot load the shards: {}", untrusted(e, 200))
     } else if !res.shards.loaded() {
-        "loading…".to_string()
+        empty_text(state, "loading…").to_string()
     } else if t.filter.is_empty() {
         "the group has no shards".to_string()
     } else {

@@ -1,7 +1,7 @@
 //! Text for cells: untrusted strings made inert (TESTING T33) and cut to width, times in
 //! short words.
 
-use crate::output::text;
+use crate::output::text::{self, char_width, width};
 
 /// Untrusted text (a payload, an error, a type or agent name) with every control, escape and
 /// bidi character written out, cut to `max` columns.
@@ -35,4 +35,47 @@ pub fn datetime(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .filter(|_| ms > 0)
         .map_or_else(|| "-".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+}
+
+/// `s` (trusted text: help lines) broken into lines of at most `max` columns at spaces; a word
+/// longer than a line is split.
+pub fn wrap(s: &str, max: usize) -> Vec<String> {
+    let max = max.max(1);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in s.split(' ') {
+        let needed = width(word) + usize::from(!line.is_empty());
+        if !line.is_empty() && width(&line) + needed > max {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        for c in word.chars() {
+            if width(&line) + char_width(c) > max {
+                lines.push(std::mem::take(&mut line));
+            }
+            line.push(c);
+        }
+    }
+    lines.push(line);
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_breaks_at_spaces_and_splits_only_what_cannot_fit() {
+        assert_eq!(
+            wrap("quit the console now", 10),
+            ["quit the", "console", "now"]
+        );
+        assert_eq!(wrap("abcdefghijkl", 5), ["abcde", "fghij", "kl"]);
+        assert_eq!(wrap("", 5), [""]);
+        for line in wrap(&"word ".repeat(50), 12) {
+            assert!(width(&line) <= 12, "{line}");
+        }
+    }
 }

@@ -9,7 +9,7 @@ use ratatui::widgets::Cell;
 use super::table::{self, Spec};
 use super::text::untrusted;
 use super::theme::Theme;
-use super::title;
+use super::{empty_text, title};
 use crate::state::{State, View};
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> usize {
@@ -43,7 +43,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         empty: if data.overview.is_some() {
             "no task types yet"
         } else {
-            "loading…"
+            empty_text(state, "loading…")
         },
     };
     let range = table::visible(&spec, area);

@@ -336,6 +336,14 @@ impl AgentService for Fake {
             3 if reads <= 2 => task(3, v1::TaskStatus::Running),
             3 => task(3, v1::TaskStatus::Succeeded),
             4 => task(4, v1::TaskStatus::Running),
+            // Its second attempt runs (no row for it yet), with progress and a long payload.
+            5 => v1::Task {
+                attempt: 2,
+                lease_epoch: 2,
+                payload_json: format!(r#"{{"note":"{}"}}"#, "n".repeat(150)),
+                progress_json: r#"{"total":28,"processed":26,"succeeded":25,"failed":1}"#.into(),
+                ..task(5, v1::TaskStatus::Running)
+            },
             666 => task(666, v1::TaskStatus::Unspecified),
             _ => return Err(Status::not_found(format!("no task {id}"))),
         };
@@ -346,6 +354,12 @@ impl AgentService for Fake {
                 attempt: 1,
                 agent: "fake#1".into(),
                 started_at_ms: NOW_MS - 50_000,
+                finished_at_ms: if id == 5 { NOW_MS - 40_000 } else { 0 },
+                outcome: if id == 5 {
+                    "lease_expired".into()
+                } else {
+                    String::new()
+                },
                 ..Default::default()
             }],
             why_not_running: String::new(),
@@ -517,7 +531,10 @@ impl AgentService for Fake {
             format!("pause {}", request.get_ref().task_type),
             true,
         )?;
-        Ok(Response::new(v1::PauseTypeResponse { changed: true }))
+        Ok(Response::new(v1::PauseTypeResponse {
+            changed: true,
+            warnings: vec![],
+        }))
     }
 
     async fn resume_type(
@@ -786,6 +803,40 @@ impl AgentService for Fake {
             ],
             members: vec![member("fake#1", 2), member("fake#2", 1)],
             now_ms: NOW_MS,
+        }))
+    }
+
+    async fn list_audit(
+        &self,
+        request: Request<v1::ListAuditRequest>,
+    ) -> Result<Response<v1::ListAuditResponse>, Status> {
+        self.record(&request, "list_audit".into(), true)?;
+        Ok(Response::new(v1::ListAuditResponse {
+            entries: vec![v1::AuditEntry {
+                id: 7,
+                at_ms: NOW_MS - 1_000,
+                actor: "alice".into(),
+                role: "operator".into(),
+                action: "cancel".into(),
+                target: "task:42".into(),
+                result: "applied".into(),
+                count: 1,
+                ..Default::default()
+            }],
+            next_before_id: 0,
+        }))
+    }
+
+    async fn list_suspect_leases(
+        &self,
+        request: Request<v1::ListSuspectLeasesRequest>,
+    ) -> Result<Response<v1::ListSuspectLeasesResponse>, Status> {
+        self.record(&request, "list_suspect_leases".into(), false)?;
+        Ok(Response::new(v1::ListSuspectLeasesResponse {
+            leases: Vec::new(),
+            now_ms: NOW_MS,
+            threshold_ms: 3_000,
+            truncated: false,
         }))
     }
 }
