@@ -32,6 +32,13 @@ pub struct AgentHandle {
     exited: Option<ExitStatus>,
 }
 
+/// Environment every spawned agent gets unless the test sets the key itself: loopback TCP
+/// callers are operators (`--insecure-local`) and `exec` may run any program (`--exec-allow '*'`).
+pub const TEST_DEFAULT_ENV: [(&str, &str); 2] = [
+    ("LEASEHOLD_INSECURE_LOCAL", "true"),
+    ("LEASEHOLD_EXEC_ALLOW", "*"),
+];
+
 impl AgentHandle {
     /// Spawns `bin` with `args` and the extra environment `envs` (added to the test's own
     /// environment; `RUST_LOG` is passed on as given). Stdin is null; stdout and stderr go to
@@ -48,6 +55,23 @@ impl AgentHandle {
             .with_context(|| format!("creating {}/stderr", log_dir.display()))?;
 
         let name = agent_name(&args);
+        // Existing tests act over loopback TCP without a token and run `exec`: they get the
+        // explicit opt-ins. Security tests pass these keys themselves to test the defaults.
+        let mut envs = envs;
+        for (key, value) in TEST_DEFAULT_ENV {
+            if !envs.iter().any(|(k, _)| k == key) {
+                envs.push((key.to_string(), value.to_string()));
+            }
+        }
+        if !envs
+            .iter()
+            .any(|(k, _)| k == leasehold_shared::local::RUNTIME_DIR_ENV)
+        {
+            envs.push((
+                leasehold_shared::local::RUNTIME_DIR_ENV.to_string(),
+                crate::scratch::runtime_dir()?.display().to_string(),
+            ));
+        }
         let child = Command::new(bin)
             .args(&args)
             .envs(envs)

@@ -22,13 +22,18 @@ pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
 /// `--call-timeout` given to every command: generous, the machines are noisy.
 pub const CALL_TIMEOUT: &str = "60s";
 
-/// The environment variables the binary reads; removed from every command.
-const ENV_VARS: [&str; 5] = [
+/// The `LEASEHOLD_*` variables the binary reads; removed from every command (the runtime
+/// directory is then set to the harness's own, see [`crate::scratch::runtime_dir`]).
+const ENV_VARS: [&str; 9] = [
     "LEASEHOLD_AGENT",
     "LEASEHOLD_TOKEN",
+    "LEASEHOLD_TOKEN_FILE",
+    "LEASEHOLD_SOCKET",
     "LEASEHOLD_CA",
     "LEASEHOLD_CERT",
     "LEASEHOLD_KEY",
+    "LEASEHOLD_LOG",
+    leasehold_shared::local::RUNTIME_DIR_ENV,
 ];
 
 /// The `leasehold` binary aimed at one agent, with an optional token.
@@ -128,7 +133,7 @@ impl Cli {
         &self.addr
     }
 
-    fn command(&self, args: &[&str]) -> tokio::process::Command {
+    fn command(&self, args: &[&str]) -> anyhow::Result<tokio::process::Command> {
         let mut cmd = tokio::process::Command::new(&self.path);
         cmd.arg("--agent")
             .arg(&self.addr)
@@ -141,13 +146,16 @@ impl Cli {
         for var in ENV_VARS {
             cmd.env_remove(var);
         }
-        cmd
+        // Where the harness's agents put their sockets, so the CLI finds them as on a host.
+        let dir = crate::scratch::runtime_dir()?;
+        cmd.env(leasehold_shared::local::RUNTIME_DIR_ENV, dir);
+        Ok(cmd)
     }
 
     /// Runs `leasehold --agent ADDR [--token T] ARGS…` to its end.
     pub async fn run(&self, args: &[&str]) -> anyhow::Result<CliOutput> {
         let child = self
-            .command(args)
+            .command(args)?
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -167,10 +175,33 @@ impl Cli {
     /// Starts `leasehold --agent ADDR [--token T] ARGS…` with stdout and stderr piped, for
     /// commands that run until stopped (`watch`). Killed when dropped.
     pub fn spawn(&self, args: &[&str]) -> anyhow::Result<tokio::process::Child> {
-        self.command(args)
+        self.command(args)?
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("spawning {} {args:?}", self.path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variable the console's flags read (`env = "LEASEHOLD_…"`) is removed.
+    #[test]
+    fn every_variable_the_console_reads_is_removed() {
+        let source = include_str!("../../console/src/cli/mod.rs");
+        let read: Vec<&str> = source
+            .split("env = \"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert!(
+            read.len() >= 7,
+            "the console's flags were not found: {read:?}"
+        );
+        for name in read {
+            assert!(ENV_VARS.contains(&name), "{name} is not removed");
+        }
     }
 }

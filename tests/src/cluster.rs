@@ -54,6 +54,10 @@ pub struct PgCluster {
     port: u16,
     bin: PathBuf,
     as_root: bool,
+    /// Settings given to [`PgCluster::start_with`], after [`CLUSTER_SETTINGS`] (so they win).
+    extra: Vec<String>,
+    /// Environment of the server processes (see [`PgCluster::start_with_env`]).
+    env: Vec<(String, String)>,
     /// Whether the server is believed to be running (so drop knows to stop it).
     running: bool,
 }
@@ -62,6 +66,23 @@ impl PgCluster {
     /// Creates and starts a fresh cluster on a free port, waiting until it accepts
     /// connections.
     pub async fn start() -> anyhow::Result<PgCluster> {
+        PgCluster::start_with(&[]).await
+    }
+
+    /// [`PgCluster::start`] with extra server settings (`name=value`, e.g.
+    /// `wal_writer_delay=10000ms`), which override the defaults and stay in force across
+    /// restarts.
+    pub async fn start_with(extra: &[&str]) -> anyhow::Result<PgCluster> {
+        PgCluster::start_with_env(extra, Vec::new()).await
+    }
+
+    /// [`PgCluster::start_with`], the server processes getting the extra environment `env`
+    /// (e.g. `LD_PRELOAD` of libfaketime, to step the database clock: see
+    /// [`crate::faketime`]), also across restarts.
+    pub async fn start_with_env(
+        extra: &[&str],
+        env: Vec<(String, String)>,
+    ) -> anyhow::Result<PgCluster> {
         let bin = server::find_bindir().await?;
         let as_root = server::running_as_root().await;
         let dir = std::env::temp_dir().join(format!(
@@ -76,6 +97,8 @@ impl PgCluster {
             port: 0,
             bin,
             as_root,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            env,
             running: false,
         };
         let mut last_error = None;
@@ -223,7 +246,8 @@ impl PgCluster {
             self.port,
             self.dir.display()
         );
-        for setting in CLUSTER_SETTINGS {
+        let extra = self.extra.iter().map(String::as_str);
+        for setting in CLUSTER_SETTINGS.iter().copied().chain(extra) {
             options.push_str(" -c ");
             options.push_str(setting);
         }
@@ -250,7 +274,7 @@ impl PgCluster {
     }
 
     async fn pg_ctl(&self, args: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
-        server::run_pg_tool(&self.bin, "pg_ctl", self.as_root, args).await
+        server::run_pg_tool_with_env(&self.bin, "pg_ctl", self.as_root, &self.env, args).await
     }
 
     /// Waits until the server answers a query on its `postgres` database.

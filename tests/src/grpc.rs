@@ -102,6 +102,27 @@ pub async fn connect(addr: &str) -> anyhow::Result<Client> {
     connect_with(addr, None, None).await
 }
 
+/// Connects to the agent's Unix socket at `path`, without a token.
+pub async fn connect_unix(path: &std::path::Path) -> anyhow::Result<Client> {
+    let socket = path.to_path_buf();
+    // The URI is not used to connect: the connector dials the socket.
+    let channel = Endpoint::from_static("http://localhost")
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(60))
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let socket = socket.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(&socket).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .with_context(|| format!("connecting to the agent's socket {}", path.display()))?;
+    Ok(AgentServiceClient::with_interceptor(channel, Bearer(None))
+        .max_decoding_message_size(leasehold_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(leasehold_proto::MAX_MESSAGE_BYTES))
+}
+
 /// One agent's leases as a watcher sees them: the snapshot, then every delta applied.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct WatchView {

@@ -86,6 +86,64 @@ pub async fn audit_rows(
         .collect()
 }
 
+/// One `audit_log` row with the columns of issue 19: the connection it came from (`peer`) and
+/// how many calls it stands for (`count`; refused calls are aggregated per peer, actor and
+/// action, DESIGN §10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountedAuditRow {
+    /// Row id (commit order of the inserts).
+    pub id: i64,
+    /// Token name, `local`, `unauthenticated`, ...
+    pub actor: String,
+    /// `operator` or `viewer`.
+    pub role: String,
+    /// What was asked (`enqueue`, `policy_set`, ...).
+    pub action: String,
+    /// What it was asked of (`task:1`, `policy:*`, ...).
+    pub target: String,
+    /// `applied`, `noop`, `failed` or `denied`.
+    pub result: String,
+    /// The caller's connection (`127.0.0.1:50412`, `127.0.0.1`, `unix:uid:0(root)`), if known.
+    pub peer: Option<String>,
+    /// Calls the row stands for (1 but for aggregated denials).
+    pub count: i64,
+}
+
+/// Every audit row with its `peer` and `count`, after id `after`, oldest first.
+pub async fn counted_audit_rows(pool: &PgPool, after: i64) -> anyhow::Result<Vec<CountedAuditRow>> {
+    let rows = sqlx::query(
+        "SELECT id, actor, role, action, target, result, peer, count FROM audit_log \
+         WHERE id > $1 ORDER BY id",
+    )
+    .bind(after)
+    .fetch_all(pool)
+    .await
+    .context("reading the audit log with peers and counts")?;
+    rows.iter()
+        .map(|r| {
+            Ok(CountedAuditRow {
+                id: r.try_get("id")?,
+                actor: r.try_get("actor")?,
+                role: r.try_get("role")?,
+                action: r.try_get("action")?,
+                target: r.try_get("target")?,
+                result: r.try_get("result")?,
+                peer: r.try_get("peer")?,
+                count: r.try_get("count")?,
+            })
+        })
+        .collect()
+}
+
+/// The id of the newest audit row (0 when there is none): a mark for
+/// [`counted_audit_rows`].
+pub async fn last_audit_id(pool: &PgPool) -> anyhow::Result<i64> {
+    sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM audit_log")
+        .fetch_one(pool)
+        .await
+        .context("reading the newest audit id")
+}
+
 /// Every row of `tasks` (but the ids in `skip`) and of `policies`, as text: equal digests
 /// before and after a refused call prove it changed nothing.
 pub async fn state_digest(pool: &PgPool, skip: &[i64]) -> anyhow::Result<(String, String)> {

@@ -105,6 +105,29 @@ pub async fn enqueue(
     n: usize,
     extra: Value,
 ) -> anyhow::Result<Vec<i64>> {
+    enqueue_with(pool, task_type, n, extra, &Columns::default()).await
+}
+
+/// Columns [`enqueue_with`] sets on the new tasks (`None`: the column's default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Columns {
+    /// `tasks.max_attempts`.
+    pub max_attempts: Option<i32>,
+    /// `tasks.timeout_ms`: the longest one attempt may run.
+    pub timeout_ms: Option<i64>,
+    /// `tasks.deadline_at`, this many milliseconds after the enqueue (database time).
+    pub deadline_in_ms: Option<i64>,
+}
+
+/// [`enqueue`], with `columns` set in the same transaction: no agent ever sees the tasks
+/// without them.
+pub async fn enqueue_with(
+    pool: &PgPool,
+    task_type: &str,
+    n: usize,
+    extra: Value,
+    columns: &Columns,
+) -> anyhow::Result<Vec<i64>> {
     let extra = match extra {
         Value::Null => json!({}),
         Value::Object(_) => extra,
@@ -151,6 +174,21 @@ pub async fn enqueue(
         rows.sort_unstable();
         task_ids.extend(rows.into_iter().map(|(_, task_id)| task_id));
         done += len;
+    }
+    if *columns != Columns::default() {
+        sqlx::query(
+            "UPDATE tasks SET max_attempts = coalesce($2, max_attempts), \
+                              timeout_ms = coalesce($3, timeout_ms), \
+                              deadline_at = coalesce(now() + $4::bigint * interval '1 millisecond', deadline_at) \
+             WHERE id = ANY($1)",
+        )
+        .bind(&task_ids)
+        .bind(columns.max_attempts)
+        .bind(columns.timeout_ms)
+        .bind(columns.deadline_in_ms)
+        .execute(&mut *tx)
+        .await
+        .with_context(|| format!("setting {columns:?} on the new {task_type} tasks"))?;
     }
     tx.commit().await.context("committing the enqueue")?;
     Ok(task_ids)

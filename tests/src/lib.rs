@@ -5,8 +5,11 @@
 //! For end-to-end and fault tests: real agent processes to signal ([`agent`]), a TCP proxy
 //! that resets, blackholes or delays connections ([`proxy`]), a private PostgreSQL server to
 //! restart or crash ([`cluster`]) and the ledger that proves nothing was lost or done twice
-//! ([`ledger`]). The interactive console runs in a real terminal, a private tmux server
-//! ([`tmux`]).
+//! ([`ledger`]) and no concurrency limit exceeded ([`limits`]); for the soak, a process's
+//! memory and descriptors ([`procstat`]); operator calls checked against the audit log
+//! ([`operator`]). The interactive console runs in a real terminal, a private tmux server
+//! ([`tmux`]). Shared-host tests run the CLI with a clean environment as root or as another
+//! user ([`local_access`]).
 //!
 //! The store conformance suite runs each test against PostgreSQL and SQLite alike:
 //! [`store_db`] gives a per-test database of either backend behind `Arc<dyn Store>`, raw setup
@@ -29,6 +32,9 @@
 //! # }
 //! ```
 
+// Only the agent's exec spawner may use unsafe (the workspace lint is `deny` for its sake).
+#![forbid(unsafe_code)]
+
 pub mod agent;
 pub mod bin;
 pub mod certs;
@@ -36,12 +42,18 @@ pub mod cli;
 pub mod cluster;
 pub mod db;
 pub mod factory;
+pub mod faketime;
 pub mod fleet;
 pub mod grpc;
 pub mod helpers;
 pub mod inspect;
 pub mod ledger;
+pub mod limits;
+pub mod local_access;
+pub mod operator;
+pub mod procstat;
 pub mod proxy;
+pub mod scenario;
 pub mod scratch;
 pub mod server;
 pub mod store_db;

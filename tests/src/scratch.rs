@@ -28,6 +28,20 @@ pub fn scratch_dir(prefix: &str) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("resolving {}", dir.display()))
 }
 
+/// The socket directory (`LEASEHOLD_RUNTIME_DIR`) of the agents and CLIs this test process
+/// starts through the harness: one private (0700) directory per process, so agents killed with
+/// SIGKILL leave their stale sockets there rather than in `/run/leasehold`.
+pub fn runtime_dir() -> anyhow::Result<PathBuf> {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(dir) = DIR.get() {
+        return Ok(dir.clone());
+    }
+    let dir = std::env::temp_dir().join(format!("leasehold-run-{}", std::process::id()));
+    leasehold_shared::local::ensure_private_dir(&dir)
+        .with_context(|| format!("making the test runtime directory {}", dir.display()))?;
+    Ok(DIR.get_or_init(|| dir).clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

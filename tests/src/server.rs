@@ -235,14 +235,33 @@ pub(crate) async fn run_pg_tool(
     as_root: bool,
     args: &[&std::ffi::OsStr],
 ) -> anyhow::Result<()> {
+    run_pg_tool_with_env(bin, program, as_root, &[], args).await
+}
+
+/// [`run_pg_tool`] with extra environment variables (passed through `env(1)`, so `runuser`
+/// cannot drop them), which a server started by `pg_ctl` inherits.
+pub(crate) async fn run_pg_tool_with_env(
+    bin: &Path,
+    program: &str,
+    as_root: bool,
+    env: &[(String, String)],
+    args: &[&std::ffi::OsStr],
+) -> anyhow::Result<()> {
     let path = bin.join(program);
-    let mut command = if as_root {
-        let mut command = Command::new("runuser");
-        command.args(["-u", "postgres", "--"]).arg(&path);
-        command
-    } else {
-        Command::new(&path)
+    let mut command = match (as_root, env.is_empty()) {
+        (true, _) => {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--", "env"]);
+            command
+        }
+        (false, false) => Command::new("env"),
+        (false, true) => Command::new(&path),
     };
+    if as_root || !env.is_empty() {
+        command
+            .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+            .arg(&path);
+    }
     command
         .args(args)
         // The postgres user may not be allowed into the current directory.

@@ -213,7 +213,10 @@ async fn bad_flags_missing_settings_and_unreachable_databases_have_their_exit_co
         "127.0.0.1:0",
     ]);
     assert_eq!(code, Some(3), "an unreachable database is exit 3: {err}");
-    assert!(err.contains("connecting to the database"), "{err}");
+    assert!(
+        err.contains("cannot connect to the database: connection refused"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

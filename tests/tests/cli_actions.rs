@@ -17,6 +17,7 @@ use std::time::Duration;
 use leasehold_tests::cli::{Cli, CliOutput};
 use leasehold_tests::fleet::spawn_agent;
 use leasehold_tests::grpc::agent_address;
+use leasehold_tests::inspect::counted_audit_rows;
 use leasehold_tests::{
     AgentHandle, TaskSpec, TestDb, attempt_rows, audit_rows, count, insert_task, scratch_dir,
     task_row, task_status, wait_until,
@@ -42,9 +43,12 @@ fn audit(actor: &str, role: &str, action: &str, target: &str, result: &str) -> A
     )
 }
 
-/// An audit row of the open (token-less) operator `local`.
+/// An audit row of this test's own user, token-less: the CLI reaches the agent through its
+/// Unix socket, where the agent names the caller by uid (`uid:0(root)`).
 fn local(action: &str, target: &str, result: &str) -> AuditRow {
-    audit("local", "operator", action, target, result)
+    let uid = leasehold_shared::local::current_uid().unwrap();
+    let actor = leasehold_shared::local::uid_label(uid);
+    audit(&actor, "operator", action, target, result)
 }
 
 /// One agent under test and the CLI aimed at it.
@@ -86,6 +90,18 @@ fn refused(o: &CliOutput, code: i32) -> String {
     assert_eq!(lines.len(), 1, "one error line: {}", o.describe());
     assert!(lines[0].starts_with("leasehold: "), "{}", o.describe());
     lines[0].to_string()
+}
+
+/// Every line inert: no control character but the line ends (`tasks show` to a pipe is not
+/// cut to 80 columns, so a script gets every character; it is still made inert).
+fn inert(o: &CliOutput) {
+    for line in o.stdout.lines() {
+        assert!(
+            !line.chars().any(char::is_control),
+            "{line:?}\n{}",
+            o.describe()
+        );
+    }
 }
 
 /// Every line at most 80 columns.
@@ -594,7 +610,7 @@ async fn tasks_show_lists_attempts_and_says_why_a_task_is_not_running() {
         .await
         .unwrap();
     ok(&o);
-    fits(&o);
+    inert(&o);
     let lines = o.lines();
     assert_eq!(lines[0], format!("task {id}: fail, dead"));
     let at = lines.iter().position(|l| *l == "Attempts:").unwrap();
@@ -611,6 +627,12 @@ async fn tasks_show_lists_attempts_and_says_why_a_task_is_not_running() {
     }
     let why = lines.iter().position(|l| *l == "Why not running:").unwrap();
     assert!(lines[why + 1].starts_with("  dead at "), "{}", o.describe());
+    // Whole, though longer than 80 columns: stdout is a pipe.
+    assert!(
+        lines[why + 1].ends_with(&format!("(leasehold requeue {id})")),
+        "{}",
+        o.describe()
+    );
 
     // Queued, but of a type no agent serves.
     let unserved = enqueue(&f.cli, "report.build", &json!({})).await;
@@ -657,7 +679,7 @@ async fn tasks_show_lists_attempts_and_says_why_a_task_is_not_running() {
             .await
             .unwrap();
         ok(&o);
-        fits(&o);
+        inert(&o);
         let lines = o.lines();
         assert!(lines.contains(&"Attempts: none yet"), "{}", o.describe());
         let why = lines.iter().position(|l| *l == "Why not running:").unwrap();
@@ -743,24 +765,20 @@ async fn cancel_stops_waiting_and_running_tasks_and_refuses_finished_ones() {
     .await
     .unwrap();
 
-    // A finished task: exit 2, a plain message, nothing changed, a `failed` audit row.
+    // A finished task is information, not a failure: exit 0, "already succeeded", nothing
+    // changed; the agent's refusal is still audited (`failed`).
     let done = insert_task(&db.pool, TaskSpec::new("report.build", "succeeded"))
         .await
         .unwrap();
     let before = task_row(&db.pool, done).await.unwrap();
     let o = f.cli.run(&["cancel", &done.to_string()]).await.unwrap();
-    let line = refused(&o, 2);
-    assert_eq!(
-        line,
-        format!(
-            "leasehold: cancel task {done}: task {done}: cannot cancel a task that is succeeded \
-             (failed precondition)"
-        )
-    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, format!("task {done} already succeeded\n"));
     assert_eq!(task_row(&db.pool, done).await.unwrap(), before);
-    // Cancelling the cancelled one again is refused the same way.
+    // Cancelling the cancelled one again says so the same way.
     let again = f.cli.run(&["cancel", &queued.to_string()]).await.unwrap();
-    assert!(refused(&again, 2).ends_with("(failed precondition)"));
+    assert_eq!(again.code, Some(0), "{}", again.describe());
+    assert_eq!(again.stdout, format!("task {queued} already cancelled\n"));
 
     // Several ids: each is tried, the exit code is the worst; an unknown id is not found.
     let second = insert_task(&db.pool, TaskSpec::new("report.build", "queued"))
@@ -772,29 +790,38 @@ async fn cancel_stops_waiting_and_running_tasks_and_refuses_finished_ones() {
         .await
         .unwrap();
     assert_eq!(o.code, Some(2), "{}", o.describe());
-    assert_eq!(o.stdout, format!("task {second}: cancelled\n"));
+    assert_eq!(
+        o.stdout,
+        format!("task {second}: cancelled\ntask {done} already succeeded\n")
+    );
     let errors: Vec<&str> = o.stderr.lines().collect();
-    assert_eq!(errors.len(), 2, "{}", o.describe());
-    assert!(errors[0].starts_with(&format!("leasehold: cancel task {done}: ")));
-    assert!(errors[0].ends_with("(failed precondition)"));
-    assert!(errors[1].starts_with("leasehold: cancel task 999999: "));
-    assert!(errors[1].ends_with("(not found)"));
+    assert_eq!(errors.len(), 1, "{}", o.describe());
+    assert!(errors[0].starts_with("leasehold: cancel task 999999: "));
+    assert!(errors[0].ends_with("(not found)"));
     assert_eq!(task_status(&db.pool, second).await.unwrap(), "cancelled");
     assert_eq!(task_row(&db.pool, done).await.unwrap(), before);
 
+    let mut rows = audit_rows(&db.pool).await.unwrap();
+    // The last call's cancels ran concurrently: their rows may come in any order.
+    let mut last = rows.split_off(5);
+    last.sort();
     assert_eq!(
-        audit_rows(&db.pool).await.unwrap(),
+        rows,
         [
             local("cancel", &format!("task:{queued}"), "applied"),
             local("enqueue", &format!("task:{running}"), "applied"),
             local("cancel", &format!("task:{running}"), "applied"),
             local("cancel", &format!("task:{done}"), "failed"),
             local("cancel", &format!("task:{queued}"), "failed"),
-            local("cancel", &format!("task:{second}"), "applied"),
-            local("cancel", &format!("task:{done}"), "failed"),
-            local("cancel", "task:999999", "failed"),
         ]
     );
+    let mut want = vec![
+        local("cancel", &format!("task:{second}"), "applied"),
+        local("cancel", &format!("task:{done}"), "failed"),
+        local("cancel", "task:999999", "failed"),
+    ];
+    want.sort();
+    assert_eq!(last, want);
     db.drop_db().await.unwrap();
 }
 
@@ -848,17 +875,20 @@ async fn requeue_and_the_dead_letter_queue() {
     assert_eq!(row["status"], "queued");
     assert_eq!(row["attempt"], 0);
     assert!(row["finished_at"].is_null());
-    // Again (it is queued now): exit 2, nothing changed.
+    // Again (it is queued now): what was asked is so already: exit 0, said, nothing changed.
     let o = f
         .cli
         .run(&["--output", "json", "requeue", &one.to_string()])
         .await
         .unwrap();
-    let line = refused(&o, 2);
-    assert!(
-        line.contains("cannot requeue a task that is queued"),
-        "{line}"
+    ok(&o);
+    assert_eq!(
+        o.json().unwrap(),
+        json!({"id": one, "outcome": "already_waiting", "status": "queued"})
     );
+    let o = f.cli.run(&["requeue", &one.to_string()]).await.unwrap();
+    ok(&o);
+    assert_eq!(o.stdout, format!("task {one} already queued\n"));
     assert_eq!(task_row(&db.pool, one).await.unwrap(), row);
     // JSON of a requeue.
     let two = smtp[1];
@@ -1002,6 +1032,7 @@ async fn requeue_and_the_dead_letter_queue() {
         audit_rows(&db.pool).await.unwrap(),
         [
             local("requeue", &format!("task:{one}"), "applied"),
+            local("requeue", &format!("task:{one}"), "failed"),
             local("requeue", &format!("task:{one}"), "failed"),
             local("requeue", &format!("task:{two}"), "applied"),
             local("requeue_dead_dry_run", dlq_target, "noop"),
@@ -1729,8 +1760,14 @@ fn answers(o: &CliOutput, verb: &str, ids: &[i64]) -> BTreeMap<i64, Option<Value
     let mut out = BTreeMap::new();
     for line in o.json_lines().unwrap() {
         let id = line["id"].as_i64().unwrap();
+        // "Already finished" / "already waiting": the agent refused (audited `failed`) and the
+        // CLI said why without calling it a failure.
+        let refused = line["outcome"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("already_"));
+        let answer = (!refused).then_some(line);
         assert!(
-            out.insert(id, Some(line)).is_none(),
+            out.insert(id, answer).is_none(),
             "{id} twice: {}",
             o.describe()
         );
@@ -1762,7 +1799,8 @@ fn answers(o: &CliOutput, verb: &str, ids: &[i64]) -> BTreeMap<i64, Option<Value
         "every id answered once: {}",
         o.describe()
     );
-    let refused_any = out.values().any(Option::is_none);
+    // "Already finished / waiting" answers are said on stdout and are not failures.
+    let refused_any = !o.stderr.trim().is_empty();
     assert_eq!(
         o.code,
         Some(if refused_any { 2 } else { 0 }),
@@ -1946,7 +1984,15 @@ async fn t27_conflicting_operators_make_only_legal_transitions_and_viewers_are_d
             refused(o, o.code.unwrap());
             continue;
         }
-        ok(o);
+        assert_eq!(o.code, Some(0), "{}", o.describe());
+        // No live agent serves the t27 type: a pause succeeds and warns about that.
+        assert!(
+            o.stderr
+                .lines()
+                .all(|l| l.starts_with("leasehold: warning: ")),
+            "{}",
+            o.describe()
+        );
         let changed = paused != to;
         assert_eq!(
             result,
@@ -2051,7 +2097,10 @@ async fn t27_conflicting_operators_make_only_legal_transitions_and_viewers_are_d
         Some((limit.map(|l| i32::try_from(l).unwrap()), paused))
     );
 
-    // --- a viewer: every action exit 4, a `denied` row each, nothing changed.
+    // --- a viewer: every action exit 4, audited as denied, nothing changed. Denials are
+    // aggregated (DESIGN §10, issue 19): the first of each (peer address, actor, action) is a
+    // row at once, the rest of its minute one counted row, written when the window closes or
+    // the agent stops.
     let before = digest(&db.pool).await;
     let mark = last_audit_id(&db.pool).await;
     let queued = *ids.iter().find(|id| initial[*id] == "queued").unwrap();
@@ -2090,7 +2139,8 @@ async fn t27_conflicting_operators_make_only_legal_transitions_and_viewers_are_d
         (vec!["resume", T27_TYPE], "policy_set", scope.as_str()),
         (vec!["drain"], "drain", agent.as_str()),
     ];
-    let mut expected = Vec::new();
+    // Every refused call's row, were each written.
+    let mut denied_calls = Vec::new();
     for (args, action, target) in &calls {
         for output in ["table", "json"] {
             let mut full = vec!["--output", output];
@@ -2098,23 +2148,31 @@ async fn t27_conflicting_operators_make_only_legal_transitions_and_viewers_are_d
             let o = val.run(&full).await.unwrap();
             let line = refused(&o, 4);
             assert!(line.ends_with("(permission denied)"), "{}", o.describe());
-            expected.push(audit("val", "viewer", action, target, "denied"));
+            denied_calls.push(audit("val", "viewer", action, target, "denied"));
         }
     }
-    // No token at all: unauthenticated, exit 4, audited too.
-    let o = f.cli.run(&["cancel", &q]).await.unwrap();
+    // No token at all over TCP: unauthenticated, exit 4, audited too. (Through the agent's
+    // Unix socket, the CLI's default on loopback, this test's own user is an operator.)
+    let o = f.cli.run(&["--no-socket", "cancel", &q]).await.unwrap();
     assert!(
         refused(&o, 4).ends_with("(unauthenticated)"),
         "{}",
         o.describe()
     );
-    expected.push(audit(
+    denied_calls.push(audit(
         "unauthenticated",
         "viewer",
         "cancel",
         &task,
         "denied",
     ));
+    // At once: the first call of each key.
+    let mut keys = BTreeSet::new();
+    let expected: Vec<AuditRow> = denied_calls
+        .iter()
+        .filter(|r| keys.insert((r.0.clone(), r.2.clone())))
+        .cloned()
+        .collect();
     // Viewers may read: no audit rows for that.
     for args in [
         &["tasks", "ls"][..],
@@ -2132,6 +2190,18 @@ async fn t27_conflicting_operators_make_only_legal_transitions_and_viewers_are_d
         .collect();
     assert_eq!(rows, expected);
     assert_eq!(digest(&db.pool).await, before);
+    let first_rows = counted_audit_rows(&db.pool, mark).await.unwrap();
+    for r in &first_rows {
+        assert_eq!(r.count, 1, "a first row stands for one call: {r:?}");
+        let peer = r.peer.as_deref().unwrap_or_default();
+        if r.actor == "val" {
+            // The CLI went through the agent's socket: the row names the caller's uid.
+            assert!(peer.starts_with("unix:uid:"), "{r:?}");
+        } else {
+            let port = peer.strip_prefix("127.0.0.1:").map(str::parse::<u16>);
+            assert!(matches!(port, Some(Ok(_))), "{r:?}");
+        }
+    }
     // The viewer's drain did not stop the agent.
     assert!(f.agent.is_running());
     let o = alice
@@ -2140,6 +2210,30 @@ async fn t27_conflicting_operators_make_only_legal_transitions_and_viewers_are_d
         .unwrap();
     ok(&o);
     assert_eq!(o.json().unwrap()["agents"][0]["state"], "running");
+    // A clean stop writes the counted rest of each key: per key the counts sum to the refused
+    // calls, the first row then one for the rest.
+    f.agent.sigterm().unwrap();
+    let status = f.agent.wait_exit(WAIT).await.unwrap();
+    assert!(status.success(), "agent exit: {status}");
+    let mut want: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for c in &denied_calls {
+        *want.entry((c.0.clone(), c.2.clone())).or_default() += 1;
+    }
+    let mut got: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
+    for r in counted_audit_rows(&db.pool, mark).await.unwrap() {
+        assert_eq!(r.result, "denied", "{r:?}");
+        got.entry((r.actor.clone(), r.action.clone()))
+            .or_default()
+            .push(r.count);
+    }
+    let expected_counts: BTreeMap<(String, String), Vec<i64>> = want
+        .iter()
+        .map(|(k, n)| (k.clone(), if *n == 1 { vec![1] } else { vec![1, n - 1] }))
+        .collect();
+    assert_eq!(
+        got, expected_counts,
+        "per (actor, action): the first denial, then one row counting the rest ({want:?} calls)"
+    );
     if let Some(dir) = config.parent() {
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -11,7 +11,10 @@
 //! Types view and obeyed; a viewer token refused locally (nothing sent, nothing audited); and
 //! T33, escape sequences and bidi controls in a payload and an error shown inert; the console
 //! going on through another agent when its seed dies; a prompt replacing the footer line; a
-//! schedule shown in view 7, triggered with `t` `y` and disabled with `d` `y`.
+//! schedule shown in view 7, triggered with `t` `y` and disabled with `d` `y`; and from issue
+//! 20, the task pane following its task after `r` `y` and while open, Enter confirming a
+//! typed count and `q` only closing dialogs and panes, marks going with their tasks and the
+//! cursor staying on its task while the rows re-sort.
 //!
 //! The agents run with 10 s leases (see [`TIMINGS`]): the console's "agent lost" comes from its
 //! stream, not from lease expiry, so nothing here waits on a quick takeover.
@@ -40,9 +43,12 @@ const TIMINGS: [&str; 6] = ["--lease-ttl", "10s", "--heartbeat", "2s", "--grace"
 
 type AuditRow = (String, String, String, String, String);
 
+/// An audit row of this test's own user: the console reaches the agent through its Unix
+/// socket, where the agent names the caller by uid (`uid:0(root)`).
 fn local(action: &str, target: &str, result: &str) -> AuditRow {
+    let uid = leasehold_shared::local::current_uid().unwrap();
     (
-        "local".into(),
+        leasehold_shared::local::uid_label(uid),
         "operator".into(),
         action.into(),
         target.into(),
@@ -1052,5 +1058,451 @@ async fn a_schedule_is_shown_triggered_and_disabled_in_view_7() {
     console.keys(&["q"]).unwrap();
     assert_eq!(console.wait_exit().await.unwrap(), 0);
     drop(f);
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 20: the task pane refreshes; dialogs without traps; marks that follow their rows
+// -------------------------------------------------------------------------------------------
+
+/// The task id at the start of a table line (after the cursor's `>` and a row's mark).
+fn line_id(line: &str) -> Option<i64> {
+    let line = line.trim_start();
+    let line = line.strip_prefix('>').unwrap_or(line);
+    let mut words = line.split_whitespace();
+    let first = words.next()?;
+    first
+        .parse()
+        .ok()
+        .or_else(|| words.next().and_then(|w| w.parse().ok()))
+}
+
+/// The task id of the row under the cursor (the table line marked `>`), if one is shown.
+fn selected_id(screen: &str) -> Option<i64> {
+    body(screen)
+        .lines()
+        .filter(|l| l.trim_start().starts_with('>'))
+        .find_map(line_id)
+}
+
+/// The task ids of the table rows shown, top to bottom.
+fn shown_ids(screen: &str) -> Vec<i64> {
+    body(screen).lines().filter_map(line_id).collect()
+}
+
+/// The header's second line (view tabs, filter, marked count).
+fn tabs_line(screen: &str) -> &str {
+    screen.lines().nth(1).unwrap_or("")
+}
+
+/// Item 2: the open task pane shows what an action did, and what others did, without being
+/// reopened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_pane_follows_the_task_after_r_y_and_while_open() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "pane", &[]).await;
+    let id = enqueue(
+        &f.cli,
+        "fail",
+        &json!({"message": "boom"}),
+        &["--max-attempts", "1"],
+    )
+    .await;
+    wait_status(&db.pool, id, "dead").await;
+    // Paused, so the requeued task stays queued.
+    ok(&f.cli.run(&["pause", "fail"]).await.unwrap());
+
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console.keys(&["4"]).unwrap();
+    console
+        .wait_for(&format!("dead task {id}"), |s| row(s, id).is_some())
+        .await
+        .unwrap();
+    console.keys(&["Enter"]).unwrap();
+    console
+        .wait_for("the pane: status dead", |s| {
+            s.contains(&format!("Task {id}")) && s.contains("status dead")
+        })
+        .await
+        .unwrap();
+
+    // `r` `y` from the pane: the status line and the pane agree.
+    console.keys(&["r"]).unwrap();
+    console.wait_text("Requeue 1 task?").await.unwrap();
+    console.keys(&["y"]).unwrap();
+    let screen = console
+        .wait_for("the requeue's result and the pane saying queued", |s| {
+            status_line(s).contains("requeue 1: 1 requeued")
+                && s.contains(&format!("Task {id}"))
+                && s.contains("status queued")
+        })
+        .await
+        .unwrap();
+    assert!(!screen.contains("status dead"), "{screen}");
+    wait_status(&db.pool, id, "queued").await;
+
+    // Someone else cancels it: the open pane shows it within a few seconds, untouched.
+    ok(&f.cli.run(&["cancel", &id.to_string()]).await.unwrap());
+    wait_status(&db.pool, id, "cancelled").await;
+    console
+        .wait_for("the pane saying cancelled", |s| {
+            s.contains(&format!("Task {id}")) && s.contains("status cancelled")
+        })
+        .await
+        .unwrap();
+    // ctrl-l redraws and reads again: the pane is still there and still right.
+    console.keys(&["C-l"]).unwrap();
+    console
+        .wait_for("the pane after ctrl-l", |s| {
+            s.contains(&format!("Task {id}")) && s.contains("status cancelled")
+        })
+        .await
+        .unwrap();
+    console.keys(&["q"]).unwrap();
+    console
+        .wait_for("the pane closed by q, the console still running", |s| {
+            !s.contains(&format!("Task {id}")) && s.contains("[4 Dead letters]")
+        })
+        .await
+        .unwrap();
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop(f);
+    db.drop_db().await.unwrap();
+}
+
+/// Item 3: Enter confirms a typed count; `q` closes a dialog or pane and never quits from
+/// one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enter_confirms_a_typed_count_and_q_only_closes_dialogs() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "dialogs", &[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(
+            enqueue(
+                &f.cli,
+                "fail",
+                &json!({"message": "boom"}),
+                &["--max-attempts", "1"],
+            )
+            .await,
+        );
+    }
+    for &id in &ids {
+        wait_status(&db.pool, id, "dead").await;
+    }
+    ok(&f.cli.run(&["pause", "fail"]).await.unwrap());
+
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console.keys(&["4"]).unwrap();
+    console
+        .wait_for("both dead letters", |s| {
+            ids.iter().all(|&id| row(s, id).is_some())
+        })
+        .await
+        .unwrap();
+
+    // `q` in a confirm dialog, in the task pane and in help closes it; the console runs on.
+    console.keys(&["r"]).unwrap();
+    console.wait_text("Requeue 1 task?").await.unwrap();
+    console.keys(&["q"]).unwrap();
+    console
+        .wait_for("the dialog closed by q", |s| {
+            !s.contains("Requeue 1 task?") && s.contains("[4 Dead letters]")
+        })
+        .await
+        .unwrap();
+    console.keys(&["Enter"]).unwrap();
+    console.wait_text("status dead").await.unwrap();
+    console.keys(&["q"]).unwrap();
+    console
+        .wait_for("the pane closed by q", |s| {
+            !s.contains("status dead") && s.contains("[4 Dead letters]")
+        })
+        .await
+        .unwrap();
+    console.keys(&["?"]).unwrap();
+    console.wait_text("Keys (esc closes)").await.unwrap();
+    console.keys(&["q"]).unwrap();
+    console
+        .wait_for("help closed by q", |s| {
+            !s.contains("Keys (esc closes)") && s.contains("[4 Dead letters]")
+        })
+        .await
+        .unwrap();
+    assert!(exit_code_shown(&console), "the console quit from a dialog");
+    for &id in &ids {
+        assert_eq!(task_status(&db.pool, id).await.unwrap(), "dead");
+    }
+
+    // `R`: every dead letter, confirmed by typing the count and pressing Enter (the focus
+    // stays on No all along).
+    console.keys(&["R"]).unwrap();
+    console.wait_text("type 2 to confirm").await.unwrap();
+    // The dry run that counted them is audited too; nothing else may be until confirmed.
+    let before = audit_rows(&db.pool).await.unwrap().len();
+    console.type_text("3").unwrap();
+    console.keys(&["Enter"]).unwrap();
+    console
+        .wait_for("a wrong count refused, the dialog open", |s| {
+            status_line(s).contains("type 2 to confirm") && s.contains("[ No ]")
+        })
+        .await
+        .unwrap();
+    for &id in &ids {
+        assert_eq!(task_status(&db.pool, id).await.unwrap(), "dead");
+    }
+    assert_eq!(audit_rows(&db.pool).await.unwrap().len(), before);
+    console.keys(&["BSpace"]).unwrap();
+    console.type_text("2").unwrap();
+    console.keys(&["Enter"]).unwrap();
+    console
+        .wait_for("the bulk requeue's result", |s| {
+            !s.contains("[ No ]") && status_line(s).contains("requeue")
+        })
+        .await
+        .unwrap();
+    for &id in &ids {
+        wait_status(&db.pool, id, "queued").await;
+    }
+    console
+        .wait_text("the dead-letter queue is empty")
+        .await
+        .unwrap();
+    let rows = audit_rows(&db.pool).await.unwrap();
+    assert_eq!(rows.len(), before + 1, "one bulk requeue: {rows:?}");
+    assert_eq!(
+        rows.last().unwrap(),
+        &local("requeue_dead", "dead-letter queue", "applied")
+    );
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop(f);
+    db.drop_db().await.unwrap();
+}
+
+/// True while the console has not exited (no `EXIT=` line on the pane).
+fn exit_code_shown(console: &Console) -> bool {
+    console
+        .screen()
+        .is_ok_and(|s| leasehold_tests::tmux::exit_code(&s).is_none())
+}
+
+/// Item 5: a mark goes when its task leaves the view, so an action never lists a finished
+/// task; the cursor stays on its task while the rows re-sort under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marks_go_with_their_tasks_and_the_cursor_stays_on_its_task() {
+    let db = TestDb::new().await.unwrap();
+    let a = start(&db, "mark-a", &["--concurrency", "2"]).await;
+    let b = start(&db, "mark-b", &["--concurrency", "2"]).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(enqueue(&a.cli, "sleep", &json!({"ms": LONG_MS}), &[]).await);
+    }
+    wait_until("two sleeps run on each agent", WAIT, || {
+        let (pool, x, y) = (db.pool.clone(), a.id.clone(), b.id.clone());
+        async move { Ok(held_by(&pool, &x).await.len() == 2 && held_by(&pool, &y).await.len() == 2) }
+    })
+    .await
+    .unwrap();
+
+    let console = Console::start(&a.addr, &[]).await.unwrap();
+    let screen = console
+        .wait_for("the four leases", |s| {
+            ids.iter().all(|&id| row(s, id).is_some())
+        })
+        .await
+        .unwrap();
+    let marked = selected_id(&screen).expect("a row under the cursor");
+    console.keys(&["Space"]).unwrap();
+    let screen = console
+        .wait_for("one marked, the cursor one row down", |s| {
+            tabs_line(s).contains("1 marked") && selected_id(s).is_some_and(|id| id != marked)
+        })
+        .await
+        .unwrap();
+    let cursor = selected_id(&screen).unwrap();
+
+    // The cursor stays on its task while the two agents' renewals re-sort the rows (least
+    // time left first): it must be on `cursor` on every screen, and the order must change
+    // at least once (the positive control).
+    let first_order = shown_ids(&screen);
+    let mut resorted = false;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(20)
+        && !(resorted && started.elapsed() > Duration::from_secs(5))
+    {
+        let s = console.screen().unwrap();
+        let order = shown_ids(&s);
+        if order.len() == 4 {
+            resorted |= order != first_order;
+            assert_eq!(
+                selected_id(&s),
+                Some(cursor),
+                "the cursor left its task:\n{s}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(resorted, "the rows never re-sorted: nothing was shown");
+
+    // The marked task ends elsewhere: its row goes, and its mark with it.
+    ok(&a.cli.run(&["cancel", &marked.to_string()]).await.unwrap());
+    wait_status(&db.pool, marked, "cancelled").await;
+    let screen = console
+        .wait_for("the cancelled task's row and mark gone", |s| {
+            row(s, marked).is_none() && shown_ids(s).len() == 3
+        })
+        .await
+        .unwrap();
+    assert!(!tabs_line(&screen).contains("marked"), "{screen}");
+    assert_eq!(selected_id(&screen), Some(cursor), "{screen}");
+    // `x` now applies to the row under the cursor only, never to the finished task.
+    console.keys(&["x"]).unwrap();
+    let screen = console.wait_text("Cancel 1 task?").await.unwrap();
+    assert!(screen.contains(&format!("ids: {cursor}")), "{screen}");
+    console.keys(&["n"]).unwrap();
+    console
+        .wait_for("the dialog closed", |s| !s.contains("Cancel 1 task?"))
+        .await
+        .unwrap();
+    for &id in ids.iter().filter(|&&id| id != marked) {
+        assert_eq!(task_status(&db.pool, id).await.unwrap(), "running");
+    }
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop((a, b));
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 20 item 4: a frozen agent must not look healthy
+// -------------------------------------------------------------------------------------------
+
+/// Seconds of a short duration cell (`7s`), `None` for any other form.
+fn whole_secs(cell: &str) -> Option<u64> {
+    cell.strip_suffix('s')?.parse().ok()
+}
+
+/// SIGSTOP of an agent holding leases: its Watch stream goes silent (no failure of its own,
+/// the connection stays open), so only the database can say its renewals stopped. Within a
+/// few polls of passing the revoke threshold (3 × its 2 s heartbeat) — long before its 30 s
+/// leases expire — the Renewals view lists its leases as overdue (db) with its name and the
+/// time since their last renewal, and the header counts them; after SIGCONT they renew and
+/// leave the view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_agent_shows_its_leases_overdue_from_the_database() {
+    let db = TestDb::new().await.unwrap();
+    let seed = start(&db, "web-1", &["--concurrency", "2"]).await;
+    // Long leases: expiry (30 s, then 2 s grace) comes long after the 6 s threshold.
+    let frozen = spawn_agent(
+        "leasehold-agent",
+        &db.url,
+        "web-2",
+        HANDLERS,
+        &[
+            "--lease-ttl",
+            "30s",
+            "--heartbeat",
+            "2s",
+            "--grace",
+            "2s",
+            "--concurrency",
+            "2",
+        ],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    let frozen_id = frozen
+        .wait_registered(&db.pool, "web-2", WAIT)
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        enqueue(&seed.cli, "sleep", &json!({"ms": LONG_MS}), &[]).await;
+    }
+    wait_until("two sleeps run on each agent", WAIT, || {
+        let (pool, a, b) = (db.pool.clone(), seed.id.clone(), frozen_id.clone());
+        async move { Ok(held_by(&pool, &a).await.len() == 2 && held_by(&pool, &b).await.len() == 2) }
+    })
+    .await
+    .unwrap();
+    let kept = held_by(&db.pool, &seed.id).await;
+    let stalled = held_by(&db.pool, &frozen_id).await;
+
+    let console = Console::start(&seed.addr, &[]).await.unwrap();
+    console.keys(&["3"]).unwrap();
+    console
+        .wait_for("both agents live and Renewals empty", |s| {
+            s.contains("[3 Renewals]")
+                && s.contains("every lease is renewing on time")
+                && s.lines().nth(2).is_some_and(|l| {
+                    l.contains(&format!("{} live", seed.id))
+                        && l.contains(&format!("{frozen_id} live"))
+                })
+        })
+        .await
+        .unwrap();
+
+    frozen.stop().unwrap();
+    let screen = console
+        .wait_for("the frozen agent's leases overdue (db) in Renewals", |s| {
+            stalled.iter().all(|&id| {
+                table_line(s, &id.to_string()).is_some_and(|l| {
+                    let words: Vec<&str> = l.split_whitespace().collect();
+                    words.get(2) == Some(&frozen_id.as_str()) && l.ends_with("db overdue")
+                })
+            })
+        })
+        .await
+        .unwrap();
+    // The database agrees, and the leases are far from expiry: the mark came from the
+    // overdue renewals, not from the lease running out.
+    let (unexpired, overdue): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE lease_until > now()), \
+                count(*) FILTER (WHERE heartbeat_at < now() - interval '6 seconds') \
+         FROM tasks WHERE id = ANY($1) AND status = 'running' AND lease_owner::text = $2",
+    )
+    .bind(&stalled)
+    .bind(&frozen_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((unexpired, overdue), (2, 2), "{screen}");
+    for &id in &stalled {
+        let words = row(&screen, id).unwrap();
+        // TASK TYPE AGENT EP AGE gauge LEFT RENEW …: the time since the last renewal is past
+        // the 6 s threshold; the lease still has time left.
+        let since = whole_secs(words[7]);
+        assert!(
+            since.is_some_and(|s| s >= 6),
+            "renewed {:?}:\n{screen}",
+            words[7]
+        );
+        assert!(!words[6].starts_with('-'), "expired already:\n{screen}");
+    }
+    // The healthy agent's leases are not in Renewals; the header counts the overdue ones.
+    for &id in &kept {
+        assert!(
+            row(&screen, id).is_none(),
+            "a healthy lease in Renewals:\n{screen}"
+        );
+    }
+    let head = screen.lines().next().unwrap_or("");
+    assert!(head.contains("2 overdue"), "{screen}");
+
+    // SIGCONT: the agent renews again and its leases leave the view.
+    frozen.cont().unwrap();
+    console
+        .wait_for("the resumed agent's leases gone from Renewals", |s| {
+            stalled.iter().all(|&id| row(s, id).is_none())
+                && !s.lines().next().unwrap_or("").contains("overdue")
+        })
+        .await
+        .unwrap();
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop((seed, frozen));
     db.drop_db().await.unwrap();
 }

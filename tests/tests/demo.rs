@@ -7,8 +7,9 @@
 //!   equal to its rows), a second run replacing the first run's file, a file that is not a
 //!   demo database left alone (exit 2), bad flags (exit 2);
 //! - interactive in a real terminal (tmux): live leases of the demo's agents, a dead letter
-//!   opened and closed, `q` restoring the terminal, exit 0, and the lines saying where the
-//!   file is and how to reopen it.
+//!   opened and closed, `q` asking before it stops the agents (Esc keeps the demo going, `y`
+//!   quits), the terminal restored, exit 0, and the lines saying where the file is and how to
+//!   reopen it.
 //!
 //! These tests need no PostgreSQL.
 
@@ -442,8 +443,28 @@ async fn the_interactive_demo_shows_live_leases_and_quits_cleanly() {
         .await
         .unwrap();
 
-    // q: the agents drain, the terminal is back, and the demo says where its file is.
+    // q asks first, since quitting stops the agents; Esc keeps the demo going.
     tmux.keys(&["q"]).unwrap();
+    tmux.wait_screen("the quit question", wait, |s| {
+        s.contains("Stop the demo's 3 agents?")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nlog:\n{}", log_tail()));
+    tmux.escape().await.unwrap();
+    tmux.wait_screen("the demo going on", wait, |s| {
+        !s.contains("Stop the demo's 3 agents?") && s.contains("3 up") && exit_code(s).is_none()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nlog:\n{}", log_tail()));
+
+    // q y: the agents drain, the terminal is back, and the demo says where its file is.
+    tmux.keys(&["q"]).unwrap();
+    tmux.wait_screen("the quit question again", wait, |s| {
+        s.contains("Stop the demo's 3 agents?")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nlog:\n{}", log_tail()));
+    tmux.keys(&["y"]).unwrap();
     let screen = tmux
         .wait_screen("the demo's exit code", wait, |s| exit_code(s).is_some())
         .await

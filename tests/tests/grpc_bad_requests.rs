@@ -5,12 +5,14 @@
 //! answer afterwards.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
 use leasehold_tests::agent::AgentHandle;
 use leasehold_tests::fleet::spawn_agent;
 use leasehold_tests::grpc::{Client, agent_address, connect, connect_with};
+use leasehold_tests::inspect::{CountedAuditRow, counted_audit_rows, last_audit_id};
 use leasehold_tests::{TaskSpec, TestDb, audit_rows, insert_task};
 use pb::set_concurrency_request::Scope;
 use proptest::prelude::*;
@@ -35,13 +37,6 @@ async fn start(db: &TestDb, name: &str, extra: &[&str]) -> (AgentHandle, String)
 /// Rows of `tasks` (except `skip`) and `policies`, as text.
 async fn digest(pool: &PgPool, skip: &[i64]) -> (String, String) {
     leasehold_tests::inspect::state_digest(pool, skip)
-        .await
-        .unwrap()
-}
-
-async fn audit_count(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM audit_log")
-        .fetch_one(pool)
         .await
         .unwrap()
 }
@@ -862,6 +857,38 @@ impl Call {
     fn is_action(&self) -> bool {
         !matches!(self, Call::List(_) | Call::Get(_))
     }
+
+    /// The audit action of a call (`None` for reads).
+    fn audit_action(&self) -> Option<&'static str> {
+        Some(match self {
+            Call::List(_) | Call::Get(_) => return None,
+            Call::Enqueue(_) => "enqueue",
+            Call::SetConcurrency(pb::SetConcurrencyRequest {
+                scope: Some(Scope::AgentLocal(_)),
+                ..
+            }) => "set_concurrency",
+            Call::SetConcurrency(_) | Call::Pause(_) => "policy_set",
+            Call::RequeueDead(_) => "requeue_dead",
+            Call::Cancel(_) => "cancel",
+            Call::Requeue(_) => "requeue",
+        })
+    }
+}
+
+/// The agent's window of aggregated denials (DESIGN §10, issue 19: one row per peer address,
+/// actor and action per minute).
+const DENIAL_WINDOW: Duration = Duration::from_secs(60);
+
+/// The refused calls of one (actor, action) key (every fuzz call comes from 127.0.0.1).
+#[derive(Debug)]
+struct Denied {
+    /// Calls refused.
+    calls: i64,
+    /// When the first was sent: its window closes no earlier than a minute later.
+    first_sent: std::time::Instant,
+    /// False once the calls may have spanned more than one window (a slow run): then only
+    /// the sum of the counts is checked.
+    one_window: bool,
 }
 
 fn text() -> impl Strategy<Value = String> {
@@ -1158,6 +1185,8 @@ struct FuzzState {
     calls: usize,
     accepted: usize,
     by_code: std::collections::BTreeMap<String, usize>,
+    /// Per (actor, action): the denied calls made.
+    denied: BTreeMap<(String, String), Denied>,
 }
 
 async fn one_case(
@@ -1180,14 +1209,16 @@ async fn one_case(
         None
     };
     let before = digest(&pool, &state.created).await;
-    let audit_before = audit_count(&pool).await;
+    let mark = last_audit_id(&pool).await.unwrap();
     let token = (who != Who::Nobody).then_some(token);
     let mut client = connect_with(&state.addr, token.as_deref(), None)
         .await
         .map_err(|e| TestCaseError::fail(format!("connect: {e:#}")))?;
     let is_action = call.is_action();
+    let action = call.audit_action();
     let what = format!("{who:?} {call:?}");
     let what: String = what.chars().take(600).collect();
+    let sent = std::time::Instant::now();
     let (code, message, created) = send(&mut client, call).await;
     state.calls += 1;
     *state.by_code.entry(format!("{code:?}")).or_default() += 1;
@@ -1206,8 +1237,36 @@ async fn one_case(
         allowed.contains(&code),
         "{what}: answered {code:?} ({message}), allowed {allowed:?}"
     );
-    let audit_after = audit_count(&pool).await;
-    let audited = audit_after - audit_before;
+    let rows = counted_audit_rows(&pool, mark).await.unwrap();
+    // Denied calls are aggregated: the call's own key is checked below; a denied row of
+    // another key is the counted rest of an older window, which closes a minute after its
+    // first call at the earliest.
+    let key = action.map(|a| {
+        let actor = if who == Who::Viewer {
+            "fuzz-viewer"
+        } else {
+            "unauthenticated"
+        };
+        (actor.to_string(), a.to_string())
+    });
+    let denied_now = is_action && matches!(code, Code::Unauthenticated | Code::PermissionDenied);
+    for r in rows.iter().filter(|r| r.result == "denied") {
+        let k = (r.actor.clone(), r.action.clone());
+        if denied_now && key.as_ref() == Some(&k) {
+            continue;
+        }
+        let Some(d) = state.denied.get_mut(&k) else {
+            return Err(TestCaseError::fail(format!(
+                "{what}: a denied row of a key never denied: {r:?}"
+            )));
+        };
+        prop_assert!(
+            d.first_sent.elapsed() >= DENIAL_WINDOW,
+            "{what}: the counted row of a window not a minute old: {r:?}"
+        );
+        d.one_window = false;
+    }
+    let audited = i64::try_from(rows.iter().filter(|r| r.result != "denied").count()).unwrap();
     if code == Code::Ok {
         state.accepted += 1;
         if let Some(id) = created
@@ -1235,13 +1294,49 @@ async fn one_case(
             let now = local_limit(&mut state.op).await;
             prop_assert_eq!(now, limit, "{}: refused but the local limit changed", what);
         }
-        if is_action && matches!(code, Code::Unauthenticated | Code::PermissionDenied) {
-            prop_assert_eq!(
-                audited,
-                1,
-                "{}: a denied action has exactly one audit row",
-                what
-            );
+        if denied_now {
+            let key = key.unwrap();
+            prop_assert_eq!(audited, 0, "{}: a denied call audits nothing else", what);
+            let own: Vec<&CountedAuditRow> = rows
+                .iter()
+                .filter(|r| r.result == "denied" && (&r.actor, &r.action) == (&key.0, &key.1))
+                .collect();
+            match state.denied.get_mut(&key) {
+                None => {
+                    // The first denial of its key: one row at once, for one call, naming the
+                    // caller's connection.
+                    prop_assert!(
+                        own.len() == 1
+                            && own[0].count == 1
+                            && own[0].role == "viewer"
+                            && own[0]
+                                .peer
+                                .as_deref()
+                                .and_then(|p| p.strip_prefix("127.0.0.1:"))
+                                .is_some_and(|port| port.parse::<u16>().is_ok()),
+                        "{what}: the first denied {key:?} is one row at once: {own:?}"
+                    );
+                    state.denied.insert(
+                        key,
+                        Denied {
+                            calls: 1,
+                            first_sent: sent,
+                            one_window: true,
+                        },
+                    );
+                }
+                Some(d) => {
+                    d.calls += 1;
+                    if d.first_sent.elapsed() < DENIAL_WINDOW {
+                        prop_assert!(
+                            own.is_empty(),
+                            "{what}: a later denied {key:?} in its window is only counted: {own:?}"
+                        );
+                    } else {
+                        d.one_window = false;
+                    }
+                }
+            }
         } else {
             prop_assert!(
                 audited <= 1,
@@ -1287,6 +1382,7 @@ fn fuzzed_requests_never_crash_the_agent_and_refused_ones_change_nothing() {
                 calls: 0,
                 accepted: 0,
                 by_code: Default::default(),
+                denied: BTreeMap::new(),
             },
             agent,
         )
@@ -1324,6 +1420,39 @@ fn fuzzed_requests_never_crash_the_agent_and_refused_ones_change_nothing() {
     rt.block_on(async move {
         drop(state.op);
         stop(agent).await;
+        // The stop wrote the counted rest of every window: per key, the counts sum to the
+        // calls denied, in one row for one call and two for more (when they fit one window).
+        let rows = counted_audit_rows(&state.db.pool, 0).await.unwrap();
+        let mut got: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
+        for r in rows.iter().filter(|r| r.result == "denied") {
+            got.entry((r.actor.clone(), r.action.clone()))
+                .or_default()
+                .push(r.count);
+        }
+        let sums: BTreeMap<(String, String), i64> = got
+            .iter()
+            .map(|(k, counts)| (k.clone(), counts.iter().sum()))
+            .collect();
+        let want: BTreeMap<(String, String), i64> = state
+            .denied
+            .iter()
+            .map(|(k, d)| (k.clone(), d.calls))
+            .collect();
+        assert_eq!(sums, want, "denied rows' counts sum to the denied calls");
+        for (k, d) in &state.denied {
+            if d.one_window {
+                let expected = if d.calls == 1 {
+                    vec![1]
+                } else {
+                    vec![1, d.calls - 1]
+                };
+                assert_eq!(
+                    got[k], expected,
+                    "{k:?}: first at once, the rest in one row"
+                );
+            }
+        }
+        eprintln!("fuzz: denied calls per key {want:?}, rows {got:?}");
         state.db.drop_db().await.unwrap();
     });
 }
@@ -1538,6 +1667,150 @@ async fn malformed_grpc_frames_are_refused_and_the_agent_lives() {
         "no malformed call reached an action"
     );
     drop(c);
+    stop(agent).await;
+    db.drop_db().await.unwrap();
+}
+
+/// ListSuspectLeases (issue 20 item 4): any viewer reads the leases whose renewal is overdue,
+/// from the database, with the agent's revoke threshold by default; a threshold or limit out
+/// of range is INVALID_ARGUMENT naming the field; a caller without a valid token is refused;
+/// nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspect_leases_are_read_by_viewers_and_bad_thresholds_and_limits_are_refused() {
+    let db = TestDb::new().await.unwrap();
+    // Renewals 300 and 40 s overdue on leases an hour from expiry, so the agent's recovery
+    // leaves them alone.
+    let mut overdue = Vec::new();
+    for secs_ago in [300.0, 40.0] {
+        let id = insert_task(&db.pool, TaskSpec::new("bad.kind", "running"))
+            .await
+            .unwrap();
+        sqlx::query(
+            "UPDATE tasks SET heartbeat_at = now() - $2::float8 * interval '1 second', \
+                 lease_until = now() + interval '1 hour' WHERE id = $1",
+        )
+        .bind(id)
+        .bind(secs_ago)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        overdue.push(id);
+    }
+    let config = leasehold_tests::fleet::tokens_config(
+        "leasehold-suspect",
+        &[
+            leasehold_tests::fleet::ConfigToken::operator("op", OPERATOR),
+            leasehold_tests::fleet::ConfigToken::viewer("viewer", VIEWER),
+        ],
+    )
+    .unwrap();
+    let (mut agent, addr) = start(&db, "suspects", &["--config", config.to_str().unwrap()]).await;
+    let mut viewer = connect_with(&addr, Some(VIEWER), None).await.unwrap();
+    // Renewed (claimed) just now: not overdue under a 30 s threshold.
+    let healthy = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_ttl_secs: Some(3600.0),
+            ..TaskSpec::new("bad.kind", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let before = digest(&db.pool, &[]).await;
+
+    let ask = |threshold_ms: i64, limit: u32| pb::ListSuspectLeasesRequest {
+        threshold_ms,
+        limit,
+    };
+    // The default threshold is the agent's (3 × its heartbeat, well under 30 s here); the
+    // factory's "healthy" row is never renewed either, so it turns overdue with time.
+    let default = viewer
+        .list_suspect_leases(ask(0, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        default.threshold_ms > 0 && default.threshold_ms < 30_000,
+        "{default:?}"
+    );
+    let ids: Vec<i64> = default.leases.iter().map(|l| l.task_id).collect();
+    assert!(ids.starts_with(&overdue), "{default:?}");
+    let all = viewer
+        .list_suspect_leases(ask(30_000, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    let ids: Vec<i64> = all.leases.iter().map(|l| l.task_id).collect();
+    assert_eq!(
+        ids, overdue,
+        "oldest renewal first, the healthy one left out"
+    );
+    assert!(!ids.contains(&healthy));
+    assert!(all.threshold_ms == 30_000 && !all.truncated, "{all:?}");
+    let db_now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        (db_now.timestamp_millis() - all.now_ms).abs() < 60_000,
+        "{all:?}"
+    );
+    for l in &all.leases {
+        assert_eq!(l.owner, leasehold_tests::factory::FACTORY_OWNER);
+        assert_eq!(l.task_type, "bad.kind");
+        assert!(l.overdue_ms >= 40_000, "{l:?}");
+        assert_eq!(l.overdue_ms, all.now_ms - l.heartbeat_at_ms);
+    }
+    // A limit cuts the list and says so; a longer threshold leaves the newer one out.
+    let one = viewer
+        .list_suspect_leases(ask(30_000, 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (
+            one.leases.iter().map(|l| l.task_id).collect::<Vec<_>>(),
+            one.truncated
+        ),
+        (vec![overdue[0]], true)
+    );
+    let older = viewer
+        .list_suspect_leases(ask(200_000, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(older.threshold_ms, 200_000);
+    assert_eq!(
+        older.leases.iter().map(|l| l.task_id).collect::<Vec<_>>(),
+        vec![overdue[0]]
+    );
+
+    for (what, request, field) in [
+        ("negative threshold", ask(-1, 0), "threshold_ms"),
+        ("most negative threshold", ask(i64::MIN, 0), "threshold_ms"),
+        ("threshold above a day", ask(86_400_001, 0), "threshold_ms"),
+        ("limit above 10000", ask(0, 10_001), "limit"),
+        ("absurd limit", ask(0, u32::MAX), "limit"),
+    ] {
+        refused(
+            what,
+            viewer.list_suspect_leases(request).await,
+            INVALID,
+            field,
+        );
+    }
+    let mut stranger = connect_with(&addr, Some("not-a-token-0123456789abcdefgh"), None)
+        .await
+        .unwrap();
+    let r = stranger.list_suspect_leases(ask(0, 0)).await;
+    assert_eq!(r.unwrap_err().code(), Code::Unauthenticated);
+
+    assert_eq!(
+        digest(&db.pool, &[]).await,
+        before,
+        "a read changes nothing"
+    );
+    alive(&mut agent, &mut viewer).await;
     stop(agent).await;
     db.drop_db().await.unwrap();
 }

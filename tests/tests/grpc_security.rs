@@ -1,9 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! gRPC security of real agents (TESTING.md T32, DESIGN §10): TLS and mTLS, tokens and roles,
 //! the loopback rule. Every refusal is checked in the database too: nothing changed in `tasks`
-//! or `policies`, and each refused action left exactly one `denied` audit row naming the
-//! caller.
+//! or `policies`, and each refused action was audited as the agent aggregates denials (DESIGN
+//! §10, issue 19): the first refusal of a (peer address, actor, action) key is a `denied` row
+//! with count 1 at once; the later ones of its window are one more row, counted, written when
+//! the window closes or the agent stops.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -13,6 +16,7 @@ use leasehold_tests::agent::AgentHandle;
 use leasehold_tests::certs::{SERVER_NAME, TestCerts};
 use leasehold_tests::fleet::spawn_agent;
 use leasehold_tests::grpc::{Client, ClientTls, agent_address, connect_with};
+use leasehold_tests::inspect::{CountedAuditRow, counted_audit_rows, last_audit_id};
 use leasehold_tests::{TaskSpec, TestDb, audit_rows, binary, insert_task, task_status, wait_until};
 use sqlx::PgPool;
 use tonic::Code;
@@ -112,6 +116,108 @@ fn denied(actor: &str, action: &str, target: &str) -> AuditRow {
         target.into(),
         "denied".into(),
     )
+}
+
+/// The rows the agent writes at once for the refused calls `calls` (each call's row, in call
+/// order): the first call of each (actor, action) key. Every caller of these tests is on
+/// 127.0.0.1, so the peer address is the same for all.
+fn first_of_each_key(calls: &[AuditRow]) -> Vec<AuditRow> {
+    let mut seen = BTreeSet::new();
+    calls
+        .iter()
+        .filter(|r| seen.insert((r.0.clone(), r.2.clone())))
+        .cloned()
+        .collect()
+}
+
+/// The `denied` rows after audit id `mark` of `actors`, with their peers and counts.
+async fn denied_rows(pool: &PgPool, mark: i64, actors: &[&str]) -> Vec<CountedAuditRow> {
+    counted_audit_rows(pool, mark)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.result == "denied" && actors.contains(&r.actor.as_str()))
+        .collect()
+}
+
+/// Checks the rows written at once for the refused `calls` (audited after `mark`): the first
+/// call of each key, with count 1, naming the caller's connection `127.0.0.1:PORT`.
+async fn assert_first_rows(pool: &PgPool, mark: i64, actors: &[&str], calls: &[AuditRow]) {
+    let rows = denied_rows(pool, mark, actors).await;
+    let got: Vec<AuditRow> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.actor.clone(),
+                r.role.clone(),
+                r.action.clone(),
+                r.target.clone(),
+                r.result.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        first_of_each_key(calls),
+        "the first refused call of each (actor, action) is audited at once, the rest wait"
+    );
+    for r in &rows {
+        assert_eq!(r.count, 1, "a first row stands for one call: {r:?}");
+        let peer = r.peer.as_deref().unwrap_or_default();
+        let port = peer.strip_prefix("127.0.0.1:").map(str::parse::<u16>);
+        assert!(
+            matches!(port, Some(Ok(_))),
+            "the first row names the caller's connection: {r:?}"
+        );
+    }
+}
+
+/// After the agent stopped (its stop writes every open window): per (actor, action) of the
+/// refused `calls`, the `count` of the `denied` rows after `mark` sums to the calls made, in
+/// one row for a single call and two (the first, then one for the rest) for more.
+async fn assert_denied_totals(pool: &PgPool, mark: i64, actors: &[&str], calls: &[AuditRow]) {
+    let mut want: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for c in calls {
+        *want.entry((c.0.clone(), c.2.clone())).or_default() += 1;
+    }
+    let rows = denied_rows(pool, mark, actors).await;
+    let mut got: BTreeMap<(String, String), Vec<&CountedAuditRow>> = BTreeMap::new();
+    for r in &rows {
+        got.entry((r.actor.clone(), r.action.clone()))
+            .or_default()
+            .push(r);
+        assert!(
+            r.peer
+                .as_deref()
+                .is_some_and(|p| p == "127.0.0.1" || p.starts_with("127.0.0.1:")),
+            "every denied row names the caller's address: {r:?}"
+        );
+        assert_eq!((r.role.as_str(), r.result.as_str()), ("viewer", "denied"));
+    }
+    let sums: BTreeMap<(String, String), i64> = got
+        .iter()
+        .map(|(k, rs)| (k.clone(), rs.iter().map(|r| r.count).sum()))
+        .collect();
+    assert_eq!(
+        sums, want,
+        "the counts of the denied rows sum to the refused calls, per actor and action: {rows:#?}"
+    );
+    for (key, rs) in &got {
+        let n = want[key];
+        let counts: Vec<i64> = rs.iter().map(|r| r.count).collect();
+        let expected = if n == 1 { vec![1] } else { vec![1, n - 1] };
+        assert_eq!(
+            counts,
+            expected,
+            "{key:?}: the first call at once, the other {} in one row",
+            n - 1
+        );
+        // The counted row repeats the first call's target.
+        assert!(
+            rs.iter().all(|r| r.target == rs[0].target),
+            "{key:?}: {rs:?}"
+        );
+    }
 }
 
 /// The local limit the agent reports in its Watch snapshot.
@@ -324,6 +430,7 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
     let limit_before = local_limit(&mut op).await;
     let before = state_digest(&db.pool).await;
     let seen = audit_len(&db.pool).await;
+    let mark = last_audit_id(&db.pool).await.unwrap();
 
     // (c) A viewer may read...
     let mut view = viewer.clone();
@@ -370,7 +477,7 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
     );
 
     // ... and no action, Drain included.
-    let expect = every_action_refused(
+    let viewer_calls = every_action_refused(
         &mut viewer,
         Code::PermissionDenied,
         "dash",
@@ -380,9 +487,7 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
         f.dead,
     )
     .await;
-    let rows = audit_after(&db.pool, seen).await;
-    assert_eq!(rows, expect, "one denied audit row per refused viewer call");
-    let seen = audit_len(&db.pool).await;
+    assert_first_rows(&db.pool, mark, &["dash"], &viewer_calls).await;
 
     // (a) No token: refused on an action and on a read.
     let mut anon = connect_with(&addr, None, Some(&tls)).await.unwrap();
@@ -442,20 +547,16 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
     )
     .await;
 
-    let mut expect = vec![denied(
+    let mut unauthenticated_calls = vec![denied(
         "unauthenticated",
         "cancel",
         &format!("task:{}", f.queued),
     )];
     for _ in 0..6 {
-        expect.push(denied("unauthenticated", "policy_set", "policy:email.send"));
+        unauthenticated_calls.push(denied("unauthenticated", "policy_set", "policy:email.send"));
     }
-    expect.extend(expect_wrong);
-    let rows = audit_after(&db.pool, seen).await;
-    assert_eq!(
-        rows, expect,
-        "one denied audit row per unauthenticated call"
-    );
+    unauthenticated_calls.extend(expect_wrong);
+    assert_first_rows(&db.pool, mark, &["unauthenticated"], &unauthenticated_calls).await;
 
     // Nothing changed anywhere, and the agent keeps running and claiming.
     assert_eq!(
@@ -498,6 +599,10 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
     assert_ne!(state_digest(&db.pool).await.1, before.1);
     drop((op, viewer, anon, wrong, view));
     stop(agent).await;
+    // The stop wrote the counted rest of every window.
+    let mut calls = viewer_calls;
+    calls.extend(unauthenticated_calls);
+    assert_denied_totals(&db.pool, mark, &["dash", "unauthenticated"], &calls).await;
     db.drop_db().await.unwrap();
 }
 
@@ -637,7 +742,8 @@ async fn cli_exit_codes(db: &TestDb, addr: &str, certs: &TestCerts) {
         Some(VIEWER),
     );
     assert_eq!(code, Some(4), "a viewer on an action is exit 4: {err}");
-    let (code, err) = run(&["enqueue", "cli.plain"], Some(OPERATOR));
+    // Plaintext TCP (a loopback `--agent` would otherwise go through the agent's Unix socket).
+    let (code, err) = run(&["--no-socket", "enqueue", "cli.plain"], Some(OPERATOR));
     assert_eq!(code, Some(3), "plaintext against TLS is exit 3: {err}");
     assert_eq!(count("cli.none").await + count("cli.viewer").await, 0);
     assert_eq!(count("cli.plain").await, 0);

@@ -23,9 +23,9 @@ use chrono::{DateTime, Utc};
 use leasehold_proto::v1 as pb;
 use leasehold_shared::store::HolderWrite;
 use leasehold_shared::store::postgres::resource_fence;
-use leasehold_tests::fleet::{GRACE, TTL, spawn_agent};
+use leasehold_tests::fleet::{ConfigToken, GRACE, TTL, spawn_agent, start_agent, tokens_config};
 use leasehold_tests::grpc::{Client, WatchView, agent_address, connect, connect_with};
-use leasehold_tests::{AgentHandle, TestDb, scratch_dir, wait_until};
+use leasehold_tests::{AgentHandle, TestDb, wait_until};
 use sqlx::PgPool;
 use tonic::Code;
 
@@ -1018,19 +1018,16 @@ async fn lock_rows(pool: &PgPool) -> String {
 async fn locks_at_least_and_at_most_through_grpc() {
     let _turn = SERIAL.lock().await;
     let db = TestDb::new().await.unwrap();
-    let dir = scratch_dir("leasehold-locks").unwrap();
-    let config = dir.join("agent.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[tokens]]\nname = \"oncall\"\nrole = \"operator\"\nsecret = {OPERATOR:?}\n\n\
-             [[tokens]]\nname = \"dash\"\nrole = \"viewer\"\nsecret = {VIEWER:?}\n"
-        ),
+    let config = tokens_config(
+        "leasehold-locks",
+        &[
+            ConfigToken::operator("oncall", OPERATOR),
+            ConfigToken::viewer("dash", VIEWER),
+        ],
     )
     .unwrap();
-    let agent = spawn_agent(
-        "leasehold-agent",
-        &db.url,
+    let (agent, addr) = start_agent(
+        &db,
         "locks",
         "noop",
         &["--config", config.to_str().unwrap()],
@@ -1038,11 +1035,6 @@ async fn locks_at_least_and_at_most_through_grpc() {
     )
     .await
     .unwrap();
-    agent
-        .wait_registered(&db.pool, "locks", WAIT)
-        .await
-        .unwrap();
-    let addr = agent_address(&db.pool, "locks", WAIT).await.unwrap();
     let mut op = connect_with(&addr, Some(OPERATOR), None).await.unwrap();
     let mut viewer = connect_with(&addr, Some(VIEWER), None).await.unwrap();
 
@@ -1244,6 +1236,8 @@ async fn locks_at_least_and_at_most_through_grpc() {
     .unwrap();
     assert_eq!(denied, 2, "each refused viewer call is audited");
     drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(dir) = config.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     db.drop_db().await.unwrap();
 }

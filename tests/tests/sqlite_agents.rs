@@ -153,7 +153,7 @@ async fn sqlite_urls_that_name_no_usable_file_are_refused_clearly() {
         (
             format!("sqlite://{}/missing/dir/q.sqlite", dir.display()),
             3,
-            "unable to open database file",
+            "missing/dir/q.sqlite: No such file or directory",
         ),
         (
             format!("sqlite://{}", not_a_db.display()),

@@ -12,7 +12,8 @@ use std::time::Duration;
 use leasehold_shared::domain::{Policy, PolicyPatch, PolicyScope, Role};
 use leasehold_shared::store::postgres::NOTIFY_CHANNEL;
 use leasehold_shared::store::{
-    AuditEntry, AuditListParams, AuditResult, EnqueueAuditedParams, NewTask, PolicySetParams,
+    AuditEntry, AuditListParams, AuditResult, DeniedCalls, EnqueueAuditedParams, NewTask,
+    PolicySetParams,
 };
 use leasehold_shared::{Actor, InputLimits, Store, StoreError};
 use leasehold_tests::helpers::tt;
@@ -28,6 +29,17 @@ fn viewer(name: &str) -> Actor {
         name: name.into(),
         role: Role::Viewer,
     }
+}
+
+/// The digest an enqueue row records, recomputed as its doc says an operator would: SHA-256
+/// of the payload's compact JSON text with sorted keys (`jq -jcS .payload | sha256sum`).
+fn sha256(payload: &serde_json::Value) -> String {
+    use sha2::{Digest, Sha256};
+    let text = serde_json::to_string(payload).unwrap();
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 async fn tasks(db: &StoreDb) -> i64 {
@@ -65,7 +77,10 @@ async fn an_audited_enqueue_commits_its_task_with_one_audit_row(db: StoreDb) {
     let details = db.audit_details().await.unwrap();
     assert_eq!(
         details[0].2,
-        Some(json!({"task_type": "mail", "priority": 3, "idempotency_key": "order-7"}))
+        Some(
+            json!({"task_type": "mail", "priority": 3, "idempotency_key": "order-7",
+            "payload_sha256": sha256(&json!({"to": "a@example.com"}))})
+        )
     );
     db.drop_db().await.unwrap();
 }
@@ -120,7 +135,10 @@ async fn an_idempotent_repeat_returns_the_task_and_is_audited_as_noop(db: StoreD
     assert_eq!((&details[1].0, details[1].1.as_str()), (&target, "noop"));
     assert_eq!(
         details[1].2,
-        Some(json!({"task_type": "mail", "priority": 9, "idempotency_key": "k1"}))
+        Some(
+            json!({"task_type": "mail", "priority": 9, "idempotency_key": "k1",
+            "payload_sha256": sha256(&json!({}))})
+        )
     );
     assert_eq!(
         details[1].3.as_deref(),
@@ -162,7 +180,10 @@ async fn a_viewer_is_denied_with_a_denied_row_and_nothing_enqueued(db: StoreDb) 
     );
     assert_eq!(
         db.audit_details().await.unwrap()[0].2,
-        Some(json!({"task_type": "mail", "priority": 0, "idempotency_key": null}))
+        Some(
+            json!({"task_type": "mail", "priority": 0, "idempotency_key": null,
+            "payload_sha256": sha256(&json!({}))})
+        )
     );
     db.drop_db().await.unwrap();
 }
@@ -206,7 +227,7 @@ async fn invalid_input_or_a_refused_audit_row_writes_nothing(db: StoreDb) {
         ))
         .await;
     assert!(
-        matches!(&refused, Err(StoreError::Invalid(e)) if e.to_string().contains("audit_log_actor_size")),
+        matches!(&refused, Err(StoreError::Invalid(e)) if e.to_string().contains("give 1 to 200 bytes")),
         "{refused:?}"
     );
     assert_eq!(
@@ -379,6 +400,7 @@ async fn audit_rows_written_on_their_own_list_newest_first_in_keyset_pages(db: S
             .audit_list(AuditListParams {
                 before_id,
                 limit: 2,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -436,5 +458,382 @@ async fn audit_rows_written_on_their_own_list_newest_first_in_keyset_pages(db: S
         "{refused:?}"
     );
     assert_eq!(db.audit_rows().await.unwrap().len(), 6);
+    db.drop_db().await.unwrap();
+}
+
+fn denied(actor: Actor, action: &str, target: &str) -> AuditEntry {
+    AuditEntry {
+        actor,
+        action: action.into(),
+        target: target.into(),
+        params: None,
+        result: AuditResult::Denied,
+        detail: Some("refused".into()),
+    }
+}
+
+fn page(limit: u32) -> AuditListParams {
+    AuditListParams {
+        limit,
+        ..Default::default()
+    }
+}
+
+conformance!(denied_calls_are_one_row_with_their_peer_and_count);
+async fn denied_calls_are_one_row_with_their_peer_and_count(db: StoreDb) {
+    let store = db.store();
+    store
+        .audit_record(denied(viewer("v"), "cancel", "task:1"))
+        .await
+        .unwrap();
+    store
+        .audit_record_denied(DeniedCalls {
+            entry: denied(viewer("uid:1000(alice)"), "enqueue", "type:exec"),
+            peer: "uid:1000(alice) pid:4242".into(),
+            count: 17,
+        })
+        .await
+        .unwrap();
+    let listed = store.audit_list(page(10)).await.unwrap();
+    let got: Vec<_> = listed
+        .iter()
+        .map(|r| {
+            (
+                r.actor.as_str(),
+                r.action.as_str(),
+                r.result.as_str(),
+                r.peer.as_deref(),
+                r.count,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "uid:1000(alice)",
+                "enqueue",
+                "denied",
+                Some("uid:1000(alice) pid:4242"),
+                17
+            ),
+            ("v", "cancel", "denied", None, 1),
+        ]
+    );
+    db.drop_db().await.unwrap();
+}
+
+conformance!(bad_denied_calls_are_refused_and_write_nothing);
+async fn bad_denied_calls_are_refused_and_write_nothing(db: StoreDb) {
+    let store = db.store();
+    let good = DeniedCalls {
+        entry: denied(viewer("v"), "enqueue", "type:exec"),
+        peer: "tcp:10.0.0.7:50412".into(),
+        count: 1,
+    };
+    let mut applied = good.clone();
+    applied.entry.result = AuditResult::Applied;
+    let mut huge_target = good.clone();
+    huge_target.entry.target = "x".repeat(100_000);
+    let mut huge_detail = good.clone();
+    huge_detail.entry.detail = Some("x".repeat(100_000));
+    let mut huge_params = good.clone();
+    huge_params.entry.params = Some(json!({ "x": "y".repeat(70_000) }));
+    let mut empty_actor = good.clone();
+    empty_actor.entry.actor = viewer("");
+    let bad = [
+        DeniedCalls {
+            count: 0,
+            ..good.clone()
+        },
+        DeniedCalls {
+            count: u64::MAX,
+            ..good.clone()
+        },
+        DeniedCalls {
+            peer: String::new(),
+            ..good.clone()
+        },
+        DeniedCalls {
+            peer: "p".repeat(257),
+            ..good.clone()
+        },
+        DeniedCalls {
+            peer: "uid:0\n(root)".into(),
+            ..good.clone()
+        },
+        applied,
+        huge_target,
+        huge_detail,
+        huge_params,
+        empty_actor,
+    ];
+    for calls in bad {
+        let peer = calls.peer.len();
+        let refused = store.audit_record_denied(calls).await;
+        assert!(
+            matches!(refused, Err(StoreError::Invalid(_))),
+            "peer of {peer} bytes: {refused:?}"
+        );
+    }
+    assert_eq!(db.audit_rows().await.unwrap(), []);
+    // The good one goes in.
+    store.audit_record_denied(good).await.unwrap();
+    assert_eq!(db.audit_rows().await.unwrap().len(), 1);
+    db.drop_db().await.unwrap();
+}
+
+conformance!(the_audit_log_lists_by_actor_action_result_target_and_time);
+async fn the_audit_log_lists_by_actor_action_result_target_and_time(db: StoreDb) {
+    let store = db.store();
+    let row = |actor: &str, action: &str, target: &str, result| AuditEntry {
+        actor: Actor::operator(actor),
+        action: action.into(),
+        target: target.into(),
+        params: None,
+        result,
+        detail: None,
+    };
+    store
+        .audit_record(row("alice", "cancel", "task:1", AuditResult::Applied))
+        .await
+        .unwrap();
+    store
+        .audit_record(row("bob", "cancel", "task:2", AuditResult::Failed))
+        .await
+        .unwrap();
+    store
+        .audit_record(row(
+            "alice",
+            "policy_set",
+            "policy:Mail.Send",
+            AuditResult::Noop,
+        ))
+        .await
+        .unwrap();
+    // A LIKE wildcard is plain text to the target filter.
+    store
+        .audit_record(row("alice", "enqueue", "task:3_%", AuditResult::Applied))
+        .await
+        .unwrap();
+    let now = store.db_now().await.unwrap();
+
+    let targets = |params: AuditListParams| {
+        let store = store.clone();
+        async move {
+            store
+                .audit_list(params)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.target)
+                .collect::<Vec<_>>()
+        }
+    };
+    let base = page(100);
+    assert_eq!(
+        targets(AuditListParams {
+            actor: Some("alice".into()),
+            ..base.clone()
+        })
+        .await,
+        ["task:3_%", "policy:Mail.Send", "task:1"]
+    );
+    assert_eq!(
+        targets(AuditListParams {
+            actor: Some("ALICE".into()),
+            ..base.clone()
+        })
+        .await,
+        Vec::<String>::new(),
+        "actor is exact"
+    );
+    assert_eq!(
+        targets(AuditListParams {
+            action: Some("cancel".into()),
+            ..base.clone()
+        })
+        .await,
+        ["task:2", "task:1"]
+    );
+    assert_eq!(
+        targets(AuditListParams {
+            result: Some(AuditResult::Failed),
+            ..base.clone()
+        })
+        .await,
+        ["task:2"]
+    );
+    assert_eq!(
+        targets(AuditListParams {
+            target: Some("mail.SEND".into()),
+            ..base.clone()
+        })
+        .await,
+        ["policy:Mail.Send"]
+    );
+    assert_eq!(
+        targets(AuditListParams {
+            target: Some("_%".into()),
+            ..base.clone()
+        })
+        .await,
+        ["task:3_%"]
+    );
+    assert_eq!(
+        targets(AuditListParams {
+            actor: Some("alice".into()),
+            action: Some("cancel".into()),
+            ..base.clone()
+        })
+        .await,
+        ["task:1"]
+    );
+    let hour = chrono::Duration::hours(1);
+    assert_eq!(
+        targets(AuditListParams {
+            since: Some(now - hour),
+            until: Some(now + hour),
+            ..base.clone()
+        })
+        .await
+        .len(),
+        4
+    );
+    assert!(
+        targets(AuditListParams {
+            since: Some(now + hour),
+            ..base.clone()
+        })
+        .await
+        .is_empty()
+    );
+    assert!(
+        targets(AuditListParams {
+            until: Some(now - hour),
+            ..base.clone()
+        })
+        .await
+        .is_empty()
+    );
+    // Keyset paging within a filter.
+    let first = store
+        .audit_list(AuditListParams {
+            actor: Some("alice".into()),
+            limit: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let rest = store
+        .audit_list(AuditListParams {
+            actor: Some("alice".into()),
+            limit: 2,
+            before_id: first.last().map(|r| r.id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            first.len(),
+            rest.iter().map(|r| r.target.as_str()).collect::<Vec<_>>()
+        ),
+        (2, vec!["task:1"])
+    );
+    db.drop_db().await.unwrap();
+}
+
+conformance!(bad_audit_list_params_are_refused);
+async fn bad_audit_list_params_are_refused(db: StoreDb) {
+    let store = db.store();
+    let now = store.db_now().await.unwrap();
+    let bad = [
+        page(0),
+        page(1001),
+        AuditListParams {
+            before_id: Some(0),
+            ..page(10)
+        },
+        AuditListParams {
+            actor: Some(String::new()),
+            ..page(10)
+        },
+        AuditListParams {
+            action: Some("x".repeat(65)),
+            ..page(10)
+        },
+        AuditListParams {
+            target: Some("a\u{7}b".into()),
+            ..page(10)
+        },
+        AuditListParams {
+            since: Some(now),
+            until: Some(now),
+            ..page(10)
+        },
+    ];
+    for params in bad {
+        let refused = store.audit_list(params.clone()).await;
+        assert!(
+            matches!(refused, Err(StoreError::Invalid(_))),
+            "{params:?}: {refused:?}"
+        );
+    }
+    assert!(store.audit_list(page(1000)).await.unwrap().is_empty());
+    db.drop_db().await.unwrap();
+}
+
+conformance!(an_exec_enqueue_records_its_argv_and_payload_digest);
+async fn an_exec_enqueue_records_its_argv_and_payload_digest(db: StoreDb) {
+    let store = db.store();
+    let payload = json!({"argv": ["/bin/echo", "héllo", "wörld"], "env": {"B": "2", "A": "1"}});
+    store
+        .task_enqueue_audited(audited(
+            NewTask::new(tt("exec"), payload.clone()),
+            Actor::operator("alice"),
+        ))
+        .await
+        .unwrap();
+    // A long argv is cut to fit the row, and says so.
+    let long: Vec<String> = (0..200)
+        .map(|n| format!("{n}-{}", "a".repeat(2000)))
+        .collect();
+    let big = json!({ "argv": long });
+    store
+        .task_enqueue_audited(audited(
+            NewTask::new(tt("exec"), big.clone()),
+            Actor::operator("alice"),
+        ))
+        .await
+        .unwrap();
+    // Other types record no argv.
+    store
+        .task_enqueue_audited(audited(
+            NewTask::new(tt("mail"), json!({"argv": ["x"]})),
+            Actor::operator("alice"),
+        ))
+        .await
+        .unwrap();
+
+    let details = db.audit_details().await.unwrap();
+    let params: Vec<&serde_json::Value> = details.iter().map(|d| d.2.as_ref().unwrap()).collect();
+    assert_eq!(params[0]["argv"], json!(["/bin/echo", "héllo", "wörld"]));
+    assert_eq!(params[0]["payload_sha256"], json!(sha256(&payload)));
+    assert_eq!(params[0].get("argv_truncated"), None);
+
+    assert_eq!(params[1]["payload_sha256"], json!(sha256(&big)));
+    assert_eq!(params[1]["argv_truncated"], json!(true));
+    let argv = params[1]["argv"].as_array().unwrap();
+    assert!(!argv.is_empty() && argv.len() < 200, "{}", argv.len());
+    assert!(argv.iter().all(|a| a.as_str().unwrap().len() <= 1024));
+    assert!(argv[0].as_str().unwrap().starts_with("0-aaa"));
+    assert!(params[1].to_string().len() < 20_000);
+
+    assert_eq!(params[2].get("argv"), None);
+    assert_eq!(
+        params[2]["payload_sha256"],
+        json!(sha256(&json!({"argv": ["x"]})))
+    );
     db.drop_db().await.unwrap();
 }

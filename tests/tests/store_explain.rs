@@ -42,6 +42,7 @@ async fn live_agent(store: &dyn Store, name: &str, types: &[&str]) -> String {
             version: "0.1.0".into(),
             task_types: types.iter().map(|t| tt(t)).collect(),
             local_concurrency: 4,
+            alive_for: Duration::from_secs(30),
         })
         .await
         .unwrap();

@@ -466,6 +466,7 @@ async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch(db: StoreDb) 
     let suspects = store
         .lease_list_suspect(SuspectParams {
             threshold: Duration::from_secs(15),
+            limit: 100,
         })
         .await
         .unwrap();
@@ -477,6 +478,7 @@ async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch(db: StoreDb) 
         .lease_recover_expired(RecoverParams {
             grace: Duration::from_secs(10),
             limit: 100,
+            clock_bound: None,
         })
         .await
         .unwrap();
@@ -537,7 +539,8 @@ async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch(db: StoreDb) 
         store
             .lease_recover_expired(RecoverParams {
                 grace: Duration::from_secs(10),
-                limit: 100
+                limit: 100,
+                clock_bound: None,
             })
             .await
             .unwrap()
@@ -576,6 +579,7 @@ async fn recovery_racing_a_completing_holder_never_lets_both_win(db: StoreDb) {
                     .lease_recover_expired(RecoverParams {
                         grace: Duration::from_secs(5),
                         limit: 10,
+                        clock_bound: None,
                     })
                     .await
                     .unwrap()
@@ -1111,6 +1115,7 @@ async fn audit_rows_written_in_the_callers_transaction_commit_with_it(db: StoreD
         .audit_list(leasehold_shared::store::AuditListParams {
             before_id: None,
             limit: 10,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -1151,4 +1156,65 @@ async fn truncating_tasks_truncates_their_attempts() {
         0
     );
     db.drop_db().await.unwrap();
+}
+
+conformance!(suspect_leases_are_the_oldest_overdue_renewals_and_bounded);
+async fn suspect_leases_are_the_oldest_overdue_renewals_and_bounded(db: StoreDb) {
+    let store = db.store();
+    let healthy = db
+        .insert_task(TaskSpec::new("sus", "running"))
+        .await
+        .unwrap();
+    // Renewals 60, 50 and 40 seconds old (backdate_lease puts heartbeat_at 30 s before
+    // lease_until), and one overdue task that has already finished.
+    let mut overdue = Vec::new();
+    for secs_ago in [30.0, 20.0, 10.0] {
+        let id = db
+            .insert_task(TaskSpec::new("sus", "running"))
+            .await
+            .unwrap();
+        db.backdate_lease(id, secs_ago).await.unwrap();
+        overdue.push(id);
+    }
+    let finished = db
+        .insert_task(TaskSpec::new("sus", "succeeded"))
+        .await
+        .unwrap();
+    db.backdate_lease(finished, 30.0).await.unwrap();
+
+    let list = |threshold: u64, limit: u32| {
+        store.lease_list_suspect(SuspectParams {
+            threshold: Duration::from_secs(threshold),
+            limit,
+        })
+    };
+    let all = list(5, 100).await.unwrap();
+    let ids: Vec<i64> = all.iter().map(|s| s.id.0).collect();
+    assert_eq!(
+        ids, overdue,
+        "oldest renewal first, healthy and finished left out"
+    );
+    for s in &all {
+        assert_eq!(s.owner.as_str(), FACTORY_OWNER);
+        assert!(s.now - s.heartbeat_at >= chrono::TimeDelta::seconds(39));
+        assert!(s.lease_until < s.now);
+    }
+    assert!(!ids.contains(&healthy) && !ids.contains(&finished));
+
+    // The limit keeps the oldest.
+    let two: Vec<i64> = list(5, 2).await.unwrap().iter().map(|s| s.id.0).collect();
+    assert_eq!(two, overdue[..2].to_vec());
+    // The threshold is in database time: 45 s leaves out the one renewed 40 s ago.
+    let older: Vec<i64> = list(45, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.id.0)
+        .collect();
+    assert_eq!(older, overdue[..2].to_vec());
+
+    // Bad input is refused.
+    for limit in [0, leasehold_shared::store::MAX_SUSPECT_LIMIT + 1] {
+        assert!(matches!(list(5, limit).await, Err(StoreError::Invalid(_))));
+    }
 }

@@ -187,6 +187,7 @@ fn register(name: &str) -> AgentRegisterParams {
         version: "0.1.0".into(),
         task_types: vec![tt("mail")],
         local_concurrency: 2,
+        alive_for: Duration::from_secs(30),
     }
 }
 

@@ -43,6 +43,7 @@ async fn renewals_and_completions_of_the_same_leases_never_deadlock(db: StoreDb)
             owner: owner.clone(),
             leases: leases.iter().rev().copied().collect(),
             lease_ttl: Duration::from_secs(30),
+            alive_for: None,
         };
         // Completions arrive in the order handlers finish: interleave from both ends.
         let mut mixed = Vec::with_capacity(leases.len());
@@ -114,8 +115,8 @@ async fn batch_statements_use_the_primary_key_after_an_analyze() {
         (
             "lease_renew_many",
             include_str!("../../shared/src/store/postgres/sql/lease_renew_many.sql"),
-            "($1::text, $2::bigint[], $3::bigint[], $4::float8)",
-            "('a#1', '{1,2,3}', '{1,1,1}', 30)",
+            "($1::text, $2::bigint[], $3::bigint[], $4::float8, $5::float8)",
+            "('a#1', '{1,2,3}', '{1,1,1}', 30, 35)",
         ),
         (
             "lease_release_many",

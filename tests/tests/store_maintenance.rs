@@ -154,7 +154,7 @@ async fn unserved_types_are_dead_lettered_only_while_some_agent_is_live(db: Stor
     let store = db.store();
     let params = UnservedParams {
         due_for: Duration::from_secs(60),
-        agent_stale_after: Duration::from_secs(30),
+        legacy_stale_after: Duration::from_secs(30),
         limit: 100,
     };
     let overdue = |task_type: &str, status| TaskSpec {
@@ -181,6 +181,7 @@ async fn unserved_types_are_dead_lettered_only_while_some_agent_is_live(db: Stor
             version: "0.1.0".into(),
             task_types: vec![tt("mail"), tt("sms")],
             local_concurrency: 4,
+            alive_for: Duration::from_secs(30),
         })
         .await
         .unwrap();
@@ -228,19 +229,26 @@ async fn unserved_types_are_dead_lettered_only_while_some_agent_is_live(db: Stor
         assert_eq!(db.task_status(id).await.unwrap(), status);
     }
 
-    // A stale or a stopped agent is not live: no verdict either.
+    // An agent past its own liveness deadline (however fresh its registry heartbeat) or a
+    // stopped one is not live: no verdict either.
     let later = db.insert_task(overdue("orphan", "queued")).await.unwrap();
     let id = agent.id.as_str();
-    db.update(Rows::Agent(id), &[("heartbeat_at", Val::At(-31.0))])
-        .await
-        .unwrap();
+    db.update(
+        Rows::Agent(id),
+        &[
+            ("heartbeat_at", Val::At(0.0)),
+            ("alive_until", Val::At(-1.0)),
+        ],
+    )
+    .await
+    .unwrap();
     assert!(
         store
             .task_dead_letter_unserved(params.clone())
             .await
             .unwrap()
             .is_empty(),
-        "stale heartbeat"
+        "liveness deadline passed"
     );
     db.update(
         Rows::Agent(id),
@@ -265,7 +273,11 @@ async fn unserved_types_are_dead_lettered_only_while_some_agent_is_live(db: Stor
     // Live again: at most `limit` go per call.
     db.update(
         Rows::Agent(id),
-        &[("state", Val::from("running")), ("stopped_at", Val::Null)],
+        &[
+            ("state", Val::from("running")),
+            ("stopped_at", Val::Null),
+            ("alive_until", Val::At(60.0)),
+        ],
     )
     .await
     .unwrap();

@@ -195,6 +195,7 @@ async fn schedules_are_added_replaced_and_removed_with_their_audit_rows(db: Stor
         .audit_list(AuditListParams {
             before_id: None,
             limit: 20,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -468,6 +469,7 @@ async fn disable_enable_and_trigger(db: StoreDb) {
         .audit_list(AuditListParams {
             before_id: None,
             limit: 50,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -521,6 +523,7 @@ async fn a_declaration_keeps_an_operators_disable(db: StoreDb) {
         .audit_list(AuditListParams {
             before_id: None,
             limit: 50,
+            ..Default::default()
         })
         .await
         .unwrap()

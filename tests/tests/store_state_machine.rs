@@ -115,6 +115,7 @@ async fn perform(
                 .lease_recover_expired(RecoverParams {
                     grace: Duration::from_secs(5),
                     limit: 1000,
+                    clock_bound: None,
                 })
                 .await
                 .unwrap();
@@ -254,6 +255,7 @@ async fn stale_epoch_or_owner_is_fenced_and_changes_nothing(db: StoreDb) {
                 owner: stale.owner.clone(),
                 leases: vec![(stale.id, stale.epoch)],
                 lease_ttl: Duration::from_secs(30),
+                alive_for: None,
             })
             .await
             .unwrap();
@@ -394,6 +396,7 @@ async fn a_new_process_under_the_same_name_cannot_touch_the_old_leases(db: Store
             owner: restarted.owner.clone(),
             leases: vec![(TaskId(id), LeaseEpoch(1))],
             lease_ttl: Duration::from_secs(30),
+            alive_for: None,
         })
         .await
         .unwrap();
@@ -445,6 +448,7 @@ async fn renewal_extends_in_database_time_and_reports_cancel_requests(db: StoreD
             owner: owner(),
             leases,
             lease_ttl: Duration::from_secs(60),
+            alive_for: None,
         })
         .await
         .unwrap();
@@ -641,6 +645,7 @@ async fn heartbeat_renewals_are_hot_updates_that_rewrite_no_index() {
                 owner: owner(),
                 leases: leases.clone(),
                 lease_ttl: Duration::from_secs(30),
+                alive_for: None,
             })
             .await
             .unwrap();

@@ -2,7 +2,12 @@
 //!
 //! - `ledger` `{"ledger_id": N, "ms": M, "ignore_cancel": bool}`: writes every execution to
 //!   `test_executions` over its own, unfenced connection (see `leasehold_tests::ledger`), then
-//!   works for M ms.
+//!   works for M ms. With `LEASEHOLD_TEST_CRASH_AFTER_RETURN=1` in the agent's environment, the
+//!   first execution that returns aborts the whole process right after logging its end: the
+//!   work is done but its completion is never committed (TESTING.md T02). With
+//!   `"fail_attempts": F` it then fails (retryable, code `planned_failure`) while the attempt
+//!   number is at most F. The same handler also serves the type `ledger.limited`, for
+//!   scenarios that give one type a concurrency limit.
 //! - `hog` `{"ms": M}`: holds every connection of the agent's pool for M ms.
 //! - `panic` `{}`: panics.
 //!
@@ -25,10 +30,14 @@ struct LedgerPayload {
     ms: u64,
     #[serde(default)]
     ignore_cancel: bool,
+    #[serde(default)]
+    fail_attempts: i32,
 }
 
 struct Ledger {
     pool: PgPool,
+    /// Abort the process once an execution returned (before its completion is written).
+    crash_after_return: bool,
 }
 
 impl Ledger {
@@ -91,8 +100,26 @@ impl Handler for Ledger {
                 .execute(&self.pool)
         })
         .await?;
+        if self.crash_after_return && outcome == "returned" {
+            eprintln!(
+                "leasehold-test-agent: crashing after task {} epoch {} returned, before its completion",
+                ctx.id().0,
+                ctx.epoch().0
+            );
+            std::process::abort();
+        }
         if outcome == "stopped" {
             return Err(HandlerError::retryable("stopped", "asked to stop"));
+        }
+        if ctx.attempt() <= p.fail_attempts {
+            return Err(HandlerError::retryable(
+                "planned_failure",
+                format!(
+                    "attempt {} of {} planned to fail",
+                    ctx.attempt(),
+                    p.fail_attempts
+                ),
+            ));
         }
         Ok(Outcome::Succeeded(Some(
             serde_json::json!({"ledger_id": p.ledger_id}),
@@ -163,7 +190,22 @@ fn extend(registry: &mut HandlerRegistry, config: &AgentConfig) -> anyhow::Resul
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(2))
         .connect_lazy(&ledger_url(config))?;
-    registry.register(TaskType::new("ledger")?, Ledger { pool });
+    let crash_after_return =
+        std::env::var("LEASEHOLD_TEST_CRASH_AFTER_RETURN").is_ok_and(|v| v == "1");
+    registry.register(
+        TaskType::new("ledger")?,
+        Ledger {
+            pool: pool.clone(),
+            crash_after_return,
+        },
+    );
+    registry.register(
+        TaskType::new("ledger.limited")?,
+        Ledger {
+            pool,
+            crash_after_return,
+        },
+    );
     registry.register(TaskType::new("hog")?, Hog);
     registry.register(TaskType::new("panic")?, Panic);
     Ok(())

@@ -1,0 +1,233 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Errors said once, in words (issue 20, items 6, 12 and 14): the agent's start errors (an
+//! unknown database, an unmigrated one, a refused port), `migrate` run twice, `--listen` with a
+//! host name, and the CLI's answers to an action on a finished task, a pause of a type nobody
+//! serves, a delay out of range and a deadline long past.
+
+use std::time::Duration;
+
+use leasehold_tests::bin::binary;
+use leasehold_tests::cli::Cli;
+use leasehold_tests::fleet::spawn_agent;
+use leasehold_tests::grpc::agent_address;
+use leasehold_tests::{TestDb, task_status, wait_until};
+use tokio::process::Command;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Runs `leasehold-agent ARGS` to its end: (exit code, stdout, stderr).
+async fn agent_cmd(args: &[&str]) -> (i32, String, String) {
+    let path = binary("leasehold-agent").await.unwrap();
+    let out = tokio::time::timeout(
+        WAIT,
+        Command::new(path)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("DATABASE_URL")
+            .env_remove("LEASEHOLD_DATABASE_URL")
+            .output(),
+    )
+    .await
+    .expect("the agent ended")
+    .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The database URL `url` with its database name replaced.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, _) = url.rsplit_once('/').unwrap();
+    format!("{base}/{name}")
+}
+
+/// One line, no cause repeated, no PostgreSQL source position.
+fn one_sentence(stderr: &str, said: &str) {
+    let line = stderr.trim();
+    assert_eq!(line.lines().count(), 1, "{stderr}");
+    assert_eq!(line.matches(said).count(), 1, "{stderr}");
+    assert!(!line.contains(" at line "), "{stderr}");
+    assert!(!line.contains("error returned from database"), "{stderr}");
+}
+
+#[tokio::test]
+async fn an_unknown_database_is_named_once_and_exits_3() {
+    let db = TestDb::new().await.unwrap();
+    let url = with_database(&db.url, "leasehold_no_such_database");
+    let (code, _, stderr) = agent_cmd(&[
+        "run",
+        "--handlers",
+        "noop",
+        "--listen",
+        "off",
+        "--database-url",
+        &url,
+    ])
+    .await;
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        stderr.contains("cannot connect to the database"),
+        "{stderr}"
+    );
+    one_sentence(&stderr, "\"leasehold_no_such_database\" does not exist");
+}
+
+#[tokio::test]
+async fn an_unmigrated_database_says_run_migrate_and_exits_3() {
+    let db = TestDb::new_empty().await.unwrap();
+    let (code, _, stderr) = agent_cmd(&[
+        "run",
+        "--handlers",
+        "noop",
+        "--listen",
+        "off",
+        "--database-url",
+        &db.url,
+    ])
+    .await;
+    assert_eq!(code, 3, "{stderr}");
+    one_sentence(
+        &stderr,
+        "database not migrated: run `leasehold-agent migrate`",
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_said_at_once_not_as_a_pool_timeout() {
+    // A port nothing listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/x");
+    let (code, _, stderr) = agent_cmd(&[
+        "run",
+        "--handlers",
+        "noop",
+        "--listen",
+        "off",
+        "--database-url",
+        &url,
+    ])
+    .await;
+    assert_eq!(code, 3, "{stderr}");
+    assert!(!stderr.contains("timed out"), "{stderr}");
+    one_sentence(&stderr, "connection refused");
+}
+
+#[tokio::test]
+async fn migrate_twice_says_up_to_date() {
+    let db = TestDb::new_empty().await.unwrap();
+    let (code, first, stderr) = agent_cmd(&["migrate", "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(first.starts_with("applied "), "{first}");
+    let (code, second, stderr) = agent_cmd(&["migrate", "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        second.trim().starts_with("database up to date (") && !second.contains("applied"),
+        "{second}"
+    );
+}
+
+#[tokio::test]
+async fn cli_answers_in_words() {
+    let db = TestDb::new().await.unwrap();
+    // A host name that resolves to loopback is as local as 127.0.0.1: no TLS or token needed.
+    let agent = spawn_agent(
+        "leasehold-agent",
+        &db.url,
+        "errors",
+        "noop,sleep",
+        &["--listen", "localhost:0"],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    let addr = agent_address(&db.pool, "errors", WAIT).await.unwrap();
+    let cli = Cli::new(&addr).await.unwrap();
+
+    // An action on a finished task is information: exit 0.
+    let o = cli
+        .run(&["enqueue", "noop", "--output", "json"])
+        .await
+        .unwrap();
+    let id = o.json().unwrap()["id"].as_i64().unwrap();
+    wait_until("the task succeeds", WAIT, || async {
+        Ok(task_status(&db.pool, id).await? == "succeeded")
+    })
+    .await
+    .unwrap();
+    let o = cli.run(&["cancel", &id.to_string()]).await.unwrap();
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(
+        o.stdout.trim(),
+        format!("task {id} already succeeded"),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(o.stderr, "", "{}", o.describe());
+
+    // A requeue of a task that already waits: exit 0.
+    let o = cli
+        .run(&["enqueue", "noop", "--delay", "1h", "--output", "json"])
+        .await
+        .unwrap();
+    let waiting = o.json().unwrap()["id"].as_i64().unwrap();
+    let o = cli.run(&["requeue", &waiting.to_string()]).await.unwrap();
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout.trim(), format!("task {waiting} already queued"));
+
+    // A pause of a type nobody serves is applied, with a warning.
+    let o = cli.run(&["pause", "nosuch.type"]).await.unwrap();
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert!(
+        o.stderr
+            .contains("warning: no live agent handles task type nosuch.type"),
+        "{}",
+        o.describe()
+    );
+    let o = cli.run(&["pause", "noop"]).await.unwrap();
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert!(!o.stderr.contains("warning"), "{}", o.describe());
+
+    // Ranges and database rules in words, not internal names or milliseconds.
+    let o = cli
+        .run(&["enqueue", "noop", "--delay", "100000000d"])
+        .await
+        .unwrap();
+    assert_eq!(o.code, Some(2), "{}", o.describe());
+    assert!(
+        o.stderr.contains("delay out of range: at most 366 days"),
+        "{}",
+        o.describe()
+    );
+    assert!(!o.stderr.contains("delay_ms"), "{}", o.describe());
+    let o = cli
+        .run(&["enqueue", "noop", "--deadline", "2020-01-01T00:00:00Z"])
+        .await
+        .unwrap();
+    assert_eq!(o.code, Some(2), "{}", o.describe());
+    assert!(
+        o.stderr.contains("more than a day in the past"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        !o.stderr.contains("tasks_deadline_after_creation"),
+        "{}",
+        o.describe()
+    );
+
+    // Nothing listens: said at once, in words, exit 3.
+    let o = cli.at("127.0.0.1:1").run(&["tasks", "ls"]).await.unwrap();
+    assert_eq!(o.code, Some(3), "{}", o.describe());
+    assert!(
+        o.stderr.contains("connection refused ("),
+        "{}",
+        o.describe()
+    );
+    drop(agent);
+}
