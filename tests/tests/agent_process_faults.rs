@@ -1040,3 +1040,105 @@ async fn t08_handlers_ignoring_cancellation_still_exit_bounded() {
     drop(rescuer);
     db.drop_db().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// A freeze past a task's stop time.
+
+/// An agent frozen (SIGSTOP, within its TTL) past both the deadline or timeout of its running
+/// tasks and the end of their work: on SIGCONT the stop time is due at the same poll as the
+/// handler's result, and the attempt ends as it should have — `deadline_exceeded` or `timeout`,
+/// dead — not as a success the handler reported after the task's time was up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freeze_past_the_deadline_and_the_work_ends_the_task_dead_not_succeeded() {
+    let db = TestDb::new().await.unwrap();
+    ledger::install(&db.pool).await.unwrap();
+    // A TTL far longer than the freeze: the leases stay provable, nothing is recovered.
+    let victim = spawn_test_agent(
+        &db.url,
+        "frozen",
+        "ledger",
+        &["--concurrency", "10", "--lease-ttl", "30s", "--heartbeat", "3s"],
+    )
+    .await
+    .unwrap();
+    let victim_id = victim
+        .wait_registered(&db.pool, "frozen", REGISTER)
+        .await
+        .unwrap();
+    let deadline = ledger::Columns {
+        deadline_in_ms: Some(2_500),
+        ..ledger::Columns::default()
+    };
+    let timeout = ledger::Columns {
+        timeout_ms: Some(2_500),
+        max_attempts: Some(1),
+        ..ledger::Columns::default()
+    };
+    let work = json!({"ms": 3_500});
+    let mut tasks = ledger::enqueue_with(&db.pool, "ledger", 3, work.clone(), &deadline)
+        .await
+        .unwrap();
+    tasks.extend(
+        ledger::enqueue_with(&db.pool, "ledger", 3, work, &timeout)
+            .await
+            .unwrap(),
+    );
+    wait_running(&db.pool, &victim_id, &tasks).await;
+    victim.stop().unwrap();
+    wait_stopped(&victim).await;
+    // Positive control: frozen while every task still ran, before any stop time.
+    assert_eq!(
+        count_of(&db.pool, HELD, &victim_id, &tasks).await,
+        6,
+        "a task ended before the freeze"
+    );
+    let frozen_at = db_now(&db.pool).await;
+    let first_deadline: DbTime =
+        sqlx::query_scalar("SELECT min(deadline_at) FROM tasks WHERE id = ANY($1)")
+            .bind(&tasks)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        frozen_at < first_deadline,
+        "frozen at {frozen_at}, after the deadline {first_deadline}: the test proves nothing"
+    );
+    // Past the deadline, the timeout and the work.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    victim.cont().unwrap();
+
+    wait_until("all six tasks ended", Duration::from_secs(30), || {
+        let pool = db.pool.clone();
+        let tasks = tasks.clone();
+        async move {
+            let ended: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM tasks WHERE id = ANY($1) AND status IN ('dead', 'succeeded')",
+            )
+            .bind(&tasks)
+            .fetch_one(&pool)
+            .await?;
+            Ok(ended == 6)
+        }
+    })
+    .await
+    .unwrap();
+    let endings: Vec<(i64, String, Option<String>)> = sqlx::query_as(
+        "SELECT id, status, last_error ->> 'code' FROM tasks WHERE id = ANY($1) ORDER BY id",
+    )
+    .bind(&tasks)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let want: Vec<(i64, String, Option<String>)> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let code = if i < 3 { "deadline_exceeded" } else { "timeout" };
+            (*id, "dead".to_string(), Some(code.to_string()))
+        })
+        .collect();
+    assert_eq!(endings, want, "{}", victim.log_tail(40));
+    assert_eq!(lease_expired_attempts(&db.pool).await, 0);
+    drop(victim);
+    db.drop_db().await.unwrap();
+}

@@ -220,16 +220,18 @@ async fn run_handler(
     // Biased, stops first: once a stop (or a drop) is signalled the handler is not polled
     // again here. Polled first, it would see `ctx.cancelled()` and could start a side effect
     // (a write that reaches its database) in the instant before a forced stop drops it — after
-    // the lease can no longer be proven.
+    // the lease can no longer be proven. The timeout or deadline comes before the handler too:
+    // when both are due at one poll (the process was frozen, or starved, past the stop time),
+    // the attempt ran past its stop time and is told so before it can return a success.
     let first = tokio::select! {
         biased;
         _ = stop.hard.cancelled() => None,
         _ = stop.token.cancelled() => None,
-        r = &mut run => Some(r),
         _ = tokio::time::sleep_until(stop_at.into()) => {
             stop.stop(stop_reason);
             None
         }
+        r = &mut run => Some(r),
     };
     let result = match first {
         Some(r) => Some(r),

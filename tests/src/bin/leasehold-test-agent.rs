@@ -88,9 +88,12 @@ impl Handler for Ledger {
             work.await;
             "returned"
         } else {
+            // A stop request seen at the same poll as the end of the work wins (a handler
+            // that checks for cancellation before reporting success).
             tokio::select! {
-                _ = work => "returned",
+                biased;
                 _ = ctx.cancelled() => "stopped",
+                _ = work => "returned",
             }
         };
         self.write(&ctx, || {
