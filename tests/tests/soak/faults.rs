@@ -97,16 +97,6 @@ async fn leases_of(pool: &PgPool, owner: &str) -> i64 {
     .unwrap()
 }
 
-async fn recovered_from(pool: &PgPool, owner: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM task_attempts WHERE agent = $1 AND outcome = 'lease_expired'",
-    )
-    .bind(owner)
-    .fetch_one(pool)
-    .await
-    .unwrap()
-}
-
 // Operator storms
 
 /// Ledger task ids in one of `statuses`, in id order.
@@ -203,22 +193,19 @@ impl Soak {
             Fault::Stop => {
                 let i = self.fleet.victim(&self.pool, &mut self.rng).await;
                 let m = &self.fleet.members[i];
-                let before = recovered_from(&self.pool, &m.id).await;
-                let held = leases_of(&self.pool, &m.id).await;
                 m.agent.stop().unwrap();
-                if held > 0 {
-                    // Frozen until one of its leases is taken back (past TTL + grace).
-                    let what = format!("a lease of the frozen {} is recovered", m.id);
-                    wait_until(&what, TTL + GRACE + Duration::from_secs(30), || {
-                        let (pool, id) = (&self.pool, &m.id);
-                        async move { Ok(recovered_from(pool, id).await > before) }
-                    })
-                    .await
-                    .unwrap();
-                } else {
-                    // Nothing to take: the pause itself, past TTL + grace, is the fault.
-                    tokio::time::sleep(TTL + GRACE + Duration::from_millis(500)).await;
-                }
+                // Frozen past TTL + grace, then until every lease it held is taken back. What
+                // it held is read while it is frozen (a count taken before the signal races
+                // its last completions); a lease may end as `lease_expired` or, when an
+                // operator asked to cancel it, as `cancelled`, so the wait is for none left.
+                tokio::time::sleep(TTL + GRACE + Duration::from_millis(500)).await;
+                let what = format!("every lease of the frozen {} is taken back", m.id);
+                wait_until(&what, Duration::from_secs(30), || {
+                    let (pool, id) = (&self.pool, &m.id);
+                    async move { Ok(leases_of(pool, id).await == 0) }
+                })
+                .await
+                .unwrap();
                 m.agent.cont().unwrap();
             }
             Fault::Reset => {
