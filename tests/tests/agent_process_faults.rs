@@ -1057,7 +1057,14 @@ async fn a_freeze_past_the_deadline_and_the_work_ends_the_task_dead_not_succeede
         &db.url,
         "frozen",
         "ledger",
-        &["--concurrency", "10", "--lease-ttl", "30s", "--heartbeat", "3s"],
+        &[
+            "--concurrency",
+            "10",
+            "--lease-ttl",
+            "30s",
+            "--heartbeat",
+            "3s",
+        ],
     )
     .await
     .unwrap();
@@ -1133,7 +1140,11 @@ async fn a_freeze_past_the_deadline_and_the_work_ends_the_task_dead_not_succeede
         .iter()
         .enumerate()
         .map(|(i, id)| {
-            let code = if i < 3 { "deadline_exceeded" } else { "timeout" };
+            let code = if i < 3 {
+                "deadline_exceeded"
+            } else {
+                "timeout"
+            };
             (*id, "dead".to_string(), Some(code.to_string()))
         })
         .collect();
