@@ -28,10 +28,10 @@ pub const SCHEDULES_REFRESH_MS: i64 = 1_000;
 /// How often the locks, or the shard groups and the shown group's shards, are re-read while
 /// the Locks or Shards tab is shown (local ms).
 pub const RESOURCES_REFRESH_MS: i64 = 1_000;
-/// Largest type or global limit.
-pub const MAX_LIMIT: u32 = 1_000_000;
-/// Largest agent-local limit.
-pub const MAX_LOCAL_LIMIT: u32 = 100_000;
+/// Largest type or global limit, and largest agent-local limit (the store's and the agent's).
+pub use leasehold_shared::domain::policy::{
+    MAX_CONCURRENCY_LIMIT as MAX_LIMIT, MAX_LOCAL_CONCURRENCY as MAX_LOCAL_LIMIT,
+};
 
 /// The console's logic around its state.
 #[derive(Debug, Default)]
@@ -997,7 +997,9 @@ pub fn parse_limit(text: &str, scope: &LimitScope) -> Result<Option<u32>, String
     let local = matches!(scope, LimitScope::Agent { .. });
     if matches!(text, "" | "none" | "unlimited" | "off") {
         return if local {
-            Err("an agent's local limit is a number from 1 to 100000".into())
+            Err(format!(
+                "an agent's local limit is a number from 1 to {MAX_LOCAL_LIMIT}"
+            ))
         } else {
             Ok(None)
         };

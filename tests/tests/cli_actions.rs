@@ -1161,10 +1161,11 @@ async fn concurrency_set_writes_policies_and_the_local_limit() {
     // Bad limits: exit 2, nothing changed, no audit row.
     let before = digest(&db.pool).await;
     let seen = audit_len(&db.pool).await;
-    let bad: [&[&str]; 5] = [
+    let bad: [&[&str]; 6] = [
         &["concurrency", "set", "--local", "unlimited"],
         &["concurrency", "set", "--local", "0"],
-        &["concurrency", "set", "--global", "100001"],
+        &["concurrency", "set", "--local", "100001"],
+        &["concurrency", "set", "--global", "1000001"],
         &["concurrency", "set", "--type", "Bad Type", "3"],
         &["concurrency", "set", "3"],
     ];

@@ -39,7 +39,7 @@ use crate::runtime::core::Core;
 use crate::runtime::feed::FeedEvent;
 
 /// Largest local concurrency limit.
-pub const MAX_LOCAL_CONCURRENCY: u32 = 100_000;
+pub use leasehold_shared::domain::policy::MAX_LOCAL_CONCURRENCY;
 /// Audit action of global and type policy changes (limits, pause, resume), as the store
 /// writes it.
 pub const POLICY_ACTION: &str = "policy_set";

@@ -286,9 +286,10 @@ impl AgentControl {
     /// Resizes the local concurrency limit; takes effect at the next claim. Running
     /// executions above a lowered limit finish normally.
     pub fn set_concurrency(&self, limit: u32) -> anyhow::Result<()> {
+        use leasehold_shared::domain::policy::MAX_LOCAL_CONCURRENCY;
         anyhow::ensure!(
-            (1..=100_000).contains(&limit),
-            "concurrency must be within 1..=100000"
+            (1..=MAX_LOCAL_CONCURRENCY).contains(&limit),
+            "concurrency must be within 1..={MAX_LOCAL_CONCURRENCY}"
         );
         self.core.book.set_limit(limit);
         self.core.wake_claimers();

@@ -166,8 +166,9 @@ impl RuntimeSettings {
     pub fn validate(&self) -> Result<(), SettingsError> {
         leasehold_shared::domain::ids::validate_agent_name(&self.name)
             .map_err(|e| bad("id", e.to_string()))?;
-        if !(1..=100_000).contains(&self.concurrency) {
-            return Err(bad("concurrency", "must be within 1..=100000"));
+        let most = leasehold_shared::domain::policy::MAX_LOCAL_CONCURRENCY;
+        if !(1..=most).contains(&self.concurrency) {
+            return Err(bad("concurrency", format!("must be within 1..={most}")));
         }
         within("lease_ttl", self.lease_ttl, 200 * MS, DAY)?;
         within("heartbeat", self.heartbeat, 50 * MS, DAY)?;

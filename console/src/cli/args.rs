@@ -251,8 +251,8 @@ pub enum ConcurrencyCommand {
 /// `leasehold concurrency set`.
 #[derive(Debug, Clone, Args)]
 pub struct ConcurrencySetArgs {
-    /// New limit: 0..=100000 (0 stops claiming; not for --local), or `unlimited` (not for
-    /// --local).
+    /// New limit: 0..=1000000 for --global and --type (0 stops claiming), 1..=100000 for
+    /// --local; or `unlimited` (not for --local).
     #[arg(value_name = "LIMIT", value_parser = values::limit)]
     pub limit: Limit,
 

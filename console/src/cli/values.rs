@@ -21,8 +21,8 @@ use leasehold_shared::store::resources::{
 
 /// Longest `--text` filter the agent accepts, in bytes.
 pub const MAX_TEXT_FILTER_BYTES: usize = 200;
-/// Largest concurrency limit the agent accepts.
-pub const MAX_CONCURRENCY_LIMIT: u32 = 100_000;
+/// Largest global or per-type limit (the store's), and largest local limit of one agent.
+pub use leasehold_shared::domain::policy::{MAX_CONCURRENCY_LIMIT, MAX_LOCAL_CONCURRENCY};
 
 /// A human duration: `250ms`, `10s`, `5m`, `1h 30m`.
 pub fn duration(s: &str) -> Result<Duration, String> {
@@ -184,7 +184,7 @@ pub enum Limit {
     Unlimited,
 }
 
-/// `0..=100000` or `unlimited`.
+/// `0..=`[`MAX_CONCURRENCY_LIMIT`] or `unlimited`.
 pub fn limit(s: &str) -> Result<Limit, String> {
     if s.eq_ignore_ascii_case("unlimited") {
         return Ok(Limit::Unlimited);
@@ -308,9 +308,11 @@ mod tests {
     fn limits() {
         assert_eq!(limit("0"), Ok(Limit::Max(0)));
         assert_eq!(limit("100000"), Ok(Limit::Max(100_000)));
+        // The store's bound, which the console's prompt and the agent use too.
+        assert_eq!(limit("1000000"), Ok(Limit::Max(1_000_000)));
         assert_eq!(limit("unlimited"), Ok(Limit::Unlimited));
         assert_eq!(limit("Unlimited"), Ok(Limit::Unlimited));
-        assert!(limit("100001").is_err());
+        assert!(limit("1000001").is_err());
         assert!(limit("-1").is_err());
         assert!(limit("many").is_err());
     }

@@ -1,6 +1,7 @@
 //! `leasehold concurrency set LIMIT (--global | --type TYPE | --local)`: SetConcurrency.
 //!
-//! Checked locally: a local limit is 1..=100000 and cannot be `unlimited` (the agent would
+//! Checked locally: a local limit is 1..=100000 ([`MAX_LOCAL_CONCURRENCY`]) and cannot be
+//! `unlimited` (the agent would
 //! refuse both; saying so before connecting gives the clearer message).
 
 use leasehold_proto::v1;
@@ -8,7 +9,7 @@ use leasehold_proto::v1::set_concurrency_request::Scope;
 use serde::Serialize;
 
 use crate::cli::ConcurrencySetArgs;
-use crate::cli::values::Limit;
+use crate::cli::values::{Limit, MAX_LOCAL_CONCURRENCY};
 use crate::client::Agent;
 use crate::error::{Error, Result};
 use crate::exit;
@@ -31,14 +32,19 @@ pub fn prepare(args: &ConcurrencySetArgs) -> Result<v1::SetConcurrencyRequest> {
     let local = matches!(scope, Scope::AgentLocal(_));
     let (limit, unlimited) = match args.limit {
         Limit::Unlimited if local => {
-            return Err(Error::usage(
-                "concurrency set: a local limit cannot be unlimited (use 1..=100000)",
-            ));
+            return Err(Error::usage(format!(
+                "concurrency set: a local limit cannot be unlimited (use 1..={MAX_LOCAL_CONCURRENCY})"
+            )));
         }
         Limit::Max(0) if local => {
-            return Err(Error::usage(
-                "concurrency set: a local limit is 1..=100000 (pause a type to stop it)",
-            ));
+            return Err(Error::usage(format!(
+                "concurrency set: a local limit is 1..={MAX_LOCAL_CONCURRENCY} (pause a type to stop it)"
+            )));
+        }
+        Limit::Max(n) if local && n > MAX_LOCAL_CONCURRENCY => {
+            return Err(Error::usage(format!(
+                "concurrency set: a local limit is 1..={MAX_LOCAL_CONCURRENCY}; {n} is above it"
+            )));
         }
         Limit::Unlimited => (0, true),
         Limit::Max(n) => (n, false),
@@ -161,6 +167,25 @@ mod tests {
             prepare(&args(Limit::Max(0), false, None, true)),
             Err(Error::Usage(_))
         ));
+        assert!(matches!(
+            prepare(&args(Limit::Max(100_001), false, None, true)),
+            Err(Error::Usage(m)) if m.contains("1..=100000; 100001 is above it")
+        ));
+        assert!(prepare(&args(Limit::Max(100_000), false, None, true)).is_ok());
+    }
+
+    /// The global and type limits go as high as the store takes (the console's prompt and
+    /// the agent agree), not only as high as a local limit.
+    #[test]
+    fn global_and_type_limits_reach_the_store_s_bound() {
+        for (global, task_type) in [(true, None), (false, Some("noop"))] {
+            assert_eq!(
+                prepare(&args(Limit::Max(1_000_000), global, task_type, false))
+                    .ok()
+                    .map(|r| r.limit),
+                Some(1_000_000)
+            );
+        }
     }
 
     #[test]

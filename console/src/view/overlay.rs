@@ -482,7 +482,11 @@ pub fn prompt(frame: &mut Frame<'_>, area: Rect, p: &Prompt, theme: Theme) {
             format!("limit of {} (number or unlimited): ", untrusted(t, 30))
         }
         PromptKind::Limit(LimitScope::Agent { agent_id, .. }) => {
-            format!("local limit of {} (1-100000): ", untrusted(agent_id, 30))
+            format!(
+                "local limit of {} (1-{}): ",
+                untrusted(agent_id, 30),
+                crate::app::MAX_LOCAL_LIMIT
+            )
         }
     };
     let text = p.input.text();

@@ -27,8 +27,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_SLOW_THRESHOLD: Duration = Duration::from_secs(60);
 /// Default attempts before a task is dead-lettered.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 25;
-/// Highest concurrency limit accepted.
+/// Highest global or per-type concurrency limit accepted.
 pub const MAX_CONCURRENCY_LIMIT: u32 = 1_000_000;
+/// Highest concurrency of one agent (its local limit, `--concurrency`).
+pub const MAX_LOCAL_CONCURRENCY: u32 = 100_000;
 /// Longest duration accepted for delays, timeouts and thresholds (7 days).
 pub const MAX_POLICY_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
