@@ -1,5 +1,5 @@
 //! `leasehold`, the Leasehold console: the headless, scriptable commands every CI pipeline and
-//! on-call script uses (the interactive console comes later).
+//! on-call script uses, and the interactive console (`leasehold` without a command).
 //!
 //! ```text
 //! main.rs ─▶ main_with_args ─▶ cli (clap) ─▶ commands::run ─▶ client (gRPC) ─▶ agent
@@ -12,8 +12,10 @@
 //! (address, TLS, token, timeouts) and wraps each RPC; [`commands`] has one file per command
 //! group; [`convert`] turns wire messages into printable views and refuses bad wire data;
 //! [`output`] renders tables (80 columns, inert text) and JSON lines; [`exit`] maps every
-//! error to an exit code. [`demo`] runs `leasehold demo`: agents in this process on a fresh
-//! SQLite file, a mixed workload, and the console on them.
+//! error to an exit code. `demo` runs `leasehold demo`: agents in this process on a fresh
+//! SQLite file, a mixed workload, and the console on them. It is the only module that links
+//! the agent, behind the default-on cargo feature `demo`: `cargo build -p leasehold-console
+//! --no-default-features` builds an operator's `leasehold` without the agent runtime.
 
 // Only the agent's exec spawner may use unsafe (the workspace lint is `deny` for its sake).
 #![forbid(unsafe_code)]
@@ -23,6 +25,7 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod convert;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod error;
 pub mod event;
@@ -60,7 +63,17 @@ where
 pub fn run(cli: Cli) -> u8 {
     let mut out = Out::stdio(cli.global.output);
     if let Some(cli::Command::Demo(args)) = &cli.command {
+        #[cfg(feature = "demo")]
         return demo::run(&cli, args, &mut out);
+        #[cfg(not(feature = "demo"))]
+        {
+            let _ = args;
+            let err = error::Error::usage(
+                "this build of leasehold has no demo (it was built without the cargo feature `demo`)",
+            );
+            out.error(&err);
+            return exit::exit_code(&err);
+        }
     }
     let Some(command) = cli.command else {
         return console(&cli, &mut out);

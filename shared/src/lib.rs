@@ -1,5 +1,6 @@
-//! Leasehold's shared core: domain types, the task state machine, and the [`store::Store`]
-//! trait with its PostgreSQL implementation.
+//! Leasehold's shared core: domain types, the task state machine, the [`store::Store`] trait
+//! with its PostgreSQL implementation and, with the cargo feature `sqlite` (on by default), its
+//! SQLite one, and local identity (socket paths, uids).
 //!
 //! This crate knows nothing of gRPC or terminals: the agent and the console build on it, never
 //! the other way round.

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::postgres::{PgStore, PgStoreOptions};
-use super::sqlite::{SqliteStore, SqliteStoreOptions, is_sqlite_url};
+#[cfg(feature = "sqlite")]
+use super::sqlite::{SqliteStore, SqliteStoreOptions};
 use super::{Result, Store, StoreError};
 use crate::domain::TaskType;
 
@@ -12,6 +13,7 @@ use crate::domain::TaskType;
 #[derive(Debug, Clone)]
 pub enum AnyStore {
     Postgres(PgStore),
+    #[cfg(feature = "sqlite")]
     Sqlite(SqliteStore),
 }
 
@@ -19,7 +21,10 @@ impl AnyStore {
     /// Connects to `url` with a pool of `max_connections` (a SQLite file is created when
     /// missing; neither is migrated here).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
-        if is_sqlite_url(url) {
+        if super::is_sqlite_url(url) {
+            #[cfg(not(feature = "sqlite"))]
+            return Err(StoreError::unsupported_url(url));
+            #[cfg(feature = "sqlite")]
             let store = SqliteStore::connect(
                 url,
                 SqliteStoreOptions {
@@ -28,6 +33,7 @@ impl AnyStore {
                 },
             )
             .await?;
+            #[cfg(feature = "sqlite")]
             return Ok(AnyStore::Sqlite(store));
         }
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -48,6 +54,7 @@ impl AnyStore {
     pub fn store(&self) -> Arc<dyn Store> {
         match self {
             AnyStore::Postgres(s) => Arc::new(s.clone()),
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(s) => Arc::new(s.clone()),
         }
     }
@@ -56,6 +63,7 @@ impl AnyStore {
     pub async fn migrate(&self) -> Result<()> {
         match self {
             AnyStore::Postgres(s) => s.migrate().await,
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(s) => s.migrate().await,
         }
     }
@@ -82,6 +90,7 @@ impl AnyStore {
                     0
                 }
             }
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(s) => {
                 let exists: i64 = sqlx::query_scalar(
                     "SELECT count(*) FROM sqlite_master \
@@ -102,6 +111,7 @@ impl AnyStore {
         };
         let known = match self {
             AnyStore::Postgres(_) => super::postgres::MIGRATOR.iter().count(),
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(_) => super::sqlite::MIGRATOR.iter().count(),
         };
         Ok((usize::try_from(applied).unwrap_or(0), known))
@@ -118,6 +128,7 @@ impl AnyStore {
                 .await
                 .map_err(StoreError::db(op))?
                 .rows_affected(),
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(s) => sqlx::query("DELETE FROM tasks WHERE task_type = ?1")
                 .bind(task_type.as_str())
                 .execute(s.pool())
@@ -132,6 +143,7 @@ impl AnyStore {
     pub async fn close(&self) {
         match self {
             AnyStore::Postgres(s) => s.close().await,
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(s) => s.close().await,
         }
     }

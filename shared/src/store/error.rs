@@ -265,9 +265,16 @@ fn constraint_in_words(constraint: &str) -> ValidationError {
 }
 
 /// SQLite's "no such table": the file has no Leasehold schema.
+#[cfg(feature = "sqlite")]
 fn sqlite_no_table(e: &dyn sqlx::error::DatabaseError) -> bool {
     e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
         && e.message().starts_with("no such table")
+}
+
+/// Without the SQLite store no error is SQLite's.
+#[cfg(not(feature = "sqlite"))]
+fn sqlite_no_table(_: &dyn sqlx::error::DatabaseError) -> bool {
+    false
 }
 
 /// `error` as one line for a person: each cause's text once. The chain is walked until a
@@ -292,8 +299,15 @@ pub fn error_sentence(error: &(dyn std::error::Error + 'static)) -> String {
     line
 }
 
+/// Without the SQLite store no error is SQLite's.
+#[cfg(not(feature = "sqlite"))]
+fn sqlite_busy(_: &dyn sqlx::error::DatabaseError) -> bool {
+    false
+}
+
 /// SQLite's SQLITE_BUSY and SQLITE_LOCKED, with their extended codes: the write lock (or a
 /// table lock) stayed taken for the whole busy timeout.
+#[cfg(feature = "sqlite")]
 fn sqlite_busy(e: &dyn sqlx::error::DatabaseError) -> bool {
     if e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_none() {
         return false;

@@ -32,6 +32,7 @@ pub mod params;
 pub mod postgres;
 pub mod resources;
 pub mod schedules;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 
 use std::time::Duration;
@@ -43,6 +44,12 @@ pub use any::AnyStore;
 pub use error::{NOT_MIGRATED, Result, StoreError, error_sentence, redact_url};
 pub use idle::{IdleGroup, IdleReport, IdleReportParams};
 pub use outcomes::*;
+
+/// Whether `url` names a SQLite database (`sqlite://PATH`, `sqlite:PATH`), whether or not
+/// this build has the SQLite store (the cargo feature `sqlite`, on by default).
+pub fn is_sqlite_url(url: &str) -> bool {
+    url.starts_with("sqlite:")
+}
 pub use params::*;
 pub use resources::{
     GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing, LockName,
