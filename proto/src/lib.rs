@@ -1,8 +1,9 @@
 //! Generated wire types and service stubs of the `leasehold.v1` protobuf package.
 //!
-//! The `.proto` files under `proto/leasehold/v1/` are the documented contract; this crate only
-//! compiles them. Conversions between wire and domain types live with their users (the agent's
-//! gRPC service and the console's client), never here, so this crate knows nothing of either.
+//! The `.proto` files under `proto/leasehold/v1/` are the documented contract; this crate
+//! compiles them. The mappings between the wire enums and the domain enums of `leasehold-shared`
+//! live here, in [`wire`], written once for both sides; message conversions stay with their users
+//! (the agent's gRPC service and the console's client), so this crate knows nothing of either.
 
 // Only the agent's exec spawner may use unsafe (the workspace lint is `deny` for its sake).
 #![forbid(unsafe_code)]
@@ -12,6 +13,8 @@ pub mod v1 {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     tonic::include_proto!("leasehold.v1");
 }
+
+pub mod wire;
 
 /// The encoded `FileDescriptorSet` of `leasehold.v1`, for the server reflection service.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use leasehold_proto::v1 as pb;
+use leasehold_proto::wire;
 use leasehold_shared::domain::{Attempt, Task};
 use leasehold_shared::store::{AgentRecord, Blocker, DeadFilter};
 use leasehold_shared::{Progress, TaskError, TaskId, TaskStatus, TaskType};
@@ -69,38 +70,21 @@ fn error_to_wire(e: &TaskError) -> pb::TaskError {
     }
 }
 
-/// A status on the wire.
+/// A status on the wire (the one mapping is [`leasehold_proto::wire`]).
 pub fn status_to_wire(s: TaskStatus) -> pb::TaskStatus {
-    match s {
-        TaskStatus::Queued => pb::TaskStatus::Queued,
-        TaskStatus::Running => pb::TaskStatus::Running,
-        TaskStatus::RetryWait => pb::TaskStatus::RetryWait,
-        TaskStatus::CancelRequested => pb::TaskStatus::CancelRequested,
-        TaskStatus::Succeeded => pb::TaskStatus::Succeeded,
-        TaskStatus::PartiallySucceeded => pb::TaskStatus::PartiallySucceeded,
-        TaskStatus::Cancelled => pb::TaskStatus::Cancelled,
-        TaskStatus::Dead => pb::TaskStatus::Dead,
-    }
+    wire::status_to_wire(s)
 }
 
 /// A status from the wire (an enum number); UNSPECIFIED and unknown numbers are refused.
 pub fn status_from_wire(field: &str, n: i32) -> Result<TaskStatus, Status> {
-    let status = pb::TaskStatus::try_from(n)
-        .map_err(|_| Status::invalid_argument(format!("{field}: {n} is not a task status")))?;
-    Ok(match status {
-        pb::TaskStatus::Unspecified => {
-            return Err(Status::invalid_argument(format!(
+    wire::status_from_wire(n).ok_or_else(|| {
+        if n == pb::TaskStatus::Unspecified as i32 {
+            Status::invalid_argument(format!(
                 "{field}: TASK_STATUS_UNSPECIFIED is not a task status"
-            )));
+            ))
+        } else {
+            Status::invalid_argument(format!("{field}: {n} is not a task status"))
         }
-        pb::TaskStatus::Queued => TaskStatus::Queued,
-        pb::TaskStatus::Running => TaskStatus::Running,
-        pb::TaskStatus::RetryWait => TaskStatus::RetryWait,
-        pb::TaskStatus::CancelRequested => TaskStatus::CancelRequested,
-        pb::TaskStatus::Succeeded => TaskStatus::Succeeded,
-        pb::TaskStatus::PartiallySucceeded => TaskStatus::PartiallySucceeded,
-        pb::TaskStatus::Cancelled => TaskStatus::Cancelled,
-        pb::TaskStatus::Dead => TaskStatus::Dead,
     })
 }
 
@@ -343,12 +327,17 @@ mod tests {
             let n = status_to_wire(s) as i32;
             assert_eq!(status_from_wire("s", n).unwrap(), s);
         }
+        let e = status_from_wire("statuses", 0).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
         assert_eq!(
-            status_from_wire("statuses", 0).unwrap_err().code(),
-            tonic::Code::InvalidArgument
+            e.message(),
+            "statuses: TASK_STATUS_UNSPECIFIED is not a task status"
         );
         let e = status_from_wire("statuses", 99).unwrap_err();
-        assert!(e.message().contains("statuses"), "{}", e.message());
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert_eq!(e.message(), "statuses: 99 is not a task status");
+        let e = status_from_wire("statuses", -3).unwrap_err();
+        assert_eq!(e.message(), "statuses: -3 is not a task status");
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub mod watch;
 mod props;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use leasehold_proto::v1;
+use leasehold_proto::{v1, wire};
 use leasehold_shared::TaskStatus;
 use serde::{Serialize, Serializer};
 use thiserror::Error;
@@ -117,34 +117,14 @@ pub fn time(field: &'static str, ms: i64) -> Result<Timestamp, WireError> {
         .ok_or(WireError::Time { field, value: ms })
 }
 
-/// A task status from the wire.
+/// A task status from the wire (the one mapping is [`leasehold_proto::wire`]).
 pub fn status(value: i32) -> Result<TaskStatus, WireError> {
-    let wire = v1::TaskStatus::try_from(value).map_err(|_| WireError::Status(value))?;
-    Ok(match wire {
-        v1::TaskStatus::Unspecified => return Err(WireError::Status(value)),
-        v1::TaskStatus::Queued => TaskStatus::Queued,
-        v1::TaskStatus::Running => TaskStatus::Running,
-        v1::TaskStatus::RetryWait => TaskStatus::RetryWait,
-        v1::TaskStatus::CancelRequested => TaskStatus::CancelRequested,
-        v1::TaskStatus::Succeeded => TaskStatus::Succeeded,
-        v1::TaskStatus::PartiallySucceeded => TaskStatus::PartiallySucceeded,
-        v1::TaskStatus::Cancelled => TaskStatus::Cancelled,
-        v1::TaskStatus::Dead => TaskStatus::Dead,
-    })
+    wire::status_from_wire(value).ok_or(WireError::Status(value))
 }
 
 /// A task status for the wire (filters).
 pub fn wire_status(status: TaskStatus) -> v1::TaskStatus {
-    match status {
-        TaskStatus::Queued => v1::TaskStatus::Queued,
-        TaskStatus::Running => v1::TaskStatus::Running,
-        TaskStatus::RetryWait => v1::TaskStatus::RetryWait,
-        TaskStatus::CancelRequested => v1::TaskStatus::CancelRequested,
-        TaskStatus::Succeeded => v1::TaskStatus::Succeeded,
-        TaskStatus::PartiallySucceeded => v1::TaskStatus::PartiallySucceeded,
-        TaskStatus::Cancelled => v1::TaskStatus::Cancelled,
-        TaskStatus::Dead => v1::TaskStatus::Dead,
-    }
+    wire::status_to_wire(status)
 }
 
 /// JSON text that must parse.
@@ -189,7 +169,14 @@ mod tests {
         assert_eq!(status(0), Err(WireError::Status(0)));
         assert_eq!(status(99), Err(WireError::Status(99)));
         assert_eq!(status(-1), Err(WireError::Status(-1)));
-        assert!(WireError::Status(0).to_string().contains("UNSPECIFIED"));
+        assert_eq!(
+            WireError::Status(0).to_string(),
+            "task status 0 (TASK_STATUS_UNSPECIFIED)"
+        );
+        assert_eq!(
+            WireError::Status(99).to_string(),
+            "task status 99, which this build does not know"
+        );
     }
 
     #[test]
