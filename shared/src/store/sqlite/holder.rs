@@ -10,7 +10,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::rows::{self, get, micros, span, status, task};
-use super::{commit, json_list, write_tx};
+use super::{commit, json_list, sql, write_tx};
 use crate::domain::{InputLimits, LeaseEpoch, Policy, PolicyScope, TaskId, TaskStatus};
 use crate::store::params::{ValidTask, validate_bulk};
 use crate::store::{
@@ -80,21 +80,12 @@ async fn insert_many(
             ])
         })
         .collect();
-    let mut ids: Vec<i64> = sqlx::query_scalar(
-        "INSERT INTO tasks (task_type, payload, priority, available_at, deadline_at, timeout_ms, \
-         max_attempts, created_at, updated_at) \
-         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
-                json_extract(value, '$[2]'), json_extract(value, '$[3]'), \
-                json_extract(value, '$[4]'), json_extract(value, '$[5]'), \
-                json_extract(value, '$[6]'), ?2, ?2 \
-         FROM json_each(?1) ORDER BY key \
-         RETURNING id",
-    )
-    .bind(rows::to_text(&rows, "tasks")?)
-    .bind(now)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let mut ids: Vec<i64> = sqlx::query_scalar(sql::task_enqueue_many)
+        .bind(rows::to_text(&rows, "tasks")?)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     if ids.len() != valid.len() {
         return Err(StoreError::Corrupt {
             what: "bulk enqueue",
@@ -121,7 +112,7 @@ pub async fn task_enqueue_on(
     limits: &InputLimits,
 ) -> Result<Enqueued> {
     let valid = task.validate(limits)?;
-    let now: i64 = sqlx::query_scalar(super::NOW)
+    let now: i64 = sqlx::query_scalar(sql::db_now)
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::db("task_enqueue"))?;
@@ -142,37 +133,30 @@ pub(super) async fn enqueue_valid(
     // Insert first: a key already used inserts nothing (even one committed by another process
     // a moment ago), and only then is the existing task looked up. A read before the write
     // would race on an autocommit connection and upgrade a deferred transaction's snapshot.
-    let inserted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO tasks (task_type, payload, priority, available_at, deadline_at, timeout_ms, \
-         max_attempts, idempotency_key, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) \
-         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
-         RETURNING id",
-    )
-    .bind(&v.task_type)
-    .bind(&v.payload)
-    .bind(v.priority)
-    .bind(available_at)
-    .bind(v.deadline.map(micros))
-    .bind(v.timeout_ms)
-    .bind(v.max_attempts)
-    .bind(&v.idempotency_key)
-    .bind(now)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(StoreError::db("task_enqueue"))?;
+    let inserted: Option<i64> = sqlx::query_scalar(sql::task_enqueue)
+        .bind(&v.task_type)
+        .bind(&v.payload)
+        .bind(v.priority)
+        .bind(available_at)
+        .bind(v.deadline.map(micros))
+        .bind(v.timeout_ms)
+        .bind(v.max_attempts)
+        .bind(&v.idempotency_key)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_enqueue"))?;
     if let Some(id) = inserted {
         return Ok(Enqueued {
             id: TaskId(id),
             created: true,
         });
     }
-    let existing: Option<i64> =
-        sqlx::query_scalar("SELECT id FROM tasks WHERE idempotency_key = ?1")
-            .bind(&v.idempotency_key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(StoreError::db("task_enqueue"))?;
+    let existing: Option<i64> = sqlx::query_scalar(sql::task_enqueue_existing)
+        .bind(&v.idempotency_key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_enqueue"))?;
     existing
         .map(|id| Enqueued {
             id: TaskId(id),
@@ -185,13 +169,10 @@ pub(super) async fn enqueue_valid(
 }
 
 async fn policies(tx: &mut SqliteConnection, op: &'static str) -> Result<Vec<Policy>> {
-    let found = sqlx::query(
-        "SELECT scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms, \
-         retry_jitter, timeout_ms, slow_ms FROM policies",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(op))?;
+    let found = sqlx::query(sql::policy_list)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(op))?;
     found.iter().map(rows::policy).collect()
 }
 
@@ -203,18 +184,11 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
     // The file watcher wakes claimers on every commit to the file: when nothing of these types
     // is due, say so from a read, without queueing for the write lock.
     let names: Vec<&str> = params.task_types.iter().map(|t| t.as_str()).collect();
-    let probe = sqlx::query(concat!(
-        "SELECT ",
-        super::now_expr!(),
-        " AS now, EXISTS (SELECT 1 FROM tasks WHERE status IN ('queued', 'retry_wait') \
-           AND available_at <= ",
-        super::now_expr!(),
-        " AND task_type IN (SELECT value FROM json_each(?1))) AS due"
-    ))
-    .bind(json_list(&names)?)
-    .fetch_one(pool)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let probe = sqlx::query(sql::task_claim_probe)
+        .bind(json_list(&names)?)
+        .fetch_one(pool)
+        .await
+        .map_err(StoreError::db(OP))?;
     if !get::<bool>(&probe, "due")? {
         return Ok(ClaimBatch {
             now: rows::time(get(&probe, "now")?, "now")?,
@@ -245,13 +219,10 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
     let mut running: HashMap<String, usize> = HashMap::new();
     let mut running_total = 0usize;
     if limited && global_cap > 0 {
-        let counts = sqlx::query(
-            "SELECT task_type, count(*) AS n FROM tasks \
-             WHERE status IN ('running', 'cancel_requested') GROUP BY task_type",
-        )
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        let counts = sqlx::query(sql::task_count_running)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
         for row in &counts {
             let n = usize::try_from(get::<i64>(row, "n")?).unwrap_or(0);
             running_total += n;
@@ -286,19 +257,13 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         });
     }
     let open: Vec<&str> = type_cap.keys().copied().collect();
-    let candidates = sqlx::query(
-        "SELECT id, task_type FROM tasks \
-         WHERE status IN ('queued', 'retry_wait') AND available_at <= ?1 \
-           AND (deadline_at IS NULL OR deadline_at > ?1) \
-           AND task_type IN (SELECT value FROM json_each(?2)) \
-         ORDER BY priority DESC, available_at, id LIMIT ?3",
-    )
-    .bind(now)
-    .bind(json_list(&open)?)
-    .bind(i64::from(params.batch))
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let candidates = sqlx::query(sql::task_claim_candidates)
+        .bind(now)
+        .bind(json_list(&open)?)
+        .bind(i64::from(params.batch))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let mut chosen = Vec::with_capacity(candidates.len());
     for row in &candidates {
         if chosen.len() >= global_cap {
@@ -317,20 +282,14 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
     let mut tasks = if chosen.is_empty() {
         Vec::new()
     } else {
-        let claimed = sqlx::query(
-            "UPDATE tasks SET status = 'running', lease_owner = ?1, lease_epoch = lease_epoch + 1, \
-             lease_until = ?2, heartbeat_at = ?3, attempt = attempt + 1, started_at = ?3, \
-             progress = NULL, updated_at = ?3 \
-             WHERE id IN (SELECT value FROM json_each(?4)) AND status IN ('queued', 'retry_wait') \
-             RETURNING *",
-        )
-        .bind(params.owner.as_str())
-        .bind(now.saturating_add(span(params.lease_ttl)))
-        .bind(now)
-        .bind(json_list(&chosen)?)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        let claimed = sqlx::query(sql::task_claim)
+            .bind(params.owner.as_str())
+            .bind(now.saturating_add(span(params.lease_ttl)))
+            .bind(now)
+            .bind(json_list(&chosen)?)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
         claimed.iter().map(task).collect::<Result<Vec<_>>>()?
     };
     commit(tx, OP).await?;
@@ -356,16 +315,12 @@ async fn held_rows(
 ) -> Result<Vec<SqliteRow>> {
     let ids: Vec<i64> = leases.iter().map(|(id, _)| id.0).collect();
     let wanted: HashSet<(i64, i64)> = leases.iter().map(|(id, e)| (id.0, e.0)).collect();
-    let found = sqlx::query(
-        "SELECT id, lease_epoch, status, attempt, started_at FROM tasks \
-         WHERE id IN (SELECT value FROM json_each(?1)) AND lease_owner = ?2 \
-           AND status IN ('running', 'cancel_requested') ORDER BY id",
-    )
-    .bind(json_list(&ids)?)
-    .bind(owner)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(op))?;
+    let found = sqlx::query(sql::lease_list_held)
+        .bind(json_list(&ids)?)
+        .bind(owner)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(op))?;
     let mut held = Vec::with_capacity(found.len());
     for row in found {
         let key = (get::<i64>(&row, "id")?, get::<i64>(&row, "lease_epoch")?);
@@ -398,20 +353,17 @@ pub(super) async fn lease_renew_many(
         });
     }
     if !ids.is_empty() {
-        sqlx::query(
-            "UPDATE tasks SET lease_until = ?1, heartbeat_at = ?2 \
-             WHERE id IN (SELECT value FROM json_each(?3))",
-        )
-        .bind(until)
-        .bind(now)
-        .bind(json_list(&ids)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        sqlx::query(sql::lease_renew_many)
+            .bind(until)
+            .bind(now)
+            .bind(json_list(&ids)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
     }
     if let Some(alive_for) = params.alive_for {
         // The heartbeat connection's proof of life, in the same transaction (one per beat).
-        sqlx::query("UPDATE agents SET alive_until = ?2 WHERE id = ?1 AND state <> 'stopped'")
+        sqlx::query(sql::agent_extend_liveness)
             .bind(params.owner.as_str())
             .bind(now.saturating_add(span(alive_for)))
             .execute(&mut *tx)
@@ -441,18 +393,14 @@ pub(super) async fn task_progress(
     let key = &params.key;
     let progress = rows::to_text(&params.progress, "task progress")?;
     let (mut tx, _now) = write_tx(pool, OP).await?;
-    let done = sqlx::query(
-        "UPDATE tasks SET progress = ?4 \
-         WHERE id = ?1 AND lease_owner = ?2 AND lease_epoch = ?3 \
-           AND status IN ('running', 'cancel_requested')",
-    )
-    .bind(key.id.0)
-    .bind(key.owner.as_str())
-    .bind(key.epoch.0)
-    .bind(progress)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let done = sqlx::query(sql::task_progress)
+        .bind(key.id.0)
+        .bind(key.owner.as_str())
+        .bind(key.epoch.0)
+        .bind(progress)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     commit(tx, OP).await?;
     Ok(if done.rows_affected() == 1 {
         HolderWrite::Held
@@ -491,15 +439,11 @@ pub(super) async fn task_complete_many(
     }
     let (mut tx, now) = write_tx(pool, OP).await?;
     let ids: Vec<i64> = batch.iter().map(|p| p.key.id.0).collect();
-    let found = sqlx::query(
-        "SELECT id, task_type, status, lease_owner, lease_epoch, attempt, max_attempts, \
-                deadline_at, started_at, result, last_error \
-         FROM tasks WHERE id IN (SELECT value FROM json_each(?1))",
-    )
-    .bind(json_list(&ids)?)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let found = sqlx::query(sql::task_complete_read)
+        .bind(json_list(&ids)?)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let mut by_id: HashMap<i64, SqliteRow> = HashMap::with_capacity(found.len());
     for row in found {
         by_id.insert(get(&row, "id")?, row);
@@ -560,37 +504,18 @@ pub(super) async fn task_complete_many(
     // Two statements for the whole batch, whatever its size: the decisions travel as one JSON
     // array each (JSON texts such as last_error travel as JSON strings).
     if !updates.is_empty() {
-        sqlx::query(
-            "UPDATE tasks SET status = j.status, available_at = coalesce(j.available_at, tasks.available_at), \
-             last_error = j.last_error, result = j.result, finished_at = j.finished_at, \
-             lease_until = NULL, updated_at = ?2 \
-             FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.status') AS status, \
-                          json_extract(value, '$.available_at') AS available_at, \
-                          json_extract(value, '$.last_error') AS last_error, \
-                          json_extract(value, '$.result') AS result, \
-                          json_extract(value, '$.finished_at') AS finished_at \
-                   FROM json_each(?1)) AS j \
-             WHERE tasks.id = j.id",
-        )
-        .bind(rows::to_text(&updates, "completions")?)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
-        sqlx::query(
-            "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, \
-             outcome, error) \
-             SELECT json_extract(value, '$.id'), json_extract(value, '$.epoch'), \
-                    json_extract(value, '$.attempt'), json_extract(value, '$.agent'), \
-                    json_extract(value, '$.started_at'), ?2, json_extract(value, '$.outcome'), \
-                    json_extract(value, '$.error') \
-             FROM json_each(?1)",
-        )
-        .bind(rows::to_text(&attempts, "attempts")?)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        sqlx::query(sql::task_complete_many)
+            .bind(rows::to_text(&updates, "completions")?)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        sqlx::query(sql::task_attempt_insert_many)
+            .bind(rows::to_text(&attempts, "attempts")?)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
     }
     commit(tx, OP).await?;
     Ok(outcomes)
@@ -607,16 +532,14 @@ async fn repeat_or_fenced(
         return Ok(CompleteOutcome::Fenced);
     };
     let key = &params.key;
-    let recorded: Option<i64> = sqlx::query_scalar(
-        "SELECT 1 FROM task_attempts WHERE task_id = ?1 AND epoch = ?2 AND agent = ?3 AND outcome = ?4",
-    )
-    .bind(key.id.0)
-    .bind(key.epoch.0)
-    .bind(key.owner.as_str())
-    .bind(params.completion.outcome_name())
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(StoreError::db("task_complete"))?;
+    let recorded: Option<i64> = sqlx::query_scalar(sql::task_attempt_outcomes)
+        .bind(key.id.0)
+        .bind(key.epoch.0)
+        .bind(key.owner.as_str())
+        .bind(params.completion.outcome_name())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_complete"))?;
     Ok(match recorded {
         Some(_) => CompleteOutcome::Repeated {
             status: status(get::<&str>(row, "status")?)?,
@@ -749,36 +672,31 @@ pub(super) async fn lease_release_many(
         let id: i64 = get(row, "id")?;
         let cancel = get::<&str>(row, "status")? == "cancel_requested";
         let attempt: i64 = get(row, "attempt")?;
-        sqlx::query(
-            "UPDATE tasks SET status = ?2, attempt = ?3, available_at = ?4, lease_until = NULL, \
-             finished_at = ?5, updated_at = ?4 WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(if cancel { "cancelled" } else { "queued" })
-        .bind(if cancel {
-            attempt
-        } else {
-            (attempt - 1).max(0)
-        })
-        .bind(now)
-        .bind(cancel.then_some(now))
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
-        sqlx::query(
-            "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, \
-             outcome) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .bind(id)
-        .bind(get::<i64>(row, "lease_epoch")?)
-        .bind(attempt)
-        .bind(params.owner.as_str())
-        .bind(get::<Option<i64>>(row, "started_at")?.unwrap_or(now))
-        .bind(now)
-        .bind(if cancel { "cancelled" } else { "released" })
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        sqlx::query(sql::lease_release)
+            .bind(id)
+            .bind(if cancel { "cancelled" } else { "queued" })
+            .bind(if cancel {
+                attempt
+            } else {
+                (attempt - 1).max(0)
+            })
+            .bind(now)
+            .bind(cancel.then_some(now))
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        sqlx::query(sql::task_attempt_insert)
+            .bind(id)
+            .bind(get::<i64>(row, "lease_epoch")?)
+            .bind(attempt)
+            .bind(params.owner.as_str())
+            .bind(get::<Option<i64>>(row, "started_at")?.unwrap_or(now))
+            .bind(now)
+            .bind(if cancel { "cancelled" } else { "released" })
+            .bind(None::<String>)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
         released.push(TaskId(id));
     }
     // The rest changed nothing: each was given back already by this owner (a retry whose
@@ -786,16 +704,13 @@ pub(super) async fn lease_release_many(
     let done: HashSet<TaskId> = released.iter().copied().collect();
     let (mut repeated, mut fenced) = (Vec::new(), Vec::new());
     for (id, epoch) in params.leases.iter().filter(|(id, _)| !done.contains(id)) {
-        let given_back: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM task_attempts WHERE task_id = ?1 AND epoch = ?2 AND agent = ?3 \
-             AND outcome IN ('released', 'cancelled')",
-        )
-        .bind(id.0)
-        .bind(epoch.0)
-        .bind(params.owner.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        let given_back: Option<i64> = sqlx::query_scalar(sql::lease_release_repeated)
+            .bind(id.0)
+            .bind(epoch.0)
+            .bind(params.owner.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
         match given_back {
             Some(_) => repeated.push(*id),
             None => fenced.push(*id),

@@ -73,16 +73,123 @@ use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType}
 /// The embedded SQLite migrations (`migrations/sqlite/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
-/// SQLite's clock as a stored time: microseconds since the epoch, at millisecond precision.
-macro_rules! now_expr {
-    () => {
-        "(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
-    };
+/// The statements, one file each in `sql/` (as the PostgreSQL store's), named after what they
+/// do; a statement that does what a PostgreSQL one does has that file's name. Times are read
+/// from SQLite's clock ([`sql::db_now`]) and bound as parameters.
+pub(crate) mod sql {
+    macro_rules! statements {
+        ($($name:ident),* $(,)?) => {
+            $(pub const $name: &str = include_str!(concat!("sql/", stringify!($name), ".sql"));)*
+            /// Every statement, by file name.
+            #[cfg(test)]
+            pub const ALL: &[(&str, &str)] = &[$((stringify!($name), $name)),*];
+        };
+    }
+    #[allow(non_upper_case_globals)]
+    mod names {
+        statements!(
+            db_now,
+            tx_begin_write,
+            task_enqueue,
+            task_enqueue_existing,
+            task_enqueue_many,
+            task_claim_probe,
+            task_count_running,
+            task_claim_candidates,
+            task_claim,
+            lease_list_held,
+            lease_renew_many,
+            agent_extend_liveness,
+            task_progress,
+            task_complete_read,
+            task_complete_many,
+            task_attempt_insert_many,
+            task_attempt_outcomes,
+            task_attempt_insert,
+            lease_release,
+            lease_release_repeated,
+            task_dead_letter,
+            lease_list_expired,
+            lease_recover_expired,
+            task_list_past_deadline,
+            task_purge_finished,
+            agent_count_live,
+            task_list_unserved,
+            task_count_claimable,
+            lease_list_suspect,
+            task_idle_report,
+            audit_insert,
+            audit_list,
+            task_get_lease,
+            task_cancel,
+            task_cancel_request,
+            task_get_status,
+            task_requeue,
+            task_count_dead,
+            task_requeue_dead,
+            policy_list,
+            policy_get_for_update,
+            policy_upsert,
+            task_list,
+            task_get,
+            task_attempts,
+            task_explain,
+            task_overview,
+            agent_seq_next,
+            agent_register,
+            agent_get,
+            agent_heartbeat,
+            agent_list,
+            agent_mark_stopped,
+            leader_get,
+            leader_attempt_elect,
+            leader_renew,
+            leader_resign,
+            leader_resign_repeated,
+            leader_check,
+            schedule_get,
+            schedule_list,
+            schedule_insert,
+            schedule_update,
+            schedule_delete,
+            schedule_set_enabled,
+            schedule_set_last_task,
+            schedule_any_due,
+            schedule_due,
+            schedule_fired,
+            schedule_next_due,
+            resource_get_for_update,
+            lock_insert,
+            resource_take,
+            resource_history_insert,
+            resource_renew,
+            resource_release,
+            resource_history_release,
+            resource_release_repeated,
+            lock_force_release,
+            lock_list,
+            shard_member_renew_many,
+            resource_renew_many,
+            shard_group_list,
+            resource_moves,
+            shard_group_lock,
+            shard_group_insert,
+            shard_group_insert_shards,
+            shard_list,
+            shard_member_list,
+            shard_join,
+            shard_leave,
+            shard_member_prune,
+            resource_history_prune,
+            resource_fence,
+        );
+    }
+    pub use names::*;
 }
-pub(crate) use now_expr;
 
-/// SQLite's clock, as a statement.
-pub(crate) const NOW: &str = concat!("SELECT ", now_expr!(), " AS now");
+/// How a caller's own write transaction begins (BEGIN IMMEDIATE: see [`resource_fence`] and
+/// [`task_enqueue_on`]), as the store's write transactions do.
+pub const BEGIN_IMMEDIATE: &str = sql::tx_begin_write;
 
 /// Default size of the store's connection pool (readers run in parallel under WAL; writers
 /// take turns on the write lock).
@@ -119,10 +226,7 @@ pub struct SqliteStore {
     limits: InputLimits,
 }
 
-/// Whether `url` names a SQLite database (`sqlite://PATH`, `sqlite:PATH`).
-pub fn is_sqlite_url(url: &str) -> bool {
-    url.starts_with("sqlite:")
-}
+pub use super::is_sqlite_url;
 
 /// Parses a SQLite URL (the file is created when missing), refusing other schemes.
 pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
@@ -247,7 +351,7 @@ impl std::ops::DerefMut for WriteTx {
 pub(super) async fn write_tx(pool: &SqlitePool, op: &'static str) -> Result<(WriteTx, i64)> {
     let turn = gate_for(pool).lock_owned().await;
     let mut tx = pool
-        .begin_with("BEGIN IMMEDIATE")
+        .begin_with(sql::tx_begin_write)
         .await
         .map_err(StoreError::db(op))?;
     let now = now(&mut tx, op).await?;
@@ -268,7 +372,7 @@ pub(super) async fn read_tx(pool: &SqlitePool, op: &'static str) -> Result<(Writ
 }
 
 pub(super) async fn now(tx: &mut Transaction<'static, Sqlite>, op: &'static str) -> Result<i64> {
-    sqlx::query_scalar(NOW)
+    sqlx::query_scalar(sql::db_now)
         .fetch_one(&mut **tx)
         .await
         .map_err(StoreError::db(op))
@@ -292,7 +396,7 @@ impl Store for SqliteStore {
     }
 
     async fn db_now(&self) -> Result<DateTime<Utc>> {
-        let us: i64 = sqlx::query_scalar(NOW)
+        let us: i64 = sqlx::query_scalar(sql::db_now)
             .fetch_one(&self.pool)
             .await
             .map_err(StoreError::db("db_now"))?;
@@ -558,5 +662,42 @@ impl Store for SqliteStore {
 
     async fn task_overview(&self) -> Result<Overview> {
         query::task_overview(&self.pool).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use sqlx::Executor;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn every_statement_file_says_what_it_does_and_prepares() {
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-sqlite-statements-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("q.sqlite").display());
+        let store = SqliteStore::connect(&url, SqliteStoreOptions::default())
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        assert!(sql::ALL.len() > 90, "{} statements", sql::ALL.len());
+        for (name, text) in sql::ALL {
+            assert!(
+                text.starts_with("-- "),
+                "{name}.sql starts with a comment line"
+            );
+            conn.prepare(sqlx::SqlSafeStr::into_sql_str(*text))
+                .await
+                .unwrap_or_else(|e| panic!("{name}.sql: {e}"));
+        }
+        drop(conn);
+        store.close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,7 +7,7 @@
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::rows::{self, agent_id, get, policy, status};
-use super::{commit, holder, write_tx};
+use super::{commit, holder, sql, write_tx};
 use crate::domain::{Actor, InputLimits, LeaseEpoch, Policy, TaskAction, TaskStatus};
 use crate::store::audit;
 use crate::store::params::duration_ms;
@@ -20,7 +20,7 @@ use crate::store::{
 /// Writes one audit row on `conn` — pass the transaction of the change it records, so the
 /// two commit together. Its time is SQLite's clock.
 pub async fn audit_write_on(conn: &mut SqliteConnection, entry: &AuditEntry) -> Result<()> {
-    let now: i64 = sqlx::query_scalar(super::NOW)
+    let now: i64 = sqlx::query_scalar(sql::db_now)
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::db("audit_write"))?;
@@ -50,23 +50,20 @@ async fn audit_insert(
         .as_ref()
         .map(|p| rows::to_text(p, "audit params"))
         .transpose()?;
-    sqlx::query(
-        "INSERT INTO audit_log (at, actor, role, action, target, params, result, detail, peer, \
-         count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )
-    .bind(now)
-    .bind(&entry.actor.name)
-    .bind(entry.actor.role.as_str())
-    .bind(&entry.action)
-    .bind(&entry.target)
-    .bind(params)
-    .bind(entry.result.as_str())
-    .bind(&entry.detail)
-    .bind(peer)
-    .bind(count)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db(op))?;
+    sqlx::query(sql::audit_insert)
+        .bind(now)
+        .bind(&entry.actor.name)
+        .bind(entry.actor.role.as_str())
+        .bind(&entry.action)
+        .bind(&entry.target)
+        .bind(params)
+        .bind(entry.result.as_str())
+        .bind(&entry.detail)
+        .bind(peer)
+        .bind(count)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(op))?;
     Ok(())
 }
 
@@ -141,7 +138,7 @@ pub(super) async fn task_cancel(pool: &SqlitePool, params: &CancelParams) -> Res
     )
     .await?;
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let row = sqlx::query("SELECT status, lease_owner, lease_epoch FROM tasks WHERE id = ?1")
+    let row = sqlx::query(sql::task_get_lease)
         .bind(params.id.0)
         .fetch_optional(&mut *tx)
         .await
@@ -167,28 +164,23 @@ pub(super) async fn task_cancel(pool: &SqlitePool, params: &CancelParams) -> Res
     let epoch = LeaseEpoch(get(&row, "lease_epoch")?);
     let outcome = match (before, owner) {
         (TaskStatus::Queued | TaskStatus::RetryWait, _) => {
-            sqlx::query(
-                "UPDATE tasks SET status = 'cancelled', finished_at = ?2, updated_at = ?2 \
-                 WHERE id = ?1",
-            )
-            .bind(params.id.0)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db(OP))?;
+            sqlx::query(sql::task_cancel)
+                .bind(params.id.0)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db(OP))?;
             entry.result = AuditResult::Applied;
             entry.detail = Some(format!("{before} -> cancelled"));
             Ok(CancelOutcome::Cancelled)
         }
         (TaskStatus::Running, Some(owner)) => {
-            sqlx::query(
-                "UPDATE tasks SET status = 'cancel_requested', updated_at = ?2 WHERE id = ?1",
-            )
-            .bind(params.id.0)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db(OP))?;
+            sqlx::query(sql::task_cancel_request)
+                .bind(params.id.0)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db(OP))?;
             entry.result = AuditResult::Applied;
             entry.detail = Some(format!(
                 "{before} -> cancel_requested; holder {owner} asked to stop"
@@ -217,12 +209,6 @@ pub(super) async fn task_cancel(pool: &SqlitePool, params: &CancelParams) -> Res
     outcome
 }
 
-/// The reset of a requeued task: back to queued, due now, with a fresh set of attempts. The
-/// fencing epoch keeps growing (the next claim bumps it); the last error is kept as history.
-const REQUEUE_SET: &str = "status = 'queued', attempt = 0, available_at = ?1, lease_until = NULL, \
-    heartbeat_at = NULL, started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, \
-    updated_at = ?1";
-
 pub(super) async fn task_requeue(
     pool: &SqlitePool,
     params: &RequeueParams,
@@ -237,7 +223,7 @@ pub(super) async fn task_requeue(
     )
     .await?;
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let before: Option<String> = sqlx::query_scalar("SELECT status FROM tasks WHERE id = ?1")
+    let before: Option<String> = sqlx::query_scalar(sql::task_get_status)
         .bind(params.id.0)
         .fetch_optional(&mut *tx)
         .await
@@ -255,14 +241,12 @@ pub(super) async fn task_requeue(
         Some(raw) => {
             let before = status(&raw)?;
             if before.is_terminal() {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "UPDATE tasks SET {REQUEUE_SET} WHERE id = ?2"
-                )))
-                .bind(now)
-                .bind(params.id.0)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db(OP))?;
+                sqlx::query(sql::task_requeue)
+                    .bind(now)
+                    .bind(params.id.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::db(OP))?;
                 entry.result = AuditResult::Applied;
                 Ok(RequeueOutcome {
                     id: params.id,
@@ -288,13 +272,6 @@ pub(super) async fn task_requeue(
     outcome
 }
 
-/// The dead-letter filter: ?2 type, ?3 error code, ?4 died at or after, ?5 died before.
-const DEAD_FILTER: &str = "status = 'dead' \
-    AND (?2 IS NULL OR task_type = ?2) \
-    AND (?3 IS NULL OR json_extract(last_error, '$.code') = ?3) \
-    AND (?4 IS NULL OR finished_at >= ?4) \
-    AND (?5 IS NULL OR finished_at < ?5)";
-
 pub(super) async fn task_requeue_dead(
     pool: &SqlitePool,
     params: &RequeueDeadParams,
@@ -313,17 +290,8 @@ pub(super) async fn task_requeue_dead(
     }
     let f = &params.filter;
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let statement = if params.dry_run {
-        format!("SELECT count(*) FROM tasks WHERE ?1 IS NOT NULL AND {DEAD_FILTER}")
-    } else {
-        format!(
-            "WITH upd AS (SELECT id FROM tasks WHERE {DEAD_FILTER}) \
-             UPDATE tasks SET {} WHERE id IN (SELECT id FROM upd) RETURNING id",
-            REQUEUE_SET
-        )
-    };
     let count = if params.dry_run {
-        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(statement))
+        let n: i64 = sqlx::query_scalar(sql::task_count_dead)
             .bind(now)
             .bind(f.task_type.as_ref().map(|t| t.as_str()))
             .bind(f.error_code.as_deref())
@@ -334,7 +302,7 @@ pub(super) async fn task_requeue_dead(
             .map_err(StoreError::db(OP))?;
         u64::try_from(n).unwrap_or(0)
     } else {
-        let done = sqlx::query(sqlx::AssertSqlSafe(statement))
+        let done = sqlx::query(sql::task_requeue_dead)
             .bind(now)
             .bind(f.task_type.as_ref().map(|t| t.as_str()))
             .bind(f.error_code.as_deref())
@@ -386,45 +354,31 @@ pub(super) async fn policy_set(
             return Err(error);
         }
     };
-    let current = sqlx::query(
-        "SELECT scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms, \
-         retry_jitter, timeout_ms, slow_ms FROM policies WHERE scope = ?1",
-    )
-    .bind(&key)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let current = sqlx::query(sql::policy_get_for_update)
+        .bind(&key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let before = match current {
         Some(row) => policy(&row)?,
         None => Policy::inherit(params.scope.clone()),
     };
     let next = params.patch.apply_to(before.clone());
     let ms = |d: Option<std::time::Duration>| d.map(duration_ms);
-    let row = sqlx::query(
-        "INSERT INTO policies (scope, max_concurrency, paused, retry_base_ms, retry_multiplier, \
-         retry_max_ms, retry_jitter, timeout_ms, slow_ms, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
-         ON CONFLICT (scope) DO UPDATE SET max_concurrency = excluded.max_concurrency, \
-         paused = excluded.paused, retry_base_ms = excluded.retry_base_ms, \
-         retry_multiplier = excluded.retry_multiplier, retry_max_ms = excluded.retry_max_ms, \
-         retry_jitter = excluded.retry_jitter, timeout_ms = excluded.timeout_ms, \
-         slow_ms = excluded.slow_ms, updated_at = excluded.updated_at \
-         RETURNING scope, max_concurrency, paused, retry_base_ms, retry_multiplier, \
-         retry_max_ms, retry_jitter, timeout_ms, slow_ms",
-    )
-    .bind(&key)
-    .bind(next.max_concurrency.map(i64::from))
-    .bind(next.paused)
-    .bind(ms(next.retry_base))
-    .bind(next.retry_multiplier)
-    .bind(ms(next.retry_max))
-    .bind(next.retry_jitter)
-    .bind(ms(next.timeout))
-    .bind(ms(next.slow_threshold))
-    .bind(now)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let row = sqlx::query(sql::policy_upsert)
+        .bind(&key)
+        .bind(next.max_concurrency.map(i64::from))
+        .bind(next.paused)
+        .bind(ms(next.retry_base))
+        .bind(next.retry_multiplier)
+        .bind(ms(next.retry_max))
+        .bind(next.retry_jitter)
+        .bind(ms(next.timeout))
+        .bind(ms(next.slow_threshold))
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let stored = policy(&row)?;
     let result = if stored == before {
         AuditResult::Noop

@@ -10,7 +10,7 @@
 use sqlx::SqlitePool;
 
 use super::rows::{self, agent, get, span};
-use super::{commit, json_list, read_tx, write_tx};
+use super::{commit, json_list, read_tx, sql, write_tx};
 use crate::domain::AgentId;
 use crate::store::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, HolderWrite, LeaderElectParams,
@@ -27,10 +27,6 @@ fn non_negative(field: &'static str, value: u32) -> Result<i64> {
     Ok(i64::from(value))
 }
 
-/// Columns of an agent row as [`rows::agent`] reads them (?1 is now).
-const AGENT_COLUMNS: &str = "a.*, ?1 AS now, EXISTS (SELECT 1 FROM leader l \
-    WHERE l.owner = a.id AND l.lease_until > ?1) AS leader";
-
 pub(super) async fn agent_register(
     pool: &SqlitePool,
     p: &AgentRegisterParams,
@@ -39,39 +35,31 @@ pub(super) async fn agent_register(
     p.validate()?;
     let types: Vec<&str> = p.task_types.iter().map(|t| t.as_str()).collect();
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let seq: i64 = sqlx::query_scalar(
-        "UPDATE agent_start_seq SET value = value + 1 WHERE name = 'agents' RETURNING value",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let seq: i64 = sqlx::query_scalar(sql::agent_seq_next)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let id = format!("{}#{seq}", p.name);
-    sqlx::query(
-        "INSERT INTO agents (id, name, host, pid, grpc_address, version, task_types, \
-         local_concurrency, started_at, heartbeat_at, alive_until) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10)",
-    )
-    .bind(&id)
-    .bind(&p.name)
-    .bind(&p.host)
-    .bind(non_negative("pid", p.pid)?)
-    .bind(p.grpc_address.as_deref())
-    .bind(&p.version)
-    .bind(json_list(&types)?)
-    .bind(non_negative("local_concurrency", p.local_concurrency)?)
-    .bind(now)
-    .bind(now.saturating_add(span(p.alive_for)))
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {AGENT_COLUMNS} FROM agents a WHERE a.id = ?2"
-    )))
-    .bind(now)
-    .bind(&id)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    sqlx::query(sql::agent_register)
+        .bind(&id)
+        .bind(&p.name)
+        .bind(&p.host)
+        .bind(non_negative("pid", p.pid)?)
+        .bind(p.grpc_address.as_deref())
+        .bind(&p.version)
+        .bind(json_list(&types)?)
+        .bind(non_negative("local_concurrency", p.local_concurrency)?)
+        .bind(now)
+        .bind(now.saturating_add(span(p.alive_for)))
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let row = sqlx::query(sql::agent_get)
+        .bind(now)
+        .bind(&id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let record = agent(&row)?;
     commit(tx, OP).await?;
     Ok(record)
@@ -82,19 +70,15 @@ pub(super) async fn agent_heartbeat(pool: &SqlitePool, p: &AgentHeartbeatParams)
     let active = non_negative("active", p.active)?;
     let local = non_negative("local_concurrency", p.local_concurrency)?;
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let done = sqlx::query(
-        "UPDATE agents SET heartbeat_at = ?2, state = ?3, active = ?4, local_concurrency = ?5, \
-         stopped_at = CASE WHEN ?3 = 'stopped' THEN ?2 END \
-         WHERE id = ?1 AND state <> 'stopped'",
-    )
-    .bind(p.id.as_str())
-    .bind(now)
-    .bind(p.state.as_str())
-    .bind(active)
-    .bind(local)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let done = sqlx::query(sql::agent_heartbeat)
+        .bind(p.id.as_str())
+        .bind(now)
+        .bind(p.state.as_str())
+        .bind(active)
+        .bind(local)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     commit(tx, OP).await?;
     Ok(done.rows_affected() == 1)
 }
@@ -102,16 +86,12 @@ pub(super) async fn agent_heartbeat(pool: &SqlitePool, p: &AgentHeartbeatParams)
 pub(super) async fn agent_list(pool: &SqlitePool) -> Result<Vec<AgentRecord>> {
     const OP: &str = "agent_list";
     let (mut tx, now) = read_tx(pool, OP).await?;
-    let found = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {AGENT_COLUMNS} FROM agents a \
-         WHERE (a.state <> 'stopped' AND a.heartbeat_at > ?2) OR a.stopped_at > ?2 \
-         ORDER BY a.name, a.started_at, a.id"
-    )))
-    .bind(now)
-    .bind(now.saturating_sub(3_600_000_000))
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let found = sqlx::query(sql::agent_list)
+        .bind(now)
+        .bind(now.saturating_sub(3_600_000_000))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     commit(tx, OP).await?;
     found.iter().map(agent).collect()
 }
@@ -119,15 +99,12 @@ pub(super) async fn agent_list(pool: &SqlitePool) -> Result<Vec<AgentRecord>> {
 pub(super) async fn agent_mark_stopped(pool: &SqlitePool, id: &AgentId) -> Result<()> {
     const OP: &str = "agent_mark_stopped";
     let (mut tx, now) = write_tx(pool, OP).await?;
-    sqlx::query(
-        "UPDATE agents SET state = 'stopped', stopped_at = ?2, active = 0, heartbeat_at = ?2 \
-         WHERE id = ?1 AND state <> 'stopped'",
-    )
-    .bind(id.as_str())
-    .bind(now)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    sqlx::query(sql::agent_mark_stopped)
+        .bind(id.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     commit(tx, OP).await
 }
 
@@ -137,7 +114,7 @@ pub(super) async fn leader_attempt_elect(
 ) -> Result<LeaderOutcome> {
     const OP: &str = "leader_attempt_elect";
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let row = sqlx::query("SELECT owner, term, lease_until FROM leader WHERE name = 'default'")
+    let row = sqlx::query(sql::leader_get)
         .fetch_one(&mut *tx)
         .await
         .map_err(StoreError::db(OP))?;
@@ -161,18 +138,15 @@ pub(super) async fn leader_attempt_elect(
     let keep = mine && until.is_some();
     let new_term = if keep { term } else { term + 1 };
     let lease_until = now.saturating_add(span(p.ttl));
-    sqlx::query(
-        "UPDATE leader SET owner = ?1, term = ?2, lease_until = ?3, heartbeat_at = ?4, \
-         elected_at = CASE WHEN ?5 THEN elected_at ELSE ?4 END WHERE name = 'default'",
-    )
-    .bind(p.owner.as_str())
-    .bind(new_term)
-    .bind(lease_until)
-    .bind(now)
-    .bind(keep)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    sqlx::query(sql::leader_attempt_elect)
+        .bind(p.owner.as_str())
+        .bind(new_term)
+        .bind(lease_until)
+        .bind(now)
+        .bind(keep)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     commit(tx, OP).await?;
     Ok(LeaderOutcome::Leader {
         term: new_term,
@@ -187,17 +161,14 @@ pub(super) async fn leader_renew(
 ) -> Result<LeaderRenewal> {
     const OP: &str = "leader_renew";
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let done = sqlx::query(
-        "UPDATE leader SET lease_until = ?3, heartbeat_at = ?4 \
-         WHERE name = 'default' AND owner = ?1 AND term = ?2 AND lease_until IS NOT NULL",
-    )
-    .bind(p.owner.as_str())
-    .bind(p.term)
-    .bind(now.saturating_add(span(p.ttl)))
-    .bind(now)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let done = sqlx::query(sql::leader_renew)
+        .bind(p.owner.as_str())
+        .bind(p.term)
+        .bind(now.saturating_add(span(p.ttl)))
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     commit(tx, OP).await?;
     Ok(if done.rows_affected() == 1 {
         LeaderRenewal::Held {
@@ -215,27 +186,21 @@ pub(super) async fn leader_resign(
 ) -> Result<HolderWrite> {
     const OP: &str = "leader_resign";
     let (mut tx, _now) = write_tx(pool, OP).await?;
-    let done = sqlx::query(
-        "UPDATE leader SET owner = NULL, lease_until = NULL \
-         WHERE name = 'default' AND owner = ?1 AND term = ?2",
-    )
-    .bind(owner.as_str())
-    .bind(term)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let done = sqlx::query(sql::leader_resign)
+        .bind(owner.as_str())
+        .bind(term)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     // Nothing changed: a retry of a resignation that landed (its reply lost) is a repeat.
     // Only a resignation leaves the row without an owner, and a new owner starts a new term.
     let repeated = done.rows_affected() == 0
-        && sqlx::query_scalar::<_, i64>(
-            "SELECT term FROM leader WHERE name = 'default' AND owner IS NULL AND term = ?1 \
-             AND term > 0",
-        )
-        .bind(term)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?
-        .is_some();
+        && sqlx::query_scalar::<_, i64>(sql::leader_resign_repeated)
+            .bind(term)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?
+            .is_some();
     commit(tx, OP).await?;
     Ok(if done.rows_affected() == 1 || repeated {
         HolderWrite::Held

@@ -18,7 +18,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 use super::operator::{audit_record, audit_write, authorize};
 use super::rows::{get, get_opt_time, get_time, micros, span, time};
-use super::{WriteTx, commit, json_list, now_expr, read_tx, write_tx};
+use super::{WriteTx, commit, json_list, read_tx, sql, write_tx};
 use crate::domain::AgentId;
 use crate::store::resources::{
     self as common, GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams,
@@ -27,14 +27,6 @@ use crate::store::resources::{
     ShardGroupView, ShardJoinParams, ShardMemberRecord, Take,
 };
 use crate::store::{HolderWrite, Result, StoreError};
-
-/// The columns of a [`ResourceRecord`].
-macro_rules! columns {
-    () => {
-        "name, group_name, shard, owner, token, lease_until, heartbeat_at, acquired_at, \
-         lock_at_least_until, lock_at_most_until, released_at"
-    };
-}
 
 /// One hour, in stored units: the window of "moves in the last hour".
 const HOUR_US: i64 = 3_600_000_000;
@@ -80,15 +72,11 @@ async fn row_of(
     name: &str,
     op: &'static str,
 ) -> Result<Option<ResourceRecord>> {
-    let r = sqlx::query(concat!(
-        "SELECT ",
-        columns!(),
-        " FROM resource_leases WHERE name = ?1"
-    ))
-    .bind(name)
-    .fetch_optional(conn)
-    .await
-    .map_err(StoreError::db(op))?;
+    let r = sqlx::query(sql::resource_get_for_update)
+        .bind(name)
+        .fetch_optional(conn)
+        .await
+        .map_err(StoreError::db(op))?;
     optional_record(r)
 }
 
@@ -105,20 +93,9 @@ async fn take(
     op: &'static str,
 ) -> Result<ResourceRecord> {
     let statement = if insert {
-        concat!(
-            "INSERT INTO resource_leases (name, owner, token, lease_until, heartbeat_at, \
-             acquired_at, lock_at_least_until, lock_at_most_until) \
-             VALUES (?1, ?2, ?3, ?5, ?4, ?4, ?6, ?7) RETURNING ",
-            columns!()
-        )
+        sql::lock_insert
     } else {
-        concat!(
-            "UPDATE resource_leases SET owner = ?2, token = ?3, lease_until = ?5, \
-             heartbeat_at = ?4, acquired_at = ?4, lock_at_least_until = ?6, \
-             lock_at_most_until = ?7, released_at = NULL \
-             WHERE name = ?1 RETURNING ",
-            columns!()
-        )
+        sql::resource_take
     };
     let r = sqlx::query(statement)
         .bind(name)
@@ -132,14 +109,11 @@ async fn take(
         .await
         .map_err(StoreError::db(op))?;
     let lease = optional_record(r)?.ok_or_else(|| vanished(name))?;
-    sqlx::query(
-        "INSERT INTO resource_lease_history (name, group_name, owner, token, acquired_at) \
-         SELECT name, group_name, owner, token, acquired_at FROM resource_leases WHERE name = ?1",
-    )
-    .bind(name)
-    .execute(&mut *conn)
-    .await
-    .map_err(StoreError::db(op))?;
+    sqlx::query(sql::resource_history_insert)
+        .bind(name)
+        .execute(&mut *conn)
+        .await
+        .map_err(StoreError::db(op))?;
     Ok(lease)
 }
 
@@ -156,23 +130,15 @@ async fn extend(
     now: i64,
     op: &'static str,
 ) -> Result<Option<ResourceRecord>> {
-    let r = sqlx::query(concat!(
-        "UPDATE resource_leases \
-         SET lease_until = min(?4, coalesce(lock_at_most_until, ?4)), heartbeat_at = ?5 \
-         WHERE name = ?1 AND owner = ?2 AND token = ?3 AND released_at IS NULL \
-           AND lease_until IS NOT NULL \
-           AND (lock_at_most_until IS NULL OR lock_at_most_until > ?5) \
-         RETURNING ",
-        columns!()
-    ))
-    .bind(name)
-    .bind(holder)
-    .bind(token)
-    .bind(now.saturating_add(span(ttl)))
-    .bind(now)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(StoreError::db(op))?;
+    let r = sqlx::query(sql::resource_renew)
+        .bind(name)
+        .bind(holder)
+        .bind(token)
+        .bind(now.saturating_add(span(ttl)))
+        .bind(now)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(StoreError::db(op))?;
     optional_record(r)
 }
 
@@ -256,52 +222,38 @@ pub(super) async fn resource_release(
     let before = row_of(&mut tx, &p.name, OP).await?;
     // Before its lock_at_least_until it stays held until then (released_at set, renewed by
     // nobody); otherwise it is free at once.
-    let r = sqlx::query(concat!(
-        "UPDATE resource_leases \
-         SET released_at = CASE WHEN lock_at_least_until > ?4 THEN ?4 END, \
-             lease_until = CASE WHEN lock_at_least_until > ?4 THEN lock_at_least_until END, \
-             owner = CASE WHEN lock_at_least_until > ?4 THEN owner END \
-         WHERE name = ?1 AND owner = ?2 AND token = ?3 AND lease_until IS NOT NULL \
-           AND released_at IS NULL \
-         RETURNING ",
-        columns!()
-    ))
-    .bind(&p.name)
-    .bind(p.holder.as_str())
-    .bind(p.token)
-    .bind(now)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let r = sqlx::query(sql::resource_release)
+        .bind(&p.name)
+        .bind(p.holder.as_str())
+        .bind(p.token)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let after = optional_record(r)?;
     let changed = after.is_some();
     if changed {
         // The holding's history row is marked released (a retry of this release finds it).
-        sqlx::query(
-            "UPDATE resource_lease_history SET released_at = ?3 WHERE name = ?1 AND token = ?2",
-        )
-        .bind(&p.name)
-        .bind(p.token)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        sqlx::query(sql::resource_history_release)
+            .bind(&p.name)
+            .bind(p.token)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
     }
     // Nothing changed: a retry of this holder's release that landed (its reply lost) is told
     // it did, with the row as it is (unchanged); else fenced.
     let after = match after {
         Some(after) => Some(after),
-        None => sqlx::query_scalar::<_, i64>(
-            "SELECT token FROM resource_lease_history \
-             WHERE name = ?1 AND owner = ?2 AND token = ?3 AND released_at IS NOT NULL",
-        )
-        .bind(&p.name)
-        .bind(p.holder.as_str())
-        .bind(p.token)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?
-        .and(before.clone()),
+        None => sqlx::query_scalar::<_, i64>(sql::resource_release_repeated)
+            .bind(&p.name)
+            .bind(p.holder.as_str())
+            .bind(p.token)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?
+            .and(before.clone()),
     };
     if let Some(actor) = &p.actor {
         let entry = common::release_entry(actor, &p.name, before.as_ref(), changed);
@@ -342,18 +294,11 @@ pub(super) async fn lock_force_release(
             .lease_until
             .is_some_and(|until| until > at || before.released_at.is_none());
     // The token stays: the next holding's is higher.
-    let r = sqlx::query(concat!(
-        "UPDATE resource_leases \
-         SET owner = NULL, lease_until = NULL, released_at = NULL, lock_at_least_until = NULL, \
-             lock_at_most_until = NULL \
-         WHERE name = ?1 AND group_name IS NULL \
-         RETURNING ",
-        columns!()
-    ))
-    .bind(name)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let r = sqlx::query(sql::lock_force_release)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let after = optional_record(r)?.ok_or_else(|| vanished(name))?;
     let entry = common::release_entry(&p.actor, name, Some(&before), held);
     audit_write(&mut tx, &entry, now).await?;
@@ -365,18 +310,11 @@ pub(super) async fn lock_list(pool: &SqlitePool) -> Result<LockListing> {
     const OP: &str = "lock_list";
     let (mut tx, now) = read_tx(pool, OP).await?;
     // Moves: holdings of the last hour whose previous token's owner was someone else.
-    let rows = sqlx::query(concat!(
-        "SELECT ",
-        columns!(),
-        ", (SELECT count(*) FROM resource_lease_history h \
-            JOIN resource_lease_history p ON p.name = h.name AND p.token = h.token - 1 \
-            WHERE h.name = l.name AND h.acquired_at > ?1 AND p.owner <> h.owner) AS moves \
-         FROM resource_leases l WHERE l.group_name IS NULL ORDER BY l.name"
-    ))
-    .bind(now.saturating_sub(HOUR_US))
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let rows = sqlx::query(sql::lock_list)
+        .bind(now.saturating_sub(HOUR_US))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let locks = rows
         .iter()
         .map(|r| {
@@ -407,40 +345,26 @@ pub(super) async fn resource_renew_many(
     let mut members = BTreeSet::new();
     if !p.groups.is_empty() {
         let groups: Vec<&str> = p.groups.iter().map(GroupName::as_str).collect();
-        let renewed: Vec<String> = sqlx::query_scalar(
-            "UPDATE shard_members SET heartbeat_at = ?2, lease_until = ?3 \
-             WHERE member = ?1 AND group_name IN (SELECT value FROM json_each(?4)) \
-             RETURNING group_name",
-        )
-        .bind(owner)
-        .bind(now)
-        .bind(until)
-        .bind(json_list(&groups)?)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        let renewed: Vec<String> = sqlx::query_scalar(sql::shard_member_renew_many)
+            .bind(owner)
+            .bind(now)
+            .bind(until)
+            .bind(json_list(&groups)?)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
         members.extend(renewed);
     }
     if !p.leases.is_empty() {
         // Fenced as `extend`: (name, token) pairs travel as one JSON array.
-        let rows = sqlx::query(
-            "UPDATE resource_leases \
-             SET lease_until = min(?3, coalesce(lock_at_most_until, ?3)), heartbeat_at = ?2 \
-             FROM (SELECT json_extract(value, '$[0]') AS held_name, \
-                          json_extract(value, '$[1]') AS held_token \
-                   FROM json_each(?4)) AS h \
-             WHERE resource_leases.name = h.held_name AND resource_leases.token = h.held_token \
-               AND owner = ?1 AND released_at IS NULL AND lease_until IS NOT NULL \
-               AND (lock_at_most_until IS NULL OR lock_at_most_until > ?2) \
-             RETURNING name, token, lease_until",
-        )
-        .bind(owner)
-        .bind(now)
-        .bind(until)
-        .bind(json_list(&p.leases)?)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        let rows = sqlx::query(sql::resource_renew_many)
+            .bind(owner)
+            .bind(now)
+            .bind(until)
+            .bind(json_list(&p.leases)?)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
         for r in &rows {
             out.renewed.push((
                 get(r, "name")?,
@@ -464,21 +388,13 @@ async fn group_records(
     moves: &BTreeMap<(String, String), u32>,
     op: &'static str,
 ) -> Result<Vec<ShardGroupRecord>> {
-    let rows = sqlx::query(
-        "SELECT g.name, g.shard_count, g.created_at, \
-                (SELECT count(*) FROM shard_members m \
-                 WHERE m.group_name = g.name AND m.lease_until + ?1 >= ?3) AS members, \
-                (SELECT count(*) FROM resource_leases l \
-                 WHERE l.group_name = g.name AND l.owner IS NOT NULL \
-                   AND l.lease_until + ?1 >= ?3) AS owned \
-         FROM shard_groups g WHERE ?2 IS NULL OR g.name = ?2 ORDER BY g.name",
-    )
-    .bind(span(grace))
-    .bind(only)
-    .bind(now)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(StoreError::db(op))?;
+    let rows = sqlx::query(sql::shard_group_list)
+        .bind(span(grace))
+        .bind(only)
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(StoreError::db(op))?;
     rows.iter()
         .map(|r| {
             let shard_count: i64 = get(r, "shard_count")?;
@@ -502,19 +418,12 @@ async fn moves(
     now: i64,
     op: &'static str,
 ) -> Result<BTreeMap<(String, String), u32>> {
-    let rows = sqlx::query(
-        "SELECT h.group_name, h.name, count(*) AS moves \
-         FROM resource_lease_history h \
-         JOIN resource_lease_history p ON p.name = h.name AND p.token = h.token - 1 \
-         WHERE h.group_name IS NOT NULL AND (?1 IS NULL OR h.group_name = ?1) \
-           AND h.acquired_at > ?2 AND p.owner <> h.owner \
-         GROUP BY h.group_name, h.name",
-    )
-    .bind(only)
-    .bind(now.saturating_sub(HOUR_US))
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(StoreError::db(op))?;
+    let rows = sqlx::query(sql::resource_moves)
+        .bind(only)
+        .bind(now.saturating_sub(HOUR_US))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(StoreError::db(op))?;
     rows.iter()
         .map(|r| Ok(((get(r, "group_name")?, get(r, "name")?), count(r, "moves")?)))
         .collect()
@@ -530,12 +439,11 @@ pub(super) async fn shard_group_create(
     let target = common::group_target(name);
     authorize(pool, &p.actor, "shard_group_create", target, None).await?;
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let existing: Option<i64> =
-        sqlx::query_scalar("SELECT shard_count FROM shard_groups WHERE name = ?1")
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(StoreError::db(OP))?;
+    let existing: Option<i64> = sqlx::query_scalar(sql::shard_group_lock)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let created = match existing {
         None => {
             create_group(&mut tx, name, p.count, now, OP).await?;
@@ -579,23 +487,19 @@ async fn create_group(
     now: i64,
     op: &'static str,
 ) -> Result<()> {
-    sqlx::query("INSERT INTO shard_groups (name, shard_count, created_at) VALUES (?1, ?2, ?3)")
+    sqlx::query(sql::shard_group_insert)
         .bind(name)
         .bind(i64::from(count))
         .bind(now)
         .execute(&mut **tx)
         .await
         .map_err(StoreError::db(op))?;
-    sqlx::query(
-        "WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n + 1 < ?2) \
-         INSERT INTO resource_leases (name, group_name, shard) \
-         SELECT ?1 || '#' || n, ?1, n FROM s",
-    )
-    .bind(name)
-    .bind(i64::from(count))
-    .execute(&mut **tx)
-    .await
-    .map_err(StoreError::db(op))?;
+    sqlx::query(sql::shard_group_insert_shards)
+        .bind(name)
+        .bind(i64::from(count))
+        .execute(&mut **tx)
+        .await
+        .map_err(StoreError::db(op))?;
     Ok(())
 }
 
@@ -627,43 +531,36 @@ pub(super) async fn shard_group_get(
     else {
         return Ok(None);
     };
-    let shards = sqlx::query(concat!(
-        "SELECT ",
-        columns!(),
-        " FROM resource_leases WHERE group_name = ?1 ORDER BY shard"
-    ))
-    .bind(name)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?
-    .iter()
-    .map(|r| {
-        let mut shard = record(r)?;
-        shard.moves_last_hour = moves
-            .get(&(name.to_string(), shard.name.clone()))
-            .copied()
-            .unwrap_or(0);
-        Ok(shard)
-    })
-    .collect::<Result<Vec<_>>>()?;
-    let members = sqlx::query(
-        "SELECT member, joined_at, heartbeat_at, lease_until FROM shard_members \
-         WHERE group_name = ?1 ORDER BY member",
-    )
-    .bind(name)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?
-    .iter()
-    .map(|r| {
-        Ok(ShardMemberRecord {
-            member: get(r, "member")?,
-            joined_at: get_time(r, "joined_at")?,
-            heartbeat_at: get_time(r, "heartbeat_at")?,
-            lease_until: get_time(r, "lease_until")?,
+    let shards = sqlx::query(sql::shard_list)
+        .bind(name)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?
+        .iter()
+        .map(|r| {
+            let mut shard = record(r)?;
+            shard.moves_last_hour = moves
+                .get(&(name.to_string(), shard.name.clone()))
+                .copied()
+                .unwrap_or(0);
+            Ok(shard)
         })
-    })
-    .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()?;
+    let members = sqlx::query(sql::shard_member_list)
+        .bind(name)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?
+        .iter()
+        .map(|r| {
+            Ok(ShardMemberRecord {
+                member: get(r, "member")?,
+                joined_at: get_time(r, "joined_at")?,
+                heartbeat_at: get_time(r, "heartbeat_at")?,
+                lease_until: get_time(r, "lease_until")?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     commit(tx, OP).await?;
     Ok(Some(ShardGroupView {
         group: record_of_group,
@@ -677,21 +574,14 @@ pub(super) async fn shard_join(pool: &SqlitePool, p: &ShardJoinParams) -> Result
     const OP: &str = "shard_join";
     common::check_ttl("ttl", p.ttl)?;
     let (mut tx, now) = write_tx(pool, OP).await?;
-    // The WHERE keeps SQLite from reading ON CONFLICT as part of the SELECT's join.
-    let joined: Option<String> = sqlx::query_scalar(
-        "INSERT INTO shard_members (group_name, member, joined_at, heartbeat_at, lease_until) \
-         SELECT name, ?2, ?3, ?3, ?4 FROM shard_groups WHERE name = ?1 \
-         ON CONFLICT (group_name, member) \
-         DO UPDATE SET heartbeat_at = excluded.heartbeat_at, lease_until = excluded.lease_until \
-         RETURNING member",
-    )
-    .bind(p.group.as_str())
-    .bind(p.member.as_str())
-    .bind(now)
-    .bind(now.saturating_add(span(p.ttl)))
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let joined: Option<String> = sqlx::query_scalar(sql::shard_join)
+        .bind(p.group.as_str())
+        .bind(p.member.as_str())
+        .bind(now)
+        .bind(now.saturating_add(span(p.ttl)))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     if joined.is_none() {
         return Err(StoreError::ShardGroupNotFound(p.group.as_str().to_string()));
     }
@@ -705,7 +595,7 @@ pub(super) async fn shard_leave(
 ) -> Result<()> {
     const OP: &str = "shard_leave";
     let (mut tx, _now) = write_tx(pool, OP).await?;
-    sqlx::query("DELETE FROM shard_members WHERE group_name = ?1 AND member = ?2")
+    sqlx::query(sql::shard_leave)
         .bind(group.as_str())
         .bind(member.as_str())
         .execute(&mut *tx)
@@ -751,12 +641,12 @@ pub(super) async fn resource_history_prune(pool: &SqlitePool, older_than: Durati
     let (mut tx, now) = write_tx(pool, OP).await?;
     let cutoff = now.saturating_sub(span(older_than));
     // Memberships gone for as long go with the history.
-    sqlx::query("DELETE FROM shard_members WHERE lease_until < ?1")
+    sqlx::query(sql::shard_member_prune)
         .bind(cutoff)
         .execute(&mut *tx)
         .await
         .map_err(StoreError::db(OP))?;
-    let done = sqlx::query("DELETE FROM resource_lease_history WHERE acquired_at < ?1")
+    let done = sqlx::query(sql::resource_history_prune)
         .bind(cutoff)
         .execute(&mut *tx)
         .await
@@ -778,10 +668,11 @@ pub(super) async fn resource_history_prune(pool: &SqlitePool, older_than: Durati
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::SqlitePool) -> Result<(), Box<dyn std::error::Error>> {
-/// use leasehold_shared::store::{sqlite::resource_fence, HolderWrite};
-/// let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+/// # async fn advance_cursor(_: &mut sqlx::SqliteConnection, _: i64) -> sqlx::Result<()> { Ok(()) }
+/// use leasehold_shared::store::{sqlite::{resource_fence, BEGIN_IMMEDIATE}, HolderWrite};
+/// let mut tx = pool.begin_with(BEGIN_IMMEDIATE).await?;
 /// if resource_fence(&mut tx, "orders-partitions#3", "web-1#17", 42).await? == HolderWrite::Held {
-///     sqlx::query("UPDATE cursors SET pos = pos + 1 WHERE shard = 3").execute(&mut *tx).await?;
+///     advance_cursor(&mut tx, 3).await?; // the caller's own writes
 ///     tx.commit().await?;
 /// }
 /// # Ok(()) }
@@ -792,18 +683,13 @@ pub async fn resource_fence(
     holder: &str,
     token: i64,
 ) -> Result<HolderWrite> {
-    let held: Option<i64> = sqlx::query_scalar(concat!(
-        "SELECT token FROM resource_leases \
-         WHERE name = ?1 AND owner = ?2 AND token = ?3 AND released_at IS NULL \
-           AND lease_until > ",
-        now_expr!()
-    ))
-    .bind(name)
-    .bind(holder)
-    .bind(token)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(StoreError::db("resource_fence"))?;
+    let held: Option<i64> = sqlx::query_scalar(sql::resource_fence)
+        .bind(name)
+        .bind(holder)
+        .bind(token)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(StoreError::db("resource_fence"))?;
     Ok(if held.is_some() {
         HolderWrite::Held
     } else {

@@ -8,7 +8,7 @@ use sqlx::{Row, SqliteConnection, SqlitePool};
 use super::holder::enqueue_valid;
 use super::operator::{audit_record, audit_write, authorize};
 use super::rows::{self, agent_id, get, get_opt_time, get_time, micros, status, time};
-use super::{WriteTx, commit, read_tx, write_tx};
+use super::{WriteTx, commit, read_tx, sql, write_tx};
 use crate::domain::{Actor, InputLimits, Schedule};
 use crate::store::schedules::{
     self as common, AddPlan, FireReport, LeaderRecord, ScheduleAddOutcome, ScheduleAddParams,
@@ -17,16 +17,6 @@ use crate::store::schedules::{
     UnreadableSchedule, action,
 };
 use crate::store::{Enqueued, NewTask, Result, StoreError};
-
-macro_rules! select {
-    ($tail:literal) => {
-        concat!(
-            "SELECT s.*, t.status AS last_task_status FROM schedules s ",
-            "LEFT JOIN tasks t ON t.id = s.last_task_id ",
-            $tail
-        )
-    };
-}
 
 fn row(r: &SqliteRow) -> Result<ScheduleRow> {
     let payload = rows::json::<serde_json::Value>(get(r, "payload")?, "schedule payload")?
@@ -86,7 +76,7 @@ async fn get_record(
     name: &str,
     op: &'static str,
 ) -> Result<ScheduleRecord> {
-    let r = sqlx::query(select!("WHERE s.name = ?1"))
+    let r = sqlx::query(sql::schedule_get)
         .bind(name)
         .fetch_optional(conn)
         .await
@@ -102,7 +92,7 @@ async fn stored(
     name: &str,
     op: &'static str,
 ) -> Result<Option<Result<Schedule>>> {
-    let r = sqlx::query(select!("WHERE s.name = ?1"))
+    let r = sqlx::query(sql::schedule_get)
         .bind(name)
         .fetch_optional(tx)
         .await
@@ -113,7 +103,7 @@ async fn stored(
 pub(super) async fn schedule_list(pool: &SqlitePool) -> Result<ScheduleListing> {
     const OP: &str = "schedule_list";
     let (mut tx, _now) = read_tx(pool, OP).await?;
-    let rows = sqlx::query(select!("ORDER BY s.name"))
+    let rows = sqlx::query(sql::schedule_list)
         .fetch_all(&mut *tx)
         .await
         .map_err(StoreError::db(OP))?;
@@ -144,15 +134,9 @@ async fn write_definition(
     let payload = rows::to_text(d.payload, "schedule payload")?;
     let next = time(now, "now").map(|now| common::first_fire(schedule, now).map(micros))?;
     let statement = if insert {
-        "INSERT INTO schedules (name, cron, timezone, task_type, payload, priority, max_attempts, \
-         enabled, missed, catch_up_max, next_fire_at, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12, ?13, ?13)"
+        sql::schedule_insert
     } else {
-        "UPDATE schedules SET cron = ?2, timezone = ?3, task_type = ?4, payload = ?5, \
-         priority = ?6, max_attempts = ?7, enabled = ?8, missed = ?9, catch_up_max = ?10, \
-         next_fire_at = CASE WHEN ?11 THEN ?12 ELSE next_fire_at END, \
-         last_error = CASE WHEN ?11 THEN NULL ELSE last_error END, updated_at = ?13 \
-         WHERE name = ?1"
+        sql::schedule_update
     };
     sqlx::query(statement)
         .bind(d.name)
@@ -230,7 +214,7 @@ pub(super) async fn schedule_remove(
         return Err(failed(pool, &p.actor, action::REMOVE, name, missing).await);
     }
     let record = get_record(&mut tx, name, OP).await.ok();
-    sqlx::query("DELETE FROM schedules WHERE name = ?1")
+    sqlx::query(sql::schedule_delete)
         .bind(name)
         .execute(&mut *tx)
         .await
@@ -260,18 +244,14 @@ pub(super) async fn schedule_set_enabled(
     let changed = before.enabled() != p.enabled;
     if changed {
         let next = common::first_fire(&before, time(now, "now")?).map(micros);
-        sqlx::query(
-            "UPDATE schedules SET enabled = ?2, \
-             next_fire_at = CASE WHEN ?2 THEN ?3 ELSE next_fire_at END, updated_at = ?4 \
-             WHERE name = ?1",
-        )
-        .bind(name)
-        .bind(p.enabled)
-        .bind(next)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        sqlx::query(sql::schedule_set_enabled)
+            .bind(name)
+            .bind(p.enabled)
+            .bind(next)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
     }
     let entry = common::enable_entry(&p.actor, p.enabled, name, changed);
     audit_write(&mut tx, &entry, now).await?;
@@ -316,15 +296,13 @@ pub(super) async fn schedule_trigger(
         }
         Err(e) => return Err(e),
     };
-    sqlx::query(
-        "UPDATE schedules SET last_task_id = ?2, last_error = NULL, updated_at = ?3 WHERE name = ?1",
-    )
-    .bind(name)
-    .bind(task.id.0)
-    .bind(now)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    sqlx::query(sql::schedule_set_last_task)
+        .bind(name)
+        .bind(task.id.0)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let entry = common::trigger_entry(&p.actor, name, &task, &key);
     audit_write(&mut tx, &entry, now).await?;
     let record = get_record(&mut tx, name, OP).await?;
@@ -345,28 +323,23 @@ pub(super) async fn schedule_fire_due(
     // An idle pass reads first and takes the write lock only when something is due.
     {
         let (mut read, now) = read_tx(pool, OP).await?;
-        let due: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM schedules WHERE enabled AND next_fire_at <= ?1 LIMIT 1",
-        )
-        .bind(now)
-        .fetch_optional(&mut *read)
-        .await
-        .map_err(StoreError::db(OP))?;
+        let due: Option<i64> = sqlx::query_scalar(sql::schedule_any_due)
+            .bind(now)
+            .fetch_optional(&mut *read)
+            .await
+            .map_err(StoreError::db(OP))?;
         if due.is_none() {
             return next_due(&mut read, now, FireReport::default(), OP).await;
         }
     }
     let (mut tx, now) = write_tx(pool, OP).await?;
-    let held: Option<i64> = sqlx::query_scalar(
-        "SELECT term FROM leader WHERE name = 'default' AND owner = ?1 AND term = ?2 \
-         AND lease_until > ?3",
-    )
-    .bind(p.leader.as_str())
-    .bind(p.term)
-    .bind(now)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let held: Option<i64> = sqlx::query_scalar(sql::leader_check)
+        .bind(p.leader.as_str())
+        .bind(p.term)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     if held.is_none() {
         return Ok(FireReport {
             fenced: true,
@@ -374,15 +347,12 @@ pub(super) async fn schedule_fire_due(
         });
     }
     let at = time(now, "now")?;
-    let due = sqlx::query(
-        "SELECT s.*, NULL AS last_task_status FROM schedules s \
-         WHERE s.enabled AND s.next_fire_at <= ?1 ORDER BY s.next_fire_at, s.name LIMIT ?2",
-    )
-    .bind(now)
-    .bind(i64::from(p.limit.max(1)))
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let due = sqlx::query(sql::schedule_due)
+        .bind(now)
+        .bind(i64::from(p.limit.max(1)))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     let mut report = FireReport::default();
     for r in &due {
         if report.fired.len() >= common::MAX_TICKS_PER_PASS {
@@ -403,20 +373,16 @@ pub(super) async fn schedule_fire_due(
             }
         }
         let settled = common::settle(&name, step, enqueued, &mut report)?;
-        sqlx::query(
-            "UPDATE schedules SET last_fired_at = coalesce(?2, last_fired_at), next_fire_at = ?3, \
-             last_task_id = coalesce(?4, last_task_id), last_error = ?5, updated_at = ?6 \
-             WHERE name = ?1",
-        )
-        .bind(&name)
-        .bind(settled.last_tick.map(micros))
-        .bind(settled.next.map(micros))
-        .bind(settled.last_task)
-        .bind(settled.error)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        sqlx::query(sql::schedule_fired)
+            .bind(&name)
+            .bind(settled.last_tick.map(micros))
+            .bind(settled.next.map(micros))
+            .bind(settled.last_task)
+            .bind(settled.error)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
     }
     let report = next_due(&mut tx, now, report, OP).await?;
     commit(tx, OP).await?;
@@ -430,11 +396,10 @@ async fn next_due(
     mut report: FireReport,
     op: &'static str,
 ) -> Result<FireReport> {
-    let next: Option<i64> =
-        sqlx::query_scalar("SELECT min(next_fire_at) FROM schedules WHERE enabled")
-            .fetch_one(conn)
-            .await
-            .map_err(StoreError::db(op))?;
+    let next: Option<i64> = sqlx::query_scalar(sql::schedule_next_due)
+        .fetch_one(conn)
+        .await
+        .map_err(StoreError::db(op))?;
     report.next_due = next.map(|us| time(us, "next_fire_at")).transpose()?;
     report.now = Some(time(now, "now")?);
     Ok(report)
@@ -443,13 +408,10 @@ async fn next_due(
 pub(super) async fn leader_get(pool: &SqlitePool) -> Result<Option<LeaderRecord>> {
     const OP: &str = "leader_get";
     let (mut tx, now) = read_tx(pool, OP).await?;
-    let r = sqlx::query(
-        "SELECT owner, term, elected_at, lease_until, heartbeat_at FROM leader \
-         WHERE name = 'default'",
-    )
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(StoreError::db(OP))?;
+    let r = sqlx::query(sql::leader_get)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
     r.map(|r| {
         Ok(LeaderRecord {
             owner: get::<Option<String>>(&r, "owner")?

@@ -1,0 +1,7 @@
+-- Now, and whether any task of types ?1 (JSON array) is due: a read before a claim queues for
+-- the write lock, so a claimer with nothing to take does not.
+SELECT (CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000) AS now,
+       EXISTS (SELECT 1 FROM tasks
+               WHERE status IN ('queued', 'retry_wait')
+                 AND available_at <= (CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)
+                 AND task_type IN (SELECT value FROM json_each(?1))) AS due

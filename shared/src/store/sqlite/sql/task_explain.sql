@@ -1,0 +1,41 @@
+-- The facts that explain why task ?1 is not running (worded in store/explain.rs). No row: no
+-- such task. ?2 now, ?3 the cutoff before which an agent's registry heartbeat is stale, ?4 most
+-- claimable tasks counted ahead of it.
+WITH t AS (
+    SELECT id, task_type, status, priority, available_at, deadline_at, attempt, max_attempts,
+           lease_owner, last_error, coalesce(finished_at, updated_at) AS finished_at,
+           status IN ('queued', 'retry_wait') AS waiting
+    FROM tasks WHERE id = ?1)
+SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.max_attempts,
+       t.lease_owner, t.last_error, t.finished_at,
+       coalesce(tp.paused, 0) AS type_paused,
+       coalesce(gp.paused, 0) AS global_paused,
+       tp.max_concurrency AS type_limit,
+       CASE WHEN t.waiting AND tp.max_concurrency IS NOT NULL THEN (
+           SELECT count(*) FROM tasks r
+           WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type)
+       END AS type_running,
+       gp.max_concurrency AS global_limit,
+       CASE WHEN t.waiting AND gp.max_concurrency IS NOT NULL THEN (
+           SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested'))
+       END AS global_running,
+       t.waiting AND EXISTS (
+           SELECT 1 FROM agents a, json_each(a.task_types) j
+           WHERE a.state = 'running' AND a.heartbeat_at > ?3 AND j.value = t.task_type)
+           AS agent_live,
+       CASE WHEN t.waiting AND t.available_at <= ?2 THEN (
+           SELECT count(*) FROM (
+               SELECT 1 FROM tasks c
+               WHERE c.status IN ('queued', 'retry_wait')
+                 AND c.task_type = t.task_type
+                 AND c.available_at <= ?2
+                 AND (c.deadline_at IS NULL OR c.deadline_at > ?2)
+                 AND c.priority >= t.priority
+                 AND (c.priority > t.priority
+                      OR c.available_at < t.available_at
+                      OR (c.available_at = t.available_at AND c.id < t.id))
+               LIMIT ?4))
+       ELSE 0 END AS ahead
+FROM t
+LEFT JOIN policies tp ON tp.scope = t.task_type
+LEFT JOIN policies gp ON gp.scope = '*'

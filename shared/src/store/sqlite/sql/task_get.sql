@@ -1,0 +1,2 @@
+-- Task ?1, every column.
+SELECT * FROM tasks WHERE id = ?1

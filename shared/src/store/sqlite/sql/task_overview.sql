@@ -1,0 +1,37 @@
+-- Counts per task type plus the global policy as the row named '*' (no task type can be named
+-- so). ?1 now, ?2 a minute ago, ?3 caps the rows.
+WITH live AS (
+    SELECT task_type,
+           sum(status = 'queued' AND available_at <= ?1) AS queued,
+           sum(status = 'queued' AND available_at > ?1) AS scheduled,
+           sum(status = 'retry_wait') AS retrying,
+           sum(status IN ('running', 'cancel_requested')) AS running
+    FROM tasks WHERE status IN ('queued', 'retry_wait', 'running', 'cancel_requested')
+    GROUP BY task_type
+), dead AS (
+    SELECT task_type, count(*) AS dead FROM tasks WHERE status = 'dead' GROUP BY task_type
+), recent AS (
+    SELECT task_type,
+           sum(status IN ('succeeded', 'partially_succeeded')) AS finished,
+           sum(status = 'dead') AS died
+    FROM tasks
+    WHERE status IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead')
+      AND finished_at >= ?2
+    GROUP BY task_type
+), names AS (
+    SELECT task_type FROM live UNION SELECT task_type FROM dead
+    UNION SELECT task_type FROM recent UNION SELECT scope FROM policies
+)
+SELECT n.task_type,
+       coalesce(l.queued, 0) AS queued, coalesce(l.scheduled, 0) AS scheduled,
+       coalesce(l.retrying, 0) AS retrying, coalesce(l.running, 0) AS running,
+       coalesce(d.dead, 0) AS dead, coalesce(r.finished, 0) AS finished_last_minute,
+       coalesce(r.died, 0) AS dead_last_minute, p.max_concurrency,
+       coalesce(p.paused, 0) AS paused
+FROM names n
+LEFT JOIN live l ON l.task_type = n.task_type
+LEFT JOIN dead d ON d.task_type = n.task_type
+LEFT JOIN recent r ON r.task_type = n.task_type
+LEFT JOIN policies p ON p.scope = n.task_type
+ORDER BY n.task_type = '*' DESC, n.task_type
+LIMIT ?3
