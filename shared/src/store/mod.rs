@@ -1,7 +1,7 @@
 //! The [`Store`] trait: the seam between the runtime and the databases.
 //!
 //! Every method is one statement or one short transaction. Methods are named noun-first, take
-//! one `…Params` struct and return typed outcomes. Holder writes carry a
+//! a `…Params` struct when they have more than an id or two, and return typed outcomes. Holder writes carry a
 //! [`LeaseKey`](crate::LeaseKey) and are *fenced*: when the row's owner, epoch or status no
 //! longer match, nothing changes and the outcome says `Fenced`.
 //!

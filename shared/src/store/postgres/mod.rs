@@ -1,8 +1,10 @@
 //! The PostgreSQL store: production storage, the only one for several hosts.
 //!
 //! SQL lives in `sql/*.sql`, one statement per file named after its operation, loaded with
-//! `include_str!`. Claims of limited scopes run in a short transaction that first takes one
-//! advisory lock per limited scope; everything else is a single statement.
+//! `include_str!`. The task hot path is one statement per batch (renew, complete, release;
+//! claims of limited scopes run in a short transaction that first takes one advisory lock per
+//! limited scope). Operator actions, resource leases and schedules run as short
+//! multi-statement transactions (read with a row lock, decide, write, audit).
 //!
 //! Enqueue is also offered generic over the executor ([`enqueue::task_enqueue`],
 //! [`enqueue::task_enqueue_many`]) so applications enqueue in the same transaction as their

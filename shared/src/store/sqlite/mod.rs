@@ -10,7 +10,8 @@
 //! ```
 //! Several agent processes on one host may share one file: claims, renewals and completions
 //! serialise on the write lock, so concurrency limits are exact without advisory locks. There is
-//! no NOTIFY: agents poll (their poll interval bounds the pickup delay).
+//! no NOTIFY: each agent watches the file's change counter (`PRAGMA data_version`, every 20 ms,
+//! in the agent's notifier) and polls as a fallback.
 //!
 //! Times are INTEGER microseconds since the Unix epoch (millisecond precision from the clock);
 //! JSON is TEXT. See `migrations/sqlite/`.
