@@ -491,8 +491,7 @@ async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
         let auth = grpc.auth().map_err(config_error)?;
         if let Some(tls) = &grpc.tls {
             // Read now, so a bad file is a usage error before anything starts.
-            tls.load()
-                .map_err(|e| usage_error("tls", &format!("{e:#}")))?;
+            tls.load().map_err(|e| usage_error("tls", &e.report()))?;
         }
         let listener = tokio::net::TcpListener::bind(grpc.listen)
             .await
@@ -504,7 +503,7 @@ async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
             .map_err(|e| usage_error("listen", &format!("reading the bound address: {e}")))?
             .port();
         let socket = crate::grpc::UnixSocket::open(&grpc.transport.socket, port)
-            .map_err(|e| usage_error("socket", &format!("{e:#}")))?;
+            .map_err(|e| usage_error("socket", &e.report()))?;
         builder = builder.grpc(crate::grpc::GrpcOptions {
             listener,
             tls: grpc.tls.clone(),

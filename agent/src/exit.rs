@@ -3,6 +3,8 @@
 
 use leasehold_shared::StoreError;
 
+use crate::error::AgentError;
+
 /// Exit codes of `leasehold-agent` and `leasehold`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitCode {
@@ -17,41 +19,70 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
-    /// The exit code an error should end the process with.
+    /// The exit code an error should end the process with: from the typed [`AgentError`]
+    /// first; errors of `main`/`cli` that still come through `anyhow` by their chain.
     pub fn for_error(error: &anyhow::Error) -> ExitCode {
         for cause in error.chain() {
+            if let Some(agent) = cause.downcast_ref::<AgentError>() {
+                return ExitCode::for_agent_error(agent);
+            }
             if let Some(store) = cause.downcast_ref::<StoreError>() {
-                return match store {
-                    StoreError::Invalid(_)
-                    | StoreError::NotFound(_)
-                    | StoreError::ScheduleNotFound(_)
-                    | StoreError::ScheduleExists { .. }
-                    | StoreError::LockNotFound(_)
-                    | StoreError::ShardGroupNotFound(_)
-                    | StoreError::ShardGroupExists { .. }
-                    | StoreError::Transition { .. }
-                    | StoreError::UnsupportedUrl(_) => ExitCode::Usage,
-                    StoreError::PermissionDenied { .. } => ExitCode::PermissionDenied,
-                    StoreError::Busy { .. } | StoreError::NotMigrated { .. } => {
-                        ExitCode::Unreachable
-                    }
-                    StoreError::Database { .. } if store.is_connection() => ExitCode::Unreachable,
-                    // Refused at connect (PostgreSQL authentication, a SQLite file that cannot
-                    // be opened or is not a database): the database cannot be used.
-                    StoreError::Database { op: "connect", .. } => ExitCode::Unreachable,
-                    StoreError::Database {
-                        source: sqlx::Error::Database(_),
-                        ..
-                    } => ExitCode::TaskFailed,
-                    StoreError::Database { .. } => ExitCode::Unreachable,
-                    StoreError::Migrate(_) | StoreError::Corrupt { .. } => ExitCode::TaskFailed,
-                };
+                return ExitCode::for_store_error(store);
             }
             if cause.downcast_ref::<clap::Error>().is_some() {
                 return ExitCode::Usage;
             }
         }
         ExitCode::TaskFailed
+    }
+
+    /// The exit code of an error of the agent library.
+    pub fn for_agent_error(error: &AgentError) -> ExitCode {
+        match error {
+            AgentError::Store(store) | AgentError::StoreWhile { source: store, .. } => {
+                ExitCode::for_store_error(store)
+            }
+            AgentError::Settings(_) => ExitCode::Usage,
+            // Exit 1 as when these were untyped: a library caller's bad argument, a dead
+            // service, a server or log setup that failed (the command line reads the TLS
+            // files and binds the socket itself first, as usage errors).
+            AgentError::NoHandlers
+            | AgentError::Invalid(_)
+            | AgentError::Listen { .. }
+            | AgentError::Tls { .. }
+            | AgentError::Socket { .. }
+            | AgentError::Grpc { .. }
+            | AgentError::Logs { .. }
+            | AgentError::Internal { .. }
+            | AgentError::Service { .. } => ExitCode::TaskFailed,
+        }
+    }
+
+    /// The exit code of a database error.
+    pub fn for_store_error(store: &StoreError) -> ExitCode {
+        match store {
+            StoreError::Invalid(_)
+            | StoreError::NotFound(_)
+            | StoreError::ScheduleNotFound(_)
+            | StoreError::ScheduleExists { .. }
+            | StoreError::LockNotFound(_)
+            | StoreError::ShardGroupNotFound(_)
+            | StoreError::ShardGroupExists { .. }
+            | StoreError::Transition { .. }
+            | StoreError::UnsupportedUrl(_) => ExitCode::Usage,
+            StoreError::PermissionDenied { .. } => ExitCode::PermissionDenied,
+            StoreError::Busy { .. } | StoreError::NotMigrated { .. } => ExitCode::Unreachable,
+            StoreError::Database { .. } if store.is_connection() => ExitCode::Unreachable,
+            // Refused at connect (PostgreSQL authentication, a SQLite file that cannot
+            // be opened or is not a database): the database cannot be used.
+            StoreError::Database { op: "connect", .. } => ExitCode::Unreachable,
+            StoreError::Database {
+                source: sqlx::Error::Database(_),
+                ..
+            } => ExitCode::TaskFailed,
+            StoreError::Database { .. } => ExitCode::Unreachable,
+            StoreError::Migrate(_) | StoreError::Corrupt { .. } => ExitCode::TaskFailed,
+        }
     }
 }
 
@@ -98,5 +129,29 @@ mod tests {
             actor: "v".into(),
         });
         assert_eq!(ExitCode::for_error(&e), ExitCode::PermissionDenied);
+    }
+
+    #[test]
+    fn typed_agent_errors_keep_the_codes_their_chains_gave() {
+        let connect = || StoreError::Database {
+            op: "connect",
+            source: sqlx::Error::PoolTimedOut,
+        };
+        let e = anyhow::Error::new(AgentError::store_while("registering the agent", connect()));
+        assert_eq!(ExitCode::for_error(&e), ExitCode::Unreachable);
+        let e = anyhow::Error::new(AgentError::from(connect()));
+        assert_eq!(ExitCode::for_error(&e), ExitCode::Unreachable);
+        let e = anyhow::Error::new(AgentError::from(crate::runtime::settings::SettingsError {
+            setting: "lease_ttl",
+            detail: "too short".into(),
+        }));
+        assert_eq!(ExitCode::for_error(&e), ExitCode::Usage);
+        let e = anyhow::Error::new(AgentError::Service {
+            name: "heartbeat",
+            how: "returned early".into(),
+        });
+        assert_eq!(ExitCode::for_error(&e), ExitCode::TaskFailed);
+        let e = anyhow::Error::new(AgentError::NoHandlers);
+        assert_eq!(ExitCode::for_error(&e), ExitCode::TaskFailed);
     }
 }

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod error;
 pub mod exit;
 pub mod grpc;
 pub mod handler;
@@ -12,6 +13,7 @@ pub mod handlers;
 pub mod runtime;
 pub mod telemetry;
 
+pub use error::AgentError;
 pub use handler::{
     ContextStopper, Handler, HandlerError, HandlerRegistry, Outcome, StopReason, TaskContext,
 };

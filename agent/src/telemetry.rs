@@ -14,7 +14,7 @@ use std::io::IsTerminal;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use crate::error::{AgentError, Result};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -45,7 +45,7 @@ impl std::fmt::Debug for LogGuard {
 }
 
 /// Installs the global subscriber. `RUST_LOG`, when set, overrides `level`.
-pub fn init(format: LogFormat, level: &str, dir: Option<&Path>) -> anyhow::Result<LogGuard> {
+pub fn init(format: LogFormat, level: &str, dir: Option<&Path>) -> Result<LogGuard> {
     let filter = || {
         std::env::var("RUST_LOG")
             .ok()
@@ -63,7 +63,9 @@ pub fn init(format: LogFormat, level: &str, dir: Option<&Path>) -> anyhow::Resul
                 .filename_suffix(FILE_SUFFIX)
                 .max_log_files(MAX_FILES)
                 .build(dir)
-                .with_context(|| format!("opening log files in {}", dir.display()))?;
+                .map_err(|e| {
+                    AgentError::logs(format!("opening log files in {}", dir.display()), e)
+                })?;
             let (writer, guard) = tracing_appender::non_blocking(PrivateFiles { appender, files });
             (Some(writer), Some(guard))
         }
@@ -93,7 +95,7 @@ pub fn init(format: LogFormat, level: &str, dir: Option<&Path>) -> anyhow::Resul
         .with(stderr_json)
         .with(file)
         .try_init()
-        .context("installing the log subscriber")?;
+        .map_err(|e| AgentError::logs("installing the log subscriber", e))?;
     if let (Some(dir), Some(mode)) = (dir, exposed_dir) {
         tracing::warn!(
             path = %dir.display(),
@@ -108,26 +110,35 @@ pub fn init(format: LogFormat, level: &str, dir: Option<&Path>) -> anyhow::Resul
 
 /// Creates `dir` (0700, with its missing parents) or checks an existing one; the mode of an
 /// existing directory that group or others can use, to warn about once logging runs.
-fn prepare_dir(dir: &Path) -> anyhow::Result<Option<u32>> {
+fn prepare_dir(dir: &Path) -> Result<Option<u32>> {
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => {
             let mode = meta.permissions().mode() & 0o777;
             Ok((mode & 0o077 != 0).then_some(mode))
         }
-        Ok(_) => anyhow::bail!("the log directory {} is not a directory", dir.display()),
+        Ok(_) => Err(AgentError::Logs {
+            doing: format!("the log directory {} is not a directory", dir.display()),
+            source: None,
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(LOG_DIR_MODE)
                 .create(dir)
-                .with_context(|| format!("creating log directory {}", dir.display()))?;
+                .map_err(|e| {
+                    AgentError::logs(format!("creating log directory {}", dir.display()), e)
+                })?;
             // The umask may have taken bits from the mode; it can only have taken, never
             // added, but set the leaf exactly.
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(LOG_DIR_MODE))
-                .with_context(|| format!("setting the mode of {}", dir.display()))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(LOG_DIR_MODE)).map_err(
+                |e| AgentError::logs(format!("setting the mode of {}", dir.display()), e),
+            )?;
             Ok(None)
         }
-        Err(e) => Err(e).with_context(|| format!("looking at log directory {}", dir.display())),
+        Err(e) => Err(AgentError::logs(
+            format!("looking at log directory {}", dir.display()),
+            e,
+        )),
     }
 }
 
@@ -141,7 +152,7 @@ struct PrivateDays {
 
 impl PrivateDays {
     /// Creates today's and tomorrow's files.
-    fn new(dir: &Path) -> anyhow::Result<Self> {
+    fn new(dir: &Path) -> Result<Self> {
         let today = utc_day();
         for day in [today, today + 1] {
             create_private(&dir.join(file_name(day)))?;
@@ -169,7 +180,7 @@ impl PrivateDays {
 
 /// Creates `path` empty with [`LOG_FILE_MODE`] unless it exists (an existing file keeps its
 /// mode).
-fn create_private(path: &Path) -> anyhow::Result<()> {
+fn create_private(path: &Path) -> Result<()> {
     let created = std::fs::OpenOptions::new()
         .append(true)
         .create_new(true)
@@ -178,9 +189,12 @@ fn create_private(path: &Path) -> anyhow::Result<()> {
     match created {
         Ok(file) => file
             .set_permissions(std::fs::Permissions::from_mode(LOG_FILE_MODE))
-            .with_context(|| format!("setting the mode of {}", path.display())),
+            .map_err(|e| AgentError::logs(format!("setting the mode of {}", path.display()), e)),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("creating log file {}", path.display())),
+        Err(e) => Err(AgentError::logs(
+            format!("creating log file {}", path.display()),
+            e,
+        )),
     }
 }
 

@@ -32,7 +32,7 @@ fn settings(name: &str, ttl: Duration) -> RuntimeSettings {
 struct Running {
     control: AgentControl,
     shutdown: Shutdown,
-    run: JoinHandle<anyhow::Result<leasehold_agent::runtime::RunSummary>>,
+    run: JoinHandle<leasehold_agent::error::Result<leasehold_agent::runtime::RunSummary>>,
     events: Arc<Mutex<Vec<LifecycleEvent>>>,
 }
 

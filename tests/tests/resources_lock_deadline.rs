@@ -37,7 +37,7 @@ fn settings(name: &str) -> RuntimeSettings {
 struct Running {
     control: AgentControl,
     shutdown: Shutdown,
-    run: JoinHandle<anyhow::Result<leasehold_agent::runtime::RunSummary>>,
+    run: JoinHandle<leasehold_agent::error::Result<leasehold_agent::runtime::RunSummary>>,
 }
 
 async fn start(db: &TestDb, name: &str) -> Running {

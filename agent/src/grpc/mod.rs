@@ -41,7 +41,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use leasehold_proto::v1::agent_service_server::AgentServiceServer;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -55,6 +54,7 @@ use tonic::transport::Server;
 pub use auth::{Auth, Token, TokenError};
 pub use transport::{SocketSetting, TransportLimits, UnixSocket};
 
+use crate::error::{AgentError, Result};
 use crate::runtime::core::Core;
 use hub::{Hub, HubHandle};
 use service::Service;
@@ -79,9 +79,10 @@ pub struct TlsFiles {
 impl TlsFiles {
     /// Reads the files into a rustls server config (ring, TLS 1.2 and 1.3, ALPN `h2`; client
     /// certificates signed by `client_ca` required when it is given).
-    pub fn load(&self) -> anyhow::Result<Arc<ServerConfig>> {
+    pub fn load(&self) -> Result<Arc<ServerConfig>> {
         let read = |p: &PathBuf, what: &str| {
-            std::fs::read(p).with_context(|| format!("reading the TLS {what} {}", p.display()))
+            std::fs::read(p)
+                .map_err(|e| AgentError::tls(format!("reading the TLS {what} {}", p.display()), e))
         };
         let cert = read(&self.cert, "certificate")?;
         let key = read(&self.key, "key")?;
@@ -89,52 +90,77 @@ impl TlsFiles {
             (&cert, "CERTIFICATE", &self.cert),
             (&key, "PRIVATE KEY", &self.key),
         ] {
-            anyhow::ensure!(
-                String::from_utf8_lossy(bytes).contains(&format!("{what}-----")),
-                "{} is not a PEM file holding a {}",
-                path.display(),
-                what.to_lowercase()
-            );
+            if !String::from_utf8_lossy(bytes).contains(&format!("{what}-----")) {
+                return Err(AgentError::Tls {
+                    doing: format!(
+                        "{} is not a PEM file holding a {}",
+                        path.display(),
+                        what.to_lowercase()
+                    ),
+                    source: None,
+                });
+            }
         }
         let chain = CertificateDer::pem_slice_iter(&cert)
-            .collect::<Result<Vec<_>, _>>()
-            .with_context(|| format!("reading the certificates in {}", self.cert.display()))?;
-        let key = PrivateKeyDer::from_pem_slice(&key)
-            .with_context(|| format!("reading the private key in {}", self.key.display()))?;
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| {
+                AgentError::tls(
+                    format!("reading the certificates in {}", self.cert.display()),
+                    e,
+                )
+            })?;
+        let key = PrivateKeyDer::from_pem_slice(&key).map_err(|e| {
+            AgentError::tls(
+                format!("reading the private key in {}", self.key.display()),
+                e,
+            )
+        })?;
         let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .context("choosing the TLS versions")?;
+            .map_err(|e| AgentError::tls("choosing the TLS versions", e))?;
         let builder = match &self.client_ca {
             Some(path) => {
                 let ca = read(path, "client CA")?;
                 let mut roots = RootCertStore::empty();
                 for cert in CertificateDer::pem_slice_iter(&ca) {
-                    let cert = cert.with_context(|| {
-                        format!("reading the certificates in {}", path.display())
+                    let cert = cert.map_err(|e| {
+                        AgentError::tls(
+                            format!("reading the certificates in {}", path.display()),
+                            e,
+                        )
                     })?;
-                    roots.add(cert).with_context(|| {
-                        format!("{} holds a certificate rustls refuses", path.display())
+                    roots.add(cert).map_err(|e| {
+                        AgentError::tls(
+                            format!("{} holds a certificate rustls refuses", path.display()),
+                            e,
+                        )
                     })?;
                 }
-                anyhow::ensure!(
-                    !roots.is_empty(),
-                    "{} holds no CA certificate",
-                    path.display()
-                );
+                if roots.is_empty() {
+                    return Err(AgentError::Tls {
+                        doing: format!("{} holds no CA certificate", path.display()),
+                        source: None,
+                    });
+                }
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                         .build()
-                        .with_context(|| format!("using {} as the client CA", path.display()))?;
+                        .map_err(|e| {
+                            AgentError::tls(format!("using {} as the client CA", path.display()), e)
+                        })?;
                 builder.with_client_cert_verifier(verifier)
             }
             None => builder.with_no_client_auth(),
         };
-        let mut config = builder.with_single_cert(chain, key).with_context(|| {
-            format!(
-                "{} and {} are not a certificate and its key",
-                self.cert.display(),
-                self.key.display()
+        let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+            AgentError::tls(
+                format!(
+                    "{} and {} are not a certificate and its key",
+                    self.cert.display(),
+                    self.key.display()
+                ),
+                e,
             )
         })?;
         config.alpn_protocols = vec![b"h2".to_vec()];
@@ -155,10 +181,10 @@ pub struct GrpcOptions {
 
 impl GrpcOptions {
     /// The address it listens on.
-    pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+    pub fn local_addr(&self) -> Result<SocketAddr> {
         self.listener
             .local_addr()
-            .context("reading the gRPC listener's address")
+            .map_err(|source| AgentError::Listen { source })
     }
 }
 
@@ -197,9 +223,12 @@ impl Running {
 }
 
 /// Starts the aggregator and the server.
-pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> anyhow::Result<Running> {
+pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> Result<Running> {
     let (hub, handle): (Hub, HubHandle) =
-        Hub::new(Arc::clone(core)).context("the Watch aggregator was already started")?;
+        Hub::new(Arc::clone(core)).ok_or_else(|| AgentError::Grpc {
+            doing: "the Watch aggregator was already started".to_string(),
+            source: None,
+        })?;
     let addr = options.local_addr()?;
     if options.auth.is_open() && !addr.ip().is_loopback() {
         tracing::warn!(%addr, "no tokens on a non-loopback address (--insecure): every network caller is an operator");
@@ -221,12 +250,18 @@ pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> anyhow::Result<Ru
         .register_encoded_file_descriptor_set(leasehold_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
-        .context("building the reflection service")?;
+        .map_err(|e| AgentError::Grpc {
+            doing: "building the reflection service".to_string(),
+            source: Some(e.into()),
+        })?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(leasehold_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
-        .context("building the reflection service")?;
+        .map_err(|e| AgentError::Grpc {
+            doing: "building the reflection service".to_string(),
+            source: Some(e.into()),
+        })?;
     let (health_reporter, health) = tonic_health::server::health_reporter();
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))

@@ -30,7 +30,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
@@ -41,6 +40,7 @@ use tokio_rustls::server::TlsStream;
 use tonic::transport::server::{Connected, TcpIncoming};
 
 use super::peer::Peer;
+use crate::error::{AgentError, Result};
 
 /// Default of [`TransportLimits::handshake_timeout`].
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -97,73 +97,91 @@ pub struct UnixSocket {
 
 impl UnixSocket {
     /// Binds the socket `setting` names for the agent on TCP `port`; `None` when it is off.
-    pub fn open(setting: &SocketSetting, port: u16) -> anyhow::Result<Option<UnixSocket>> {
+    pub fn open(setting: &SocketSetting, port: u16) -> Result<Option<UnixSocket>> {
         let path = match setting {
             SocketSetting::Off => return Ok(None),
             SocketSetting::Path(path) => path.clone(),
-            SocketSetting::Default => leasehold_shared::local::socket_path(port)
-                .context("finding the runtime directory for the agent's socket")?,
+            SocketSetting::Default => leasehold_shared::local::socket_path(port).map_err(|e| {
+                AgentError::socket("finding the runtime directory for the agent's socket", e)
+            })?,
         };
         UnixSocket::bind(&path).map(Some)
     }
 
     /// Binds `path` (see the module docs for what an existing file means).
-    pub fn bind(path: &Path) -> anyhow::Result<UnixSocket> {
+    pub fn bind(path: &Path) -> Result<UnixSocket> {
+        let refused = |doing: String| AgentError::Socket {
+            doing,
+            source: None,
+        };
         let dir = match path.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => bail!(
-                "socket path {} has no directory; give an absolute --socket PATH",
-                path.display()
-            ),
+            _ => {
+                return Err(refused(format!(
+                    "socket path {} has no directory; give an absolute --socket PATH",
+                    path.display()
+                )));
+            }
         };
         leasehold_shared::local::ensure_private_dir(dir).map_err(|e| {
-            anyhow::anyhow!(
+            refused(format!(
                 "cannot use {} for the agent's socket: {e}; start with --socket off (no local \
                  socket) or --socket PATH (a socket in a private directory)",
                 dir.display()
-            )
+            ))
         })?;
         match std::fs::symlink_metadata(path) {
-            Ok(meta) if !meta.file_type().is_socket() => bail!(
-                "{} exists and is not a socket; remove it, or start with --socket PATH or \
-                 --socket off",
-                path.display()
-            ),
-            Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
-                Ok(_) => bail!(
-                    "another agent serves the socket {}; stop it, or start this one with \
-                     --socket PATH or --socket off",
+            Ok(meta) if !meta.file_type().is_socket() => {
+                return Err(refused(format!(
+                    "{} exists and is not a socket; remove it, or start with --socket PATH or \
+                     --socket off",
                     path.display()
-                ),
+                )));
+            }
+            Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => {
+                    return Err(refused(format!(
+                        "another agent serves the socket {}; stop it, or start this one with \
+                         --socket PATH or --socket off",
+                        path.display()
+                    )));
+                }
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                     tracing::info!(path = %path.display(), "replacing a stale socket");
-                    std::fs::remove_file(path)
-                        .with_context(|| format!("removing the stale socket {}", path.display()))?;
+                    std::fs::remove_file(path).map_err(|e| {
+                        AgentError::socket(
+                            format!("removing the stale socket {}", path.display()),
+                            e,
+                        )
+                    })?;
                 }
-                Err(e) => bail!(
-                    "{} exists and cannot be checked ({e}); remove it, or start with --socket \
-                     PATH or --socket off",
-                    path.display()
-                ),
+                Err(e) => {
+                    return Err(refused(format!(
+                        "{} exists and cannot be checked ({e}); remove it, or start with --socket \
+                         PATH or --socket off",
+                        path.display()
+                    )));
+                }
             },
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => bail!("cannot read {}: {e}", path.display()),
+            Err(e) => return Err(refused(format!("cannot read {}: {e}", path.display()))),
         }
         let listener = UnixListener::bind(path)
-            .with_context(|| format!("binding the socket {}", path.display()))?;
+            .map_err(|e| AgentError::socket(format!("binding the socket {}", path.display()), e))?;
         // Before the file's identity is taken: chmod changes its ctime. The directory is
         // private already; the mode keeps the socket private should it be moved.
         if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
             let _ = std::fs::remove_file(path);
-            return Err(anyhow::Error::new(e)
-                .context(format!("making the socket {} mode 0600", path.display())));
+            return Err(AgentError::socket(
+                format!("making the socket {} mode 0600", path.display()),
+                e,
+            ));
         }
         let file = SocketFile {
             path: path.to_path_buf(),
-            id: file_id(
-                &std::fs::symlink_metadata(path)
-                    .with_context(|| format!("reading the socket {}", path.display()))?,
-            ),
+            id: file_id(&std::fs::symlink_metadata(path).map_err(|e| {
+                AgentError::socket(format!("reading the socket {}", path.display()), e)
+            })?),
         };
         Ok(UnixSocket { listener, file })
     }

@@ -23,17 +23,16 @@
 //! before it was asked to stop has failed: the agent logs it, stops claiming, skips the drain,
 //! asks its executions to stop (drops them at once if the heartbeat is the one that failed:
 //! no lease can be proven any more), releases their leases, runs the rest of the stop order,
-//! and `run` returns [`ServiceFailed`] (`leasehold-agent run` exits 1).
+//! and `run` returns [`AgentError::Service`] (`leasehold-agent run` exits 1).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
 use leasehold_shared::store::sqlite::{SqliteStore, SqliteStoreOptions, is_sqlite_url};
 use leasehold_shared::store::{AgentRegisterParams, ReleaseParams};
-use leasehold_shared::{AgentId, InputLimits, Store};
+use leasehold_shared::{AgentId, InputLimits, Store, StoreError};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -53,6 +52,7 @@ use super::scheduler::Scheduler;
 use super::settings::RuntimeSettings;
 pub use super::supervisor::ServiceFailed;
 use super::supervisor::{COMPLETER, HEARTBEAT, Services};
+use crate::error::{AgentError, Result};
 use crate::grpc::GrpcOptions;
 use crate::handler::{HandlerRegistry, StopReason};
 
@@ -99,19 +99,11 @@ impl AgentBuilder {
 
     /// Connects to the database at `url` (`postgres://…`, or `sqlite://PATH`, created and
     /// migrated when new) and registers the agent.
-    pub async fn connect(self, url: &str) -> anyhow::Result<Agent> {
-        self.settings.validate().map_err(|e| {
-            anyhow::Error::new(leasehold_shared::StoreError::Invalid(
-                leasehold_shared::ValidationError::Invalid {
-                    field: e.setting,
-                    detail: e.detail,
-                },
-            ))
-        })?;
-        anyhow::ensure!(
-            !self.handlers.is_empty(),
-            "no handlers registered: nothing to run"
-        );
+    pub async fn connect(self, url: &str) -> Result<Agent> {
+        self.settings.validate()?;
+        if self.handlers.is_empty() {
+            return Err(AgentError::NoHandlers);
+        }
         let mut settings = self.settings;
         if let Some(grpc) = &self.grpc {
             let addr = grpc.local_addr()?;
@@ -134,13 +126,14 @@ impl AgentBuilder {
                 },
             )
             .await
-            .with_context(|| format!("opening the SQLite database {url}"))?;
+            .map_err(|e| {
+                AgentError::store_while(format!("opening the SQLite database {url}"), e)
+            })?;
             // An embedded file is created on first use: give it its schema (safe when several
             // agents start on one file at once).
-            store
-                .migrate()
-                .await
-                .context("applying migrations to the SQLite database")?;
+            store.migrate().await.map_err(|e| {
+                AgentError::store_while("applying migrations to the SQLite database", e)
+            })?;
             let pool = store.pool().clone();
             (Arc::new(store), Pools::Sqlite(pool))
         } else {
@@ -195,9 +188,17 @@ impl AgentBuilder {
                 })
             })
         };
+        const HEARTBEAT_CONN: &str = "opening the heartbeat connection";
         let heartbeat_conn = (connect)()
             .await
-            .context("opening the heartbeat connection")?;
+            .map_err(|e| match e.downcast::<StoreError>() {
+                Ok(store) => AgentError::store_while(HEARTBEAT_CONN, store),
+                // The connect function fails with store errors only; anything else says itself.
+                Err(other) => AgentError::Internal {
+                    doing: HEARTBEAT_CONN.to_string(),
+                    source: other.into(),
+                },
+            })?;
         let types = self.handlers.task_types();
         let record = main
             .agent_register(AgentRegisterParams {
@@ -211,7 +212,7 @@ impl AgentBuilder {
                 alive_for: settings.alive_for(),
             })
             .await
-            .context("registering the agent")?;
+            .map_err(|e| AgentError::store_while("registering the agent", e))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let core = Arc::new(Core {
             book: LeaseBook::new(settings.concurrency),
@@ -273,7 +274,7 @@ impl AgentControl {
         &self,
         name: &str,
         options: super::resources::LockOptions,
-    ) -> anyhow::Result<Option<super::resources::HeldLock>> {
+    ) -> Result<Option<super::resources::HeldLock>> {
         super::resources::lock(&self.core, name, options).await
     }
 
@@ -285,12 +286,13 @@ impl AgentControl {
 
     /// Resizes the local concurrency limit; takes effect at the next claim. Running
     /// executions above a lowered limit finish normally.
-    pub fn set_concurrency(&self, limit: u32) -> anyhow::Result<()> {
+    pub fn set_concurrency(&self, limit: u32) -> Result<()> {
         use leasehold_shared::domain::policy::MAX_LOCAL_CONCURRENCY;
-        anyhow::ensure!(
-            (1..=MAX_LOCAL_CONCURRENCY).contains(&limit),
-            "concurrency must be within 1..={MAX_LOCAL_CONCURRENCY}"
-        );
+        if !(1..=MAX_LOCAL_CONCURRENCY).contains(&limit) {
+            return Err(AgentError::Invalid(format!(
+                "concurrency must be within 1..={MAX_LOCAL_CONCURRENCY}"
+            )));
+        }
         self.core.book.set_limit(limit);
         self.core.wake_claimers();
         Ok(())
@@ -381,14 +383,14 @@ impl Agent {
     pub async fn declare_schedules(
         &self,
         schedules: &[leasehold_shared::domain::Schedule],
-    ) -> anyhow::Result<()> {
+    ) -> Result<()> {
         super::scheduler::declare(&self.core, schedules)
             .await
-            .context("declaring the configured schedules")
+            .map_err(|e| AgentError::store_while("declaring the configured schedules", e))
     }
 
     /// Runs until `shutdown` (or, with `exit_when_idle`, until nothing is left), then drains.
-    pub async fn run(self, shutdown: Shutdown) -> anyhow::Result<RunSummary> {
+    pub async fn run(self, shutdown: Shutdown) -> Result<RunSummary> {
         let Agent {
             core,
             rx,
@@ -682,7 +684,7 @@ impl Agent {
         summary.idle = idle_summary;
         if let Some(failure) = services.failure() {
             tracing::error!(took = ?started.elapsed(), summary = ?summary, service = failure.service, "agent stopped after a service failed");
-            return Err(anyhow::Error::new(failure));
+            return Err(AgentError::from(failure));
         }
         tracing::info!(took = ?started.elapsed(), summary = ?summary, "agent stopped");
         Ok(summary)

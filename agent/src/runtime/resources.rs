@@ -349,9 +349,9 @@ impl HeldLock {
 
     /// Gives the lock back (fenced; with `lock_at_least_for` it stays held until then).
     /// False when it had already been lost.
-    pub async fn release(mut self) -> anyhow::Result<bool> {
+    pub async fn release(mut self) -> crate::error::Result<bool> {
         self.done = true;
-        release(&self.core, &self.name, self.token).await
+        Ok(release(&self.core, &self.name, self.token).await?)
     }
 }
 
@@ -378,7 +378,7 @@ impl Drop for HeldLock {
     }
 }
 
-async fn release(core: &Arc<Core>, name: &str, token: i64) -> anyhow::Result<bool> {
+async fn release(core: &Arc<Core>, name: &str, token: i64) -> Result<bool, StoreError> {
     let now = Instant::now();
     if !core.drop_holding(name, token, LossReason::Released, now) {
         return Ok(false);
@@ -404,7 +404,12 @@ impl Core {
 
     /// This agent's holder write giving `name` (of `token`) back on `conn`; a refused one is
     /// counted as fenced. True when it landed.
-    async fn give_back(&self, conn: &dyn Store, name: &str, token: i64) -> anyhow::Result<bool> {
+    async fn give_back(
+        &self,
+        conn: &dyn Store,
+        name: &str,
+        token: i64,
+    ) -> Result<bool, StoreError> {
         let out = conn
             .resource_release(ResourceHolderParams {
                 name: name.to_string(),
@@ -450,10 +455,12 @@ pub(crate) async fn lock(
     core: &Arc<Core>,
     name: &str,
     options: LockOptions,
-) -> anyhow::Result<Option<HeldLock>> {
-    let name = LockName::new(name)?;
+) -> crate::error::Result<Option<HeldLock>> {
+    use crate::error::AgentError;
+    // A bad name is a bad argument (its text is the validation's own).
+    let name = LockName::new(name).map_err(|e| AgentError::Invalid(e.to_string()))?;
     if core.holdings.lock().contains_key(name.as_str()) {
-        anyhow::bail!(already_held(&name));
+        return Err(AgentError::Invalid(already_held(&name)));
     }
     let sent = Instant::now();
     let out = core
@@ -493,7 +500,7 @@ pub(crate) async fn lock(
 }
 
 /// Joins the configured groups (at start: an unknown group fails the start).
-pub(crate) async fn join_groups(core: &Core) -> anyhow::Result<()> {
+pub(crate) async fn join_groups(core: &Core) -> crate::error::Result<()> {
     for group in &core.settings.shard_groups {
         core.store
             .shard_join(ShardJoinParams {
@@ -502,7 +509,9 @@ pub(crate) async fn join_groups(core: &Core) -> anyhow::Result<()> {
                 ttl: core.settings.lease_ttl,
             })
             .await
-            .with_context(|| format!("joining shard group {group}"))?;
+            .map_err(|e| {
+                crate::error::AgentError::store_while(format!("joining shard group {group}"), e)
+            })?;
         tracing::info!(group = group.as_str(), "joined shard group");
     }
     Ok(())
@@ -714,7 +723,7 @@ impl Keeper {
                     tokio::time::timeout(write_limit, core.give_back(conn.as_ref(), &name, token))
                         .await
                         .with_context(|| format!("giving back {name}: timed out"))
-                        .and_then(|given| given);
+                        .and_then(|given| given.map_err(anyhow::Error::new));
                 if given.is_err() {
                     core.retry_give_back(&name, token);
                 }

@@ -9,7 +9,7 @@
 //!   service ends ─┬─ its stop token cancelled, no panic ──▶ expected (a shutdown stage)
 //!                 └─ returned before, or panicked ───────▶ failure: log naming the service,
 //!                      cancel `failed` and `forced` ──▶ the agent stops claiming, stops its
-//!                      executions, releases their leases and `run` returns ServiceFailed
+//!                      executions, releases their leases and `run` returns AgentError::Service
 //!                      (`leasehold-agent run` exits 1)
 //! ```
 //!

@@ -148,7 +148,7 @@ async fn start_one(url: &str, n: u32, shutdown: &Shutdown) -> Result<Member> {
     let address = bound.to_string();
     // The agent's default socket, where the demo's console finds it (no token needed there).
     let socket = UnixSocket::open(&SocketSetting::Default, bound.port())
-        .map_err(|e| Error::usage(format!("{what}: {e:#}")))?;
+        .map_err(|e| Error::usage(format!("{what}: {}", e.report())))?;
     let auth = Auth::new(Vec::new()).map_err(|e| Error::usage(format!("{what}: {e}")))?;
     let agent = AgentBuilder::new(settings(n), handlers::registry()?)
         .grpc(GrpcOptions {
@@ -161,8 +161,8 @@ async fn start_one(url: &str, n: u32, shutdown: &Shutdown) -> Result<Member> {
         .connect(url)
         .await
         .map_err(|e| {
-            let cause = format!("{e:#}");
-            match leasehold_agent::exit::ExitCode::for_error(&e) {
+            let cause = e.report();
+            match leasehold_agent::exit::ExitCode::for_agent_error(&e) {
                 leasehold_agent::exit::ExitCode::Usage => Error::usage(format!("{what}: {cause}")),
                 _ => Error::Database { what, cause },
             }
@@ -170,7 +170,7 @@ async fn start_one(url: &str, n: u32, shutdown: &Shutdown) -> Result<Member> {
     let id = agent.id().as_str().to_owned();
     tracing::info!(agent.id = %id, %address, "demo agent started");
     let shutdown = shutdown.clone();
-    let run = tokio::spawn(async move { agent.run(shutdown).await.map_err(|e| format!("{e:#}")) });
+    let run = tokio::spawn(async move { agent.run(shutdown).await.map_err(|e| e.report()) });
     Ok(Member { id, address, run })
 }
 
