@@ -5,7 +5,8 @@ use leasehold_shared::StoreError;
 
 use crate::error::AgentError;
 
-/// Exit codes of `leasehold-agent` and `leasehold`.
+/// Exit codes of `leasehold-agent` (the console has its own mapping in `console/src/exit.rs`
+/// with the same numbers, and uses this one for the agents of `leasehold demo`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitCode {
     Ok = 0,

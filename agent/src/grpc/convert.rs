@@ -1,5 +1,7 @@
-//! Conversions between wire (`leasehold.v1`) and domain types, in one place. Domain → wire
-//! cannot fail; wire → domain validates and refuses bad data with INVALID_ARGUMENT naming the
+//! Conversions between wire (`leasehold.v1`) and domain types of tasks, attempts, agents and
+//! filters (enum mappings are in `leasehold_proto::wire`; the audit, schedule, resource,
+//! suspect-lease, overview and paging messages convert in their own service modules). Domain →
+//! wire cannot fail; wire → domain validates and refuses bad data with INVALID_ARGUMENT naming the
 //! field, never a panic.
 
 use std::sync::atomic::Ordering;

@@ -3,7 +3,8 @@
 //!
 //! Start order: connect (main pool, heartbeat connection) → register in `agents` (the per-start
 //! lease owner id) → gRPC (Watch aggregator and server) → completer → heartbeat → registry →
-//! maintenance → notifier → claimer.
+//! maintenance → keeper (locks, shards) → scheduler → metrics (when listening) → notifier (or
+//! the SQLite file watcher) → idle (`--exit-when-idle`) → claimer; each in one supervised set.
 //!
 //! Stop order (SIGTERM, `--exit-when-idle`, the gRPC `Drain` call, or the library's shutdown
 //! token):

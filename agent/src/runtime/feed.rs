@@ -1,7 +1,9 @@
 //! The lease feed: what the runtime tells the Watch aggregator about its leases.
 //!
-//! Services that change a lease (executor, heartbeat, completer, progress sink) push a
-//! [`FeedEvent`] after the change. The feed is a bounded channel read by one aggregator task
+//! What changes a lease pushes a [`FeedEvent`] after the change: the claimer (acquired), the
+//! heartbeat (renewed, cancel seen, lost), the completer (ended), the progress sink, the
+//! resource keeper (locks and shards), `Core`'s shared helpers (fenced, released) and the gRPC
+//! service (an operator's cancel served by the holder). The feed is a bounded channel read by one aggregator task
 //! (`crate::grpc::hub`), which owns the streamed view of the lease book. Pushing never blocks
 //! and never fails the runtime: with no aggregator running it is a no-op, and when the channel
 //! is full the event is dropped and counted (`dropped_events` on every Watch update); the

@@ -1,4 +1,6 @@
-//! The notifier service: LISTENs on the enqueue channel and wakes the claimer at once.
+//! Wake-up services that tell the claimer new work may be there at once: [`Notifier`] LISTENs
+//! on PostgreSQL's enqueue channel; `FileWatcher` watches a SQLite file's change counter
+//! (`PRAGMA data_version`, every [`FILE_WATCH_EVERY`]). The rest of this note is about LISTEN.
 //!
 //! NOTIFY is a hint: the claimer polls as well, so a lost notification delays work by at most a
 //! poll interval and never loses it.
