@@ -937,10 +937,17 @@ impl App {
 
     fn pane_key(&mut self, key: Key) {
         let page = u16::try_from(self.state.page_rows.max(1)).unwrap_or(u16::MAX);
-        let (is_help, detail_id) = match self.state.overlays.last() {
-            Some(Overlay::Help { .. }) => (true, None),
-            Some(Overlay::Detail(d)) => (false, Some(d.id)),
-            _ => (false, None),
+        let (is_help, detail_id, detail_status) = match self.state.overlays.last() {
+            Some(Overlay::Help { .. }) => (true, None, None),
+            Some(Overlay::Detail(d)) => (
+                false,
+                Some(d.id),
+                d.reply
+                    .as_ref()
+                    .and_then(|r| r.task.as_ref())
+                    .and_then(|t| crate::convert::status(t.status).ok()),
+            ),
+            _ => (false, None, None),
         };
         match key {
             // `q` closes the pane like Esc; it never quits the console from here.
@@ -963,6 +970,20 @@ impl App {
                     } else {
                         Verb::Requeue
                     };
+                    // Only what the pane offers for the status it shows (before it loaded,
+                    // the agent decides).
+                    if let Some(status) = detail_status {
+                        let offered = crate::convert::task::offered_actions(status);
+                        let (allowed, what) = match verb {
+                            Verb::Cancel => (offered.cancel, "cancelled"),
+                            _ => (offered.requeue, "requeued"),
+                        };
+                        if !allowed {
+                            let text =
+                                format!("task {id} is {}: it cannot be {what}", status.as_str());
+                            return self.state.set_status(text, true);
+                        }
+                    }
                     self.state
                         .overlays
                         .push(Overlay::Confirm(Box::new(Confirm::new(

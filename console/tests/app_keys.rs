@@ -1313,3 +1313,51 @@ fn enter_expands_the_selected_log_entry_and_j_k_move_the_selection() {
     keys(&mut empty, &[Key::Enter, Key::Char('j')]);
     assert_eq!(log_pane(&empty), (0, false));
 }
+
+/// The pane offers only the actions its task's status allows, and a key for one it does not
+/// offer says so instead of opening a dialog the agent would refuse (`x` on a dead task).
+#[test]
+fn a_pane_key_for_an_action_the_status_does_not_allow_opens_no_dialog() {
+    let mut app = app();
+    app.on_key(Key::Char('4'));
+    fixture::answer_dead_page(&mut app);
+    app.on_tick(0);
+    app.on_key(Key::Enter);
+    let read = task_reads(&mut app);
+    app.on_event(Event::Reply {
+        id: read[0].0,
+        reply: Ok(detail_with(905, pb::TaskStatus::Dead)),
+    });
+    app.on_key(Key::Char('x'));
+    assert!(
+        matches!(app.state.top(), Some(Overlay::Detail(_))),
+        "x on a dead task opened {:?}",
+        app.state.top()
+    );
+    assert_eq!(
+        app.state.status.as_ref().map(|s| s.text.as_str()),
+        Some("task 905 is dead: it cannot be cancelled")
+    );
+    // What it offers still opens its dialog.
+    app.on_key(Key::Char('r'));
+    assert!(matches!(app.state.top(), Some(Overlay::Confirm(_))));
+    app.on_key(Key::Esc);
+
+    // A running task can be cancelled but not requeued.
+    app.on_tick(1_000);
+    let again = task_reads(&mut app);
+    assert_eq!(again.iter().map(|r| r.1).collect::<Vec<_>>(), [905]);
+    app.on_event(Event::Reply {
+        id: again[0].0,
+        reply: Ok(detail_with(905, pb::TaskStatus::Running)),
+    });
+    assert_eq!(pane_status(&app), Some(pb::TaskStatus::Running as i32));
+    app.on_key(Key::Char('r'));
+    assert!(matches!(app.state.top(), Some(Overlay::Detail(_))));
+    assert_eq!(
+        app.state.status.as_ref().map(|s| s.text.as_str()),
+        Some("task 905 is running: it cannot be requeued")
+    );
+    app.on_key(Key::Char('x'));
+    assert!(matches!(app.state.top(), Some(Overlay::Confirm(_))));
+}
