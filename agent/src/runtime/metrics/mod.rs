@@ -1,10 +1,9 @@
-//! Prometheus metrics of one agent, and the plain HTTP endpoint that serves them
+//! Prometheus metrics of one agent; [`serve`] is the HTTP endpoint that serves them
 //! (`--metrics-listen`, `GET /metrics`, text exposition format).
 //!
 //! Label sets stay small: task types are the agent's own registered types, outcomes a fixed set.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -14,9 +13,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+
+mod serve;
+#[cfg(test)]
+mod tests;
+
+pub use serve::{bind_metrics, serve_metrics};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TypeLabel {
@@ -387,104 +389,5 @@ impl Metrics {
             out.clear();
         }
         out
-    }
-}
-
-/// Serves `GET /metrics` on `listener` until `cancel` fires. Any other path is a 404; each
-/// connection answers one request (no keep-alive), reading at most 8 KiB of request.
-pub async fn serve_metrics(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    cancel: CancellationToken,
-) -> std::io::Result<()> {
-    loop {
-        let (mut socket, _) = tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(error) => {
-                    tracing::warn!(%error, "metrics accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let metrics = Arc::clone(&metrics);
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 8192];
-            let mut len = 0;
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while len < buf.len() {
-                    let n = socket.read(&mut buf[len..]).await?;
-                    if n == 0 {
-                        break;
-                    }
-                    len += n;
-                    if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                std::io::Result::Ok(())
-            })
-            .await;
-            if !matches!(read, Ok(Ok(()))) {
-                return;
-            }
-            let request = String::from_utf8_lossy(&buf[..len]);
-            let path = request.split_whitespace().nth(1).unwrap_or("");
-            let response = if request.starts_with("GET ") && (path == "/metrics" || path == "/") {
-                let body = metrics.encode();
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-            } else {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-                    .to_string()
-            };
-            let _ = socket.write_all(response.as_bytes()).await;
-            let _ = socket.shutdown().await;
-        });
-    }
-}
-
-/// Binds the metrics listener (so a bad address fails at start, not later).
-pub async fn bind_metrics(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodes_every_family_with_labels() {
-        let m = Metrics::new();
-        m.claimed("email", Duration::from_millis(3));
-        m.finished("email", "succeeded", Duration::from_millis(5));
-        // Later updates go through the kept series and still reach the registry.
-        m.claimed("email", Duration::from_millis(3));
-        m.finished("email", "succeeded", Duration::from_millis(5));
-        m.finished("email", "dead", Duration::from_millis(5));
-        m.fenced("complete");
-        m.renewal(false);
-        m.database(true);
-        m.clock_jump("forward");
-        let text = m.encode();
-        for name in [
-            "leasehold_active_tasks",
-            "leasehold_tasks_claimed_total{task_type=\"email\"} 2",
-            "leasehold_queue_wait_seconds_bucket",
-            "leasehold_execution_seconds_count{task_type=\"email\"} 3",
-            "leasehold_task_outcomes_total{task_type=\"email\",outcome=\"succeeded\"} 2",
-            "leasehold_task_outcomes_total{task_type=\"email\",outcome=\"dead\"} 1",
-            "leasehold_renewal_failures_total 1",
-            "leasehold_fenced_writes_total{op=\"complete\"} 1",
-            "leasehold_database_up 1",
-            "leasehold_database_clock_jumps_total{direction=\"forward\"} 1",
-            "leasehold_database_clock_jumps_total{direction=\"backward\"} 0",
-        ] {
-            assert!(text.contains(name), "{name} missing from\n{text}");
-        }
     }
 }
