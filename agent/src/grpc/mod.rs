@@ -17,6 +17,7 @@
 //! watcher a `closing` update and ends the streams, then the server shuts down, bounded by
 //! [`SHUTDOWN_WAIT`], so open streams never hold the agent's exit.
 
+mod actions;
 pub mod audit;
 pub mod auth;
 pub mod convert;
@@ -26,6 +27,8 @@ pub mod limits;
 pub mod overview;
 pub mod page;
 pub mod peer;
+mod policy;
+mod reads;
 pub mod resources;
 pub mod schedules;
 pub mod service;

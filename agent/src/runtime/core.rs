@@ -1,22 +1,25 @@
 //! What every service of one running agent shares: its identity, stores, handlers, lease book,
-//! listeners, metrics, policy cache, the claimer's wake-up and the completion queue.
+//! listeners, metrics, policy cache, the claimer's wake-up and the completion queue; and the
+//! bookkeeping of its resource leases (local deadline, hold, drop, give back, fences), which the
+//! keeper and the lock handles of [`super::resources`] call.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use leasehold_shared::domain::Policy;
 use leasehold_shared::domain::policy::{DEFAULT_SLOW_THRESHOLD, DEFAULT_TIMEOUT};
-use leasehold_shared::store::Completion;
-use leasehold_shared::{AgentId, LeaseEpoch, LeaseKey, Store, TaskId, TaskType};
+use leasehold_shared::store::{Completion, GroupName, ResourceHolderParams};
+use leasehold_shared::{AgentId, LeaseEpoch, LeaseKey, Store, StoreError, TaskId, TaskType};
 use serde::Serialize;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 
 use super::book::LeaseBook;
 use super::events::{LifecycleEvent, Listeners};
 use super::feed::{Feed, FeedEvent};
 use super::metrics::Metrics;
+use super::resources::{Held, LossReason, resource};
 use super::settings::RuntimeSettings;
 use crate::handler::HandlerRegistry;
 
@@ -261,6 +264,174 @@ impl Core {
 
     pub(crate) fn update_active(&self) {
         self.metrics.set_active(self.book.executing());
+    }
+}
+
+/// The wall-clock time of a monotonic instant (for the Watch stream's `at_ms`).
+fn wall(at: Instant) -> SystemTime {
+    let now = Instant::now();
+    if at >= now {
+        SystemTime::now() + (at - now)
+    } else {
+        SystemTime::now() - (now - at)
+    }
+}
+
+impl Core {
+    /// The local deadline of a lease written by a call sent at `sent`: the TTL after it, or
+    /// what the database said is `left` of the lease when that is less (a lock's
+    /// `lock_at_most_for` caps its `lease_until`), minus the safety margin. It never passes
+    /// the database's `lease_until` − margin: this agent stops believing it holds a lease
+    /// before anyone else can take it.
+    pub(crate) fn safe_until(&self, sent: Instant, left: Option<Duration>) -> Instant {
+        let ttl = self.settings.lease_ttl;
+        let lease = left.map_or(ttl, |left| left.min(ttl));
+        sent + lease.saturating_sub(self.settings.safety_margin())
+    }
+
+    /// Records a new holding (written by a call sent at `sent`, with `left` of it by the
+    /// database): the book, listeners, the Watch stream, the log.
+    pub(super) fn hold(
+        &self,
+        name: String,
+        group: Option<(GroupName, u32)>,
+        token: i64,
+        sent: Instant,
+        left: Option<Duration>,
+        lost: Option<watch::Sender<Option<LossReason>>>,
+    ) {
+        let held = Held {
+            group,
+            token,
+            safe_until: self.safe_until(sent, left),
+            lost,
+        };
+        let res = resource(&name, &held);
+        self.holdings.lock().insert(name.clone(), held);
+        tracing::info!(lease = name, token, "resource lease acquired");
+        self.feed.push(FeedEvent::Resource {
+            resource: res.clone(),
+            held: true,
+            reason: "acquired",
+            at: SystemTime::now(),
+        });
+        self.listeners.emit(LifecycleEvent::ResourceAcquired {
+            name,
+            shard: res.group,
+            token,
+        });
+        // Published last, as a loss is (see `drop_holding`).
+        self.holdings.publish();
+    }
+
+    /// Ends a holding (if it is still the one with `token`); `at` is the last instant it was
+    /// provably held.
+    pub(super) fn drop_holding(
+        &self,
+        name: &str,
+        token: i64,
+        reason: LossReason,
+        at: Instant,
+    ) -> bool {
+        let removed = {
+            let mut held = self.holdings.lock();
+            match held.get(name) {
+                Some(h) if h.token == token => held.remove(name),
+                _ => None,
+            }
+        };
+        let Some(h) = removed else { return false };
+        let res = resource(name, &h);
+        match reason {
+            LossReason::Released => tracing::info!(lease = name, token, "resource lease released"),
+            _ => tracing::warn!(
+                lease = name,
+                token,
+                reason = reason.as_str(),
+                "resource lease lost: its holder was told to stop"
+            ),
+        }
+        if reason != LossReason::Released {
+            // Counted in the metrics only: the run summary's lease_lost is about tasks.
+            self.metrics.lease_lost(match reason {
+                LossReason::Revoked => "resource_revoked",
+                _ => "resource_unprovable",
+            });
+        }
+        self.feed.push(FeedEvent::Resource {
+            resource: res.clone(),
+            held: false,
+            reason: reason.as_str(),
+            at: wall(at.min(Instant::now())),
+        });
+        self.listeners.emit(LifecycleEvent::ResourceLost {
+            name: name.to_string(),
+            shard: res.group,
+            token,
+            reason: reason.as_str(),
+        });
+        // The holder and the shard watchers are told last, so by the time `HeldLock::lost`
+        // resolves or `shards()` changes, the loss is already logged, counted, streamed and
+        // seen by the listeners: one consistent picture (listeners are quick, so "at once"
+        // still holds).
+        self.holdings.publish();
+        if let Some(lost) = &h.lost {
+            lost.send_replace(Some(reason));
+        }
+        true
+    }
+}
+
+impl Core {
+    /// Gives `name` (of `token`) back again at the next renewal: a give-back that failed may
+    /// have landed with its reply lost, and a release is idempotent, so its retry is told it
+    /// landed rather than counted as fenced.
+    pub(super) fn retry_give_back(&self, name: &str, token: i64) {
+        self.holdings
+            .to_release
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((name.to_string(), token));
+    }
+
+    /// This agent's holder write giving `name` (of `token`) back on `conn`; a refused one is
+    /// counted as fenced. True when it landed.
+    pub(super) async fn give_back(
+        &self,
+        conn: &dyn Store,
+        name: &str,
+        token: i64,
+    ) -> Result<bool, StoreError> {
+        let out = conn
+            .resource_release(ResourceHolderParams {
+                name: name.to_string(),
+                holder: self.id.clone(),
+                token,
+                ttl: self.settings.lease_ttl,
+                actor: None,
+            })
+            .await?;
+        if out.is_none() {
+            self.resource_fenced("release", name, token);
+        }
+        Ok(out.is_some())
+    }
+}
+
+impl Core {
+    /// A holder write on a resource lease was refused: counted and logged, never an error.
+    pub(crate) fn resource_fenced(&self, op: &'static str, name: &str, token: i64) {
+        bump(&self.stats.fenced, 1);
+        self.metrics.fenced(match op {
+            "renew" => "resource_renew",
+            _ => "resource_release",
+        });
+        tracing::warn!(
+            lease = name,
+            token,
+            op,
+            "resource write fenced: the lease had moved on"
+        );
     }
 }
 

@@ -1,0 +1,178 @@
+//! The policy RPCs (SetConcurrency, PauseType, ResumeType): operators only. A global or type
+//! change goes through the store, which writes its `policy_set` audit row in the same
+//! transaction; this agent's local limit is audited here first, then applied at once.
+
+use leasehold_proto::v1 as pb;
+use leasehold_shared::domain::{PolicyPatch, PolicyScope};
+use leasehold_shared::store::{AuditEntry, AuditResult, PolicySetParams};
+use tonic::{Request, Response, Status};
+
+use super::convert::{invalid, task_type_from_wire};
+use super::service::{Need, Service};
+use super::status::from_store;
+
+/// Largest local concurrency limit.
+pub use leasehold_shared::domain::policy::MAX_LOCAL_CONCURRENCY;
+/// Audit action of global and type policy changes (limits, pause, resume), as the store
+/// writes it.
+pub const POLICY_ACTION: &str = "policy_set";
+/// Audit action of a change of an agent's local limit.
+pub const LOCAL_LIMIT_ACTION: &str = "set_concurrency";
+
+impl Service {
+    pub(super) async fn set_concurrency_rpc(
+        &self,
+        request: Request<pb::SetConcurrencyRequest>,
+    ) -> Result<Response<pb::SetConcurrencyResponse>, Status> {
+        use pb::set_concurrency_request::Scope;
+        let (action, target) = match &request.get_ref().scope {
+            Some(Scope::Global(_)) => (POLICY_ACTION, "policy:*".to_string()),
+            Some(Scope::TaskType(t)) => (POLICY_ACTION, format!("policy:{t}")),
+            Some(Scope::AgentLocal(_)) => (LOCAL_LIMIT_ACTION, format!("agent:{}", self.core.id)),
+            None => (POLICY_ACTION, "policy:?".to_string()),
+        };
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action,
+                    target: target.clone(),
+                },
+            )
+            .await?;
+        let r = request.into_inner();
+        if r.unlimited && r.limit != 0 {
+            return Err(Status::invalid_argument(
+                "limit: give either a limit or unlimited, not both",
+            ));
+        }
+        let scope = match r.scope {
+            None => {
+                return Err(Status::invalid_argument(
+                    "scope: give global, task_type or agent_local",
+                ));
+            }
+            Some(Scope::Global(false)) | Some(Scope::AgentLocal(false)) => {
+                return Err(Status::invalid_argument(
+                    "scope: global and agent_local must be true when given",
+                ));
+            }
+            Some(Scope::AgentLocal(true)) => {
+                if r.unlimited || !(1..=MAX_LOCAL_CONCURRENCY).contains(&r.limit) {
+                    return Err(Status::invalid_argument(format!(
+                        "limit: a local limit must be within 1..={MAX_LOCAL_CONCURRENCY}"
+                    )));
+                }
+                let previous = u32::try_from(self.core.book.limit()).unwrap_or(u32::MAX);
+                // The audit row first: if it cannot be written, nothing changes.
+                self.audit(AuditEntry {
+                    actor,
+                    action: LOCAL_LIMIT_ACTION.into(),
+                    target,
+                    params: Some(serde_json::json!({ "limit": r.limit, "previous": previous })),
+                    result: if previous == r.limit {
+                        AuditResult::Noop
+                    } else {
+                        AuditResult::Applied
+                    },
+                    detail: Some(format!("local limit {previous} -> {}", r.limit)),
+                })
+                .await?;
+                self.core.book.set_limit(r.limit);
+                self.core.wake_claimers();
+                tracing::info!(
+                    previous,
+                    limit = r.limit,
+                    "local concurrency changed by an operator"
+                );
+                return Ok(Response::new(pb::SetConcurrencyResponse {
+                    limit: Some(r.limit),
+                    previous: Some(previous),
+                }));
+            }
+            Some(Scope::Global(true)) => PolicyScope::Global,
+            Some(Scope::TaskType(t)) => PolicyScope::Type(task_type_from_wire("task_type", &t)?),
+        };
+        let patch = PolicyPatch {
+            max_concurrency: Some((!r.unlimited).then_some(r.limit)),
+            ..Default::default()
+        };
+        patch.validate(&scope).map_err(invalid)?;
+        let change = self
+            .core
+            .store
+            .policy_change(PolicySetParams {
+                scope,
+                patch,
+                actor,
+            })
+            .await
+            .map_err(|e| from_store("set_concurrency", e))?;
+        Ok(Response::new(pb::SetConcurrencyResponse {
+            limit: change.after.max_concurrency,
+            previous: change.before.max_concurrency,
+        }))
+    }
+
+    pub(super) async fn pause_type_rpc(
+        &self,
+        request: Request<pb::PauseTypeRequest>,
+    ) -> Result<Response<pb::PauseTypeResponse>, Status> {
+        let changed = self
+            .set_paused(&request, request.get_ref().task_type.clone(), true)
+            .await?;
+        // Applied either way (as `schedules add` is); a type nobody serves is likely misspelt.
+        let mut warnings = Vec::new();
+        if let Ok(task_type) = leasehold_shared::TaskType::new(request.get_ref().task_type.as_str())
+            && let Some(w) =
+                crate::runtime::scheduler::unserved_warning(&self.core, &task_type).await
+        {
+            warnings.push(w);
+        }
+        Ok(Response::new(pb::PauseTypeResponse { changed, warnings }))
+    }
+
+    pub(super) async fn resume_type_rpc(
+        &self,
+        request: Request<pb::ResumeTypeRequest>,
+    ) -> Result<Response<pb::ResumeTypeResponse>, Status> {
+        let changed = self
+            .set_paused(&request, request.get_ref().task_type.clone(), false)
+            .await?;
+        Ok(Response::new(pb::ResumeTypeResponse { changed }))
+    }
+
+    async fn set_paused<T>(
+        &self,
+        request: &Request<T>,
+        task_type: String,
+        paused: bool,
+    ) -> Result<bool, Status> {
+        let action = if paused { "pause" } else { "resume" };
+        // Refusals are audited under the name the store gives the change it would have made.
+        let actor = self
+            .caller(
+                request,
+                Need::Act {
+                    action: POLICY_ACTION,
+                    target: format!("policy:{task_type}"),
+                },
+            )
+            .await?;
+        let scope = PolicyScope::Type(task_type_from_wire("task_type", &task_type)?);
+        let change = self
+            .core
+            .store
+            .policy_change(PolicySetParams {
+                scope,
+                patch: PolicyPatch {
+                    paused: Some(paused),
+                    ..Default::default()
+                },
+                actor,
+            })
+            .await
+            .map_err(|e| from_store(action, e))?;
+        Ok(change.before.paused != change.after.paused)
+    }
+}

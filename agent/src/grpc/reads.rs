@@ -1,0 +1,152 @@
+//! The read RPCs (ListTasks, GetTask, ListAgents, GetOverview): any authenticated caller, the
+//! request validated into a store query, the answer converted with the database's `now`.
+
+use std::time::Duration;
+
+use leasehold_proto::v1 as pb;
+use leasehold_shared::store::{ExplainParams, TaskListParams};
+use leasehold_shared::{Role, TaskId, TaskStatus};
+use tonic::{Request, Response, Status};
+
+use super::convert::{
+    agent_to_wire, attempt_to_wire, blocker_to_wire, invalid, ms, opt_error_code, opt_task_type,
+    status_from_wire, task_id_from_wire, task_to_wire, text_without_nul, time_from_wire,
+};
+use super::page::{fit_page, page_from_wire};
+use super::service::{Need, Service};
+use super::status::from_store;
+
+impl Service {
+    fn stale_after(&self) -> Duration {
+        (self.core.settings.heartbeat * 3 + self.core.settings.grace).max(Duration::from_secs(10))
+    }
+
+    pub(super) async fn list_tasks_rpc(
+        &self,
+        request: Request<pb::ListTasksRequest>,
+    ) -> Result<Response<pb::ListTasksResponse>, Status> {
+        self.caller(&request, Need::View).await?;
+        let r = request.into_inner();
+        let statuses = r
+            .statuses
+            .iter()
+            .map(|s| status_from_wire("statuses", *s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let paging = page_from_wire(r.before_id, r.limit)?;
+        text_without_nul("text", &r.text)?;
+        let params = TaskListParams {
+            statuses,
+            task_type: opt_task_type("task_type", &r.task_type)?,
+            text: (!r.text.is_empty()).then_some(r.text),
+            before: paging.before_id.map(TaskId),
+            limit: paging.limit,
+            error_code: opt_error_code("error_code", &r.error_code)?,
+            since: time_from_wire("since_ms", r.since_ms)?,
+        };
+        params.validate().map_err(invalid)?;
+        let store = &self.core.store;
+        let page = store
+            .task_list(params)
+            .await
+            .map_err(|e| from_store("list_tasks", e))?;
+        let now = store.db_now().await.map_err(|e| from_store("db_now", e))?;
+        let mut tasks: Vec<pb::Task> = page.tasks.iter().map(task_to_wire).collect();
+        let next_before_id = fit_page(&mut tasks, |t| t.id)
+            .or(page.next_before.map(|t| t.0))
+            .unwrap_or(0);
+        Ok(Response::new(pb::ListTasksResponse {
+            tasks,
+            next_before_id,
+            now_ms: ms(now),
+        }))
+    }
+
+    pub(super) async fn get_task_rpc(
+        &self,
+        request: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::GetTaskResponse>, Status> {
+        self.caller(&request, Need::View).await?;
+        let id = task_id_from_wire("id", request.get_ref().id)?;
+        let store = &self.core.store;
+        let detail = store
+            .task_get(id)
+            .await
+            .map_err(|e| from_store("get_task", e))?
+            .ok_or_else(|| Status::not_found(format!("task {id} does not exist")))?;
+        let blockers = if detail.task.status == TaskStatus::Running {
+            Vec::new()
+        } else {
+            store
+                .task_explain(ExplainParams {
+                    id,
+                    agent_stale_after: self.stale_after(),
+                })
+                .await
+                .map_err(|e| from_store("get_task", e))?
+        };
+        Ok(Response::new(pb::GetTaskResponse {
+            task: Some(task_to_wire(&detail.task)),
+            attempts: detail.attempts.iter().map(attempt_to_wire).collect(),
+            why_not_running: blockers
+                .iter()
+                .map(|b| b.message.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            blockers: blockers.iter().map(blocker_to_wire).collect(),
+            now_ms: ms(detail.now),
+        }))
+    }
+
+    pub(super) async fn list_agents_rpc(
+        &self,
+        request: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        let caller = self.caller(&request, Need::View).await?;
+        let store = &self.core.store;
+        let agents = store
+            .agent_list()
+            .await
+            .map_err(|e| from_store("list_agents", e))?;
+        // The registry is what consoles find the fleet by: an unreadable leader row costs the
+        // leader line, not the answer.
+        let leader = match store.leader_get().await {
+            Ok(leader) => leader,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the leader row");
+                None
+            }
+        };
+        let now_ms = match (agents.first(), &leader) {
+            (Some(a), _) => ms(a.now),
+            (None, Some(l)) => ms(l.now),
+            (None, None) => ms(store.db_now().await.map_err(|e| from_store("db_now", e))?),
+        };
+        Ok(Response::new(pb::ListAgentsResponse {
+            agents: agents.iter().map(agent_to_wire).collect(),
+            now_ms,
+            answered_by: self.core.id.as_str().to_string(),
+            caller_role: match caller.role {
+                Role::Viewer => "viewer",
+                Role::Operator | Role::System => "operator",
+            }
+            .to_string(),
+            stale_after_ms: i64::try_from(self.stale_after().as_millis()).unwrap_or(i64::MAX),
+            leader: leader
+                .filter(|l| l.term > 0)
+                .map(|l| super::convert::leader_to_wire(&l)),
+        }))
+    }
+
+    pub(super) async fn get_overview_rpc(
+        &self,
+        request: Request<pb::GetOverviewRequest>,
+    ) -> Result<Response<pb::GetOverviewResponse>, Status> {
+        self.caller(&request, Need::View).await?;
+        let overview = self
+            .overview
+            .get(self.core.store.as_ref())
+            .await
+            .map_err(|e| from_store("get_overview", e))?;
+        Ok(Response::new(pb::GetOverviewResponse::clone(&overview)))
+    }
+}
