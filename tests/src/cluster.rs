@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use leasehold_shared::store::postgres::MIGRATOR;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 
 use crate::db::quote_ident;
@@ -60,6 +60,17 @@ pub struct PgCluster {
     env: Vec<(String, String)>,
     /// Whether the server is believed to be running (so drop knows to stop it).
     running: bool,
+}
+
+/// A pool of 4 connections to `url` for a test's own reads and writes, each acquired within
+/// 10 s (a server being restarted answers within that or the test fails).
+pub async fn test_pool(url: &str) -> anyhow::Result<PgPool> {
+    PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .with_context(|| format!("connecting to {url}"))
 }
 
 impl PgCluster {
@@ -169,6 +180,14 @@ impl PgCluster {
         pool.close().await;
         migrated.with_context(|| format!("migrating {url}"))?;
         Ok(url)
+    }
+
+    /// [`create_migrated_database`](Self::create_migrated_database) and a pool of 4 connections
+    /// to it (see [`test_pool`]): its URL and the pool.
+    pub async fn migrated_database_pool(&self, name: &str) -> anyhow::Result<(String, PgPool)> {
+        let url = self.create_migrated_database(name).await?;
+        let pool = test_pool(&url).await?;
+        Ok((url, pool))
     }
 
     /// `pg_ctl restart -m fast`: disconnects every client, checkpoints, starts again; returns

@@ -97,6 +97,27 @@ pub async fn spawn_test_agent(
     .await
 }
 
+/// Spawns `leasehold-agent` on `db` (see [`spawn_agent`], no extra environment) and waits up
+/// to [`START_WAIT`] until this very process registered: the handle and its agent id.
+pub async fn spawn_registered(
+    db: &TestDb,
+    name: &str,
+    handlers: &str,
+    extra: &[&str],
+) -> anyhow::Result<(AgentHandle, String)> {
+    let agent = spawn_agent(
+        "leasehold-agent",
+        &db.url,
+        name,
+        handlers,
+        extra,
+        Vec::new(),
+    )
+    .await?;
+    let id = agent.wait_registered(&db.pool, name, START_WAIT).await?;
+    Ok((agent, id))
+}
+
 /// Spawns `leasehold-agent` on `db` (see [`spawn_agent`]) and waits until this very process
 /// registered and published its gRPC address: the handle and the address.
 pub async fn start_agent(

@@ -15,7 +15,9 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use crate::agent::AgentHandle;
-use crate::fleet::spawn_agent;
+use crate::db::TestDb;
+use crate::fleet::{spawn_agent, spawn_test_agent};
+use crate::inspect::count;
 use crate::ledger::LedgerReport;
 use crate::proxy::TcpProxy;
 use crate::wait::wait_until;
@@ -26,6 +28,21 @@ pub const FENCED_LOG: &str = "write fenced: the lease had moved on";
 pub const LOCAL_DEADLINE_LOG: &str = "execution stopped at its local safety deadline";
 /// What an agent logs when a renewal finds a lease gone.
 pub const LEASE_LOST_LOG: &str = "lease lost at renewal";
+/// What an agent logs when its lease renewal fails.
+pub const RENEWAL_FAILED_LOG: &str = "lease renewal failed";
+/// What an agent logs when a database call fails (one line per failure, each holding one of
+/// these).
+pub const DATABASE_FAILURE_LOGS: &[&str] = &[
+    RENEWAL_FAILED_LOG,
+    "claim failed",
+    "claim timed out",
+    "LISTEN connection lost",
+    "LISTEN failed",
+    "LISTEN connection did not answer a probe",
+    "completion batch failed",
+    "registry heartbeat failed",
+    "leader renewal failed",
+];
 
 /// Spawns the test agent `name` with `handlers` whose database connections go through
 /// `proxy`; its ledger log goes straight to `db_url`. `envs` are added to its environment.
@@ -47,6 +64,81 @@ pub async fn spawn_proxied(
         extra,
         envs,
     )
+    .await
+}
+
+/// Longest [`start_ledger_agent`] waits for the agent to register.
+pub const REGISTER_WAIT: Duration = Duration::from_secs(20);
+
+/// Starts the test agent `name` running `ledger` tasks `concurrency` at a time and waits until
+/// this very process registered: the handle and its agent id.
+pub async fn start_ledger_agent(
+    db: &TestDb,
+    name: &str,
+    concurrency: u32,
+) -> anyhow::Result<(AgentHandle, String)> {
+    let concurrency = concurrency.to_string();
+    let agent = spawn_test_agent(&db.url, name, "ledger", &["--concurrency", &concurrency]).await?;
+    let id = agent.wait_registered(&db.pool, name, REGISTER_WAIT).await?;
+    Ok((agent, id))
+}
+
+/// [`start_ledger_agent`] for each of `names`, one after the other: their handles.
+pub async fn start_ledger_agents(
+    db: &TestDb,
+    names: &[&str],
+    concurrency: u32,
+) -> anyhow::Result<Vec<AgentHandle>> {
+    let mut agents = Vec::new();
+    for name in names {
+        agents.push(start_ledger_agent(db, name, concurrency).await?.0);
+    }
+    Ok(agents)
+}
+
+/// [`start_ledger_agent`] named `rescuer`: the agent that takes a victim's tasks over.
+pub async fn start_rescuer(db: &TestDb, concurrency: u32) -> anyhow::Result<(AgentHandle, String)> {
+    start_ledger_agent(db, "rescuer", concurrency).await
+}
+
+/// Makes every task's work short (`"ms": 10` in its payload), so whoever runs it next
+/// finishes quickly.
+pub async fn shorten_tasks(pool: &PgPool) -> anyhow::Result<()> {
+    sqlx::query("UPDATE tasks SET payload = payload || '{\"ms\": 10}'")
+        .execute(pool)
+        .await
+        .context("shortening the tasks' work")?;
+    Ok(())
+}
+
+/// Running tasks whose lease `owner` holds.
+pub async fn leases_held(pool: &PgPool, owner: &str) -> anyhow::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM tasks WHERE lease_owner = $1 AND status = 'running'")
+        .bind(owner)
+        .fetch_one(pool)
+        .await
+        .with_context(|| format!("counting the leases {owner} holds"))
+}
+
+/// Tasks in state `succeeded`, all types.
+pub async fn succeeded_tasks(pool: &PgPool) -> anyhow::Result<i64> {
+    count(
+        pool,
+        "SELECT count(*) FROM tasks WHERE status = 'succeeded'",
+    )
+    .await
+}
+
+/// Waits (`what`, for the error) until `n` tasks succeeded.
+pub async fn wait_succeeded(
+    pool: &PgPool,
+    what: &str,
+    n: i64,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_until(what, timeout, || async move {
+        Ok(succeeded_tasks(pool).await? == n)
+    })
     .await
 }
 

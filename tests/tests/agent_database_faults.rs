@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use leasehold_tests::fleet::{GRACE, POLL, TTL, spawn_agent, spawn_test_agent};
 use leasehold_tests::proxy::addr_of_url;
+use leasehold_tests::scenario::{
+    DATABASE_FAILURE_LOGS, RENEWAL_FAILED_LOG, db_now, leases_held, shorten_tasks,
+};
 use leasehold_tests::{AgentHandle, PgCluster, ProxyMode, TcpProxy, TestDb, ledger, wait_until};
 use serde_json::json;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 
 const SLACK: Duration = Duration::from_secs(3);
 /// A lease whose heartbeat is older than this is suspect (DESIGN §4: 3 × heartbeat).
@@ -38,23 +40,8 @@ async fn succeeded_or_unknown(pool: &PgPool) -> i64 {
     tasks_with_status(pool, "succeeded").await.unwrap_or(-1)
 }
 
-async fn leases_of(pool: &PgPool, owner: &str) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar(
-        "SELECT count(*) FROM tasks WHERE lease_owner = $1 AND status = 'running'",
-    )
-    .bind(owner)
-    .fetch_one(pool)
-    .await?)
-}
-
 async fn executions(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar("SELECT count(*) FROM test_executions")
-        .fetch_one(pool)
-        .await?)
-}
-
-async fn db_now(pool: &PgPool) -> anyhow::Result<DateTime<Utc>> {
-    Ok(sqlx::query_scalar("SELECT clock_timestamp()")
         .fetch_one(pool)
         .await?)
 }
@@ -162,22 +149,9 @@ fn log_lines(agent: &AgentHandle, needles: &[&str]) -> Vec<String> {
         .collect()
 }
 
-const RENEWAL_FAILED: &str = "lease renewal failed";
 const CLAIM_FAILED: &str = "claim failed";
 const CLAIM_TIMED_OUT: &str = "claim timed out";
 const LOCAL_DEADLINE: &str = "local safety deadline";
-/// What an agent logs when a database call fails.
-const DATABASE_FAILURES: &[&str] = &[
-    RENEWAL_FAILED,
-    CLAIM_FAILED,
-    CLAIM_TIMED_OUT,
-    "LISTEN connection lost",
-    "LISTEN failed",
-    "LISTEN connection did not answer a probe",
-    "completion batch failed",
-    "registry heartbeat failed",
-    "leader renewal failed",
-];
 
 // ---------------------------------------------------------------------------------------------
 // T09
@@ -188,14 +162,8 @@ const DATABASE_FAILURES: &[&str] = &[
 async fn t09_postgres_fast_restart_during_1000_tasks() {
     const TASKS: i64 = 1000;
     let mut cluster = PgCluster::start().await.unwrap();
-    let url = cluster
-        .create_migrated_database("leasehold_t09")
-        .await
-        .unwrap();
-    let pool = PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(&url)
+    let (url, pool) = cluster
+        .migrated_database_pool("leasehold_t09")
         .await
         .unwrap();
     ledger::install(&pool).await.unwrap();
@@ -278,7 +246,7 @@ async fn t09_postgres_fast_restart_during_1000_tasks() {
     // failed database call counts).
     let saw_it: Vec<String> = agents
         .iter()
-        .flat_map(|(a, _)| log_lines(a, DATABASE_FAILURES))
+        .flat_map(|(a, _)| log_lines(a, DATABASE_FAILURE_LOGS))
         .collect();
     assert!(
         !saw_it.is_empty(),
@@ -680,7 +648,7 @@ async fn wait_holding(pool: &PgPool, owner: &str, n: i64) {
         || {
             let pool = pool.clone();
             let owner = owner.to_string();
-            async move { Ok(leases_of(&pool, &owner).await? == n && executions(&pool).await? >= n) }
+            async move { Ok(leases_held(&pool, &owner).await? == n && executions(&pool).await? >= n) }
         },
     )
     .await
@@ -782,7 +750,7 @@ async fn t16_reset_connections_shorter_than_the_ttl_cause_no_false_revocation() 
     )
     .await
     .unwrap();
-    let failures = log_lines(&agent, &[RENEWAL_FAILED]);
+    let failures = log_lines(&agent, &[RENEWAL_FAILED_LOG]);
     eprintln!(
         "t16: {} new connections after the reset, {} failed renewals logged; {report:?}",
         proxy.accepted() - accepted_before,
@@ -814,10 +782,7 @@ async fn t17_blackholed_connections_past_the_ttl_stop_executions_and_tasks_move(
         .unwrap();
     wait_holding(&db.pool, &a_id, 5).await;
     // Short tasks from now on: whoever takes them over finishes quickly.
-    sqlx::query("UPDATE tasks SET payload = payload || '{\"ms\": 10}'")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    shorten_tasks(&db.pool).await.unwrap();
     let mut b = spawn_test_agent(&db.url, "t17-b", "ledger", &["--concurrency", "5"])
         .await
         .unwrap();
@@ -1144,7 +1109,7 @@ async fn t14_an_exclusive_lock_on_tasks_times_out_without_takeover() {
     assert_eq!(owners, 5, "the locked agent finished its own tasks");
     // Positive control: the lock really stopped renewals for a while.
     assert!(
-        !log_lines(&agent, &[RENEWAL_FAILED]).is_empty(),
+        !log_lines(&agent, &[RENEWAL_FAILED_LOG]).is_empty(),
         "no renewal failed during the lock:\n{}",
         agent.log_tail(40)
     );

@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_tests::fleet::{GRACE, TTL, spawn_test_agent};
+use leasehold_tests::fleet::{GRACE, TTL};
 use leasehold_tests::scenario::{
     FENCED_LOG, Figures, LEASE_LOST_LOG, LOCAL_DEADLINE_LOG, log_count_all, recoveries,
-    unfinished_ledger_tasks, wait_ledger_done,
+    start_ledger_agents, unfinished_ledger_tasks, wait_ledger_done,
 };
 use leasehold_tests::{AgentHandle, TestDb, ledger};
 use serde_json::json;
@@ -53,17 +53,7 @@ async fn t05_flapping_pauses_around_the_ttl_under_load() {
     let mut rng = fastrand::Rng::with_seed(seed);
     let db = TestDb::new().await.unwrap();
     ledger::install(&db.pool).await.unwrap();
-    let mut agents: Vec<AgentHandle> = Vec::new();
-    for name in AGENTS {
-        let agent = spawn_test_agent(&db.url, name, "ledger", &["--concurrency", "4"])
-            .await
-            .unwrap();
-        agent
-            .wait_registered(&db.pool, name, Duration::from_secs(20))
-            .await
-            .unwrap();
-        agents.push(agent);
-    }
+    let mut agents: Vec<AgentHandle> = start_ledger_agents(&db, &AGENTS, 4).await.unwrap();
     enqueue_round(&db.pool).await;
     let mut rounds = 1;
 

@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
-use leasehold_tests::fleet::spawn_test_agent;
-use leasehold_tests::scenario::{FENCED_LOG, Figures, log_count_all, wait_ledger_done};
+use leasehold_tests::scenario::{
+    FENCED_LOG, Figures, log_count_all, start_ledger_agents, wait_ledger_done,
+};
 use leasehold_tests::{TestDb, ledger, wait_until};
 use serde_json::json;
 use sqlx::{Connection, PgConnection, PgPool};
@@ -87,17 +88,9 @@ async fn vacuum_leaves(pool: &PgPool) -> i64 {
 async fn t13_a_long_transaction_holding_back_vacuum() {
     let db = TestDb::new().await.unwrap();
     ledger::install(&db.pool).await.unwrap();
-    let mut agents = Vec::new();
-    for name in ["t13-a", "t13-b"] {
-        let agent = spawn_test_agent(&db.url, name, "ledger", &["--concurrency", "8"])
-            .await
-            .unwrap();
-        agent
-            .wait_registered(&db.pool, name, Duration::from_secs(20))
-            .await
-            .unwrap();
-        agents.push(agent);
-    }
+    let mut agents = start_ledger_agents(&db, &["t13-a", "t13-b"], 8)
+        .await
+        .unwrap();
     let (without, _) = phase(&db.pool).await;
 
     // The long transaction: a snapshot taken now and kept while the agents churn.

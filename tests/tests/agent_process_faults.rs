@@ -7,18 +7,11 @@
 use std::time::{Duration, Instant};
 
 use leasehold_tests::fleet::{GRACE, POLL, TTL, spawn_test_agent};
+use leasehold_tests::scenario::{leases_held, shorten_tasks, start_rescuer, wait_succeeded};
 use leasehold_tests::{TestDb, count, ledger, wait_registered, wait_until};
 use serde_json::json;
 
 const SLACK: Duration = Duration::from_secs(3);
-
-async fn leases_of(pool: &sqlx::PgPool, owner: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM tasks WHERE lease_owner = $1 AND status = 'running'")
-        .bind(owner)
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
 
 async fn is_leader(pool: &sqlx::PgPool, owner: &str) -> bool {
     sqlx::query_scalar::<_, bool>(
@@ -77,39 +70,22 @@ async fn kill9_scenario(victim_leads: bool) {
         || {
             let pool = db.pool.clone();
             let id = victim_id.clone();
-            async move { Ok(leases_of(&pool, &id).await == 50) }
+            async move { Ok(leases_held(&pool, &id).await? == 50) }
         },
     )
     .await
     .unwrap();
     // Short tasks from now on: the rescuer finishes them quickly.
-    sqlx::query("UPDATE tasks SET payload = payload || '{\"ms\": 10}'")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let rescuer = spawn_test_agent(&db.url, "rescuer", "ledger", &["--concurrency", "50"])
-        .await
-        .unwrap();
-    let rescuer_id = wait_registered(&db.pool, "rescuer", Duration::from_secs(20))
-        .await
-        .unwrap();
+    shorten_tasks(&db.pool).await.unwrap();
+    let (rescuer, rescuer_id) = start_rescuer(&db, 50).await.unwrap();
     victim.kill9().unwrap();
     let killed = Instant::now();
     victim.wait_exit(Duration::from_secs(5)).await.unwrap();
-    wait_until(
+    wait_succeeded(
+        &db.pool,
         "every task succeeded",
+        50,
         TTL + GRACE + POLL * 2 + SLACK + Duration::from_secs(5),
-        || {
-            let pool = db.pool.clone();
-            async move {
-                Ok(count(
-                    &pool,
-                    "SELECT count(*) FROM tasks WHERE status = 'succeeded'",
-                )
-                .await?
-                    == 50)
-            }
-        },
     )
     .await
     .unwrap();
@@ -371,13 +347,7 @@ async fn t03_sigstop_past_ttl_and_grace_every_late_write_is_fenced() {
     wait_stopped(&victim).await;
     // Short work for the rescuer; started only now, so only it can take over.
     set_ms(&db.pool, &tasks, 100).await;
-    let rescuer = spawn_test_agent(&db.url, "rescuer", "ledger", &["--concurrency", "10"])
-        .await
-        .unwrap();
-    let rescuer_id = rescuer
-        .wait_registered(&db.pool, "rescuer", REGISTER)
-        .await
-        .unwrap();
+    let (rescuer, rescuer_id) = start_rescuer(&db, 10).await.unwrap();
     wait_count(
         &db.pool,
         "the rescuer completed all 10 tasks",
@@ -925,13 +895,7 @@ async fn t07_second_signal_forces_exit() {
     assert_eq!(counter(&summary, "released"), 5, "{summary}");
     assert_eq!(counter(&summary, "succeeded"), 0, "{summary}");
 
-    let rescuer = spawn_test_agent(&db.url, "rescuer", "ledger", &["--concurrency", "5"])
-        .await
-        .unwrap();
-    let rescuer_id = rescuer
-        .wait_registered(&db.pool, "rescuer", REGISTER)
-        .await
-        .unwrap();
+    let (rescuer, rescuer_id) = start_rescuer(&db, 5).await.unwrap();
     wait_count(
         &db.pool,
         "the rescuer completed the 5 released tasks",
@@ -975,13 +939,7 @@ async fn t08_handlers_ignoring_cancellation_still_exit_bounded() {
         ],
     )
     .await;
-    let rescuer = spawn_test_agent(&db.url, "rescuer", "ledger", &["--concurrency", "5"])
-        .await
-        .unwrap();
-    let rescuer_id = rescuer
-        .wait_registered(&db.pool, "rescuer", REGISTER)
-        .await
-        .unwrap();
+    let (rescuer, rescuer_id) = start_rescuer(&db, 5).await.unwrap();
     victim.sigterm().unwrap();
     let status = victim
         .wait_exit(Duration::from_millis(500 + 500) + SLACK)

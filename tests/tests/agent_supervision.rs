@@ -7,10 +7,12 @@
 //! enabled by this crate): `LEASEHOLD_FAILPOINT=SERVICE:panic|exit:FILE` fires once the test
 //! creates `FILE`, while the victim holds its leases.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use leasehold_tests::fleet::{GRACE, TTL, spawn_agent, spawn_test_agent};
-use leasehold_tests::{TestDb, count, ledger, scratch_dir, wait_until};
+use leasehold_tests::fleet::{GRACE, TTL, spawn_agent};
+use leasehold_tests::scenario::{leases_held, shorten_tasks, start_rescuer, wait_succeeded};
+use leasehold_tests::{AgentHandle, TestDb, count, ledger, scratch_dir, wait_until};
 use serde_json::json;
 
 const TASKS: i64 = 10;
@@ -24,21 +26,53 @@ async fn owner_count(pool: &sqlx::PgPool, sql: &'static str, owner: &str) -> i64
         .unwrap()
 }
 
-/// Runs the scenario: the victim's `service` fails by `action` while it runs [`TASKS`] long
-/// executions; returns the victim's stderr and the database for more checks.
-async fn service_failure(service: &str, action: &str) -> (String, String, TestDb) {
-    let db = TestDb::new().await.unwrap();
-    ledger::install(&db.pool).await.unwrap();
+/// Which executions count: a test of an execution's `outcome` (`None` while it runs, or when it
+/// was dropped before it could log an end).
+type Outcome = fn(Option<&str>) -> bool;
+
+/// Every execution, ended or not.
+const ANY: Outcome = |_| true;
+
+/// Executions of `agent` (rows of `test_executions`) whose outcome passes `which`.
+async fn executions(pool: &sqlx::PgPool, agent: &str, which: Outcome) -> i64 {
+    let outcomes: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT outcome FROM test_executions WHERE agent = $1")
+            .bind(agent)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    outcomes.iter().filter(|o| which(o.as_deref())).count() as i64
+}
+
+/// Waits (`what`) until `agent` has `n` executions passing `which`.
+async fn wait_executions(db: &TestDb, what: &str, agent: &str, which: Outcome, n: i64) {
+    wait_until(what, Duration::from_secs(20), || async move {
+        Ok(executions(&db.pool, agent, which).await == n)
+    })
+    .await
+    .unwrap();
+}
+
+/// Spawns the victim with `extra` flags and its failpoint `failpoint` (`SERVICE:ACTION`) armed
+/// on a trigger file in a fresh scratch directory: the victim, its agent id, the directory and
+/// the trigger file.
+async fn spawn_victim(
+    db: &TestDb,
+    extra: &[&str],
+    failpoint: &str,
+) -> (AgentHandle, String, PathBuf, PathBuf) {
     let dir = scratch_dir("leasehold-failpoint").unwrap();
     let trigger = dir.join("fire");
-    let failpoint = format!("{service}:{action}:{}", trigger.display());
-    let mut victim = spawn_agent(
+    let victim = spawn_agent(
         "leasehold-test-agent",
         &db.url,
         "victim",
         "ledger",
-        &["--concurrency", "10"],
-        vec![("LEASEHOLD_FAILPOINT".into(), failpoint)],
+        extra,
+        vec![(
+            "LEASEHOLD_FAILPOINT".into(),
+            format!("{failpoint}:{}", trigger.display()),
+        )],
     )
     .await
     .unwrap();
@@ -46,6 +80,34 @@ async fn service_failure(service: &str, action: &str) -> (String, String, TestDb
         .wait_registered(&db.pool, "victim", REGISTER)
         .await
         .unwrap();
+    (victim, victim_id, dir, trigger)
+}
+
+/// A service failure: the victim's `service` fails by `action`; its stderr then `says` so,
+/// and `count` of its executions have an outcome passing `which` (`why`, for the failure).
+struct Failure {
+    service: &'static str,
+    action: &'static str,
+    says: &'static str,
+    which: Outcome,
+    count: i64,
+    why: &'static str,
+}
+
+/// Runs the scenario: the victim's service fails as `failure` says while it runs [`TASKS`]
+/// long executions; checks the rescue and then `failure`'s own outcome.
+async fn service_failure(failure: Failure) {
+    let Failure {
+        service, action, ..
+    } = failure;
+    let db = TestDb::new().await.unwrap();
+    ledger::install(&db.pool).await.unwrap();
+    let (mut victim, victim_id, dir, trigger) = spawn_victim(
+        &db,
+        &["--concurrency", "10"],
+        &format!("{service}:{action}"),
+    )
+    .await;
     ledger::enqueue(&db.pool, "ledger", TASKS as usize, json!({"ms": 60_000}))
         .await
         .unwrap();
@@ -56,18 +118,8 @@ async fn service_failure(service: &str, action: &str) -> (String, String, TestDb
             let pool = db.pool.clone();
             let id = victim_id.clone();
             async move {
-                let held = owner_count(
-                    &pool,
-                    "SELECT count(*) FROM tasks WHERE lease_owner = $1 AND status = 'running'",
-                    &id,
-                )
-                .await;
-                let running = owner_count(
-                    &pool,
-                    "SELECT count(*) FROM test_executions WHERE agent = $1",
-                    &id,
-                )
-                .await;
+                let held = leases_held(&pool, &id).await?;
+                let running = executions(&pool, &id, ANY).await;
                 Ok(held == TASKS && running == TASKS)
             }
         },
@@ -75,17 +127,8 @@ async fn service_failure(service: &str, action: &str) -> (String, String, TestDb
     .await
     .unwrap();
     // Short tasks from now on, for the rescuer.
-    sqlx::query("UPDATE tasks SET payload = payload || '{\"ms\": 10}'")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let rescuer = spawn_test_agent(&db.url, "rescuer", "ledger", &["--concurrency", "10"])
-        .await
-        .unwrap();
-    rescuer
-        .wait_registered(&db.pool, "rescuer", REGISTER)
-        .await
-        .unwrap();
+    shorten_tasks(&db.pool).await.unwrap();
+    let (rescuer, _) = start_rescuer(&db, 10).await.unwrap();
 
     std::fs::write(&trigger, b"").unwrap();
     let status = victim.wait_exit(Duration::from_secs(30)).await.unwrap();
@@ -97,20 +140,11 @@ async fn service_failure(service: &str, action: &str) -> (String, String, TestDb
     );
     // Released, not left to expire: the rescuer finishes well before TTL + grace would allow
     // a recovery (the bound is generous; the positive control below is the proof).
-    wait_until(
+    wait_succeeded(
+        &db.pool,
         "every task succeeded",
+        TASKS,
         TTL + GRACE + Duration::from_secs(20),
-        || {
-            let pool = db.pool.clone();
-            async move {
-                Ok(count(
-                    &pool,
-                    "SELECT count(*) FROM tasks WHERE status = 'succeeded'",
-                )
-                .await?
-                    == TASKS)
-            }
-        },
     )
     .await
     .unwrap();
@@ -129,39 +163,41 @@ async fn service_failure(service: &str, action: &str) -> (String, String, TestDb
     assert_eq!(report.extra_executions, TASKS as u64, "{report:?}");
     drop(rescuer);
     let _ = std::fs::remove_dir_all(&dir);
-    (victim_id, stderr, db)
+
+    assert!(stderr.contains(failure.says), "{stderr}");
+    let counted = executions(&db.pool, &victim_id, failure.which).await;
+    assert_eq!(counted, failure.count, "{}", failure.why);
+    db.drop_db().await.unwrap();
 }
 
 /// The heartbeat panics: no lease can be proven any more, so the executions are dropped at
 /// once (the ledger handler has no chance to log an end), the leases released, exit 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeat_panic_stops_the_agent_and_releases_its_tasks() {
-    let (victim, stderr, db) = service_failure("heartbeat", "panic").await;
-    assert!(stderr.contains("panicked"), "{stderr}");
-    let ended_normally = owner_count(
-        &db.pool,
-        "SELECT count(*) FROM test_executions WHERE agent = $1 AND outcome IS NOT NULL",
-        &victim,
-    )
+    service_failure(Failure {
+        service: "heartbeat",
+        action: "panic",
+        says: "panicked",
+        which: |outcome| outcome.is_some(),
+        count: 0,
+        why: "executions were dropped, not drained",
+    })
     .await;
-    assert_eq!(ended_normally, 0, "executions were dropped, not drained");
-    db.drop_db().await.unwrap();
 }
 
 /// The claimer returns on its own: the heartbeat still proves the leases, so the executions
 /// are asked to stop (each logs `stopped`), their leases released, exit 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claimer_exit_stops_the_agent_and_its_executions() {
-    let (victim, stderr, db) = service_failure("claimer", "exit").await;
-    assert!(stderr.contains("returned early"), "{stderr}");
-    let stopped = owner_count(
-        &db.pool,
-        "SELECT count(*) FROM test_executions WHERE agent = $1 AND outcome = 'stopped'",
-        &victim,
-    )
+    service_failure(Failure {
+        service: "claimer",
+        action: "exit",
+        says: "returned early",
+        which: |outcome| outcome == Some("stopped"),
+        count: TASKS,
+        why: "every execution was asked to stop and did",
+    })
     .await;
-    assert_eq!(stopped, TASKS, "every execution was asked to stop and did");
-    db.drop_db().await.unwrap();
 }
 
 /// The claimer returns while the victim's handlers, which ignore the stop request, are about
@@ -173,13 +209,8 @@ async fn after_a_service_failure_finished_work_is_completed_not_run_again() {
     const WORK: i64 = 4;
     let db = TestDb::new().await.unwrap();
     ledger::install(&db.pool).await.unwrap();
-    let dir = scratch_dir("leasehold-failpoint").unwrap();
-    let trigger = dir.join("fire");
-    let mut victim = spawn_agent(
-        "leasehold-test-agent",
-        &db.url,
-        "victim",
-        "ledger",
+    let (mut victim, victim_id, dir, trigger) = spawn_victim(
+        &db,
         &[
             "--concurrency",
             "10",
@@ -190,17 +221,9 @@ async fn after_a_service_failure_finished_work_is_completed_not_run_again() {
             "--stop-grace",
             "10s",
         ],
-        vec![(
-            "LEASEHOLD_FAILPOINT".into(),
-            format!("claimer:exit:{}", trigger.display()),
-        )],
+        "claimer:exit",
     )
-    .await
-    .unwrap();
-    let victim_id = victim
-        .wait_registered(&db.pool, "victim", REGISTER)
-        .await
-        .unwrap();
+    .await;
     ledger::enqueue(
         &db.pool,
         "ledger",
@@ -209,25 +232,7 @@ async fn after_a_service_failure_finished_work_is_completed_not_run_again() {
     )
     .await
     .unwrap();
-    wait_until(
-        "the victim runs every task",
-        Duration::from_secs(20),
-        || {
-            let pool = db.pool.clone();
-            let id = victim_id.clone();
-            async move {
-                Ok(owner_count(
-                    &pool,
-                    "SELECT count(*) FROM test_executions WHERE agent = $1",
-                    &id,
-                )
-                .await
-                    == WORK)
-            }
-        },
-    )
-    .await
-    .unwrap();
+    wait_executions(&db, "the victim runs every task", &victim_id, ANY, WORK).await;
     // Completions (they write task_attempts) wait behind this lock until it goes.
     let mut hold = db.pool.begin().await.unwrap();
     sqlx::query("LOCK TABLE task_attempts IN EXCLUSIVE MODE")
@@ -235,21 +240,14 @@ async fn after_a_service_failure_finished_work_is_completed_not_run_again() {
         .await
         .unwrap();
     std::fs::write(&trigger, b"").unwrap();
-    wait_until("every handler returned", Duration::from_secs(20), || {
-        let pool = db.pool.clone();
-        let id = victim_id.clone();
-        async move {
-            Ok(owner_count(
-                &pool,
-                "SELECT count(*) FROM test_executions WHERE agent = $1 AND outcome = 'returned'",
-                &id,
-            )
-            .await
-                == WORK)
-        }
-    })
-    .await
-    .unwrap();
+    wait_executions(
+        &db,
+        "every handler returned",
+        &victim_id,
+        |outcome| outcome == Some("returned"),
+        WORK,
+    )
+    .await;
     // Past the agent's statement timeout (TTL / 2 = 4 s): the first completion attempt fails,
     // and a victim that does not wait for its completer gives the finished work up.
     tokio::time::sleep(Duration::from_millis(5000)).await;

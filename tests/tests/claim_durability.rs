@@ -24,37 +24,16 @@ use chrono::{DateTime, Utc};
 use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
 use leasehold_shared::store::{CompleteOutcome, CompleteParams, Completion, NewTask};
 use leasehold_shared::{LeaseKey, Store, TaskId};
+use leasehold_tests::cluster::test_pool;
 use leasehold_tests::fleet::spawn_agent;
 use leasehold_tests::helpers::{claim, tt};
+use leasehold_tests::scenario::DATABASE_FAILURE_LOGS;
 use leasehold_tests::{AgentHandle, PgCluster, TestDb, ledger, wait_until};
 use serde_json::json;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 
 /// Server settings that keep unflushed WAL in shared memory for seconds.
 const WIDE_CRASH_WINDOW: &[&str] = &["wal_writer_delay=10000ms", "autovacuum=off"];
-
-/// What an agent logs when a database call fails (any of them shows it saw the crash).
-const DATABASE_FAILURES: &[&str] = &[
-    "lease renewal failed",
-    "claim failed",
-    "claim timed out",
-    "LISTEN connection lost",
-    "LISTEN failed",
-    "LISTEN connection did not answer a probe",
-    "completion batch failed",
-    "registry heartbeat failed",
-    "leader renewal failed",
-];
-
-async fn connect(url: &str) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(url)
-        .await
-        .unwrap()
-}
 
 // ---------------------------------------------------------------------------------------------
 // The store alone
@@ -117,7 +96,7 @@ async fn t10_store_an_acknowledged_claim_survives_an_immediate_stop() {
         store.close().await;
         cluster.start_again().await.unwrap();
 
-        let pool = connect(&url).await;
+        let pool = test_pool(&url).await.unwrap();
         let rows: Vec<(i64, String, i64, Option<String>)> =
             sqlx::query_as("SELECT id, status, lease_epoch, lease_owner FROM tasks")
                 .fetch_all(&pool)
@@ -254,12 +233,14 @@ async fn copy_execution_log(from: &PgPool, to: &PgPool) -> anyhow::Result<usize>
     Ok(rows.len())
 }
 
+/// Lines of the agent's stderr where a database call failed (any of them shows it saw the
+/// crash).
 fn failure_lines(agent: &AgentHandle) -> Vec<String> {
     agent
         .stderr_text()
         .unwrap()
         .lines()
-        .filter(|line| DATABASE_FAILURES.iter().any(|n| line.contains(n)))
+        .filter(|line| DATABASE_FAILURE_LOGS.iter().any(|n| line.contains(n)))
         .map(str::to_string)
         .collect()
 }
@@ -274,11 +255,10 @@ async fn t10_postgres_crash_right_after_claim_bursts_loses_no_acknowledged_write
     const ROUNDS: usize = 4;
     const BURST: usize = 24;
     let mut cluster = PgCluster::start_with(WIDE_CRASH_WINDOW).await.unwrap();
-    let url = cluster
-        .create_migrated_database("leasehold_t10")
+    let (url, pool) = cluster
+        .migrated_database_pool("leasehold_t10")
         .await
         .unwrap();
-    let pool = connect(&url).await;
     ledger::install(&pool).await.unwrap();
     let log_db = TestDb::new().await.unwrap();
     ledger::install(&log_db.pool).await.unwrap();

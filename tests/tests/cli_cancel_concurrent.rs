@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::cli::Cli;
-use leasehold_tests::fleet::spawn_agent;
+use leasehold_tests::fleet::spawn_registered;
 use leasehold_tests::grpc::agent_address;
 use leasehold_tests::{AgentHandle, TaskSpec, TestDb, insert_task, scratch_dir, wait_until};
 use serde_json::json;
@@ -26,18 +26,7 @@ const WAIT: Duration = Duration::from_secs(60);
 const STOPPED_BY_CALL: &str = "cancel requested by an operator: stopping the execution";
 
 async fn start(db: &TestDb, name: &str, handlers: &str, extra: &[&str]) -> (AgentHandle, String) {
-    let agent = spawn_agent(
-        "leasehold-agent",
-        &db.url,
-        name,
-        handlers,
-        extra,
-        Vec::new(),
-    )
-    .await
-    .unwrap();
-    let id = agent.wait_registered(&db.pool, name, WAIT).await.unwrap();
-    (agent, id)
+    spawn_registered(db, name, handlers, extra).await.unwrap()
 }
 
 fn log(agent: &AgentHandle) -> String {

@@ -16,6 +16,22 @@ use tokio::process::Command;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Runs `leasehold-agent ARGS` to its end: (exit code, stdout, stderr).
+/// `leasehold-agent run` (noop tasks, no gRPC) on the database at `url`, which it cannot use:
+/// exit code and stderr.
+async fn run_on(url: &str) -> (i32, String) {
+    let (code, _, stderr) = agent_cmd(&[
+        "run",
+        "--handlers",
+        "noop",
+        "--listen",
+        "off",
+        "--database-url",
+        url,
+    ])
+    .await;
+    (code, stderr)
+}
+
 async fn agent_cmd(args: &[&str]) -> (i32, String, String) {
     let path = binary("leasehold-agent").await.unwrap();
     let out = tokio::time::timeout(
@@ -56,16 +72,7 @@ fn one_sentence(stderr: &str, said: &str) {
 async fn an_unknown_database_is_named_once_and_exits_3() {
     let db = TestDb::new().await.unwrap();
     let url = with_database(&db.url, "leasehold_no_such_database");
-    let (code, _, stderr) = agent_cmd(&[
-        "run",
-        "--handlers",
-        "noop",
-        "--listen",
-        "off",
-        "--database-url",
-        &url,
-    ])
-    .await;
+    let (code, stderr) = run_on(&url).await;
     assert_eq!(code, 3, "{stderr}");
     assert!(
         stderr.contains("cannot connect to the database"),
@@ -77,16 +84,7 @@ async fn an_unknown_database_is_named_once_and_exits_3() {
 #[tokio::test]
 async fn an_unmigrated_database_says_run_migrate_and_exits_3() {
     let db = TestDb::new_empty().await.unwrap();
-    let (code, _, stderr) = agent_cmd(&[
-        "run",
-        "--handlers",
-        "noop",
-        "--listen",
-        "off",
-        "--database-url",
-        &db.url,
-    ])
-    .await;
+    let (code, stderr) = run_on(&db.url).await;
     assert_eq!(code, 3, "{stderr}");
     one_sentence(
         &stderr,
@@ -103,16 +101,7 @@ async fn a_refused_connection_is_said_at_once_not_as_a_pool_timeout() {
         .unwrap()
         .port();
     let url = format!("postgres://postgres@127.0.0.1:{port}/x");
-    let (code, _, stderr) = agent_cmd(&[
-        "run",
-        "--handlers",
-        "noop",
-        "--listen",
-        "off",
-        "--database-url",
-        &url,
-    ])
-    .await;
+    let (code, stderr) = run_on(&url).await;
     assert_eq!(code, 3, "{stderr}");
     assert!(!stderr.contains("timed out"), "{stderr}");
     one_sentence(&stderr, "connection refused");
@@ -130,6 +119,15 @@ async fn migrate_twice_says_up_to_date() {
         second.trim().starts_with("database up to date (") && !second.contains("applied"),
         "{second}"
     );
+}
+
+/// A request the CLI refuses with exit 2: what it `says` in words and the internal name it
+/// must not show (`not_says`).
+struct Refusal {
+    what: &'static str,
+    args: &'static [&'static str],
+    says: &'static str,
+    not_says: &'static str,
 }
 
 #[tokio::test]
@@ -193,33 +191,31 @@ async fn cli_answers_in_words() {
     assert_eq!(o.code, Some(0), "{}", o.describe());
     assert!(!o.stderr.contains("warning"), "{}", o.describe());
 
-    // Ranges and database rules in words, not internal names or milliseconds.
-    let o = cli
-        .run(&["enqueue", "noop", "--delay", "100000000d"])
-        .await
-        .unwrap();
-    assert_eq!(o.code, Some(2), "{}", o.describe());
-    assert!(
-        o.stderr.contains("delay out of range: at most 366 days"),
-        "{}",
-        o.describe()
-    );
-    assert!(!o.stderr.contains("delay_ms"), "{}", o.describe());
-    let o = cli
-        .run(&["enqueue", "noop", "--deadline", "2020-01-01T00:00:00Z"])
-        .await
-        .unwrap();
-    assert_eq!(o.code, Some(2), "{}", o.describe());
-    assert!(
-        o.stderr.contains("more than a day in the past"),
-        "{}",
-        o.describe()
-    );
-    assert!(
-        !o.stderr.contains("tasks_deadline_after_creation"),
-        "{}",
-        o.describe()
-    );
+    // Ranges and database rules in words, not internal names or milliseconds: exit 2.
+    for case in [
+        Refusal {
+            what: "a delay past the range",
+            args: &["enqueue", "noop", "--delay", "100000000d"],
+            says: "delay out of range: at most 366 days",
+            not_says: "delay_ms",
+        },
+        Refusal {
+            what: "a deadline before creation",
+            args: &["enqueue", "noop", "--deadline", "2020-01-01T00:00:00Z"],
+            says: "more than a day in the past",
+            not_says: "tasks_deadline_after_creation",
+        },
+    ] {
+        let o = cli.run(case.args).await.unwrap();
+        let what = case.what;
+        assert_eq!(o.code, Some(2), "{what}: {}", o.describe());
+        assert!(o.stderr.contains(case.says), "{what}: {}", o.describe());
+        assert!(
+            !o.stderr.contains(case.not_says),
+            "{what}: {}",
+            o.describe()
+        );
+    }
 
     // Nothing listens: said at once, in words, exit 3.
     let o = cli.at("127.0.0.1:1").run(&["tasks", "ls"]).await.unwrap();

@@ -1204,33 +1204,22 @@ async fn enter_confirms_a_typed_count_and_q_only_closes_dialogs() {
         .unwrap();
 
     // `q` in a confirm dialog, in the task pane and in help closes it; the console runs on.
-    console.keys(&["r"]).unwrap();
-    console.wait_text("Requeue 1 task?").await.unwrap();
-    console.keys(&["q"]).unwrap();
-    console
-        .wait_for("the dialog closed by q", |s| {
-            !s.contains("Requeue 1 task?") && s.contains("[4 Dead letters]")
-        })
-        .await
-        .unwrap();
-    console.keys(&["Enter"]).unwrap();
-    console.wait_text("status dead").await.unwrap();
-    console.keys(&["q"]).unwrap();
-    console
-        .wait_for("the pane closed by q", |s| {
-            !s.contains("status dead") && s.contains("[4 Dead letters]")
-        })
-        .await
-        .unwrap();
-    console.keys(&["?"]).unwrap();
-    console.wait_text("Keys (esc closes)").await.unwrap();
-    console.keys(&["q"]).unwrap();
-    console
-        .wait_for("help closed by q", |s| {
-            !s.contains("Keys (esc closes)") && s.contains("[4 Dead letters]")
-        })
-        .await
-        .unwrap();
+    // Each: the key that opens it, a text it shows, what closing it is called.
+    for (open, shows, closed) in [
+        ("r", "Requeue 1 task?", "the dialog closed by q"),
+        ("Enter", "status dead", "the pane closed by q"),
+        ("?", "Keys (esc closes)", "help closed by q"),
+    ] {
+        console.keys(&[open]).unwrap();
+        console.wait_text(shows).await.unwrap();
+        console.keys(&["q"]).unwrap();
+        console
+            .wait_for(closed, |s| {
+                !s.contains(shows) && s.contains("[4 Dead letters]")
+            })
+            .await
+            .unwrap();
+    }
     assert!(exit_code_shown(&console), "the console quit from a dialog");
     for &id in &ids {
         assert_eq!(task_status(&db.pool, id).await.unwrap(), "dead");

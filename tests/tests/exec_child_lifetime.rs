@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use leasehold_tests::AgentHandle;
 use leasehold_tests::fleet::spawn_agent;
 use leasehold_tests::{TaskSpec, TestDb, insert_task, wait_until};
 use serde_json::json;
@@ -95,26 +96,26 @@ async fn enqueue_exec(db: &TestDb, argv: serde_json::Value) -> i64 {
     .unwrap()
 }
 
+/// Spawns `leasehold-agent` named `name` running only the `exec` handler (plus `extra` flags)
+/// and waits until it registered.
+async fn spawn_exec_agent(db: &TestDb, name: &str, extra: &[&str]) -> AgentHandle {
+    let agent = spawn_agent("leasehold-agent", &db.url, name, "exec", extra, vec![])
+        .await
+        .unwrap();
+    agent
+        .wait_registered(&db.pool, name, Duration::from_secs(20))
+        .await
+        .unwrap();
+    agent
+}
+
 /// kill -9 of the agent: the program it runs is gone within a second.
 #[tokio::test]
 async fn kill9_of_the_agent_kills_its_exec_program_within_a_second() {
     let db = TestDb::new().await.unwrap();
     let m = marker(1);
     let _leftovers = Leftovers(m.clone());
-    let mut agent = spawn_agent(
-        "leasehold-agent",
-        &db.url,
-        "exec-kill9",
-        "exec",
-        &[],
-        vec![],
-    )
-    .await
-    .unwrap();
-    agent
-        .wait_registered(&db.pool, "exec-kill9", Duration::from_secs(20))
-        .await
-        .unwrap();
+    let mut agent = spawn_exec_agent(&db, "exec-kill9", &[]).await;
     enqueue_exec(&db, json!(["sleep", m])).await;
     let program = wait_for_program(&m, "sleep").await;
     assert_eq!(
@@ -149,20 +150,7 @@ async fn kill9_of_the_agent_kills_a_shell_program_within_a_second() {
     let db = TestDb::new().await.unwrap();
     let m = marker(2);
     let _leftovers = Leftovers(m.clone());
-    let mut agent = spawn_agent(
-        "leasehold-agent",
-        &db.url,
-        "exec-shell",
-        "exec",
-        &[],
-        vec![],
-    )
-    .await
-    .unwrap();
-    agent
-        .wait_registered(&db.pool, "exec-shell", Duration::from_secs(20))
-        .await
-        .unwrap();
+    let mut agent = spawn_exec_agent(&db, "exec-shell", &[]).await;
     enqueue_exec(&db, json!(["sh", "-c", format!("sleep {m} & wait")])).await;
     let shell = wait_for_program(&m, "sh").await;
     let background = wait_for_program(&m, "sleep").await;
@@ -196,20 +184,7 @@ async fn sigterm_drain_past_the_timeout_kills_the_whole_group() {
     let db = TestDb::new().await.unwrap();
     let m = marker(3);
     let _leftovers = Leftovers(m.clone());
-    let mut agent = spawn_agent(
-        "leasehold-agent",
-        &db.url,
-        "exec-drain",
-        "exec",
-        &["--shutdown-timeout", "1s"],
-        vec![],
-    )
-    .await
-    .unwrap();
-    agent
-        .wait_registered(&db.pool, "exec-drain", Duration::from_secs(20))
-        .await
-        .unwrap();
+    let mut agent = spawn_exec_agent(&db, "exec-drain", &["--shutdown-timeout", "1s"]).await;
     let id = enqueue_exec(
         &db,
         json!(["sh", "-c", format!("sleep {m} & sleep {m} & wait")]),

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use leasehold_shared::store::{AgentRecord, AgentRegisterParams, RenewParams, UnservedParams};
-use leasehold_shared::{AgentId, StoreError, TaskId};
+use leasehold_shared::{AgentId, StoreError, TaskId, TaskType};
 use leasehold_tests::helpers::tt;
 use leasehold_tests::{Rows, StoreDb, TaskSpec, Val, conformance};
 
@@ -34,6 +34,27 @@ fn register(name: &str, types: &[&str], alive_for: Duration) -> AgentRegisterPar
         local_concurrency: 1,
         alive_for,
     }
+}
+
+/// Registers agent `name` serving `types` with a liveness deadline `alive_for` from now.
+async fn join(db: &StoreDb, name: &str, types: &[&str], alive_for: Duration) -> AgentRecord {
+    db.store()
+        .agent_register(register(name, types, alive_for))
+        .await
+        .unwrap()
+}
+
+/// Sets columns of agent `id`'s registry row.
+async fn set_agent(db: &StoreDb, id: &AgentId, set: &[(&str, Val)]) {
+    db.update(Rows::Agent(id.as_str()), set).await.unwrap();
+}
+
+/// Runs the unserved-type check with the leader's [`params`]: the tasks it dead-lettered.
+async fn unserved(db: &StoreDb) -> Vec<(TaskId, TaskType)> {
+    db.store()
+        .task_dead_letter_unserved(params())
+        .await
+        .unwrap()
 }
 
 async fn record(db: &StoreDb, id: &AgentId) -> AgentRecord {
@@ -63,32 +84,16 @@ conformance!(a_slow_beating_agent_keeps_its_types_served_until_its_own_deadline)
 async fn a_slow_beating_agent_keeps_its_types_served_until_its_own_deadline(db: StoreDb) {
     let store = db.store();
     // A leader judging by 3 s, and a worker that promised to be alive for 60 s.
-    let leader = store
-        .agent_register(register("leader", &["noop"], Duration::from_secs(3)))
-        .await
-        .unwrap();
-    let worker = store
-        .agent_register(register("slow-beat", &["report"], Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let leader = join(&db, "leader", &["noop"], Duration::from_secs(3)).await;
+    let worker = join(&db, "slow-beat", &["report"], Duration::from_secs(60)).await;
     let got = alive_for_secs(&worker);
     assert!((59.0..=60.5).contains(&got), "registered deadline {got} s");
     let served = db.insert_task(overdue("report")).await.unwrap();
     let orphan = db.insert_task(overdue("nobody.serves")).await.unwrap();
     // The worker's registry heartbeat is far older than the leader's bound; its deadline is not.
-    db.update(
-        Rows::Agent(worker.id.as_str()),
-        &[("heartbeat_at", Val::At(-45.0))],
-    )
-    .await
-    .unwrap();
-    db.update(
-        Rows::Agent(leader.id.as_str()),
-        &[("alive_until", Val::At(30.0))],
-    )
-    .await
-    .unwrap();
-    let dead = store.task_dead_letter_unserved(params()).await.unwrap();
+    set_agent(&db, &worker.id, &[("heartbeat_at", Val::At(-45.0))]).await;
+    set_agent(&db, &leader.id, &[("alive_until", Val::At(30.0))]).await;
+    let dead = unserved(&db).await;
     assert_eq!(
         dead,
         vec![(TaskId(orphan), tt("nobody.serves"))],
@@ -98,12 +103,7 @@ async fn a_slow_beating_agent_keeps_its_types_served_until_its_own_deadline(db: 
 
     // A renewal with no leases is the heartbeat connection's proof of life: it pushes the
     // deadline on (from the past, here), in database time.
-    db.update(
-        Rows::Agent(worker.id.as_str()),
-        &[("alive_until", Val::At(-5.0))],
-    )
-    .await
-    .unwrap();
+    set_agent(&db, &worker.id, &[("alive_until", Val::At(-5.0))]).await;
     let beat = |alive_for| RenewParams {
         owner: worker.id.clone(),
         leases: Vec::new(),
@@ -122,26 +122,20 @@ async fn a_slow_beating_agent_keeps_its_types_served_until_its_own_deadline(db: 
         .unwrap();
     let got = alive_for_secs(&record(&db, &worker.id).await);
     assert!((39.0..=40.5).contains(&got), "renewed deadline {got} s");
-    assert!(
-        store
-            .task_dead_letter_unserved(params())
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(unserved(&db).await.is_empty());
     assert_eq!(db.task_status(served).await.unwrap(), "queued");
 
     // Past its own deadline the worker is not live, however fresh its registry heartbeat.
-    db.update(
-        Rows::Agent(worker.id.as_str()),
+    set_agent(
+        &db,
+        &worker.id,
         &[
             ("heartbeat_at", Val::At(0.0)),
             ("alive_until", Val::At(-1.0)),
         ],
     )
-    .await
-    .unwrap();
-    let dead = store.task_dead_letter_unserved(params()).await.unwrap();
+    .await;
+    let dead = unserved(&db).await;
     assert_eq!(dead, vec![(TaskId(served), tt("report"))], "{dead:?}");
 
     // A stopped agent's deadline is not pushed on by a late renewal.
@@ -166,55 +160,26 @@ async fn a_slow_beating_agent_keeps_its_types_served_until_its_own_deadline(db: 
 
 conformance!(a_row_without_a_deadline_is_judged_by_its_registry_heartbeat);
 async fn a_row_without_a_deadline_is_judged_by_its_registry_heartbeat(db: StoreDb) {
-    let store = db.store();
-    let leader = store
-        .agent_register(register("leader", &["noop"], Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let leader = join(&db, "leader", &["noop"], Duration::from_secs(60)).await;
     // An agent from before the deadline existed: no alive_until, only its heartbeat.
-    let old = store
-        .agent_register(register("old-agent", &["report"], Duration::from_secs(60)))
-        .await
-        .unwrap();
-    db.update(
-        Rows::Agent(old.id.as_str()),
+    let old = join(&db, "old-agent", &["report"], Duration::from_secs(60)).await;
+    set_agent(
+        &db,
+        &old.id,
         &[("alive_until", Val::Null), ("heartbeat_at", Val::At(-1.0))],
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(record(&db, &old.id).await.alive_until, None);
     let task = db.insert_task(overdue("report")).await.unwrap();
-    assert!(
-        store
-            .task_dead_letter_unserved(params())
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(unserved(&db).await.is_empty());
     assert_eq!(db.task_status(task).await.unwrap(), "queued");
-    db.update(
-        Rows::Agent(old.id.as_str()),
-        &[("heartbeat_at", Val::At(-4.0))],
-    )
-    .await
-    .unwrap();
-    let dead = store.task_dead_letter_unserved(params()).await.unwrap();
+    set_agent(&db, &old.id, &[("heartbeat_at", Val::At(-4.0))]).await;
+    let dead = unserved(&db).await;
     assert_eq!(dead, vec![(TaskId(task), tt("report"))], "{dead:?}");
     // And with no live agent at all there is no verdict: the leader past its deadline too.
-    db.update(
-        Rows::Agent(leader.id.as_str()),
-        &[("alive_until", Val::At(-1.0))],
-    )
-    .await
-    .unwrap();
+    set_agent(&db, &leader.id, &[("alive_until", Val::At(-1.0))]).await;
     let late = db.insert_task(overdue("nobody.serves")).await.unwrap();
-    assert!(
-        store
-            .task_dead_letter_unserved(params())
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(unserved(&db).await.is_empty());
     assert_eq!(db.task_status(late).await.unwrap(), "queued");
     db.drop_db().await.unwrap();
 }
