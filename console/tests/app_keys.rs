@@ -846,10 +846,7 @@ fn pane_status(app: &App) -> Option<i32> {
 
 #[test]
 fn the_task_pane_is_read_again_every_second_after_an_action_and_on_ctrl_l() {
-    let mut app = app();
-    app.on_key(Key::Char('4'));
-    fixture::answer_dead_page(&mut app);
-    app.on_tick(0);
+    let mut app = app_on_dead();
     assert_eq!(app.state.selected(), Some("905"));
     app.on_key(Key::Enter);
     let first = task_reads(&mut app);
@@ -1318,10 +1315,7 @@ fn enter_expands_the_selected_log_entry_and_j_k_move_the_selection() {
 /// offer says so instead of opening a dialog the agent would refuse (`x` on a dead task).
 #[test]
 fn a_pane_key_for_an_action_the_status_does_not_allow_opens_no_dialog() {
-    let mut app = app();
-    app.on_key(Key::Char('4'));
-    fixture::answer_dead_page(&mut app);
-    app.on_tick(0);
+    let mut app = app_on_dead();
     app.on_key(Key::Enter);
     let read = task_reads(&mut app);
     app.on_event(Event::Reply {

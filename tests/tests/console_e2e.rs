@@ -425,10 +425,9 @@ async fn the_console_goes_on_through_other_agents_when_its_seed_dies() {
 // Dead letters: `r` `y` requeues
 // -------------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_letter_is_requeued_with_r_and_y() {
-    let db = TestDb::new().await.unwrap();
-    let f = start(&db, "dlq", &[]).await;
+/// A `fail` task dead after its one attempt, its type then paused, so a requeue leaves it
+/// queued instead of failing again at once.
+async fn dead_task_of_a_paused_type(db: &TestDb, f: &Fixture) -> i64 {
     let id = enqueue(
         &f.cli,
         "fail",
@@ -437,8 +436,15 @@ async fn a_dead_letter_is_requeued_with_r_and_y() {
     )
     .await;
     wait_status(&db.pool, id, "dead").await;
-    // Paused, so the requeued task stays queued instead of failing again at once.
     ok(&f.cli.run(&["pause", "fail"]).await.unwrap());
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_requeued_with_r_and_y() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "dlq", &[]).await;
+    let id = dead_task_of_a_paused_type(&db, &f).await;
 
     let console = Console::start(&f.addr, &[]).await.unwrap();
     console.keys(&["4"]).unwrap();
@@ -1101,16 +1107,7 @@ fn tabs_line(screen: &str) -> &str {
 async fn the_task_pane_follows_the_task_after_r_y_and_while_open() {
     let db = TestDb::new().await.unwrap();
     let f = start(&db, "pane", &[]).await;
-    let id = enqueue(
-        &f.cli,
-        "fail",
-        &json!({"message": "boom"}),
-        &["--max-attempts", "1"],
-    )
-    .await;
-    wait_status(&db.pool, id, "dead").await;
-    // Paused, so the requeued task stays queued.
-    ok(&f.cli.run(&["pause", "fail"]).await.unwrap());
+    let id = dead_task_of_a_paused_type(&db, &f).await;
 
     let console = Console::start(&f.addr, &[]).await.unwrap();
     console.keys(&["4"]).unwrap();
