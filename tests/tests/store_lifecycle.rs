@@ -1218,3 +1218,96 @@ async fn suspect_leases_are_the_oldest_overdue_renewals_and_bounded(db: StoreDb)
         assert!(matches!(list(5, limit).await, Err(StoreError::Invalid(_))));
     }
 }
+
+conformance!(the_errors_the_store_writes_read_the_same_on_every_store);
+/// The texts a decision writes (store/lifecycle.rs) are built once: a deadline that stops a
+/// retry and a recovered lease read the same on PostgreSQL and SQLite, times in one format.
+/// (PostgreSQL's statements used to format them with `format('%s', timestamptz)`.)
+async fn the_errors_the_store_writes_read_the_same_on_every_store(db: StoreDb) {
+    let store = db.store();
+    let late = db
+        .insert_task(TaskSpec {
+            deadline_in_secs: Some(1.0),
+            ..TaskSpec::new("texts", "running")
+        })
+        .await
+        .unwrap();
+    let deadline = store
+        .task_get(TaskId(late))
+        .await
+        .unwrap()
+        .unwrap()
+        .task
+        .deadline_at
+        .unwrap();
+    store
+        .task_complete(by_factory(
+            late,
+            1,
+            Completion::Failed {
+                error: TaskError::retryable("x", "y"),
+            },
+        ))
+        .await
+        .unwrap();
+    let error = store
+        .task_get(TaskId(late))
+        .await
+        .unwrap()
+        .unwrap()
+        .task
+        .last_error
+        .unwrap();
+    assert_eq!(error.code, "deadline_exceeded");
+    assert!(!error.retryable);
+    let (head, tail) = error.message.split_once(" would start after ").unwrap();
+    assert!(
+        head.starts_with("the retry due at ") && head.ends_with(" UTC"),
+        "{error:?}"
+    );
+    assert_eq!(tail, format!("the deadline {deadline}; last error x: y"));
+
+    let lost = db
+        .insert_task(TaskSpec {
+            lease_epoch: 3,
+            ..TaskSpec::new("texts", "running")
+        })
+        .await
+        .unwrap();
+    db.backdate_lease(lost, 20.0).await.unwrap();
+    let until = store
+        .task_get(TaskId(lost))
+        .await
+        .unwrap()
+        .unwrap()
+        .task
+        .lease_until
+        .unwrap();
+    let recovered = store
+        .lease_recover_expired(RecoverParams {
+            grace: Duration::from_secs(5),
+            limit: 10,
+            clock_bound: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(recovered.len(), 1);
+    let error = store
+        .task_get(TaskId(lost))
+        .await
+        .unwrap()
+        .unwrap()
+        .task
+        .last_error
+        .unwrap();
+    assert_eq!(
+        (error.code.as_str(), error.message),
+        (
+            "lease_expired",
+            format!(
+                "lease held by {FACTORY_OWNER} (epoch 3) expired at {until} and was not renewed \
+                 within the grace period"
+            )
+        )
+    );
+}

@@ -109,8 +109,23 @@ async fn batch_statements_use_the_primary_key_after_an_analyze() {
         (
             "task_complete_many",
             include_str!("../../shared/src/store/postgres/sql/task_complete_many.sql"),
-            "($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::jsonb[], $6::jsonb[])",
-            "('{1,2,3}', '{a#1,a#1,a#1}', '{1,1,1}', '{succeeded,succeeded,succeeded}', '{NULL,NULL,NULL}', '{NULL,NULL,NULL}')",
+            "",
+            "('{1,2,3}', '{a#1,a#1,a#1}', '{1,1,1}', '{succeeded,succeeded,succeeded}', \
+             '{succeeded,succeeded,succeeded}', '{NULL,NULL,NULL}', '{NULL,NULL,NULL}', \
+             '{t,t,t}', '{NULL,NULL,NULL}', '{t,t,t}')",
+        ),
+        (
+            "task_complete_read",
+            include_str!("../../shared/src/store/postgres/sql/task_complete_read.sql"),
+            "",
+            "('{1,2,3}', '{a#1,a#1,a#1}', '{1,1,1}')",
+        ),
+        (
+            "lease_recover_expired",
+            include_str!("../../shared/src/store/postgres/sql/lease_recover_expired.sql"),
+            "",
+            "('{1,2,3}', '{a#1,a#1,a#1}', '{1,1,1}', '{dead,dead,dead}', '{1,1,1}', \
+             '{NULL,NULL,NULL}', '{\"{}\",\"{}\",\"{}\"}', '{t,t,t}')",
         ),
         (
             "lease_renew_many",

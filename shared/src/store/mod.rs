@@ -27,6 +27,7 @@ mod audit;
 mod error;
 pub mod explain;
 pub mod idle;
+pub mod lifecycle;
 pub mod outcomes;
 pub mod params;
 pub mod postgres;

@@ -11,6 +11,7 @@ use sqlx::types::Json;
 use super::rows::{get, status};
 use super::{secs, sql};
 use crate::domain::{LeaseEpoch, TaskId};
+use crate::store::lifecycle::{self, ResultWrite, Settled};
 use crate::store::{
     CompleteOutcome, CompleteParams, Completion, HolderWrite, ProgressParams, ReleaseOutcome,
     ReleaseParams, RenewOutcome, RenewParams, RenewedLease, Result, StoreError,
@@ -79,19 +80,18 @@ pub(super) async fn task_progress(pool: &PgPool, params: &ProgressParams) -> Res
     })
 }
 
+/// One completion as decided, in the columns task_complete_many.sql takes.
+struct Decided<'a> {
+    params: &'a CompleteParams,
+    settled: Settled,
+}
+
 pub(super) async fn task_complete_many(
     pool: &PgPool,
     batch: &[CompleteParams],
 ) -> Result<Vec<CompleteOutcome>> {
-    let n = batch.len();
-    let (mut ids, mut owners, mut epochs, mut outcomes) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut results, mut errors) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let mut seen = HashSet::with_capacity(n);
+    const OP: &str = "task_complete";
+    let mut seen = HashSet::with_capacity(batch.len());
     for params in batch {
         params.validate()?;
         if !seen.insert(params.key.id) {
@@ -100,61 +100,60 @@ pub(super) async fn task_complete_many(
                 detail: format!("task {} appears twice in one batch", params.key.id),
             }));
         }
-        let (result, error) = match &params.completion {
-            Completion::Succeeded { result } | Completion::PartiallySucceeded { result } => {
-                (result.clone().map(Json), None)
-            }
-            Completion::Failed { error } => {
-                let value = serde_json::to_value(error.clone().bounded()).map_err(|e| {
-                    StoreError::Corrupt {
-                        what: "task error",
-                        detail: e.to_string(),
-                    }
-                })?;
-                (None, Some(Json(value)))
-            }
-            Completion::Cancelled => (None, None),
-        };
-        ids.push(params.key.id.0);
-        owners.push(params.key.owner.as_str());
-        epochs.push(params.key.epoch.0);
-        outcomes.push(params.completion.outcome_name());
-        results.push(result);
-        errors.push(error);
     }
-    if n == 0 {
+    if batch.is_empty() {
         return Ok(Vec::new());
     }
-    let query = sqlx::query(sql::task_complete_many)
-        .bind(&ids)
-        .bind(&owners)
-        .bind(&epochs)
-        .bind(&outcomes)
-        .bind(&results)
-        .bind(&errors);
-    let rows = super::fetch_indexed(pool, query, "task_complete").await?;
-    let mut by_id = std::collections::HashMap::with_capacity(n);
-    for row in &rows {
-        let applied = CompleteOutcome::Applied {
-            status: status(get::<&str>(row, "status")?)?,
-            retry_at: get(row, "retry_at")?,
-        };
-        by_id.insert(get::<i64>(row, "id")?, applied);
+    let mut sorted: Vec<&CompleteParams> = batch.iter().collect();
+    sorted.sort_by_key(|p| p.key.id);
+    let mut tx = pool
+        .begin_with(super::BEGIN_READ_COMMITTED)
+        .await
+        .map_err(StoreError::db(OP))?;
+    sqlx::query(sql::plan_indexed)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let decided = decide(&mut tx, &sorted).await?;
+    let mut by_id = std::collections::HashMap::with_capacity(batch.len());
+    if !decided.is_empty() {
+        let rows = write_decided(&mut tx, &decided).await?;
+        for row in &rows {
+            let applied = CompleteOutcome::Applied {
+                status: status(get::<&str>(row, "status")?)?,
+                retry_at: get(row, "retry_at")?,
+            };
+            by_id.insert(get::<i64>(row, "id")?, applied);
+        }
     }
+    tx.commit().await.map_err(StoreError::db(OP))?;
     // The rest changed nothing: each is a repeat of an outcome already recorded (possibly by a
     // statement that committed while this one waited on the row) or fenced. A new statement
     // sees every commit so far and tells them apart.
-    let missing: Vec<usize> = (0..n).filter(|&i| !by_id.contains_key(&ids[i])).collect();
+    let missing: Vec<&CompleteParams> = sorted
+        .iter()
+        .copied()
+        .filter(|p| !by_id.contains_key(&p.key.id.0))
+        .collect();
     if !missing.is_empty() {
-        let pick = |v: &[i64]| missing.iter().map(|&i| v[i]).collect::<Vec<_>>();
         let rows = sqlx::query(sql::task_attempt_outcomes)
-            .bind(pick(&ids))
-            .bind(missing.iter().map(|&i| owners[i]).collect::<Vec<_>>())
-            .bind(pick(&epochs))
-            .bind(missing.iter().map(|&i| outcomes[i]).collect::<Vec<_>>())
+            .bind(missing.iter().map(|p| p.key.id.0).collect::<Vec<_>>())
+            .bind(
+                missing
+                    .iter()
+                    .map(|p| p.key.owner.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(missing.iter().map(|p| p.key.epoch.0).collect::<Vec<_>>())
+            .bind(
+                missing
+                    .iter()
+                    .map(|p| p.completion.outcome_name())
+                    .collect::<Vec<_>>(),
+            )
             .fetch_all(pool)
             .await
-            .map_err(StoreError::db("task_complete"))?;
+            .map_err(StoreError::db(OP))?;
         for row in &rows {
             let repeated = CompleteOutcome::Repeated {
                 status: status(get::<&str>(row, "status")?)?,
@@ -162,10 +161,175 @@ pub(super) async fn task_complete_many(
             by_id.insert(get(row, "id")?, repeated);
         }
     }
-    Ok(ids
+    Ok(batch
         .iter()
-        .map(|id| by_id.get(id).copied().unwrap_or(CompleteOutcome::Fenced))
+        .map(|p| {
+            by_id
+                .get(&p.key.id.0)
+                .copied()
+                .unwrap_or(CompleteOutcome::Fenced)
+        })
         .collect())
+}
+
+/// Decides each completion of `sorted` with [`lifecycle`]. A batch without a failure needs
+/// nothing from its rows; one with a failure first reads and locks the rows still held under
+/// their keys (a row not returned is fenced or a repeat, and is left out).
+async fn decide<'a>(
+    tx: &mut sqlx::PgConnection,
+    sorted: &[&'a CompleteParams],
+) -> Result<Vec<Decided<'a>>> {
+    const OP: &str = "task_complete";
+    if sorted
+        .iter()
+        .all(|p| !matches!(p.completion, Completion::Failed { .. }))
+    {
+        return sorted
+            .iter()
+            .map(|&params| {
+                let settled =
+                    lifecycle::settle_outcome(&params.completion).ok_or(StoreError::Corrupt {
+                        what: "completion",
+                        detail: "an outcome without a decision".into(),
+                    })?;
+                Ok(Decided { params, settled })
+            })
+            .collect();
+    }
+    let rows = sqlx::query(sql::task_complete_read)
+        .bind(sorted.iter().map(|p| p.key.id.0).collect::<Vec<_>>())
+        .bind(
+            sorted
+                .iter()
+                .map(|p| p.key.owner.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(sorted.iter().map(|p| p.key.epoch.0).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let policies = sqlx::query(sql::policy_list)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?
+        .iter()
+        .map(super::rows::policy)
+        .collect::<Result<Vec<_>>>()?;
+    let mut held = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        held.insert(get::<i64>(row, "id")?, row);
+    }
+    let mut decided = Vec::with_capacity(rows.len());
+    for &params in sorted {
+        let Some(row) = held.get(&params.key.id.0) else {
+            continue;
+        };
+        let settled = match (
+            &params.completion,
+            lifecycle::settle_outcome(&params.completion),
+        ) {
+            (_, Some(settled)) => settled,
+            (Completion::Failed { error }, None) => {
+                let failed = lifecycle::FailedAttempt {
+                    status: status(get::<&str>(row, "status")?)?,
+                    attempt: i64::from(get::<i32>(row, "attempt")?),
+                    max_attempts: i64::from(get::<i32>(row, "max_attempts")?),
+                    deadline: get(row, "deadline_at")?,
+                };
+                let retry = lifecycle::retry_policy_for(&policies, get::<&str>(row, "task_type")?);
+                lifecycle::settle_failure(error, &failed, &retry, get(row, "now")?, fastrand::f64())
+            }
+            (_, None) => {
+                return Err(StoreError::Corrupt {
+                    what: "completion",
+                    detail: "an outcome without a decision".into(),
+                });
+            }
+        };
+        decided.push(Decided { params, settled });
+    }
+    Ok(decided)
+}
+
+/// Writes decided completions (task_complete_many.sql); returns the rows it changed.
+async fn write_decided(
+    tx: &mut sqlx::PgConnection,
+    decided: &[Decided<'_>],
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let json = |value: &serde_json::Value| Json(value.clone());
+    let mut errors = Vec::with_capacity(decided.len());
+    for d in decided {
+        errors.push(
+            d.settled
+                .error
+                .as_ref()
+                .map(|e| {
+                    serde_json::to_value(e)
+                        .map(Json)
+                        .map_err(|e| StoreError::Corrupt {
+                            what: "task error",
+                            detail: e.to_string(),
+                        })
+                })
+                .transpose()?,
+        );
+    }
+    let (set_result, results): (Vec<bool>, Vec<Option<Json<serde_json::Value>>>) = decided
+        .iter()
+        .map(|d| match &d.settled.result {
+            ResultWrite::Keep => (false, None),
+            ResultWrite::Set(value) => (true, value.as_ref().map(json)),
+        })
+        .unzip();
+    sqlx::query(sql::task_complete_many)
+        .bind(
+            decided
+                .iter()
+                .map(|d| d.params.key.id.0)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            decided
+                .iter()
+                .map(|d| d.params.key.owner.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            decided
+                .iter()
+                .map(|d| d.params.key.epoch.0)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            decided
+                .iter()
+                .map(|d| d.params.completion.outcome_name())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            decided
+                .iter()
+                .map(|d| d.settled.status.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            decided
+                .iter()
+                .map(|d| d.settled.retry_at)
+                .collect::<Vec<_>>(),
+        )
+        .bind(errors)
+        .bind(set_result)
+        .bind(results)
+        .bind(
+            decided
+                .iter()
+                .map(|d| d.settled.finished())
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_complete"))
 }
 
 pub(super) async fn lease_release_many(

@@ -12,10 +12,12 @@
 //! completes later is fenced.
 
 use sqlx::PgPool;
+use sqlx::types::Json;
 
 use super::rows::{agent_id, get, status, task_type};
 use super::{secs, sql};
 use crate::domain::{LeaseEpoch, TaskId, TaskType};
+use crate::store::lifecycle;
 use crate::store::{
     ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
     SuspectParams, UnservedParams,
@@ -25,11 +27,79 @@ pub(super) async fn lease_recover_expired(
     pool: &PgPool,
     params: &RecoverParams,
 ) -> Result<Vec<Recovered>> {
-    let query = sqlx::query(sql::lease_recover_expired)
+    const OP: &str = "lease_recover_expired";
+    let mut tx = pool
+        .begin_with(super::BEGIN_READ_COMMITTED)
+        .await
+        .map_err(StoreError::db(OP))?;
+    sqlx::query(sql::plan_indexed)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let expired = sqlx::query(sql::lease_list_expired)
         .bind(secs(params.grace))
         .bind(i64::from(params.limit))
-        .bind(params.clock_bound);
-    let rows = super::fetch_indexed(pool, query, "lease_recover_expired").await?;
+        .bind(params.clock_bound)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    if expired.is_empty() {
+        tx.commit().await.map_err(StoreError::db(OP))?;
+        return Ok(Vec::new());
+    }
+    let n = expired.len();
+    let (mut ids, mut owners, mut epochs) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut statuses, mut new_epochs, mut errors, mut attempt_errors, mut finished) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let json = |e: &crate::domain::TaskError| {
+        serde_json::to_value(e)
+            .map(Json)
+            .map_err(|e| StoreError::Corrupt {
+                what: "task error",
+                detail: e.to_string(),
+            })
+    };
+    for row in &expired {
+        let lease = lifecycle::ExpiredLease {
+            status: status(get::<&str>(row, "status")?)?,
+            attempt: i64::from(get::<i32>(row, "attempt")?),
+            max_attempts: i64::from(get::<i32>(row, "max_attempts")?),
+            owner: get(row, "lease_owner")?,
+            epoch: get(row, "lease_epoch")?,
+            lease_until: get(row, "lease_until")?,
+        };
+        let recovery = lifecycle::recover(&lease);
+        ids.push(get::<i64>(row, "id")?);
+        statuses.push(recovery.status.as_str());
+        new_epochs.push(recovery.epoch);
+        errors.push(recovery.error.as_ref().map(json).transpose()?);
+        attempt_errors.push(json(&recovery.attempt_error)?);
+        finished.push(recovery.finished());
+        owners.push(lease.owner);
+        epochs.push(lease.epoch);
+    }
+    let rows = sqlx::query(sql::lease_recover_expired)
+        .bind(&ids)
+        .bind(&owners)
+        .bind(&epochs)
+        .bind(&statuses)
+        .bind(&new_epochs)
+        .bind(&errors)
+        .bind(&attempt_errors)
+        .bind(&finished)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    tx.commit().await.map_err(StoreError::db(OP))?;
     rows.iter()
         .map(|row| {
             Ok(Recovered {

@@ -12,6 +12,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 use super::rows::{self, get, micros, span, status, task};
 use super::{commit, json_list, sql, write_tx};
 use crate::domain::{InputLimits, LeaseEpoch, Policy, PolicyScope, TaskId, TaskStatus};
+use crate::store::lifecycle;
 use crate::store::params::{ValidTask, validate_bulk};
 use crate::store::{
     ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, Completion, Enqueued, HolderWrite,
@@ -548,115 +549,61 @@ async fn repeat_or_fenced(
     })
 }
 
-/// The retry rule of DESIGN §4 (as the PostgreSQL statement words it): a failure is retried
-/// with the type's backoff, min(max, base * mult^(attempt-1)) +/- jitter from the database's
-/// now, while attempts are left, the error is retryable and the retry would start before the
-/// deadline; else dead (deadline_exceeded when only the deadline stood in the way).
+/// The row's new values for a completion, as [`lifecycle`] decides it: values it keeps are
+/// read from the row (the update statement writes every column it names).
 fn decide(
     row: &SqliteRow,
     params: &CompleteParams,
     policies: &[Policy],
     now: i64,
 ) -> Result<Decision> {
-    let current = get::<&str>(row, "status")?;
-    let kept_error: Option<String> = get(row, "last_error")?;
-    let kept_result: Option<String> = get(row, "result")?;
-    let finished = |status| Decision {
-        status,
-        available_at: None,
-        last_error: kept_error.clone(),
-        result: kept_result.clone(),
-        finished_at: Some(now),
-        attempt_error: None,
-    };
-    let result_text = |r: &Option<serde_json::Value>| -> Result<Option<String>> {
-        r.as_ref()
-            .map(|v| rows::to_text(v, "task result"))
-            .transpose()
-    };
-    Ok(match &params.completion {
-        Completion::Succeeded { result } => Decision {
-            result: result_text(result)?,
-            ..finished(TaskStatus::Succeeded)
-        },
-        Completion::PartiallySucceeded { result } => Decision {
-            result: result_text(result)?,
-            ..finished(TaskStatus::PartiallySucceeded)
-        },
-        Completion::Cancelled => finished(TaskStatus::Cancelled),
-        Completion::Failed { error } => {
-            let error = error.clone().bounded();
-            let error_text = rows::to_text(&error, "task error")?;
-            if current == "cancel_requested" {
-                return Ok(Decision {
-                    last_error: Some(error_text.clone()),
-                    attempt_error: Some(error_text),
-                    ..finished(TaskStatus::Cancelled)
+    let settled = match lifecycle::settle_outcome(&params.completion) {
+        Some(settled) => settled,
+        None => {
+            let Completion::Failed { error } = &params.completion else {
+                return Err(StoreError::Corrupt {
+                    what: "completion",
+                    detail: "an outcome without a decision".into(),
                 });
-            }
-            let attempt: i64 = get(row, "attempt")?;
-            let max_attempts: i64 = get(row, "max_attempts")?;
-            let deadline: Option<i64> = get(row, "deadline_at")?;
-            let wanted = error.retryable && attempt < max_attempts;
-            let retry_at = if wanted {
-                let task_type: String = get(row, "task_type")?;
-                let global = policies.iter().find(|p| p.scope == PolicyScope::Global);
-                let own = policies
-                    .iter()
-                    .find(|p| matches!(&p.scope, PolicyScope::Type(t) if t.as_str() == task_type));
-                let inherit = Policy::inherit(PolicyScope::Global);
-                let retry = own
-                    .unwrap_or(global.unwrap_or(&inherit))
-                    .retry_over(global.unwrap_or(&inherit));
-                let nominal_us = retry
-                    .nominal_delay(i32::try_from(attempt).unwrap_or(i32::MAX))
-                    .as_micros() as f64;
-                let factor = 1.0 + retry.jitter * (2.0 * fastrand::f64() - 1.0);
-                Some(now.saturating_add((nominal_us * factor).max(0.0) as i64))
-            } else {
-                None
             };
-            match retry_at {
-                Some(at) if deadline.is_none_or(|d| at < d) => Decision {
-                    status: TaskStatus::RetryWait,
-                    available_at: Some(at),
-                    last_error: Some(error_text.clone()),
-                    result: kept_result,
-                    finished_at: None,
-                    attempt_error: Some(error_text),
-                },
-                Some(at) => {
-                    let deadline_text = deadline
-                        .and_then(chrono::DateTime::from_timestamp_micros)
-                        .map(|d| d.to_string())
-                        .unwrap_or_default();
-                    let at_text = chrono::DateTime::from_timestamp_micros(at)
-                        .map(|d| d.to_string())
-                        .unwrap_or_default();
-                    let exceeded = rows::to_text(
-                        &json!({
-                            "code": "deadline_exceeded",
-                            "message": format!(
-                                "the retry due at {at_text} would start after the deadline {deadline_text}; last error {}: {}",
-                                error.code, error.message
-                            ),
-                            "retryable": false,
-                        }),
-                        "task error",
-                    )?;
-                    Decision {
-                        last_error: Some(exceeded.clone()),
-                        attempt_error: Some(exceeded),
-                        ..finished(TaskStatus::Dead)
-                    }
-                }
-                None => Decision {
-                    last_error: Some(error_text.clone()),
-                    attempt_error: Some(error_text),
-                    ..finished(TaskStatus::Dead)
-                },
-            }
+            let held = lifecycle::FailedAttempt {
+                status: status(get::<&str>(row, "status")?)?,
+                attempt: get(row, "attempt")?,
+                max_attempts: get(row, "max_attempts")?,
+                deadline: rows::get_opt_time(row, "deadline_at")?,
+            };
+            let retry = lifecycle::retry_policy_for(policies, get::<&str>(row, "task_type")?);
+            lifecycle::settle_failure(
+                error,
+                &held,
+                &retry,
+                rows::time(now, "now")?,
+                fastrand::f64(),
+            )
         }
+    };
+    let error = settled
+        .error
+        .as_ref()
+        .map(|e| rows::to_text(e, "task error"))
+        .transpose()?;
+    let result = match &settled.result {
+        lifecycle::ResultWrite::Keep => get(row, "result")?,
+        lifecycle::ResultWrite::Set(value) => value
+            .as_ref()
+            .map(|v| rows::to_text(v, "task result"))
+            .transpose()?,
+    };
+    Ok(Decision {
+        status: settled.status,
+        available_at: settled.retry_at.map(micros),
+        last_error: match &error {
+            Some(text) => Some(text.clone()),
+            None => get(row, "last_error")?,
+        },
+        result,
+        finished_at: settled.finished().then_some(now),
+        attempt_error: error,
     })
 }
 

@@ -14,6 +14,7 @@ use sqlx::SqlitePool;
 use super::rows::{self, agent_id, get, span, status, task_type};
 use super::{commit, json_list, read_tx, sql, write_tx};
 use crate::domain::{LeaseEpoch, TaskId, TaskType};
+use crate::store::lifecycle;
 use crate::store::{
     ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
     SuspectParams, UnservedParams,
@@ -72,74 +73,48 @@ pub(super) async fn lease_recover_expired(
     let mut recovered = Vec::with_capacity(expired.len());
     for row in &expired {
         let id: i64 = get(row, "id")?;
-        let owner: String = get(row, "lease_owner")?;
-        let epoch: i64 = get(row, "lease_epoch")?;
-        let until: i64 = get(row, "lease_until")?;
         let attempt: i64 = get(row, "attempt")?;
-        let cancel = get::<&str>(row, "status")? == "cancel_requested";
-        let exhausted = attempt >= get::<i64>(row, "max_attempts")?;
-        let next = if cancel {
-            "cancelled"
-        } else if exhausted {
-            "dead"
-        } else {
-            "retry_wait"
+        let lease = lifecycle::ExpiredLease {
+            status: status(get::<&str>(row, "status")?)?,
+            attempt,
+            max_attempts: get(row, "max_attempts")?,
+            owner: get(row, "lease_owner")?,
+            epoch: get(row, "lease_epoch")?,
+            lease_until: rows::get_time(row, "lease_until")?,
         };
-        // A task that will run again gets a new epoch now, fencing the old holder before anyone
-        // claims it; one that ends here keeps the epoch of the attempt it ended.
-        let new_epoch = if !cancel && !exhausted {
-            epoch + 1
-        } else {
-            epoch
-        };
-        let last_error = if cancel {
-            get::<Option<String>>(row, "last_error")?
-        } else {
-            Some(rows::to_text(
-                &json!({
-                    "code": "lease_expired",
-                    "message": format!(
-                        "lease held by {owner} (epoch {epoch}) expired at {} and was not renewed within the grace period",
-                        stamp(until)
-                    ),
-                    "retryable": true,
-                }),
-                "task error",
-            )?)
+        let recovery = lifecycle::recover(&lease);
+        let last_error = match &recovery.error {
+            Some(error) => Some(rows::to_text(error, "task error")?),
+            None => get::<Option<String>>(row, "last_error")?,
         };
         sqlx::query(sql::lease_recover_expired)
             .bind(id)
-            .bind(next)
-            .bind(new_epoch)
+            .bind(recovery.status.as_str())
+            .bind(recovery.epoch)
             .bind(now)
             .bind(last_error)
-            .bind((cancel || exhausted).then_some(now))
+            .bind(recovery.finished().then_some(now))
             .execute(&mut *tx)
             .await
             .map_err(StoreError::db(OP))?;
-        sqlx::query(
-            sql::task_attempt_insert,
-        )
-        .bind(id)
-        .bind(epoch)
-        .bind(attempt)
-        .bind(&owner)
-        .bind(get::<Option<i64>>(row, "started_at")?.unwrap_or(now))
-        .bind(now)
-        .bind("lease_expired")
-        .bind(rows::to_text(
-            &json!({"code": "lease_expired", "message": "lease expired and was recovered", "retryable": true}),
-            "attempt error",
-        )?)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+        sqlx::query(sql::task_attempt_insert)
+            .bind(id)
+            .bind(lease.epoch)
+            .bind(attempt)
+            .bind(&lease.owner)
+            .bind(get::<Option<i64>>(row, "started_at")?.unwrap_or(now))
+            .bind(now)
+            .bind(lifecycle::LEASE_EXPIRED)
+            .bind(rows::to_text(&recovery.attempt_error, "attempt error")?)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
         recovered.push(Recovered {
             id: TaskId(id),
             task_type: task_type(get(row, "task_type")?)?,
-            owner: agent_id(owner)?,
-            revoked_epoch: LeaseEpoch(epoch),
-            status: status(next)?,
+            owner: agent_id(lease.owner)?,
+            revoked_epoch: LeaseEpoch(lease.epoch),
+            status: recovery.status,
         });
     }
     commit(tx, OP).await?;
