@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::params::Completion;
-use crate::domain::{Policy, PolicyScope, RetryPolicy, TaskError, TaskStatus};
+use super::params::{CompleteParams, Completion};
+use crate::domain::Task;
+use crate::domain::{Policy, PolicyScope, RetryPolicy, TaskError, TaskStatus, ValidationError};
 
 /// Error code of a failure that was retryable but whose retry would start after the deadline.
 pub const DEADLINE_EXCEEDED: &str = "deadline_exceeded";
@@ -166,6 +167,33 @@ pub fn retry_policy_for(policies: &[Policy], task_type: &str) -> RetryPolicy {
         .find(|p| matches!(&p.scope, PolicyScope::Type(t) if t.as_str() == task_type))
         .unwrap_or(global)
         .retry_over(global)
+}
+
+/// Refuses a batch of completions naming one task twice, or carrying an invalid result,
+/// before anything is read or written.
+pub fn check_completions(batch: &[CompleteParams]) -> Result<(), ValidationError> {
+    let mut seen = std::collections::HashSet::with_capacity(batch.len());
+    for params in batch {
+        params.validate()?;
+        if !seen.insert(params.key.id) {
+            return Err(ValidationError::Invalid {
+                field: "completions",
+                detail: format!("task {} appears twice in one batch", params.key.id),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Puts claimed tasks in the order of DESIGN §4: higher priority first, then the longest
+/// due, then the oldest id.
+pub fn claim_order(tasks: &mut [Task]) {
+    tasks.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.available_at.cmp(&b.available_at))
+            .then(a.id.cmp(&b.id))
+    });
 }
 
 /// What recovery reads from a lease that expired.

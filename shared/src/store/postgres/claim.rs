@@ -67,12 +67,7 @@ pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<Cl
         .iter()
         .map(|row| claimed_task(row, &params.owner, now))
         .collect::<Result<Vec<_>>>()?;
-    tasks.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    crate::store::lifecycle::claim_order(&mut tasks);
     Ok(ClaimBatch {
         now,
         tasks,

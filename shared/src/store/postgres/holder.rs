@@ -91,16 +91,7 @@ pub(super) async fn task_complete_many(
     batch: &[CompleteParams],
 ) -> Result<Vec<CompleteOutcome>> {
     const OP: &str = "task_complete";
-    let mut seen = HashSet::with_capacity(batch.len());
-    for params in batch {
-        params.validate()?;
-        if !seen.insert(params.key.id) {
-            return Err(StoreError::Invalid(crate::ValidationError::Invalid {
-                field: "completions",
-                detail: format!("task {} appears twice in one batch", params.key.id),
-            }));
-        }
-    }
+    lifecycle::check_completions(batch)?;
     if batch.is_empty() {
         return Ok(Vec::new());
     }

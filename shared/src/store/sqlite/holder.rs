@@ -294,12 +294,7 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         claimed.iter().map(task).collect::<Result<Vec<_>>>()?
     };
     commit(tx, OP).await?;
-    tasks.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    crate::store::lifecycle::claim_order(&mut tasks);
     Ok(ClaimBatch {
         now: now_time,
         tasks,
@@ -425,16 +420,7 @@ pub(super) async fn task_complete_many(
     batch: &[CompleteParams],
 ) -> Result<Vec<CompleteOutcome>> {
     const OP: &str = "task_complete";
-    let mut seen = HashSet::with_capacity(batch.len());
-    for params in batch {
-        params.validate()?;
-        if !seen.insert(params.key.id) {
-            return Err(StoreError::Invalid(crate::ValidationError::Invalid {
-                field: "completions",
-                detail: format!("task {} appears twice in one batch", params.key.id),
-            }));
-        }
-    }
+    lifecycle::check_completions(batch)?;
     if batch.is_empty() {
         return Ok(Vec::new());
     }
