@@ -37,6 +37,7 @@
 
 pub mod agent;
 pub mod bin;
+pub mod calls;
 pub mod certs;
 pub mod cli;
 pub mod cluster;

@@ -1,0 +1,574 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Bad ids, filters, names, numbers and JSON against a real agent (TESTING.md T31; DESIGN §10:
+//! "bad input changes nothing"), written as case tables: each case is a request, the codes
+//! allowed and the field the message must name. Every case runs; the failures are reported
+//! together, each naming its case. After a table, `tasks` and `policies` are compared row for
+//! row with before, the local limit is unchanged, no call was audited as applied and the agent
+//! still answers.
+//!
+//! Also ListSuspectLeases' thresholds and limits, and who may read it.
+
+use leasehold_proto::v1 as pb;
+use leasehold_tests::TestDb;
+use leasehold_tests::agent::AgentHandle;
+use leasehold_tests::calls::grpc::{
+    Failures, Fixture, INVALID, OPERATOR, VIEWER, alive, local_limit, refusal, start, stop,
+};
+use leasehold_tests::grpc::{Client, connect, connect_with};
+use leasehold_tests::{TaskSpec, insert_task};
+use pb::set_concurrency_request::Scope;
+use sqlx::PgPool;
+use tonic::Code;
+
+/// Rows of `tasks` and `policies`, as text.
+async fn digest(pool: &PgPool) -> (String, String) {
+    leasehold_tests::inspect::state_digest(pool, &[])
+        .await
+        .unwrap()
+}
+
+/// A request of a case table.
+#[derive(Debug)]
+enum Req {
+    Get(pb::GetTaskRequest),
+    Cancel(pb::CancelRequest),
+    Requeue(pb::RequeueRequest),
+    List(pb::ListTasksRequest),
+    Enqueue(pb::EnqueueRequest),
+    Pause(pb::PauseTypeRequest),
+    Resume(pb::ResumeTypeRequest),
+    SetConcurrency(pb::SetConcurrencyRequest),
+    RequeueDead(pb::RequeueDeadRequest),
+}
+
+impl Req {
+    /// Sends it; the answer's debug text, or the status.
+    async fn send(self, c: &mut Client) -> Result<String, tonic::Status> {
+        fn text<T: std::fmt::Debug>(r: tonic::Response<T>) -> String {
+            format!("{:?}", r.into_inner())
+        }
+        match self {
+            Req::Get(r) => c.get_task(r).await.map(text),
+            Req::Cancel(r) => c.cancel(r).await.map(text),
+            Req::Requeue(r) => c.requeue(r).await.map(text),
+            Req::List(r) => c.list_tasks(r).await.map(text),
+            Req::Enqueue(r) => c.enqueue(r).await.map(text),
+            Req::Pause(r) => c.pause_type(r).await.map(text),
+            Req::Resume(r) => c.resume_type(r).await.map(text),
+            Req::SetConcurrency(r) => c.set_concurrency(r).await.map(text),
+            Req::RequeueDead(r) => c.requeue_dead(r).await.map(text),
+        }
+    }
+}
+
+/// One case: its name, the request, the codes that may refuse it and the text the message
+/// must hold (the field, or `""` for any).
+struct Case {
+    what: String,
+    req: Req,
+    codes: &'static [Code],
+    field: &'static str,
+}
+
+/// A case refused with `codes`.
+fn case(what: impl Into<String>, req: Req, codes: &'static [Code], field: &'static str) -> Case {
+    Case {
+        what: what.into(),
+        req,
+        codes,
+        field,
+    }
+}
+
+/// A case refused as INVALID_ARGUMENT naming `field`, named after its request.
+fn bad(req: Req, field: &'static str) -> Case {
+    case(format!("{req:?}"), req, INVALID, field)
+}
+
+fn enqueue(task_type: &str) -> pb::EnqueueRequest {
+    pb::EnqueueRequest {
+        task_type: task_type.into(),
+        ..Default::default()
+    }
+}
+
+fn set_conc(scope: Option<Scope>, limit: u32, unlimited: bool) -> Req {
+    Req::SetConcurrency(pb::SetConcurrencyRequest {
+        scope,
+        limit,
+        unlimited,
+    })
+}
+
+/// A table's agent after its cases ran, for the checks that follow.
+struct Run {
+    db: TestDb,
+    agent: AgentHandle,
+    c: Client,
+    f: Fixture,
+    before: (String, String),
+    limit_before: u32,
+}
+
+/// Starts an agent named `name` on a fresh database holding the [`Fixture`], sends every case
+/// of `cases` and asserts each was refused as it says.
+async fn run_table(name: &str, cases: fn(&Fixture) -> Vec<Case>) -> Run {
+    let db = TestDb::new().await.unwrap();
+    let f = Fixture::insert(&db.pool).await.unwrap();
+    let (agent, addr) = start(&db, name, &[]).await.unwrap();
+    let mut c = connect(&addr).await.unwrap();
+    let limit_before = local_limit(&mut c).await.unwrap();
+    let before = digest(&db.pool).await;
+    let mut failures = Failures::default();
+    for case in cases(&f) {
+        let answer = case.req.send(&mut c).await;
+        failures.check(&case.what, refusal(answer, case.codes, case.field));
+    }
+    eprintln!("{name}: {} cases", failures.checked());
+    failures.assert_none();
+    Run {
+        db,
+        agent,
+        c,
+        f,
+        before,
+        limit_before,
+    }
+}
+
+impl Run {
+    /// Nothing the cases sent changed anything; the agent still answers.
+    async fn assert_unchanged(&mut self) {
+        assert_eq!(
+            digest(&self.db.pool).await,
+            self.before,
+            "tasks and policies unchanged"
+        );
+        assert_eq!(
+            local_limit(&mut self.c).await.unwrap(),
+            self.limit_before,
+            "local limit unchanged"
+        );
+        let applied: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE result = 'applied'")
+                .fetch_one(&self.db.pool)
+                .await
+                .unwrap();
+        assert_eq!(applied, 0, "no refused call was recorded as applied");
+        alive(&mut self.agent, &mut self.c).await.unwrap();
+    }
+
+    async fn finish(self) {
+        drop(self.c);
+        stop(self.agent).await.unwrap();
+        self.db.drop_db().await.unwrap();
+    }
+}
+
+/// Unknown ids, ids that cannot be ids, bad waits and moves the task's state forbids.
+fn id_cases(f: &Fixture) -> Vec<Case> {
+    let unknown = 9_000_000_000_i64;
+    let not_found: &[Code] = &[Code::NotFound];
+    let mut cases = vec![
+        case(
+            "get unknown",
+            Req::Get(pb::GetTaskRequest { id: unknown }),
+            not_found,
+            "9000000000",
+        ),
+        case(
+            "cancel unknown",
+            Req::Cancel(pb::CancelRequest {
+                id: unknown,
+                wait: true,
+                wait_ms: 0,
+            }),
+            not_found,
+            "9000000000",
+        ),
+        case(
+            "requeue unknown",
+            Req::Requeue(pb::RequeueRequest { id: unknown }),
+            not_found,
+            "9000000000",
+        ),
+    ];
+    for id in [0, -1, i64::MIN] {
+        cases.push(bad(Req::Get(pb::GetTaskRequest { id }), "id"));
+        cases.push(bad(
+            Req::Cancel(pb::CancelRequest {
+                id,
+                ..Default::default()
+            }),
+            "id",
+        ));
+        cases.push(bad(Req::Requeue(pb::RequeueRequest { id }), "id"));
+    }
+    // A bad wait is refused before the (valid) task is touched.
+    for wait_ms in [-1, i64::MIN, 301_000, i64::MAX] {
+        cases.push(bad(
+            Req::Cancel(pb::CancelRequest {
+                id: f.queued,
+                wait: true,
+                wait_ms,
+            }),
+            "wait_ms",
+        ));
+    }
+    let precondition: &[Code] = &[Code::FailedPrecondition];
+    cases.push(case(
+        "requeue of a task that is not finished",
+        Req::Requeue(pb::RequeueRequest { id: f.queued }),
+        precondition,
+        "",
+    ));
+    cases.push(case(
+        "cancel of a finished task",
+        Req::Cancel(pb::CancelRequest {
+            id: f.succeeded,
+            ..Default::default()
+        }),
+        precondition,
+        "",
+    ));
+    cases
+}
+
+/// ListTasks filters out of range.
+fn list_cases(_: &Fixture) -> Vec<Case> {
+    type Edit = fn(&mut pb::ListTasksRequest);
+    let list = |field, edit: Edit| {
+        let mut r = pb::ListTasksRequest::default();
+        edit(&mut r);
+        bad(Req::List(r), field)
+    };
+    vec![
+        list("statuses", |r| r.statuses = vec![99]),
+        list("statuses", |r| r.statuses = vec![0]),
+        list("statuses", |r| r.statuses = vec![1, -3]),
+        list("task_type", |r| r.task_type = "Bad Type".into()),
+        list("task_type", |r| r.task_type = "x".repeat(100)),
+        list("task_type", |r| r.task_type = "a\u{0}b".into()),
+        list("error_code", |r| r.error_code = "e".repeat(65)),
+        list("error_code", |r| r.error_code = "a\u{1b}[2Jb".into()),
+        list("since_ms", |r| r.since_ms = -1),
+        list("since_ms", |r| r.since_ms = i64::MAX),
+        list("limit", |r| r.limit = 5000),
+        list("limit", |r| r.limit = u32::MAX),
+        list("before_id", |r| r.before_id = -1),
+        list("text", |r| r.text = "t".repeat(201)),
+        // NUL: valid UTF-8, but PostgreSQL text cannot hold it. Bad input, not a database
+        // failure.
+        list("text", |r| r.text = "a\u{0}b".into()),
+    ]
+}
+
+/// Enqueue: type names, JSON, numbers, NUL characters.
+fn enqueue_cases(_: &Fixture) -> Vec<Case> {
+    let long_type = "x".repeat(65);
+    let mut cases: Vec<Case> = [
+        "Bad Type",
+        "",
+        long_type.as_str(),
+        "-lead",
+        "é",
+        "a b",
+        "a\u{0}",
+        "a\nb",
+    ]
+    .into_iter()
+    .map(|name| bad(Req::Enqueue(enqueue(name)), "task_type"))
+    .collect();
+    type Edit = fn(&mut pb::EnqueueRequest);
+    let enq = |field: &'static str, edit: Edit| {
+        let mut r = enqueue("bad.kind");
+        edit(&mut r);
+        case(
+            format!("enqueue {field}: {r:?}"),
+            Req::Enqueue(r),
+            INVALID,
+            field,
+        )
+    };
+    cases.extend([
+        enq("payload_json", |r| r.payload_json = "{not json".into()),
+        enq("payload_json", |r| {
+            r.payload_json = "{\"a\":1} trailing".into()
+        }),
+        enq("payload_json", |r| r.payload_json = "\"\\ud800\"".into()),
+        enq("payload_json", |r| {
+            r.payload_json = format!("{}1{}", "[".repeat(5000), "]".repeat(5000))
+        }),
+        enq("priority", |r| r.priority = 40_000),
+        enq("priority", |r| r.priority = -32_769),
+        enq("priority", |r| r.priority = i32::MIN),
+        enq("delay_ms", |r| r.delay_ms = -1),
+        enq("timeout_ms", |r| r.timeout_ms = -5),
+        enq("deadline_at_ms", |r| r.deadline_at_ms = -5),
+        enq("deadline_at_ms", |r| r.deadline_at_ms = i64::MAX),
+        enq("max_attempts", |r| r.max_attempts = -1),
+        enq("max_attempts", |r| r.max_attempts = 1_000_000),
+        enq("delay", |r| r.delay_ms = i64::MAX),
+        enq("timeout", |r| r.timeout_ms = i64::MAX),
+        enq("idempotency_key", |r| r.idempotency_key = "k".repeat(300)),
+        // NUL characters: valid UTF-8 and valid JSON, but PostgreSQL text and jsonb cannot
+        // hold them. Refused as bad input, not a database failure.
+        enq("payload", |r| r.payload_json = "{\"a\":\"\\u0000\"}".into()),
+        enq("payload", |r| r.payload_json = "{\"\\u0000\":1}".into()),
+        enq("idempotency_key", |r| r.idempotency_key = "k\u{0}".into()),
+    ]);
+    cases
+}
+
+/// PauseType, ResumeType, SetConcurrency and RequeueDead.
+fn policy_cases(_: &Fixture) -> Vec<Case> {
+    let long_type = "x".repeat(100);
+    let mut cases = Vec::new();
+    for name in ["Bad Type", "", long_type.as_str(), "\u{202e}rtl"] {
+        let task_type = name.to_string();
+        cases.push(bad(
+            Req::Pause(pb::PauseTypeRequest {
+                task_type: task_type.clone(),
+            }),
+            "task_type",
+        ));
+        cases.push(bad(
+            Req::Resume(pb::ResumeTypeRequest { task_type }),
+            "task_type",
+        ));
+    }
+    let local = |on| Some(Scope::AgentLocal(on));
+    let global = |on| Some(Scope::Global(on));
+    let typed = |t: &str| Some(Scope::TaskType(t.into()));
+    cases.extend([
+        bad(set_conc(local(true), 0, false), "limit"),
+        bad(set_conc(local(true), 100_001, false), "limit"),
+        bad(set_conc(local(true), u32::MAX, false), "limit"),
+        bad(set_conc(local(true), 0, true), "limit"),
+        bad(set_conc(local(false), 5, false), "scope"),
+        bad(set_conc(global(true), 5, true), "limit"),
+        bad(set_conc(global(false), 5, false), "scope"),
+        bad(set_conc(global(true), u32::MAX, false), "max_concurrency"),
+        bad(set_conc(typed("bad.kind"), 3, true), "limit"),
+        bad(set_conc(typed("Bad Type"), 3, false), "task_type"),
+        bad(set_conc(typed(""), 3, false), "task_type"),
+        bad(set_conc(None, 3, false), "scope"),
+        bad(set_conc(None, 0, true), "scope"),
+    ]);
+    type Edit = fn(&mut pb::RequeueDeadRequest);
+    let dead = |field, edit: Edit| {
+        let mut r = pb::RequeueDeadRequest::default();
+        edit(&mut r);
+        bad(Req::RequeueDead(r), field)
+    };
+    cases.extend([
+        dead("all", |_| {}),
+        dead("all", |r| r.dry_run = true),
+        dead("all", |r| {
+            r.all = true;
+            r.task_type = "bad.kind".into();
+        }),
+        dead("task_type", |r| r.task_type = "Bad Type".into()),
+        dead("error_code", |r| r.error_code = "e".repeat(65)),
+        dead("since_ms", |r| r.since_ms = -1),
+        dead("until_ms", |r| r.until_ms = i64::MIN),
+    ]);
+    cases
+}
+
+/// T31: unknown ids, ids that cannot be ids and bad waits are refused naming the id or the
+/// field, moves the state forbids as FAILED_PRECONDITION; nothing changes. The same call with
+/// a good id does change things (positive control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_and_unknown_ids_are_refused_and_change_nothing() {
+    let mut run = run_table("bad-ids", id_cases).await;
+    run.assert_unchanged().await;
+    run.c
+        .requeue(pb::RequeueRequest { id: run.f.dead })
+        .await
+        .unwrap();
+    assert_ne!(digest(&run.db.pool).await.0, run.before.0);
+    run.finish().await;
+}
+
+/// T31: ListTasks filters out of range are refused naming the field; the edge values that
+/// are fine are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_list_filters_are_refused_by_field_and_edge_values_are_fine() {
+    let mut run = run_table("bad-lists", list_cases).await;
+    let ok = run
+        .c
+        .list_tasks(pb::ListTasksRequest {
+            limit: 1000,
+            statuses: vec![8],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        ok.tasks.len(),
+        1,
+        "the dead-letter queue lists the one dead task"
+    );
+    run.assert_unchanged().await;
+    run.finish().await;
+}
+
+/// T31: Enqueue with a bad type name, bad JSON, numbers out of range or NUL characters is
+/// refused naming the field and stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_enqueues_are_refused_by_field_and_store_nothing() {
+    let mut run = run_table("bad-enqueues", enqueue_cases).await;
+    run.assert_unchanged().await;
+    run.finish().await;
+}
+
+/// T31: pause and resume of bad type names, concurrency limits out of range or of no scope and
+/// RequeueDead without a filter or with a bad one are refused naming the field; no policy and
+/// no local limit changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_policy_and_dead_letter_calls_are_refused_by_field_and_change_nothing() {
+    let mut run = run_table("bad-policy", policy_cases).await;
+    run.assert_unchanged().await;
+    run.finish().await;
+}
+/// ListSuspectLeases (issue 20 item 4): any viewer reads the leases whose renewal is overdue,
+/// from the database, with the agent's revoke threshold by default; a threshold or limit out
+/// of range is INVALID_ARGUMENT naming the field; a caller without a valid token is refused;
+/// nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspect_leases_are_read_by_viewers_and_bad_thresholds_and_limits_are_refused() {
+    let db = TestDb::new().await.unwrap();
+    // Renewals 300 and 40 s overdue on leases an hour from expiry, so the agent's recovery
+    // leaves them alone.
+    let mut overdue = Vec::new();
+    for secs_ago in [300.0, 40.0] {
+        let id = insert_task(&db.pool, TaskSpec::new("bad.kind", "running"))
+            .await
+            .unwrap();
+        sqlx::query(
+            "UPDATE tasks SET heartbeat_at = now() - $2::float8 * interval '1 second', \
+                 lease_until = now() + interval '1 hour' WHERE id = $1",
+        )
+        .bind(id)
+        .bind(secs_ago)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        overdue.push(id);
+    }
+    let config = leasehold_tests::fleet::tokens_config(
+        "leasehold-suspect",
+        &[
+            leasehold_tests::fleet::ConfigToken::operator("op", OPERATOR),
+            leasehold_tests::fleet::ConfigToken::viewer("viewer", VIEWER),
+        ],
+    )
+    .unwrap();
+    let (mut agent, addr) = start(&db, "suspects", &["--config", config.to_str().unwrap()])
+        .await
+        .unwrap();
+    let mut viewer = connect_with(&addr, Some(VIEWER), None).await.unwrap();
+    // Renewed (claimed) just now: not overdue under a 30 s threshold.
+    let healthy = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_ttl_secs: Some(3600.0),
+            ..TaskSpec::new("bad.kind", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let before = digest(&db.pool).await;
+
+    let ask = |threshold_ms: i64, limit: u32| pb::ListSuspectLeasesRequest {
+        threshold_ms,
+        limit,
+    };
+    // The default threshold is the agent's (3 × its heartbeat, well under 30 s here); the
+    // factory's "healthy" row is never renewed either, so it turns overdue with time.
+    let default = viewer
+        .list_suspect_leases(ask(0, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        default.threshold_ms > 0 && default.threshold_ms < 30_000,
+        "{default:?}"
+    );
+    let ids: Vec<i64> = default.leases.iter().map(|l| l.task_id).collect();
+    assert!(ids.starts_with(&overdue), "{default:?}");
+    let all = viewer
+        .list_suspect_leases(ask(30_000, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    let ids: Vec<i64> = all.leases.iter().map(|l| l.task_id).collect();
+    assert_eq!(
+        ids, overdue,
+        "oldest renewal first, the healthy one left out"
+    );
+    assert!(!ids.contains(&healthy));
+    assert!(all.threshold_ms == 30_000 && !all.truncated, "{all:?}");
+    let db_now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        (db_now.timestamp_millis() - all.now_ms).abs() < 60_000,
+        "{all:?}"
+    );
+    for l in &all.leases {
+        assert_eq!(l.owner, leasehold_tests::factory::FACTORY_OWNER);
+        assert_eq!(l.task_type, "bad.kind");
+        assert!(l.overdue_ms >= 40_000, "{l:?}");
+        assert_eq!(l.overdue_ms, all.now_ms - l.heartbeat_at_ms);
+    }
+    // A limit cuts the list and says so; a longer threshold leaves the newer one out.
+    let one = viewer
+        .list_suspect_leases(ask(30_000, 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (
+            one.leases.iter().map(|l| l.task_id).collect::<Vec<_>>(),
+            one.truncated
+        ),
+        (vec![overdue[0]], true)
+    );
+    let older = viewer
+        .list_suspect_leases(ask(200_000, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(older.threshold_ms, 200_000);
+    assert_eq!(
+        older.leases.iter().map(|l| l.task_id).collect::<Vec<_>>(),
+        vec![overdue[0]]
+    );
+
+    let mut failures = Failures::default();
+    for (what, request, field) in [
+        ("negative threshold", ask(-1, 0), "threshold_ms"),
+        ("most negative threshold", ask(i64::MIN, 0), "threshold_ms"),
+        ("threshold above a day", ask(86_400_001, 0), "threshold_ms"),
+        ("limit above 10000", ask(0, 10_001), "limit"),
+        ("absurd limit", ask(0, u32::MAX), "limit"),
+    ] {
+        let answer = viewer.list_suspect_leases(request).await;
+        failures.check(what, refusal(answer, INVALID, field));
+    }
+    failures.assert_none();
+    let mut stranger = connect_with(&addr, Some("not-a-token-0123456789abcdefgh"), None)
+        .await
+        .unwrap();
+    let r = stranger.list_suspect_leases(ask(0, 0)).await;
+    assert_eq!(r.unwrap_err().code(), Code::Unauthenticated);
+
+    assert_eq!(digest(&db.pool).await, before, "a read changes nothing");
+    alive(&mut agent, &mut viewer).await.unwrap();
+    stop(agent).await.unwrap();
+    db.drop_db().await.unwrap();
+}
