@@ -7,11 +7,14 @@ use std::path::PathBuf;
 use std::process::ExitCode as ProcessExit;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use figment::value::{Dict, Value};
 use leasehold_shared::store::AnyStore;
+use serde::Serialize;
 
 use crate::bench::{self, BenchConfig};
-use crate::config::{AgentConfig, FileConfig, LogFormat, OutputFormat, Overrides, perms};
+use crate::config::{AgentConfig, Layers, LogFormat, OutputFormat, perms};
 use crate::exit::ExitCode;
 use crate::handler::HandlerRegistry;
 use crate::runtime::{AgentBuilder, RunSummary, Shutdown};
@@ -21,7 +24,8 @@ renew their leases, and drain on SIGTERM/SIGINT (a second signal forces).";
 
 const RUN_AFTER: &str = "\
 Settings come from defaults, then the --config TOML file, then LEASEHOLD_* environment \
-variables, then flags (the later wins). Durations are human: 250ms, 30s, 5m, 1h.
+variables, then flags (the later wins, key by key); a bad setting is named with where its value \
+came from. Durations are human: 250ms, 30s, 1m 30s, 1h.
 
 Leases: a lease lives --lease-ttl after its last renewal; renewals run every --heartbeat (at \
 most half the TTL). Another agent takes an expired lease only after --grace more. An agent that \
@@ -93,8 +97,9 @@ enum Output {
 }
 
 /// The `run` flags. Every one is optional here: unset ones fall back to the config file, then
-/// to the defaults.
-#[derive(Debug, Args)]
+/// to the defaults. Serialized, they are the flag and environment layers of the config (each
+/// field named as its argument id; `--config` is not a setting).
+#[derive(Debug, Args, Serialize)]
 struct RunArgs {
     /// Database URL: postgres://… or sqlite://PATH (created and migrated when new). Also LEASEHOLD_DATABASE_URL or DATABASE_URL.
     #[arg(
@@ -106,6 +111,7 @@ struct RunArgs {
     database_url: Option<String>,
     /// TOML config file (keys as the flags, with underscores).
     #[arg(long, env = "LEASEHOLD_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
     config: Option<PathBuf>,
     /// Agent name; the lease owner is NAME#<per-start number>. [default: the host name]
     #[arg(long, env = "LEASEHOLD_ID", value_name = "NAME")]
@@ -254,60 +260,46 @@ struct RunArgs {
 impl RunArgs {
     /// The validated config, and the warnings about secret files other users can read (to
     /// log once logging is set up); a world-writable TLS key or token file is an error.
-    fn into_config(self) -> Result<(AgentConfig, perms::Report)> {
-        let file = match &self.config {
-            Some(path) => FileConfig::load(path).map_err(config_error)?,
-            None => FileConfig::default(),
-        };
-        let mut secret_files = perms::SecretFiles::of_config(self.config.as_deref(), &file);
-        let overrides = Overrides {
-            database_url: self.database_url,
-            id: self.id,
-            listen: self.listen,
-            metrics_listen: self.metrics_listen,
-            handlers: self.handlers,
-            concurrency: self.concurrency,
-            lease_ttl: self.lease_ttl,
-            heartbeat: self.heartbeat,
-            grace: self.grace,
-            poll_interval: self.poll_interval,
-            shutdown_timeout: self.shutdown_timeout,
-            stop_grace: self.stop_grace,
-            claim_batch: self.claim_batch,
-            retention: self.retention,
-            dead_retention: self.dead_retention,
-            unserved_after: self.unserved_after,
-            max_connections: self.max_connections,
-            recovery_per_tick: self.recovery_per_tick,
-            exit_when_idle: self.exit_when_idle,
-            idle_timeout: self.idle_timeout,
-            idle_since: self.idle_since,
-            output: self.output,
-            log_format: self.log_format,
-            log_dir: self.log_dir,
-            log_level: self.log_level,
-            exec_kill_after: self.exec_kill_after,
-            exec_allow: self.exec_allow,
-            exec_env: self.exec_env,
-            exec_root: self.exec_root,
-            shard_groups: self.shard_groups,
-            tls_cert: self.tls_cert,
-            tls_key: self.tls_key,
-            tls_client_ca: self.tls_client_ca,
-            insecure: self.insecure,
-            insecure_local: self.insecure_local,
-            socket: self.socket,
-            tls_handshake_timeout: self.tls_handshake_timeout,
-            grpc_max_connections: self.grpc_max_connections,
-            grpc_max_connections_per_peer: self.grpc_max_connections_per_peer,
-        };
-        let env_url = std::env::var("DATABASE_URL").ok();
-        let config = AgentConfig::resolve(file, overrides, env_url).map_err(config_error)?;
+    /// `matches` are the `run` subcommand's: they tell which values the user gave, and how.
+    fn into_config(self, matches: &ArgMatches) -> Result<(AgentConfig, perms::Report)> {
+        let (environment, flags) = self.given(matches)?;
+        let mut layers = Layers::new().database_url_fallback(std::env::var("DATABASE_URL").ok());
+        if let Some(path) = &self.config {
+            layers = layers.file(path).map_err(config_error)?;
+        }
+        let layers = layers.environment(environment).flags(flags);
+        let settings = layers.settings().map_err(config_error)?;
+        let mut secret_files =
+            perms::SecretFiles::of_config(self.config.as_deref(), &settings.tokens);
+        let config = AgentConfig::from_settings(settings, &layers).map_err(config_error)?;
         if let Some(tls) = config.grpc.as_ref().and_then(|g| g.tls.as_ref()) {
             secret_files.add(perms::FileKind::TlsKey, &tls.key);
         }
         let report = secret_files.check().map_err(config_error)?;
         Ok((config, report))
+    }
+
+    /// The values the user gave, by argument id: (from `LEASEHOLD_*` variables, from flags).
+    /// Defaults clap fills in (a switch left off) are in neither.
+    fn given(&self, matches: &ArgMatches) -> Result<(Dict, Dict)> {
+        let mut all = match Value::serialize(self) {
+            Ok(Value::Dict(_, all)) => all,
+            Ok(_) => Dict::new(),
+            Err(e) => return Err(usage_error("config", &format!("reading the flags: {e}"))),
+        };
+        let (mut environment, mut flags) = (Dict::new(), Dict::new());
+        for id in matches.ids() {
+            let id = id.as_str();
+            let Some(value) = all.remove(id) else {
+                continue;
+            };
+            match matches.value_source(id) {
+                Some(ValueSource::EnvVariable) => environment.insert(id.to_string(), value),
+                Some(ValueSource::CommandLine) => flags.insert(id.to_string(), value),
+                _ => None,
+            };
+        }
+        Ok((environment, flags))
     }
 }
 
@@ -358,8 +350,11 @@ pub type Extend = Box<dyn FnOnce(&mut HandlerRegistry, &AgentConfig) -> Result<(
 
 /// The whole `leasehold-agent` binary.
 pub fn main_with(extend: Option<Extend>) -> ProcessExit {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
@@ -379,7 +374,7 @@ pub fn main_with(extend: Option<Extend>) -> ProcessExit {
             return ExitCode::TaskFailed.into();
         }
     };
-    match runtime.block_on(dispatch(cli, extend)) {
+    match runtime.block_on(dispatch(cli, &matches, extend)) {
         Ok(code) => code.into(),
         Err(error) => {
             // One sentence; the whole chain (every cause's own text, and a backtrace when
@@ -397,9 +392,14 @@ pub fn main_with(extend: Option<Extend>) -> ProcessExit {
     }
 }
 
-async fn dispatch(cli: Cli, extend: Option<Extend>) -> Result<ExitCode> {
+async fn dispatch(cli: Cli, matches: &ArgMatches, extend: Option<Extend>) -> Result<ExitCode> {
     match cli.command {
-        Command::Run(args) => run(*args, extend).await,
+        Command::Run(args) => {
+            let run_matches = matches
+                .subcommand_matches("run")
+                .context("reading the run arguments")?;
+            run(*args, run_matches, extend).await
+        }
         Command::Migrate { db } => {
             let url = db.url()?;
             // The store's error says "cannot connect to the database: …" itself.
@@ -454,8 +454,8 @@ async fn dispatch(cli: Cli, extend: Option<Extend>) -> Result<ExitCode> {
     }
 }
 
-async fn run(args: RunArgs, extend: Option<Extend>) -> Result<ExitCode> {
-    let (config, file_warnings) = args.into_config()?;
+async fn run(args: RunArgs, matches: &ArgMatches, extend: Option<Extend>) -> Result<ExitCode> {
+    let (config, file_warnings) = args.into_config(matches)?;
     let _logs = crate::telemetry::init(
         config.log_format,
         &config.log_level,

@@ -12,6 +12,12 @@
 //! name = "oncall"              # written to the audit log
 //! role = "operator"            # or "viewer" (watch and list only)
 //! secret_file = "/etc/leasehold/oncall.token"   # or secret = "..." (16+ characters)
+//!
+//! # the transport
+//! socket = "off"                    # default: <runtime dir>/agent-<port>.sock; or a path
+//! tls_handshake_timeout = "10s"     # also handshake_timeout; plaintext: the first bytes
+//! grpc_max_connections = 1024       # open connections in total
+//! grpc_max_connections_per_peer = 64   # per client IP (per uid on the socket)
 //! ```
 //!
 //! On any address that is not loopback the agent refuses to start without TLS and at least
@@ -26,7 +32,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold_shared::Role;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, invalid};
 use crate::grpc::{Auth, SocketSetting, TlsFiles, Token, TransportLimits};
@@ -34,8 +40,8 @@ use crate::grpc::{Auth, SocketSetting, TlsFiles, Token, TransportLimits};
 /// Where the agent serves gRPC unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 
-/// The `[tls]` table.
-#[derive(Debug, Default, Clone, Deserialize)]
+/// The `[tls]` table (also `--tls-cert`, `--tls-key`, `--tls-client-ca`).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsFile {
     pub cert: Option<PathBuf>,
@@ -44,7 +50,7 @@ pub struct TlsFile {
 }
 
 /// A role as written in the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RoleName {
     Viewer,
@@ -52,7 +58,7 @@ pub enum RoleName {
 }
 
 /// One `[[tokens]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenFile {
     pub name: String,
@@ -83,38 +89,23 @@ impl GrpcConfig {
     }
 }
 
-/// What the flags and environment say about gRPC.
-#[derive(Debug, Default, Clone)]
-pub struct GrpcOverrides {
-    pub listen: Option<String>,
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    pub tls_client_ca: Option<PathBuf>,
-    pub insecure: bool,
-    /// `--insecure-local`, or `insecure_local = true` in the file (merged by the caller).
-    pub insecure_local: bool,
-}
-
-/// Merges the file's and the flags' gRPC settings; `None` when gRPC is off.
+/// The gRPC settings, merged from every layer; `None` when gRPC is off.
 pub fn resolve(
-    flags: GrpcOverrides,
-    file_listen: Option<String>,
-    file_tls: Option<TlsFile>,
-    file_tokens: Option<Vec<TokenFile>>,
-    file_insecure: Option<bool>,
+    listen: &str,
+    tls: Option<TlsFile>,
+    tokens: Vec<TokenFile>,
+    insecure: bool,
+    insecure_local: bool,
 ) -> Result<Option<GrpcConfig>, ConfigError> {
-    let listen = flags
-        .listen
-        .or(file_listen)
-        .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     if listen.trim() == "off" {
         return Ok(None);
     }
     let addr = listen_addr(listen.trim())?;
-    let file_tls = file_tls.unwrap_or_default();
-    let cert = flags.tls_cert.or(file_tls.cert);
-    let key = flags.tls_key.or(file_tls.key);
-    let client_ca = flags.tls_client_ca.or(file_tls.client_ca);
+    let TlsFile {
+        cert,
+        key,
+        client_ca,
+    } = tls.unwrap_or_default();
     let tls = match (cert, key) {
         (Some(cert), Some(key)) => Some(TlsFiles {
             cert,
@@ -135,8 +126,8 @@ pub fn resolve(
             ));
         }
     };
-    let mut tokens = Vec::new();
-    for t in file_tokens.unwrap_or_default() {
+    let mut secrets = Vec::new();
+    for t in tokens {
         let secret = match (t.secret, t.secret_file) {
             (Some(s), None) => s,
             (None, Some(path)) => std::fs::read_to_string(&path)
@@ -162,7 +153,7 @@ pub fn resolve(
                 ));
             }
         };
-        tokens.push(Token {
+        secrets.push(Token {
             name: t.name,
             role: match t.role {
                 RoleName::Viewer => Role::Viewer,
@@ -171,13 +162,12 @@ pub fn resolve(
             secret,
         });
     }
-    let insecure = flags.insecure || file_insecure.unwrap_or(false);
     let config = GrpcConfig {
         listen: addr,
         tls,
-        tokens,
+        tokens: secrets,
         insecure,
-        insecure_local: flags.insecure_local,
+        insecure_local,
         transport: Transport::default(),
     };
     config.auth()?;
@@ -201,22 +191,6 @@ pub const MIN_HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Largest `grpc_max_connections` accepted.
 pub const MAX_CONNECTIONS_CAP: u32 = 100_000;
 
-/// The transport settings as the flags (or the file) give them:
-///
-/// ```toml
-/// socket = "off"                    # default: <runtime dir>/agent-<port>.sock; or a path
-/// tls_handshake_timeout = "10s"     # also handshake_timeout; plaintext: the first bytes
-/// grpc_max_connections = 1024       # open connections in total
-/// grpc_max_connections_per_peer = 64   # per client IP (per uid on the socket)
-/// ```
-#[derive(Debug, Default, Clone)]
-pub struct TransportOverrides {
-    pub socket: Option<String>,
-    pub handshake_timeout: Option<String>,
-    pub max_connections: Option<u32>,
-    pub max_connections_per_peer: Option<u32>,
-}
-
 /// The resolved transport settings.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Transport {
@@ -224,12 +198,15 @@ pub struct Transport {
     pub limits: TransportLimits,
 }
 
-/// Merges the flags' and the file's transport settings (the flags win) and checks them.
+/// Checks the merged transport settings (`socket`, `tls_handshake_timeout`,
+/// `grpc_max_connections`, `grpc_max_connections_per_peer`).
 pub fn resolve_transport(
-    flags: TransportOverrides,
-    file: TransportOverrides,
+    socket: Option<&str>,
+    handshake_timeout: Duration,
+    max_connections: u32,
+    max_connections_per_peer: Option<u32>,
 ) -> Result<Transport, ConfigError> {
-    let socket = match flags.socket.or(file.socket) {
+    let socket = match socket {
         None => SocketSetting::Default,
         Some(text) if text.trim() == "off" => SocketSetting::Off,
         Some(text) => {
@@ -246,10 +223,6 @@ pub fn resolve_transport(
         }
     };
     let d = TransportLimits::default();
-    let handshake_timeout = match flags.handshake_timeout.or(file.handshake_timeout) {
-        None => d.handshake_timeout,
-        Some(text) => super::duration("tls_handshake_timeout", &text)?,
-    };
     if !(MIN_HANDSHAKE_TIMEOUT..=MAX_HANDSHAKE_TIMEOUT).contains(&handshake_timeout) {
         return Err(invalid(
             "tls_handshake_timeout",
@@ -261,20 +234,14 @@ pub fn resolve_transport(
             ),
         ));
     }
-    let max_connections = flags
-        .max_connections
-        .or(file.max_connections)
-        .unwrap_or(d.max_connections);
     if !(1..=MAX_CONNECTIONS_CAP).contains(&max_connections) {
         return Err(invalid(
             "grpc_max_connections",
             format!("{max_connections} is out of range: give 1..={MAX_CONNECTIONS_CAP}"),
         ));
     }
-    let max_connections_per_peer = flags
-        .max_connections_per_peer
-        .or(file.max_connections_per_peer)
-        .unwrap_or(d.max_connections_per_peer.min(max_connections));
+    let max_connections_per_peer =
+        max_connections_per_peer.unwrap_or(d.max_connections_per_peer.min(max_connections));
     if !(1..=max_connections).contains(&max_connections_per_peer) {
         return Err(invalid(
             "grpc_max_connections_per_peer",
@@ -328,7 +295,6 @@ fn listen_addr(listen: &str) -> Result<SocketAddr, ConfigError> {
 }
 
 #[cfg(test)]
-#[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
@@ -350,60 +316,42 @@ mod tests {
         }
     }
 
-    fn listen(addr: &str) -> GrpcOverrides {
-        GrpcOverrides {
-            listen: Some(addr.into()),
-            ..GrpcOverrides::default()
-        }
+    fn listen(addr: &str) -> Result<Option<GrpcConfig>, ConfigError> {
+        resolve(addr, None, Vec::new(), false, false)
     }
 
     #[test]
     fn loopback_is_the_default_and_needs_nothing_else() {
-        let c = resolve(GrpcOverrides::default(), None, None, None, None)
-            .unwrap()
-            .unwrap();
+        let c = listen(DEFAULT_LISTEN).unwrap().unwrap();
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert!(c.tls.is_none() && c.tokens.is_empty());
-        assert!(
-            resolve(listen("off"), None, None, None, None)
-                .unwrap()
-                .is_none()
-        );
+        assert!(listen("off").unwrap().is_none());
     }
 
     #[test]
     fn a_public_address_needs_tls_and_a_token_or_insecure() {
-        let e = resolve(listen("0.0.0.0:7070"), None, None, None, None).unwrap_err();
+        let public = "0.0.0.0:7070";
+        let e = listen(public).unwrap_err();
         assert!(e.to_string().contains("not a loopback address"), "{e}");
-        let e = resolve(listen("0.0.0.0:7070"), None, Some(tls()), None, None).unwrap_err();
+        let e = resolve(public, Some(tls()), Vec::new(), false, false).unwrap_err();
         assert!(e.to_string().starts_with("listen:"), "{e}");
-        let e = resolve(
-            listen("0.0.0.0:7070"),
-            None,
-            None,
-            Some(vec![token(RoleName::Operator)]),
-            None,
-        )
-        .unwrap_err();
+        let e = resolve(public, None, vec![token(RoleName::Operator)], false, false).unwrap_err();
         assert!(e.to_string().starts_with("listen:"), "{e}");
-        assert!(
-            resolve(
-                listen("0.0.0.0:7070"),
-                None,
-                Some(tls()),
-                Some(vec![token(RoleName::Viewer)]),
-                None
-            )
-            .unwrap()
-            .is_some()
+        let both = resolve(
+            public,
+            Some(tls()),
+            vec![token(RoleName::Viewer)],
+            false,
+            false,
         );
-        let insecure = GrpcOverrides {
-            insecure: true,
-            ..listen("0.0.0.0:7070")
-        };
-        assert!(resolve(insecure, None, None, None, None).unwrap().is_some());
+        assert!(both.unwrap().is_some());
         assert!(
-            resolve(listen("[::]:7070"), None, None, None, Some(true))
+            resolve(public, None, Vec::new(), true, false)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            resolve("[::]:7070", None, Vec::new(), true, false)
                 .unwrap()
                 .is_some()
         );
@@ -411,193 +359,129 @@ mod tests {
 
     #[test]
     fn half_given_tls_and_bad_tokens_are_refused_by_name() {
-        let half = TlsFile { key: None, ..tls() };
-        let e = resolve(GrpcOverrides::default(), None, Some(half), None, None).unwrap_err();
+        let with_tls = |t: TlsFile| resolve(DEFAULT_LISTEN, Some(t), Vec::new(), false, false);
+        let with_token = |t: TokenFile| resolve(DEFAULT_LISTEN, None, vec![t], false, false);
+        let e = with_tls(TlsFile { key: None, ..tls() }).unwrap_err();
         assert!(e.to_string().starts_with("tls:"), "{e}");
         let ca_only = TlsFile {
             cert: None,
             key: None,
             client_ca: Some("ca.pem".into()),
         };
-        assert!(resolve(GrpcOverrides::default(), None, Some(ca_only), None, None).is_err());
+        let e = with_tls(ca_only).unwrap_err();
+        assert!(e.to_string().starts_with("tls.client_ca:"), "{e}");
         let mut short = token(RoleName::Operator);
         short.secret = Some("short".into());
-        let e = resolve(
-            GrpcOverrides::default(),
-            None,
-            None,
-            Some(vec![short]),
-            None,
-        )
-        .unwrap_err();
+        let e = with_token(short).unwrap_err();
         assert!(e.to_string().starts_with("tokens:"), "{e}");
         let mut both = token(RoleName::Operator);
         both.secret_file = Some("/nowhere".into());
-        assert!(resolve(GrpcOverrides::default(), None, None, Some(vec![both]), None).is_err());
+        assert!(with_token(both).is_err());
         let mut missing = token(RoleName::Operator);
         missing.secret = None;
         missing.secret_file = Some("/nowhere/at/all".into());
-        let e = resolve(
-            GrpcOverrides::default(),
-            None,
-            None,
-            Some(vec![missing]),
-            None,
-        )
-        .unwrap_err();
+        let e = with_token(missing).unwrap_err();
         assert!(e.to_string().contains("cannot read secret_file"), "{e}");
-        let e = resolve(listen("localhost"), None, None, None, None).unwrap_err();
+        let e = listen("localhost").unwrap_err();
         assert!(e.to_string().starts_with("listen:"), "{e}");
     }
 
     #[test]
     fn a_host_name_that_resolves_to_loopback_is_local() {
         // No TLS and no token: allowed only because localhost is loopback.
-        let c = resolve(listen("localhost:7073"), None, None, None, None)
-            .unwrap()
-            .unwrap();
+        let c = listen("localhost:7073").unwrap().unwrap();
         assert!(c.listen.ip().is_loopback(), "{}", c.listen);
         assert_eq!(c.listen.port(), 7073);
     }
 
     #[test]
-    fn insecure_local_comes_from_the_flag_or_the_file() {
-        use crate::config::{AgentConfig, FileConfig, Overrides};
-        let cli = Overrides {
-            database_url: Some("postgres://x@y/z".into()),
-            handlers: Some("noop".into()),
-            ..Overrides::default()
-        };
-        let local = |file: FileConfig, cli: Overrides| {
-            let c = AgentConfig::resolve(file, cli, None).unwrap();
+    fn insecure_local_comes_from_the_flag_the_variable_or_the_file() {
+        use crate::config::layers::tests::{given, layers};
+        use crate::config::{AgentConfig, Layers};
+        let local = |layers: Layers| {
+            let c = AgentConfig::resolve(&layers).unwrap();
             c.grpc.unwrap().auth().unwrap().insecure_local()
         };
-        assert!(!local(FileConfig::default(), cli.clone()));
-        let file: FileConfig = toml::from_str("insecure_local = true\n").unwrap();
-        assert!(local(file, cli.clone()));
-        let flag = Overrides {
-            insecure_local: true,
-            ..cli
-        };
-        assert!(local(FileConfig::default(), flag));
+        let noop = || given(&[("handlers", "noop".into())]);
+        let on = || given(&[("handlers", "noop".into()), ("insecure_local", true.into())]);
+        assert!(!local(layers(None, noop())));
+        assert!(local(layers(Some("insecure_local = true\n"), noop())));
+        assert!(local(layers(None, on())));
+        assert!(local(
+            Layers::new()
+                .database_url_fallback(Some("sqlite:///x".into()))
+                .environment(on())
+        ));
+        // A variable set to false does not turn off what the file turned on.
+        let off = layers(Some("insecure_local = true\n"), noop())
+            .environment(given(&[("insecure_local", false.into())]));
+        assert!(local(off));
     }
 
     #[test]
     fn tokens_and_tls_parse_from_toml() {
-        let f: crate::config::FileConfig = toml::from_str(
-            "[tls]\ncert = \"a.pem\"\nkey = \"b.pem\"\n\n[[tokens]]\nname = \"dash\"\nrole = \"viewer\"\nsecret = \"0123456789abcdefg\"\n",
-        )
-        .unwrap();
-        let c = resolve(GrpcOverrides::default(), None, f.tls, f.tokens, None)
+        use crate::config::layers::tests::{given, layers};
+        let text = "[tls]\ncert = \"a.pem\"\nkey = \"b.pem\"\n\n[[tokens]]\nname = \"dash\"\n\
+                    role = \"viewer\"\nsecret = \"0123456789abcdefg\"\n";
+        let f = layers(Some(text), given(&[])).settings().unwrap();
+        let c = resolve(DEFAULT_LISTEN, f.tls, f.tokens, false, false)
             .unwrap()
             .unwrap();
         assert_eq!(c.tokens[0].role, Role::Viewer);
         assert!(c.tls.is_some());
+        let admin = "[[tokens]]\nname = \"x\"\nrole = \"admin\"\nsecret = \"0123456789abcdefg\"\n";
+        let e = layers(Some(admin), given(&[])).settings().unwrap_err();
         assert!(
-            toml::from_str::<crate::config::FileConfig>(
-                "[[tokens]]\nname = \"x\"\nrole = \"admin\"\nsecret = \"0123456789abcdefg\"\n"
-            )
-            .is_err()
+            e.to_string().starts_with(
+                "tokens[0].role: unknown variant `admin`, expected `viewer` or `operator`"
+            ),
+            "{e}"
         );
     }
 
-    fn transport(f: TransportOverrides) -> Result<Transport, ConfigError> {
-        resolve_transport(f, TransportOverrides::default())
-    }
-
     #[test]
-    fn transport_defaults_flags_over_file_and_bad_values() {
-        let t = transport(TransportOverrides::default()).unwrap();
+    fn transport_defaults_and_bad_values() {
+        let d = TransportLimits::default();
+        let transport = |socket: Option<&str>, timeout: &str, max: u32, per_peer: Option<u32>| {
+            let timeout = humantime::parse_duration(timeout).unwrap();
+            resolve_transport(socket, timeout, max, per_peer)
+        };
+        let t = transport(None, "10s", d.max_connections, None).unwrap();
         assert_eq!(t, Transport::default());
         assert_eq!(t.limits.handshake_timeout, Duration::from_secs(10));
         assert_eq!(
             (t.limits.max_connections, t.limits.max_connections_per_peer),
             (1024, 64)
         );
-        let file = TransportOverrides {
-            socket: Some("/srv/a.sock".into()),
-            handshake_timeout: Some("5s".into()),
-            max_connections: Some(10),
-            max_connections_per_peer: Some(3),
-        };
-        let flags = TransportOverrides {
-            socket: Some("off".into()),
-            handshake_timeout: Some("2s".into()),
-            ..TransportOverrides::default()
-        };
-        let t = resolve_transport(flags, file.clone()).unwrap();
+        let t = transport(Some("off"), "2s", 10, Some(3)).unwrap();
         assert_eq!(t.socket, SocketSetting::Off);
         assert_eq!(t.limits.handshake_timeout, Duration::from_secs(2));
         assert_eq!(t.limits.max_connections, 10);
-        let t = resolve_transport(TransportOverrides::default(), file).unwrap();
+        let t = transport(Some("/srv/a.sock"), "5s", 10, None).unwrap();
         assert_eq!(t.socket, SocketSetting::Path("/srv/a.sock".into()));
         // A small total lowers the default per-peer cap with it.
-        let t = transport(TransportOverrides {
-            max_connections: Some(8),
-            ..TransportOverrides::default()
-        })
-        .unwrap();
-        assert_eq!(t.limits.max_connections_per_peer, 8);
-        for (bad, setting) in [
-            (
-                TransportOverrides {
-                    socket: Some("rel.sock".into()),
-                    ..TransportOverrides::default()
-                },
-                "socket",
-            ),
-            (
-                TransportOverrides {
-                    handshake_timeout: Some("0s".into()),
-                    ..TransportOverrides::default()
-                },
-                "tls_handshake_timeout",
-            ),
-            (
-                TransportOverrides {
-                    handshake_timeout: Some("2h".into()),
-                    ..TransportOverrides::default()
-                },
-                "tls_handshake_timeout",
-            ),
-            (
-                TransportOverrides {
-                    handshake_timeout: Some("soon".into()),
-                    ..TransportOverrides::default()
-                },
-                "tls_handshake_timeout",
-            ),
-            (
-                TransportOverrides {
-                    max_connections: Some(0),
-                    ..TransportOverrides::default()
-                },
-                "grpc_max_connections",
-            ),
-            (
-                TransportOverrides {
-                    max_connections: Some(10_000_000),
-                    ..TransportOverrides::default()
-                },
-                "grpc_max_connections",
-            ),
-            (
-                TransportOverrides {
-                    max_connections_per_peer: Some(0),
-                    ..TransportOverrides::default()
-                },
-                "grpc_max_connections_per_peer",
-            ),
-            (
-                TransportOverrides {
-                    max_connections: Some(4),
-                    max_connections_per_peer: Some(5),
-                    ..TransportOverrides::default()
-                },
-                "grpc_max_connections_per_peer",
-            ),
-        ] {
-            let e = transport(bad).unwrap_err().to_string();
+        assert_eq!(
+            transport(None, "10s", 8, None)
+                .unwrap()
+                .limits
+                .max_connections_per_peer,
+            8
+        );
+        // (socket, handshake timeout, connections, per peer, the setting refused)
+        type Case<'a> = (Option<&'a str>, &'a str, u32, Option<u32>, &'a str);
+        let bad: [Case; 7] = [
+            (Some("rel.sock"), "10s", 1024, None, "socket"),
+            (None, "0s", 1024, None, "tls_handshake_timeout"),
+            (None, "2h", 1024, None, "tls_handshake_timeout"),
+            (None, "10s", 0, None, "grpc_max_connections"),
+            (None, "10s", 10_000_000, None, "grpc_max_connections"),
+            (None, "10s", 1024, Some(0), "grpc_max_connections_per_peer"),
+            (None, "10s", 4, Some(5), "grpc_max_connections_per_peer"),
+        ];
+        for (socket, timeout, max, per_peer, setting) in bad {
+            let e = transport(socket, timeout, max, per_peer)
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with(&format!("{setting}:")), "{e}");
         }
     }

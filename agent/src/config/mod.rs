@@ -1,10 +1,25 @@
-//! `leasehold-agent run` configuration: a TOML file, then environment variables, then flags —
-//! the later wins — merged over the defaults of [`RuntimeSettings`]. `DATABASE_URL` is the
-//! conventional fallback: used only when neither a flag, `LEASEHOLD_DATABASE_URL` nor the file
-//! names the database. `exit_when_idle` is a switch: set in the file or by flag, it is on.
+//! `leasehold-agent run` configuration, in three steps:
 //!
-//! The file uses the flags' names with underscores; durations are human (`30s`, `5m`, `1h`).
-//! Unknown keys are errors (a typo must not silently fall back to a default):
+//! ```text
+//!   layers.rs    figment layers: default < DATABASE_URL < TOML file < LEASEHOLD_* < flags
+//!      │         (a later layer wins key by key; each value remembers its layer)
+//!      ▼
+//!   settings.rs  Settings: every key typed (durations are Durations, humantime-serde)
+//!      │
+//!      ▼
+//!   mod.rs       AgentConfig::resolve: ranges and how settings fit together, checked once
+//! ```
+//!
+//! `DATABASE_URL` is the conventional fallback: used only when neither a flag,
+//! `LEASEHOLD_DATABASE_URL` nor the file names the database. `exit_when_idle`, `insecure` and
+//! `insecure_local` are switches: set in the file, by variable or by flag, they are on.
+//!
+//! When things fail: every error names the setting and, where one layer gave the value, that
+//! layer (`heartbeat: 15s must be at most half the lease TTL (20s), … (config file
+//! /etc/leasehold/agent.toml)`); nothing starts.
+//!
+//! The file uses the flags' names with underscores; durations are human (`30s`, `1m 30s`,
+//! `1h`). Unknown keys are errors (a typo must not silently fall back to a default):
 //!
 //! ```toml
 //! database_url = "postgres://leasehold@db/leasehold"   # or "sqlite:///var/lib/leasehold/q.sqlite"
@@ -48,19 +63,20 @@
 //! `grpc_max_connections_per_peer` (the transport).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use serde::Deserialize;
 use thiserror::Error;
 
 pub mod grpc;
+pub mod layers;
 pub mod perms;
+pub mod settings;
 
 #[cfg(test)]
 mod props;
 
-pub use grpc::{GrpcConfig, GrpcOverrides, TlsFile, TokenFile};
+pub use grpc::{GrpcConfig, TlsFile, TokenFile};
+pub use layers::Layers;
+pub use settings::{ExecSettings, LogFormat, OutputFormat, ScheduleFile, Settings};
 
 use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
 use leasehold_shared::domain::schedule::{DEFAULT_CATCH_UP, MissedTicks, Schedule};
@@ -73,61 +89,50 @@ use crate::runtime::RuntimeSettings;
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     Read {
-        path: PathBuf,
+        path: std::path::PathBuf,
         source: std::io::Error,
     },
     #[error("config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("{setting}: {detail}")]
-    Invalid { setting: String, detail: String },
+    Parse {
+        path: std::path::PathBuf,
+        message: String,
+    },
+    /// `origin` is the layer that gave the value (`flag --lease-ttl`), when one did.
+    #[error("{setting}: {detail}{}", origin.as_ref().map(|o| format!(" ({o})")).unwrap_or_default())]
+    Invalid {
+        setting: String,
+        detail: String,
+        origin: Option<String>,
+    },
+}
+
+impl ConfigError {
+    /// Names the layer the setting's value came from, unless the error already does.
+    fn with_origin(self, layers: &Layers) -> Self {
+        match self {
+            ConfigError::Invalid {
+                setting,
+                detail,
+                origin: None,
+            } => {
+                let origin = layers.origin(&setting);
+                ConfigError::Invalid {
+                    setting,
+                    detail,
+                    origin,
+                }
+            }
+            other => other,
+        }
+    }
 }
 
 pub(crate) fn invalid(setting: &str, detail: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         setting: setting.to_string(),
         detail: detail.into(),
+        origin: None,
     }
-}
-
-/// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Output of the run summary (`--exit-when-idle`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum OutputFormat {
-    Text,
-    Json,
-}
-
-/// The `[exec]` table.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecFile {
-    pub kill_after: Option<String>,
-    pub output_tail: Option<usize>,
-}
-
-/// One `[[schedules]]` entry.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleFile {
-    pub name: String,
-    pub cron: String,
-    #[serde(rename = "type")]
-    pub task_type: String,
-    pub payload: Option<serde_json::Value>,
-    pub time_zone: Option<String>,
-    pub missed: Option<String>,
-    pub catch_up_max: Option<u32>,
-    pub priority: Option<i16>,
-    pub max_attempts: Option<i32>,
-    pub enabled: Option<bool>,
 }
 
 impl ScheduleFile {
@@ -166,112 +171,6 @@ impl ScheduleFile {
     }
 }
 
-/// The TOML file, every key optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    pub database_url: Option<String>,
-    pub id: Option<String>,
-    pub listen: Option<String>,
-    pub metrics_listen: Option<String>,
-    pub handlers: Option<Vec<String>>,
-    pub concurrency: Option<u32>,
-    pub lease_ttl: Option<String>,
-    pub heartbeat: Option<String>,
-    pub grace: Option<String>,
-    pub poll_interval: Option<String>,
-    pub shutdown_timeout: Option<String>,
-    pub stop_grace: Option<String>,
-    pub claim_batch: Option<u32>,
-    pub retention: Option<String>,
-    pub dead_retention: Option<String>,
-    pub unserved_after: Option<String>,
-    pub max_connections: Option<u32>,
-    pub recovery_per_tick: Option<u32>,
-    pub exit_when_idle: Option<bool>,
-    pub idle_timeout: Option<String>,
-    pub idle_since: Option<String>,
-    pub output: Option<OutputFormat>,
-    pub log_format: Option<LogFormat>,
-    pub log_dir: Option<PathBuf>,
-    pub log_level: Option<String>,
-    pub exec: Option<ExecFile>,
-    pub exec_allow: Option<Vec<String>>,
-    pub exec_env: Option<Vec<String>>,
-    pub exec_root: Option<PathBuf>,
-    pub insecure: Option<bool>,
-    pub insecure_local: Option<bool>,
-    pub socket: Option<String>,
-    #[serde(alias = "handshake_timeout")]
-    pub tls_handshake_timeout: Option<String>,
-    pub grpc_max_connections: Option<u32>,
-    pub grpc_max_connections_per_peer: Option<u32>,
-    pub tls: Option<TlsFile>,
-    pub tokens: Option<Vec<TokenFile>>,
-    pub schedules: Option<Vec<ScheduleFile>>,
-    pub shard_groups: Option<Vec<String>>,
-}
-
-impl FileConfig {
-    /// Reads and parses `path`.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().to_string(),
-        })
-    }
-}
-
-/// Values given on the command line or in the environment (clap merges those two).
-#[derive(Debug, Default, Clone)]
-pub struct Overrides {
-    pub database_url: Option<String>,
-    pub id: Option<String>,
-    pub listen: Option<String>,
-    pub metrics_listen: Option<String>,
-    pub handlers: Option<String>,
-    pub concurrency: Option<u32>,
-    pub lease_ttl: Option<String>,
-    pub heartbeat: Option<String>,
-    pub grace: Option<String>,
-    pub poll_interval: Option<String>,
-    pub shutdown_timeout: Option<String>,
-    pub stop_grace: Option<String>,
-    pub claim_batch: Option<u32>,
-    pub retention: Option<String>,
-    pub dead_retention: Option<String>,
-    pub unserved_after: Option<String>,
-    pub max_connections: Option<u32>,
-    pub recovery_per_tick: Option<u32>,
-    pub exit_when_idle: bool,
-    pub idle_timeout: Option<String>,
-    pub idle_since: Option<String>,
-    pub output: Option<OutputFormat>,
-    pub log_format: Option<LogFormat>,
-    pub log_dir: Option<PathBuf>,
-    pub log_level: Option<String>,
-    pub exec_kill_after: Option<String>,
-    /// `--exec-allow`: comma-separated patterns.
-    pub exec_allow: Option<String>,
-    /// `--exec-env`: comma-separated names.
-    pub exec_env: Option<String>,
-    pub exec_root: Option<PathBuf>,
-    pub shard_groups: Option<String>,
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    pub tls_client_ca: Option<PathBuf>,
-    pub insecure: bool,
-    pub insecure_local: bool,
-    pub socket: Option<String>,
-    pub tls_handshake_timeout: Option<String>,
-    pub grpc_max_connections: Option<u32>,
-    pub grpc_max_connections_per_peer: Option<u32>,
-}
-
 /// Everything `run` needs, validated.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -282,7 +181,7 @@ pub struct AgentConfig {
     pub metrics_listen: Option<SocketAddr>,
     pub output: OutputFormat,
     pub log_format: LogFormat,
-    pub log_dir: Option<PathBuf>,
+    pub log_dir: Option<std::path::PathBuf>,
     pub log_level: String,
     /// gRPC listener, TLS and tokens; `None` with `listen = "off"`.
     pub grpc: Option<GrpcConfig>,
@@ -290,55 +189,21 @@ pub struct AgentConfig {
     pub schedules: Vec<Schedule>,
 }
 
-/// Parses a human duration (`30s`, `250ms`, `5m`), naming the setting when it is not one.
-pub fn duration(setting: &str, text: &str) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(text.trim()).map_err(|e| {
-        invalid(
-            setting,
-            format!("{text:?} is not a duration ({e}); write e.g. 30s, 250ms, 5m"),
-        )
-    })
-}
-
-fn pick<T>(flag: Option<T>, file: Option<T>) -> Option<T> {
-    flag.or(file)
-}
-
-/// A comma-separated flag (split, trimmed, empty items dropped) or else the file's list.
-fn list(flag: Option<String>, file: Option<Vec<String>>) -> Option<Vec<String>> {
-    match flag {
-        Some(text) => Some(
-            text.split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect(),
-        ),
-        None => file,
-    }
-}
-
-fn pick_duration(
-    setting: &str,
-    flag: Option<String>,
-    file: Option<String>,
-    default: Duration,
-) -> Result<Duration, ConfigError> {
-    match pick(flag, file) {
-        Some(text) => duration(setting, &text),
-        None => Ok(default),
-    }
-}
-
 impl AgentConfig {
-    /// Merges defaults ← file ← environment/flags and validates the result.
-    pub fn resolve(
-        file: FileConfig,
-        cli: Overrides,
-        env_database_url: Option<String>,
-    ) -> Result<Self, ConfigError> {
+    /// Merges the layers and checks the result.
+    pub fn resolve(layers: &Layers) -> Result<Self, ConfigError> {
+        Self::from_settings(layers.settings()?, layers)
+    }
+
+    /// Checks merged `settings`; an error names the layer its setting came from.
+    pub fn from_settings(settings: Settings, layers: &Layers) -> Result<Self, ConfigError> {
+        Self::check(settings).map_err(|e| e.with_origin(layers))
+    }
+
+    fn check(s: Settings) -> Result<Self, ConfigError> {
         let d = RuntimeSettings::default();
-        let database_url = pick(cli.database_url, file.database_url)
-            .or(env_database_url)
+        let database_url = s
+            .database_url
             .filter(|u| !u.trim().is_empty())
             .ok_or_else(|| {
                 invalid(
@@ -355,15 +220,7 @@ impl AgentConfig {
                 "must start with postgres:// (or postgresql://) or sqlite:// (sqlite://PATH)",
             ));
         }
-        let handlers: Vec<String> = match (cli.handlers, file.handlers) {
-            (Some(list), _) => list
-                .split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect(),
-            (None, Some(list)) => list,
-            (None, None) => Vec::new(),
-        };
+        let handlers = s.handlers;
         if handlers.is_empty() {
             return Err(invalid(
                 "handlers",
@@ -373,65 +230,28 @@ impl AgentConfig {
                 ),
             ));
         }
-        let unserved_after = match pick(cli.unserved_after, file.unserved_after) {
-            None => d.unserved_after,
-            Some(t) if t.trim() == "off" => None,
-            Some(t) => Some(duration("unserved_after", &t)?),
-        };
         let metrics_listen =
-            match pick(cli.metrics_listen, file.metrics_listen) {
+            match s.metrics_listen {
                 None => None,
                 Some(a) if a.trim() == "off" => None,
                 Some(a) => Some(a.trim().parse::<SocketAddr>().map_err(|e| {
                     invalid("metrics_listen", format!("{a:?} is not host:port ({e})"))
                 })?),
             };
-        let grpc = grpc::resolve(
-            GrpcOverrides {
-                listen: cli.listen,
-                tls_cert: cli.tls_cert,
-                tls_key: cli.tls_key,
-                tls_client_ca: cli.tls_client_ca,
-                insecure: cli.insecure,
-                insecure_local: cli.insecure_local || file.insecure_local.unwrap_or(false),
-            },
-            file.listen,
-            file.tls,
-            file.tokens,
-            file.insecure,
-        )?;
+        let grpc = grpc::resolve(&s.listen, s.tls, s.tokens, s.insecure, s.insecure_local)?;
         let transport = grpc::resolve_transport(
-            grpc::TransportOverrides {
-                socket: cli.socket,
-                handshake_timeout: cli.tls_handshake_timeout,
-                max_connections: cli.grpc_max_connections,
-                max_connections_per_peer: cli.grpc_max_connections_per_peer,
-            },
-            grpc::TransportOverrides {
-                socket: file.socket,
-                handshake_timeout: file.tls_handshake_timeout,
-                max_connections: file.grpc_max_connections,
-                max_connections_per_peer: file.grpc_max_connections_per_peer,
-            },
+            s.socket.as_deref(),
+            s.tls_handshake_timeout,
+            s.grpc_max_connections,
+            s.grpc_max_connections_per_peer,
         )?;
         let grpc = grpc.map(|g| GrpcConfig { transport, ..g });
-        // The address the registry publishes is the bound one, set when the listener opens.
-        let grpc_address = None;
-        let exec_file = file.exec.unwrap_or_default();
         let builtin = BuiltinOptions {
-            exec_kill_after: pick_duration(
-                "exec.kill_after",
-                cli.exec_kill_after,
-                exec_file.kill_after,
-                BuiltinOptions::default().exec_kill_after,
-            )?,
-            exec_output_tail: exec_file
-                .output_tail
-                .unwrap_or(BuiltinOptions::default().exec_output_tail),
-            exec_allow: list(cli.exec_allow, file.exec_allow).unwrap_or_default(),
-            exec_env: list(cli.exec_env, file.exec_env)
-                .unwrap_or(BuiltinOptions::default().exec_env),
-            exec_root: pick(cli.exec_root, file.exec_root),
+            exec_kill_after: s.exec.kill_after,
+            exec_output_tail: s.exec.output_tail,
+            exec_allow: s.exec_allow,
+            exec_env: s.exec_env,
+            exec_root: s.exec_root,
         };
         crate::handlers::ExecPolicy::new(
             &builtin.exec_allow,
@@ -454,54 +274,30 @@ impl AgentConfig {
             ));
         }
         let runtime = RuntimeSettings {
-            name: pick(cli.id, file.id).unwrap_or(d.name),
-            concurrency: pick(cli.concurrency, file.concurrency).unwrap_or(d.concurrency),
-            lease_ttl: pick_duration("lease_ttl", cli.lease_ttl, file.lease_ttl, d.lease_ttl)?,
-            heartbeat: pick_duration("heartbeat", cli.heartbeat, file.heartbeat, d.heartbeat)?,
-            grace: pick_duration("grace", cli.grace, file.grace, d.grace)?,
-            poll_interval: pick_duration(
-                "poll_interval",
-                cli.poll_interval,
-                file.poll_interval,
-                d.poll_interval,
-            )?,
-            shutdown_timeout: pick_duration(
-                "shutdown_timeout",
-                cli.shutdown_timeout,
-                file.shutdown_timeout,
-                d.shutdown_timeout,
-            )?,
-            stop_grace: pick_duration("stop_grace", cli.stop_grace, file.stop_grace, d.stop_grace)?,
-            claim_batch: pick(cli.claim_batch, file.claim_batch).unwrap_or(d.claim_batch),
+            name: s.id,
+            concurrency: s.concurrency,
+            lease_ttl: s.lease_ttl,
+            heartbeat: s.heartbeat,
+            grace: s.grace,
+            poll_interval: s.poll_interval,
+            shutdown_timeout: s.shutdown_timeout,
+            stop_grace: s.stop_grace,
+            claim_batch: s.claim_batch,
             claim_workers: d.claim_workers,
             complete_batch: d.complete_batch,
             complete_workers: d.complete_workers,
             complete_flush: d.complete_flush,
-            retention: pick_duration("retention", cli.retention, file.retention, d.retention)?,
-            dead_retention: pick_duration(
-                "dead_retention",
-                cli.dead_retention,
-                file.dead_retention,
-                d.dead_retention,
-            )?,
-            unserved_after,
-            max_connections: pick(cli.max_connections, file.max_connections)
-                .unwrap_or(d.max_connections),
-            recovery_per_tick: pick(cli.recovery_per_tick, file.recovery_per_tick)
-                .unwrap_or(d.recovery_per_tick),
-            exit_when_idle: cli.exit_when_idle || file.exit_when_idle.unwrap_or(false),
-            idle_timeout: match pick(cli.idle_timeout, file.idle_timeout) {
-                None => None,
-                Some(t) if t.trim() == "off" => None,
-                Some(t) => Some(duration("idle_timeout", &t)?),
-            },
-            idle_since: match pick(cli.idle_since, file.idle_since) {
-                None => None,
-                Some(t) if t.trim() == "all" => None,
-                Some(t) => Some(duration("idle_since", &t)?),
-            },
-            grpc_address,
-            shard_groups: shard_groups(cli.shard_groups, file.shard_groups)?,
+            retention: s.retention,
+            dead_retention: s.dead_retention,
+            unserved_after: s.unserved_after,
+            max_connections: s.max_connections,
+            recovery_per_tick: s.recovery_per_tick,
+            exit_when_idle: s.exit_when_idle,
+            idle_timeout: s.idle_timeout,
+            idle_since: s.idle_since,
+            // The address the registry publishes is the bound one, set when the listener opens.
+            grpc_address: None,
+            shard_groups: shard_groups(s.shard_groups)?,
         };
         runtime
             .validate()
@@ -526,7 +322,7 @@ impl AgentConfig {
             }
         }
         let mut schedules: Vec<Schedule> = Vec::new();
-        for (index, entry) in file.schedules.unwrap_or_default().into_iter().enumerate() {
+        for (index, entry) in s.schedules.into_iter().enumerate() {
             let schedule = entry.resolve(index)?;
             if schedules.iter().any(|s| s.name() == schedule.name()) {
                 return Err(invalid(
@@ -549,7 +345,7 @@ impl AgentConfig {
             }
             schedules.push(schedule);
         }
-        let log_level = pick(cli.log_level, file.log_level).unwrap_or_else(|| "info".to_string());
+        let log_level = s.log_level;
         tracing_subscriber::EnvFilter::try_new(&log_level)
             .map_err(|e| invalid("log_level", format!("{log_level:?}: {e}")))?;
         Ok(AgentConfig {
@@ -558,9 +354,9 @@ impl AgentConfig {
             handlers,
             builtin,
             metrics_listen,
-            output: pick(cli.output, file.output).unwrap_or(OutputFormat::Text),
-            log_format: pick(cli.log_format, file.log_format).unwrap_or(LogFormat::Text),
-            log_dir: pick(cli.log_dir, file.log_dir),
+            output: s.output,
+            log_format: s.log_format,
+            log_dir: s.log_dir,
             log_level,
             grpc,
             schedules,
@@ -568,21 +364,10 @@ impl AgentConfig {
     }
 }
 
-/// The groups to join: `--shard-groups a,b` (or the file's list), each a valid group name,
-/// each once.
+/// The groups to join, each a valid group name, each once.
 fn shard_groups(
-    cli: Option<String>,
-    file: Option<Vec<String>>,
+    names: Vec<String>,
 ) -> Result<Vec<leasehold_shared::store::GroupName>, ConfigError> {
-    let names: Vec<String> = match (cli, file) {
-        (Some(list), _) => list
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        (None, Some(list)) => list,
-        (None, None) => Vec::new(),
-    };
     let mut groups = Vec::new();
     for name in names {
         let group = leasehold_shared::store::GroupName::new(name.trim())
@@ -601,31 +386,38 @@ fn shard_groups(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use std::path::Path;
+    use std::time::Duration;
+
+    use figment::value::{Dict, Value};
+
+    use super::layers::tests::{given, layers};
     use super::*;
 
-    fn url() -> Overrides {
-        Overrides {
-            database_url: Some("postgres://x@y/z".into()),
-            handlers: Some("noop".into()),
-            ..Overrides::default()
-        }
+    /// `--database-url postgres://x@y/z --handlers noop`, then `pairs`.
+    fn flags(pairs: &[(&str, Value)]) -> Dict {
+        let mut flags = given(&[
+            ("database_url", "postgres://x@y/z".into()),
+            ("handlers", "noop".into()),
+        ]);
+        flags.extend(given(pairs));
+        flags
     }
 
-    fn file(text: &str) -> FileConfig {
-        toml::from_str(text).unwrap()
+    fn resolve(file: Option<&str>, flags: Dict) -> Result<AgentConfig, ConfigError> {
+        AgentConfig::resolve(&layers(file, flags))
+    }
+
+    fn refused(file: Option<&str>, flags: Dict) -> String {
+        resolve(file, flags).unwrap_err().to_string()
     }
 
     #[test]
     fn flags_beat_the_file_and_the_file_beats_defaults() {
-        let f = file(
-            "concurrency = 7\nlease_ttl = \"40s\"\nheartbeat = \"5s\"\nhandlers = [\"sleep\"]",
-        );
-        let cli = Overrides {
-            concurrency: Some(9),
-            handlers: None,
-            ..url()
-        };
-        let c = AgentConfig::resolve(f, cli, None).unwrap();
+        let f = "concurrency = 7\nlease_ttl = \"40s\"\nheartbeat = \"5s\"\nhandlers = [\"sleep\"]";
+        let mut cli = flags(&[("concurrency", 9u32.into())]);
+        cli.remove("handlers");
+        let c = resolve(Some(f), cli).unwrap();
         assert_eq!(c.runtime.concurrency, 9);
         assert_eq!(c.runtime.lease_ttl, Duration::from_secs(40));
         assert_eq!(c.runtime.heartbeat, Duration::from_secs(5));
@@ -634,214 +426,109 @@ mod tests {
     }
 
     #[test]
-    fn the_database_url_falls_back_to_database_url_env() {
-        let cli = Overrides {
-            database_url: None,
-            ..url()
-        };
-        let c = AgentConfig::resolve(
-            FileConfig::default(),
-            cli.clone(),
-            Some("postgres://a/b".into()),
-        )
-        .unwrap();
-        assert_eq!(c.database_url, "postgres://a/b");
-        let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
-        assert!(e.to_string().starts_with("database_url:"), "{e}");
-    }
-
-    #[test]
     fn bad_values_name_their_setting() {
-        let cases: Vec<(Overrides, &str)> = vec![
-            (
-                Overrides {
-                    lease_ttl: Some("soon".into()),
-                    ..url()
-                },
-                "lease_ttl",
-            ),
-            (
-                Overrides {
-                    heartbeat: Some("15s".into()),
-                    ..url()
-                },
-                "heartbeat",
-            ),
-            (
-                Overrides {
-                    concurrency: Some(0),
-                    ..url()
-                },
-                "concurrency",
-            ),
-            (
-                Overrides {
-                    handlers: Some(" , ".into()),
-                    ..url()
-                },
-                "handlers",
-            ),
-            (
-                Overrides {
-                    handlers: Some("Bad Name".into()),
-                    ..url()
-                },
-                "handlers",
-            ),
-            (
-                Overrides {
-                    metrics_listen: Some("nowhere".into()),
-                    ..url()
-                },
-                "metrics_listen",
-            ),
-            (
-                Overrides {
-                    id: Some("has space".into()),
-                    ..url()
-                },
-                "id",
-            ),
-            (
-                Overrides {
-                    database_url: Some("mysql://x".into()),
-                    ..url()
-                },
-                "database_url",
-            ),
-            (
-                Overrides {
-                    log_level: Some("[".into()),
-                    ..url()
-                },
-                "log_level",
-            ),
+        let cases: [(&str, Value, &str); 9] = [
+            ("lease_ttl", "soon".into(), "lease_ttl"),
+            ("heartbeat", "15s".into(), "heartbeat"),
+            ("concurrency", 0u32.into(), "concurrency"),
+            ("handlers", " , ".into(), "handlers"),
+            ("handlers", "Bad Name".into(), "handlers"),
+            ("metrics_listen", "nowhere".into(), "metrics_listen"),
+            ("id", "has space".into(), "id"),
+            ("database_url", "mysql://x".into(), "database_url"),
+            ("log_level", "[".into(), "log_level"),
         ];
-        for (cli, setting) in cases {
-            let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
-            assert!(
-                e.to_string().starts_with(&format!("{setting}:")),
-                "{setting}: {e}"
-            );
+        for (id, value, setting) in cases {
+            let e = refused(None, flags(&[(id, value)]));
+            assert!(e.starts_with(&format!("{setting}:")), "{setting}: {e}");
+            let flag = format!("(flag --{})", id.replace('_', "-"));
+            assert!(e.ends_with(&flag), "{setting}: {e}");
         }
     }
 
     #[test]
     fn exec_needs_an_allow_list_and_its_settings_are_checked() {
-        let exec = |extra: Overrides| Overrides {
-            handlers: Some("exec,noop".into()),
-            ..extra
+        let exec = |pairs: &[(&str, Value)]| {
+            let mut f = flags(pairs);
+            f.insert("handlers".into(), "exec,noop".into());
+            f
         };
-        let e = AgentConfig::resolve(FileConfig::default(), exec(url()), None).unwrap_err();
-        let text = e.to_string();
+        let text = refused(None, exec(&[]));
         assert!(text.starts_with("exec_allow:"), "{text}");
         assert!(text.contains("--exec-allow '/usr/local/bin/*'"), "{text}");
         assert!(text.contains("--exec-allow '*'"), "{text}");
         // Without exec, no allow list is needed.
-        AgentConfig::resolve(FileConfig::default(), url(), None).unwrap();
+        resolve(None, flags(&[])).unwrap();
 
-        let cli = Overrides {
-            exec_allow: Some("/usr/local/bin/*, /usr/bin/env".into()),
-            exec_env: Some("PATH,TZ".into()),
-            exec_root: Some("/tmp".into()),
-            ..url()
-        };
-        let c = AgentConfig::resolve(FileConfig::default(), exec(cli), None).unwrap();
+        let c = resolve(
+            None,
+            exec(&[
+                ("exec_allow", "/usr/local/bin/*, /usr/bin/env".into()),
+                ("exec_env", "PATH,TZ".into()),
+                ("exec_root", "/tmp".into()),
+            ]),
+        )
+        .unwrap();
         assert_eq!(c.builtin.exec_allow, ["/usr/local/bin/*", "/usr/bin/env"]);
         assert_eq!(c.builtin.exec_env, ["PATH", "TZ"]);
         assert_eq!(c.builtin.exec_root.as_deref(), Some(Path::new("/tmp")));
 
-        let f = file("exec_allow = [\"*\"]\nexec_env = [\"HOME\"]\nexec_root = \"/tmp\"");
-        let c = AgentConfig::resolve(f, exec(url()), None).unwrap();
+        let f = "exec_allow = [\"*\"]\nexec_env = [\"HOME\"]\nexec_root = \"/tmp\"";
+        let c = resolve(Some(f), exec(&[])).unwrap();
         assert_eq!(c.builtin.exec_allow, ["*"]);
         assert_eq!(c.builtin.exec_env, ["HOME"]);
-        let c = AgentConfig::resolve(
-            FileConfig::default(),
-            Overrides {
-                exec_allow: Some("*".into()),
-                ..exec(url())
-            },
-            None,
-        )
-        .unwrap();
+        let c = resolve(None, exec(&[("exec_allow", "*".into())])).unwrap();
         assert_eq!(c.builtin.exec_env, ["PATH", "HOME", "LANG"]);
 
-        let bad: [(Overrides, &str); 4] = [
-            (
-                Overrides {
-                    exec_allow: Some("bin/*".into()),
-                    ..url()
-                },
-                "exec_allow",
-            ),
-            (
-                Overrides {
-                    exec_env: Some("PATH,LD_PRELOAD".into()),
-                    ..url()
-                },
-                "exec_env",
-            ),
-            (
-                Overrides {
-                    exec_root: Some("jobs".into()),
-                    ..url()
-                },
-                "exec_root",
-            ),
-            (
-                Overrides {
-                    exec_root: Some("/nonexistent/leasehold-root".into()),
-                    ..url()
-                },
-                "exec_root",
-            ),
+        let bad: [(&str, &str, &str); 4] = [
+            ("exec_allow", "bin/*", "exec_allow"),
+            ("exec_env", "PATH,LD_PRELOAD", "exec_env"),
+            ("exec_root", "jobs", "exec_root"),
+            ("exec_root", "/nonexistent/leasehold-root", "exec_root"),
         ];
-        for (cli, setting) in bad {
-            let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
-            assert!(
-                e.to_string().starts_with(&format!("{setting}:")),
-                "{setting}: {e}"
-            );
+        for (id, value, setting) in bad {
+            let e = refused(None, flags(&[(id, value.into())]));
+            assert!(e.starts_with(&format!("{setting}:")), "{setting}: {e}");
         }
     }
 
     #[test]
-    fn unknown_keys_and_wrong_types_in_the_file_are_refused() {
-        assert!(toml::from_str::<FileConfig>("concurency = 3").is_err());
-        assert!(toml::from_str::<FileConfig>("concurrency = \"three\"").is_err());
-        assert!(toml::from_str::<FileConfig>("[exec]\nkill = \"1s\"").is_err());
-        let f = file("unserved_after = \"off\"\nmetrics_listen = \"127.0.0.1:0\"");
-        let c = AgentConfig::resolve(f, url(), None).unwrap();
+    fn off_switches_off_and_the_file_is_typed() {
+        let f = "unserved_after = \"off\"\nmetrics_listen = \"127.0.0.1:0\"";
+        let c = resolve(Some(f), flags(&[])).unwrap();
         assert_eq!(c.runtime.unserved_after, None);
         assert!(c.metrics_listen.is_some());
+        let c = resolve(
+            Some("metrics_listen = \"127.0.0.1:0\""),
+            flags(&[("metrics_listen", "off".into())]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.metrics_listen, None,
+            "the flag's off beats the file's address"
+        );
     }
 
     #[test]
     fn shard_groups_come_from_the_flag_or_the_file_and_bad_ones_are_refused() {
-        let f = file("shard_groups = [\"orders\", \"tenants\"]");
-        let c = AgentConfig::resolve(f, url(), None).unwrap();
+        let c = resolve(Some("shard_groups = [\"orders\", \"tenants\"]"), flags(&[])).unwrap();
         let names: Vec<&str> = c.runtime.shard_groups.iter().map(|g| g.as_str()).collect();
         assert_eq!(names, ["orders", "tenants"]);
-        let cli = Overrides {
-            shard_groups: Some("a, b".into()),
-            ..url()
-        };
-        let c = AgentConfig::resolve(file("shard_groups = [\"x\"]"), cli, None).unwrap();
+        let c = resolve(
+            Some("shard_groups = [\"x\"]"),
+            flags(&[("shard_groups", "a, b".into())]),
+        )
+        .unwrap();
         assert_eq!(c.runtime.shard_groups.len(), 2, "the flag beats the file");
         for bad in ["Bad", "a,a", "a/b"] {
-            let cli = Overrides {
-                shard_groups: Some(bad.into()),
-                ..url()
-            };
-            let e = AgentConfig::resolve(FileConfig::default(), cli, None).unwrap_err();
-            assert!(e.to_string().starts_with("shard_groups:"), "{bad}: {e}");
+            let e = refused(None, flags(&[("shard_groups", bad.into())]));
+            assert!(e.starts_with("shard_groups:"), "{bad}: {e}");
         }
     }
 
     #[test]
     fn schedules_in_the_file_are_validated_and_named_in_errors() {
-        let ok = file(
-            r#"
+        let ok = r#"
             [[schedules]]
             name = "tick"
             cron = "* * * * * *"
@@ -857,9 +544,8 @@ mod tests {
             catch_up_max = 5
             priority = 3
             enabled = false
-            "#,
-        );
-        let config = AgentConfig::resolve(ok, url(), None).unwrap();
+            "#;
+        let config = resolve(Some(ok), flags(&[])).unwrap();
         assert_eq!(config.schedules.len(), 2);
         let nightly = &config.schedules[1];
         assert_eq!(nightly.time_zone().name(), "Europe/Berlin");
@@ -871,43 +557,37 @@ mod tests {
         assert!(!nightly.enabled());
         assert_eq!(config.schedules[0].missed(), MissedTicks::Skip);
 
-        let refused = |body: &str, want: &str| {
+        let schedule_refused = |body: &str, want: &str| {
             let text = format!("[[schedules]]\n{body}");
-            let error = AgentConfig::resolve(file(&text), url(), None)
-                .unwrap_err()
-                .to_string();
+            let error = refused(Some(&text), flags(&[]));
             assert!(error.contains(want), "{want}: {error}");
             assert!(error.contains("schedules[0]"), "{error}");
         };
-        refused(
+        schedule_refused(
             "name = \"t\"\ncron = \"61 * * * * *\"\ntype = \"noop\"",
             "cron",
         );
-        refused(
+        schedule_refused(
             "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"noop\"\ntime_zone = \"Moon/Base\"",
             "time zone",
         );
-        refused(
+        schedule_refused(
             "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"No Type\"",
             "type",
         );
-        refused(
+        schedule_refused(
             "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"noop\"\nmissed = \"never\"",
             "missed",
         );
-        refused(
+        schedule_refused(
             "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"noop\"\ncatch_up_max = 3",
             "catch_up_max",
         );
-        let twice = file(
-            "[[schedules]]\nname = \"t\"\ncron = \"* * * * * *\"\ntype = \"noop\"\n\
-             [[schedules]]\nname = \"t\"\ncron = \"0 * * * * *\"\ntype = \"noop\"\n",
-        );
-        let error = AgentConfig::resolve(twice, url(), None)
-            .unwrap_err()
-            .to_string();
+        let twice = "[[schedules]]\nname = \"t\"\ncron = \"* * * * * *\"\ntype = \"noop\"\n\
+                     [[schedules]]\nname = \"t\"\ncron = \"0 * * * * *\"\ntype = \"noop\"\n";
+        let error = refused(Some(twice), flags(&[]));
         assert!(error.contains("declared twice"), "{error}");
-        refused(
+        schedule_refused(
             "name = \"t\"\ncron = \"* * * * * *\"\ntype = \"exec\"\n\
              payload = { argv = [\"env\"], env = { LD_PRELOAD = \"x\" } }",
             "LD_PRELOAD",

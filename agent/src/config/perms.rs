@@ -20,7 +20,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{ConfigError, FileConfig, invalid};
+use super::{ConfigError, TokenFile, invalid};
 
 /// How a file's permission bits expose it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,10 +80,9 @@ pub struct SecretFiles {
 }
 
 impl SecretFiles {
-    /// The config file at `path` (if any) and the token `secret_file`s it names.
-    pub fn of_config(path: Option<&Path>, file: &FileConfig) -> Self {
+    /// The config file at `path` (if any) and the token `secret_file`s of its `tokens`.
+    pub fn of_config(path: Option<&Path>, tokens: &[TokenFile]) -> Self {
         let mut files = SecretFiles::default();
-        let tokens = file.tokens.as_deref().unwrap_or_default();
         if let Some(path) = path {
             let inline_secrets = tokens.iter().any(|t| t.secret.is_some());
             files.add(FileKind::Config { inline_secrets }, path);
@@ -211,6 +210,11 @@ mod tests {
         dir
     }
 
+    fn tokens_of(config: &Path) -> Vec<TokenFile> {
+        let layers = crate::config::Layers::new().file(config).unwrap();
+        layers.settings().unwrap().tokens
+    }
+
     fn file_with_mode(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
@@ -252,7 +256,7 @@ mod tests {
             private.display()
         );
         let config = file_with_mode(&dir, "agent.toml", &text, 0o600);
-        let parsed = FileConfig::load(&config).unwrap();
+        let parsed = tokens_of(&config);
         let mut files = SecretFiles::of_config(Some(&config), &parsed);
         files.add(FileKind::TlsKey, &key);
         files.add(FileKind::TlsKey, &dir.join("missing.pem"));
@@ -276,7 +280,7 @@ mod tests {
         let text =
             "[[tokens]]\nname = \"a\"\nrole = \"operator\"\nsecret = \"0123456789abcdef-z\"\n";
         let config = file_with_mode(&dir, "agent.toml", text, 0o644);
-        let parsed = FileConfig::load(&config).unwrap();
+        let parsed = tokens_of(&config);
         let report = SecretFiles::of_config(Some(&config), &parsed)
             .check()
             .unwrap();
@@ -287,7 +291,7 @@ mod tests {
         assert!(!message.contains("0123456789abcdef-z"), "{message}");
         // The same file without inline secrets is an ordinary warning.
         let plain = file_with_mode(&dir, "plain.toml", "concurrency = 3\n", 0o644);
-        let parsed = FileConfig::load(&plain).unwrap();
+        let parsed = tokens_of(&plain);
         let report = SecretFiles::of_config(Some(&plain), &parsed)
             .check()
             .unwrap();

@@ -1,7 +1,7 @@
-//! Property tests of the configuration decoders (issue 18): the TOML file, human durations,
-//! handler and shard-group lists and numbers given by flag or file. For arbitrary input none
-//! may panic; a duration written by humantime reads back as itself; a bad value is refused
-//! with the setting's name.
+//! Property tests of the configuration decoders (issue 18), through the layers: the TOML file,
+//! human durations, handler and shard-group lists and numbers given by flag or file. For
+//! arbitrary input none may panic; a duration written by humantime reads back as itself; a bad
+//! value is refused with the setting's name (and, from the file, the file's).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -9,9 +9,12 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::{AgentConfig, ConfigError, FileConfig, Overrides, duration};
+use figment::value::{Dict, Value};
 
-/// Settings that take a duration, by their file key.
+use super::layers::tests::{FILE, given};
+use super::{AgentConfig, ConfigError, Layers};
+
+/// Settings that take a duration, by their file key (`exec.kill_after`: `--exec-kill-after`).
 const DURATION_KEYS: [&str; 10] = [
     "lease_ttl",
     "heartbeat",
@@ -33,12 +36,19 @@ fn text() -> impl Strategy<Value = String> {
     ]
 }
 
-fn base() -> Overrides {
-    Overrides {
-        database_url: Some("sqlite:///tmp/leasehold-props.db".into()),
-        handlers: Some("noop".into()),
-        ..Overrides::default()
-    }
+/// `--database-url sqlite://… --handlers noop`, then `pairs`.
+fn base(pairs: &[(&str, Value)]) -> Dict {
+    let mut flags = given(&[
+        ("database_url", "sqlite:///tmp/leasehold-props.db".into()),
+        ("handlers", "noop".into()),
+    ]);
+    flags.extend(given(pairs));
+    flags
+}
+
+/// The argument id of a key.
+fn id(key: &str) -> String {
+    key.replace('.', "_")
 }
 
 /// A TOML basic string literal of any text: JSON's escapes are TOML's, and DEL, which JSON
@@ -100,9 +110,12 @@ proptest! {
     fn durations_round_trip_and_bad_ones_name_the_setting(ms in any::<u64>(), s in text(), pick in 0usize..10) {
         let d = Duration::from_millis(ms);
         let written = humantime::format_duration(d).to_string();
-        prop_assert_eq!(duration("lease_ttl", &written).unwrap(), d);
-        if let Err(e) = duration(DURATION_KEYS[pick], &s) {
-            prop_assert_eq!(setting(&e), DURATION_KEYS[pick]);
+        let layers = Layers::new().flags(base(&[("lease_ttl", written.into())]));
+        prop_assert_eq!(layers.settings().unwrap().lease_ttl, d);
+        let key = DURATION_KEYS[pick];
+        let layers = Layers::new().flags(base(&[(id(key).as_str(), s.into())]));
+        if let Err(e) = layers.settings() {
+            prop_assert_eq!(setting(&e), key);
         }
     }
 
@@ -110,19 +123,26 @@ proptest! {
     fn arbitrary_toml_never_panics_the_file_decoder(
         raw in prop_oneof![any::<String>(), file_lines()],
     ) {
-        if let Ok(file) = toml::from_str::<FileConfig>(&raw) {
-            let _ = AgentConfig::resolve(file, base(), None);
+        if let Ok(layers) = Layers::new().file_text(std::path::Path::new(FILE), &raw) {
+            let _ = AgentConfig::resolve(&layers.flags(base(&[])));
         }
     }
 
     #[test]
-    fn a_bad_duration_in_the_file_is_refused_by_name(s in text(), pick in 0usize..9) {
+    fn a_bad_duration_in_the_file_is_refused_by_name(s in text(), pick in 0usize..10) {
         let key = DURATION_KEYS[pick];
-        let file: FileConfig = toml::from_str(&format!("{key} = {}", toml_string(&s))).unwrap();
-        let parses = humantime::parse_duration(s.trim()).is_ok() || (key == "unserved_after" && s.trim() == "off");
-        match AgentConfig::resolve(file, base(), None) {
+        let layers = Layers::new()
+            .file_text(std::path::Path::new(FILE), &format!("{key} = {}", toml_string(&s)))
+            .unwrap()
+            .flags(base(&[]));
+        let word = matches!(key, "unserved_after") && s.trim() == "off";
+        let parses = humantime::parse_duration(s.trim()).is_ok() || word;
+        match AgentConfig::resolve(&layers) {
             Ok(_) => prop_assert!(parses, "{s:?} accepted for {key}"),
-            Err(e) if !parses => prop_assert_eq!(setting(&e), key),
+            Err(e) if !parses => {
+                prop_assert_eq!(setting(&e), key);
+                prop_assert!(e.to_string().ends_with(&format!("(config file {FILE})")), "{e}");
+            }
             // A duration that parses may still be out of range (or against another setting).
             Err(e) => prop_assert!(!setting(&e).is_empty()),
         }
@@ -140,19 +160,22 @@ proptest! {
         id in proptest::option::of(text()),
         log_level in proptest::option::of(text()),
     ) {
-        let cli = Overrides {
-            handlers: Some(handlers),
-            shard_groups,
-            concurrency,
-            claim_batch,
-            max_connections,
-            lease_ttl,
-            metrics_listen,
-            id,
-            log_level,
-            ..base()
-        };
-        if let Err(e) = AgentConfig::resolve(FileConfig::default(), cli, None) {
+        let mut pairs: Vec<(&str, Value)> = vec![("handlers", handlers.into())];
+        let texts = [("shard_groups", shard_groups), ("lease_ttl", lease_ttl),
+            ("metrics_listen", metrics_listen), ("id", id), ("log_level", log_level)];
+        for (key, value) in texts {
+            if let Some(value) = value {
+                pairs.push((key, value.into()));
+            }
+        }
+        let numbers = [("concurrency", concurrency), ("claim_batch", claim_batch),
+            ("max_connections", max_connections)];
+        for (key, value) in numbers {
+            if let Some(value) = value {
+                pairs.push((key, value.into()));
+            }
+        }
+        if let Err(e) = AgentConfig::resolve(&Layers::new().flags(base(&pairs))) {
             let s = setting(&e);
             let known = ["handlers", "shard_groups", "concurrency", "claim_batch", "max_connections",
                 "lease_ttl", "heartbeat", "grace", "metrics_listen", "id", "log_level", "stop_grace",
