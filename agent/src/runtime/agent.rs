@@ -43,12 +43,13 @@ use super::claimer::Claimer;
 use super::completer::Completer;
 use super::core::{Core, Finished, PolicyCache, RunSummary, Stats};
 use super::events::{LifecycleListener, Listeners};
-use super::heartbeat::{Connect, Heartbeat};
+use super::heartbeat::Heartbeat;
 use super::idle::IdleWatcher;
 use super::maintenance::Maintenance;
 use super::metrics::{Metrics, serve_metrics};
 use super::notifier::{FileWatcher, Notifier};
 use super::registry::Registry;
+use super::renewal::Connect;
 use super::scheduler::Scheduler;
 use super::settings::RuntimeSettings;
 pub use super::supervisor::ServiceFailed;
@@ -156,7 +157,7 @@ impl AgentBuilder {
             let pool = store.pool().clone();
             (Arc::new(store), Pools::Postgres(pool))
         };
-        let connect: Connect = {
+        let connect: Connect<Arc<dyn Store>> = {
             let url = url.to_string();
             let limits = self.limits;
             let name = settings.name.clone();
@@ -329,7 +330,7 @@ impl AgentControl {
 pub struct Agent {
     core: Arc<Core>,
     rx: mpsc::UnboundedReceiver<Finished>,
-    connect: Connect,
+    connect: Connect<Arc<dyn Store>>,
     heartbeat_conn: Arc<dyn Store>,
     pools: Pools,
     metrics_listener: Option<TcpListener>,
@@ -427,11 +428,7 @@ impl Agent {
             &[&completer_stop],
             completer.run(completer_stop.clone()),
         );
-        let heartbeat = Heartbeat {
-            core: Arc::clone(&core),
-            connect: Arc::clone(&connect),
-            conn: Some(heartbeat_conn),
-        };
+        let heartbeat = Heartbeat::service(Arc::clone(&core), Arc::clone(&connect), heartbeat_conn);
         services.spawn(
             HEARTBEAT,
             &[&heartbeat_stop],
@@ -453,11 +450,7 @@ impl Agent {
             &[&background_stop],
             maintenance.run(background_stop.clone()),
         );
-        let keeper = super::resources::Keeper {
-            core: Arc::clone(&core),
-            connect: Arc::clone(&connect),
-            conn: None,
-        };
+        let keeper = super::resources::Keeper::service(Arc::clone(&core), Arc::clone(&connect));
         services.spawn("keeper", &[&keeper_stop], keeper.run(keeper_stop.clone()));
         let scheduler = Scheduler {
             core: Arc::clone(&core),

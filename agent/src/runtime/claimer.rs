@@ -6,13 +6,15 @@
 //! slots so claims stay batched.
 //!
 //! When things fail: a claim that fails or times out pauses claiming with exponential backoff
-//! (claims pause while the database is away; running tasks are unaffected). With
-//! `--exit-when-idle` a claim that comes back short while nothing is held asks the idle
-//! watcher (`idle.rs`) to look at once; the watcher decides when the run ends.
+//! ([`CLAIM_BACKOFF`], each pause jittered ±10 %; claims pause while the database is away;
+//! running tasks are unaffected). With `--exit-when-idle` a claim that comes back short while
+//! nothing is held asks the idle watcher (`idle.rs`) to look at once; the watcher decides when
+//! the run ends.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use leasehold_shared::store::ClaimParams;
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +24,12 @@ use super::feed::FeedEvent;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Pauses after failed claims: [`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`], for as long as
+/// claims fail; a claim that succeeds starts the sequence again.
+const CLAIM_BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(BACKOFF_MIN)
+    .with_max_delay(BACKOFF_MAX)
+    .without_max_times();
 /// Nearly-full wake-ups wait this long for more slots to free.
 const FILL_WAIT: Duration = Duration::from_millis(1);
 
@@ -37,6 +45,12 @@ fn jittered(d: Duration) -> Duration {
     d.mul_f64(factor)
 }
 
+/// The next pause of a failing claimer (the cap should the sequence end, which
+/// [`CLAIM_BACKOFF`] never does).
+fn next_pause(backoff: &mut impl Iterator<Item = Duration>) -> Duration {
+    backoff.next().unwrap_or(BACKOFF_MAX)
+}
+
 impl Claimer {
     /// Runs `claim_workers` claim loops side by side: while one claim is in flight, another can
     /// take the slots freed meanwhile, so the database always has work from this agent. Each
@@ -49,7 +63,7 @@ impl Claimer {
     async fn worker(&self, stop: &CancellationToken) {
         let stop = stop.clone();
         let core = &self.core;
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = CLAIM_BACKOFF.build();
         let params = |batch: u32| ClaimParams {
             owner: core.id.clone(),
             task_types: core.types.clone(),
@@ -95,7 +109,7 @@ impl Claimer {
                 Ok(Ok(batch)) => {
                     core.metrics.claim_statement(true);
                     core.metrics.database(true);
-                    backoff = BACKOFF_MIN;
+                    backoff = CLAIM_BACKOFF.build();
                     batch
                 }
                 Ok(Err(error)) => {
@@ -103,8 +117,9 @@ impl Claimer {
                     if error.is_connection() {
                         core.metrics.database(false);
                     }
-                    tracing::warn!(%error, retry_in = ?backoff, "claim failed; claims paused");
-                    if self.pause(&stop, &mut backoff).await {
+                    let retry_in = next_pause(&mut backoff);
+                    tracing::warn!(%error, ?retry_in, "claim failed; claims paused");
+                    if self.pause(&stop, retry_in).await {
                         return;
                     }
                     continue;
@@ -112,8 +127,9 @@ impl Claimer {
                 Err(_) => {
                     core.metrics.claim_statement(false);
                     core.metrics.database(false);
-                    tracing::warn!(timeout = ?claim_timeout, retry_in = ?backoff, "claim timed out; claims paused");
-                    if self.pause(&stop, &mut backoff).await {
+                    let retry_in = next_pause(&mut backoff);
+                    tracing::warn!(timeout = ?claim_timeout, ?retry_in, "claim timed out; claims paused");
+                    if self.pause(&stop, retry_in).await {
                         return;
                     }
                     continue;
@@ -172,12 +188,27 @@ impl Claimer {
         }
     }
 
-    async fn pause(&self, stop: &CancellationToken, backoff: &mut Duration) -> bool {
-        let d = jittered(*backoff);
-        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+    /// Pauses claiming for `retry_in`, jittered; true when stopped.
+    async fn pause(&self, stop: &CancellationToken, retry_in: Duration) -> bool {
+        let d = jittered(retry_in);
         tokio::select! {
             _ = stop.cancelled() => true,
             _ = tokio::time::sleep(d) => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_pauses_double_to_the_cap_and_never_end() {
+        let ms: Vec<u128> = CLAIM_BACKOFF
+            .build()
+            .take(9)
+            .map(|d| d.as_millis())
+            .collect();
+        assert_eq!(ms, [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
     }
 }

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use leasehold_shared::store::{CompleteOutcome, CompleteParams, Completion, ReleaseParams};
 use leasehold_shared::{TaskError, TaskStatus};
 use tokio::sync::mpsc;
@@ -24,6 +25,12 @@ use super::feed::FeedEvent;
 
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(2);
+/// Pauses between attempts of a batch that failed: [`RETRY_MIN`] doubling to [`RETRY_MAX`],
+/// until it lands or the completer is stopped.
+const RETRY_BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(RETRY_MIN)
+    .with_max_delay(RETRY_MAX)
+    .without_max_times();
 
 pub(crate) struct Completer {
     pub(crate) core: Arc<Core>,
@@ -98,7 +105,7 @@ impl Writer {
     /// that is refused its lease is dropped from the book (recovered after its TTL) rather than
     /// renewed forever.
     async fn flush_until_done(self, mut pending: Vec<Finished>, stop: &CancellationToken) {
-        let mut delay = RETRY_MIN;
+        let mut delays = RETRY_BACKOFF.build();
         let mut rewritten = false;
         loop {
             match self.flush(&mut pending).await {
@@ -147,11 +154,11 @@ impl Writer {
                     }
                     self.core.metrics.database(false);
                     tracing::warn!(error = %format!("{error:#}"), pending = pending.len(), "completion batch failed; retrying");
+                    let delay = delays.next().unwrap_or(RETRY_MAX);
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         _ = stop.cancelled() => return,
                     }
-                    delay = (delay * 2).min(RETRY_MAX);
                 }
             }
         }
@@ -341,5 +348,20 @@ fn complete_params(f: &Finished) -> CompleteParams {
                 .bounded(),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_retries_double_to_the_cap_and_never_end() {
+        let ms: Vec<u128> = RETRY_BACKOFF
+            .build()
+            .take(8)
+            .map(|d| d.as_millis())
+            .collect();
+        assert_eq!(ms, [50, 100, 200, 400, 800, 1600, 2000, 2000]);
     }
 }

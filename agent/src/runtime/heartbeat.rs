@@ -1,6 +1,7 @@
-//! The heartbeat service: one batch renewal of every held lease per interval, on a connection
-//! of its own with a statement timeout, so a busy pool or a slow handler never makes a healthy
-//! agent look dead.
+//! The heartbeat: the task leases this agent holds, kept by the renewal loop
+//! ([`super::renewal`]) on a connection of its own with a statement timeout, so a busy pool or
+//! a slow handler never makes a healthy agent look dead. Each beat renews every held lease in
+//! one batch statement.
 //!
 //! The same statement pushes the agent's liveness deadline (`agents.alive_until` = database
 //! `now()` + its own lease TTL + grace) on every beat, leases held or not: the leader judges
@@ -18,106 +19,79 @@
 //! connection is replaced (a half-open socket is abandoned, not waited on). Leases keep their
 //! last local deadline, so executions run on through a short outage and stop at that deadline
 //! in a long one. The database's recovery only takes a lease after `lease_until + grace`, which
-//! is later than the local deadline, so the agent always stops first.
+//! is later than the local deadline, so the agent always stops first. A failed liveness beat
+//! (nothing held) is logged only.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use leasehold_shared::store::{RenewOutcome, RenewParams};
 use leasehold_shared::{LeaseEpoch, Store, TaskId};
-use tokio::time::MissedTickBehavior;
-use tokio_util::sync::CancellationToken;
 
 use super::core::{Core, bump};
 use super::events::LifecycleEvent;
 use super::feed::FeedEvent;
+use super::renewal::{self, Cadence, Connect, Line, Renewable, Renewal};
 use crate::handler::StopReason;
 
-/// Opens the heartbeat's own connection.
-pub(crate) type Connect = Arc<
-    dyn Fn() -> Pin<Box<dyn Future<Output = anyhow::Result<Arc<dyn Store>>> + Send>> + Send + Sync,
->;
-
+/// The task leases this agent holds, kept by a [`Renewal`].
 pub(crate) struct Heartbeat {
     pub(crate) core: Arc<Core>,
-    pub(crate) connect: Connect,
-    pub(crate) conn: Option<Arc<dyn Store>>,
 }
 
 impl Heartbeat {
-    pub(crate) async fn run(mut self, stop: CancellationToken) {
+    /// The heartbeat service: `conn` is the connection opened at start.
+    pub(crate) fn service(
+        core: Arc<Core>,
+        connect: Connect<Arc<dyn Store>>,
+        conn: Arc<dyn Store>,
+    ) -> Renewal<Heartbeat> {
+        let cadence = Cadence::of(&core.settings);
+        let line = Line::new("heartbeat", connect, Some(conn));
+        Renewal::new(Heartbeat { core }, line, cadence)
+    }
+}
+
+impl Renewable for Heartbeat {
+    type Conn = Arc<dyn Store>;
+    /// The leases to renew; none: a liveness beat.
+    type Batch = Vec<(TaskId, LeaseEpoch)>;
+    type Renewed = RenewOutcome;
+
+    /// Every held lease; with none, the beat still pushes the agent's liveness deadline on
+    /// (the renewal statement with no leases), so an idle agent's types stay served.
+    fn batch(&mut self) -> Option<Self::Batch> {
+        Some(self.core.book.keys())
+    }
+
+    /// One renewal statement: the leases given (maybe none) and the agent's liveness deadline.
+    async fn send(
+        &self,
+        conn: Arc<dyn Store>,
+        leases: &Self::Batch,
+    ) -> anyhow::Result<RenewOutcome> {
         let settings = &self.core.settings;
-        let mut renew = tokio::time::interval(settings.heartbeat);
-        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        renew.tick().await; // the first tick is immediate; leases were just claimed
-        let check_every =
-            (settings.heartbeat / 4).clamp(Duration::from_millis(20), Duration::from_millis(250));
-        let mut check = tokio::time::interval(check_every);
-        check.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = renew.tick() => {
-                    self.renew().await;
-                    self.check();
-                }
-                _ = check.tick() => {
-                    // Before giving up a lease at its local deadline, try once to prove it
-                    // (after a freeze the deadline and the renewal fall due together).
-                    if self.core.book.has_unprovable(Instant::now()) {
-                        self.renew().await;
-                    }
-                    self.check();
-                }
-            }
-        }
+        let params = RenewParams {
+            owner: self.core.id.clone(),
+            leases: leases.clone(),
+            lease_ttl: settings.lease_ttl,
+            alive_for: Some(settings.alive_for()),
+        };
+        Ok(conn.lease_renew_many(params).await?)
     }
 
-    async fn connection(&mut self) -> anyhow::Result<Arc<dyn Store>> {
-        if let Some(conn) = &self.conn {
-            return Ok(Arc::clone(conn));
-        }
-        let conn = (self.connect)().await?;
-        tracing::info!("heartbeat connection (re)established");
-        self.conn = Some(Arc::clone(&conn));
-        Ok(conn)
-    }
-
-    async fn renew(&mut self) {
-        let core = Arc::clone(&self.core);
-        let leases = core.book.keys();
+    async fn renewed(
+        &mut self,
+        leases: Self::Batch,
+        sent: Instant,
+        out: RenewOutcome,
+        _line: &mut Line<Self::Conn>,
+    ) {
         if leases.is_empty() {
-            self.prove_alive().await;
-            return;
+            return; // a liveness beat: nothing held, nothing to count
         }
-        let sent = Instant::now();
-        let failed_keys = if core.feed.is_enabled() {
-            leases.clone()
-        } else {
-            Vec::new()
-        };
-        let result = self.send_renewal(leases).await;
-        let out = match result {
-            Ok(out) => out,
-            Err(error) => {
-                core.metrics.renewal(false);
-                core.metrics.database(false);
-                bump(&core.stats.renewal_failures, 1);
-                let reason = format!("{error:#}");
-                tracing::warn!(error = %reason, held = core.book.len(), "lease renewal failed");
-                if !failed_keys.is_empty() {
-                    core.feed.push(FeedEvent::RenewalFailed {
-                        reason: reason.into(),
-                        leases: failed_keys,
-                    });
-                }
-                return;
-            }
-        };
-        core.metrics.renewal(true);
-        core.metrics.database(true);
+        let core = &self.core;
+        renewal::count(core, true);
         // Never past the database's lease_until (minus the margin): the least any renewed
         // lease has left at the database's now.
         let left = out
@@ -175,60 +149,31 @@ impl Heartbeat {
         core.update_active();
     }
 
-    /// With no lease to renew, the beat still pushes the agent's liveness deadline on (the
-    /// renewal statement with no leases), so an idle agent's types stay served. A failure is
-    /// logged and, on a connection error or timeout, the connection replaced; it is not a
-    /// lease renewal failure (nothing was held).
-    async fn prove_alive(&mut self) {
-        if let Err(error) = self.send_renewal(Vec::new()).await {
-            tracing::warn!(error = %format!("{error:#}"), "liveness beat failed");
-        }
-    }
-
-    /// One renewal statement on the heartbeat connection: the leases given (maybe none) and
-    /// the agent's liveness deadline, connecting and renewing within one renewal timeout. A
-    /// connection error or a timeout drops the connection: a half-open or stuck socket is
-    /// never waited on again.
-    async fn send_renewal(
-        &mut self,
-        leases: Vec<(TaskId, LeaseEpoch)>,
-    ) -> anyhow::Result<RenewOutcome> {
-        let core = Arc::clone(&self.core);
-        let timeout = core.settings.renew_timeout();
-        let params = RenewParams {
-            owner: core.id.clone(),
-            leases,
-            lease_ttl: core.settings.lease_ttl,
-            alive_for: Some(core.settings.alive_for()),
-        };
-        let attempt = tokio::time::timeout(timeout, async {
-            let conn = self.connection().await?;
-            conn.lease_renew_many(params)
-                .await
-                .map_err(anyhow::Error::new)
-        })
-        .await;
-        match attempt {
-            Ok(Ok(out)) => Ok(out),
-            Ok(Err(e)) => {
-                let connection = e
-                    .downcast_ref::<leasehold_shared::StoreError>()
-                    .is_none_or(|s| s.is_connection());
-                if connection {
-                    self.conn = None;
-                }
-                Err(e)
-            }
-            Err(_) => {
-                self.conn = None;
-                Err(anyhow::anyhow!("renewal timed out after {timeout:?}"))
-            }
-        }
-    }
-
-    fn check(&self) {
+    /// A failed liveness beat is logged only: it is not a lease renewal failure (nothing was
+    /// held).
+    fn failed(&mut self, leases: Self::Batch, reason: String) {
         let core = &self.core;
-        let now = Instant::now();
+        if leases.is_empty() {
+            tracing::warn!(error = %reason, "liveness beat failed");
+            return;
+        }
+        renewal::count(core, false);
+        tracing::warn!(error = %reason, held = core.book.len(), "lease renewal failed");
+        if core.feed.is_enabled() {
+            core.feed.push(FeedEvent::RenewalFailed {
+                reason: reason.into(),
+                leases,
+            });
+        }
+    }
+
+    fn has_unprovable(&self, now: Instant) -> bool {
+        self.core.book.has_unprovable(now)
+    }
+
+    /// Stops executions past their local deadline, and flags slow ones (once).
+    fn check(&mut self, now: Instant) {
+        let core = &self.core;
         let unprovable = core.book.take_unprovable(now);
         if !unprovable.is_empty() {
             core.update_active();

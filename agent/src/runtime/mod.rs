@@ -18,6 +18,7 @@ pub mod metrics;
 mod notifier;
 pub mod progress;
 mod registry;
+mod renewal;
 pub mod resources;
 pub(crate) mod scheduler;
 pub mod settings;

@@ -13,13 +13,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use leasehold_shared::store::postgres::NOTIFY_CHANNEL;
 use sqlx::postgres::{PgListener, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
 
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Pauses between attempts to (re)connect a wake-up source: 100 ms doubling to 5 s, without
+/// end (the claimer polls meanwhile); a success starts the sequence again.
+const RECONNECT_BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(100))
+    .with_max_delay(Duration::from_secs(5))
+    .without_max_times();
 
 pub(crate) struct Notifier {
     pub(crate) core: Arc<Core>,
@@ -32,29 +38,28 @@ impl Notifier {
     }
 
     pub(crate) async fn run(self, stop: CancellationToken) {
-        let mut backoff = Duration::from_millis(100);
         loop {
+            // Subscribes with backoff until it works; every new subscription starts it afresh.
+            let subscribed =
+                (|| self.subscribe())
+                    .retry(RECONNECT_BACKOFF)
+                    .notify(|error, retry_in| {
+                        tracing::warn!(%error, ?retry_in, "LISTEN failed; polling meanwhile");
+                    });
             let listener = tokio::select! {
                 _ = stop.cancelled() => return,
-                l = self.subscribe() => l,
+                l = subscribed => l,
             };
             match listener {
                 Ok(listener) => {
-                    backoff = Duration::from_millis(100);
                     // Anything enqueued while we were not listening: claim now.
                     self.core.wake_claimers();
                     if self.listen(listener, &stop).await {
                         return;
                     }
                 }
-                Err(error) => {
-                    tracing::warn!(%error, retry_in = ?backoff, "LISTEN failed; polling meanwhile");
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                }
+                // Not reached: the backoff has no end. Should it end, it starts again.
+                Err(error) => tracing::warn!(%error, "LISTEN failed; polling meanwhile"),
             }
         }
     }
@@ -129,26 +134,26 @@ pub(crate) struct FileWatcher {
 impl FileWatcher {
     pub(crate) async fn run(self, stop: CancellationToken) {
         use sqlx::{ConnectOptions, Connection};
-        let mut backoff = Duration::from_millis(100);
         let options = self.pool.connect_options();
         loop {
+            // Connects with backoff until it works; every new connection starts it afresh.
+            let connecting = (|| options.connect())
+                .retry(RECONNECT_BACKOFF)
+                .notify(|error, retry_in| {
+                    tracing::warn!(%error, ?retry_in, "cannot watch the SQLite file; polling meanwhile");
+                });
             let connected = tokio::select! {
                 _ = stop.cancelled() => return,
-                c = options.connect() => c,
+                c = connecting => c,
             };
             let mut conn = match connected {
                 Ok(conn) => conn,
+                // Not reached: the backoff has no end. Should it end, it starts again.
                 Err(error) => {
-                    tracing::warn!(%error, retry_in = ?backoff, "cannot watch the SQLite file; polling meanwhile");
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    tracing::warn!(%error, "cannot watch the SQLite file; polling meanwhile");
                     continue;
                 }
             };
-            backoff = Duration::from_millis(100);
             let mut last: Option<i64> = None;
             loop {
                 let version = tokio::select! {
@@ -180,5 +185,22 @@ impl FileWatcher {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backon::BackoffBuilder;
+
+    use super::*;
+
+    #[test]
+    fn reconnects_double_to_the_cap_and_never_end() {
+        let ms: Vec<u128> = RECONNECT_BACKOFF
+            .build()
+            .take(9)
+            .map(|d| d.as_millis())
+            .collect();
+        assert_eq!(ms, [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
     }
 }

@@ -1,68 +1,69 @@
-//! The keeper service: on a connection of its own, renews every held lease and membership at
-//! each heartbeat (then rebalances the shard groups, see [`super::shards`]), drops a holding
-//! past its local deadline, and releases everything at shutdown.
+//! The keeper: the locks and shards this agent holds, kept by a [`Renewal`] on a connection of
+//! its own. At each beat it renews every held lease and membership (and gives back what is
+//! waiting to be released), then rebalances the shard groups (see [`super::shards`]); it drops
+//! a holding past its local deadline, and releases everything once stopped.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_shared::Store;
-use leasehold_shared::store::{ResourceRenewParams, ShardJoinParams};
-use tokio::time::MissedTickBehavior;
-use tokio_util::sync::CancellationToken;
+use leasehold_shared::store::{ResourceRenewOutcome, ResourceRenewParams, ShardJoinParams};
 
 use super::holdings::{LossReason, lease_left};
-use crate::runtime::core::{Core, bump};
-use crate::runtime::heartbeat::Connect;
+use crate::runtime::core::Core;
+use crate::runtime::renewal::{self, Cadence, Connect, Line, Renewable, Renewal};
 
-/// The keeper service.
+/// The resource leases this agent holds, kept by a [`Renewal`].
 pub(crate) struct Keeper {
     pub(crate) core: Arc<Core>,
-    pub(crate) connect: Connect,
-    pub(crate) conn: Option<Arc<dyn Store>>,
+}
+
+/// One renewal of the keeper.
+pub(crate) struct KeeperBatch {
+    params: ResourceRenewParams,
+    /// Lost or dropped holdings to give back (fenced) in the same renewal.
+    pending: Vec<(String, i64)>,
 }
 
 impl Keeper {
-    pub(crate) async fn run(mut self, stop: CancellationToken) {
-        let settings = &self.core.settings;
-        let mut renew = tokio::time::interval(settings.heartbeat);
-        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let check_every =
-            (settings.heartbeat / 4).clamp(Duration::from_millis(20), Duration::from_millis(250));
-        let mut check = tokio::time::interval(check_every);
-        check.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = renew.tick() => {
-                    let ok = self.renew().await;
-                    self.check();
-                    if ok && !self.core.is_draining() {
-                        self.rebalance().await;
-                    }
-                }
-                _ = check.tick() => {
-                    if self.core.holdings.has_unprovable(Instant::now()) {
-                        self.renew().await;
-                    }
-                    self.check();
-                }
-            }
-        }
-        self.release_all().await;
+    /// The keeper service; it opens its connection at its first beat.
+    pub(crate) fn service(core: Arc<Core>, connect: Connect<Arc<dyn Store>>) -> Renewal<Keeper> {
+        let cadence = Cadence::of(&core.settings);
+        Renewal::new(Keeper { core }, Line::new("keeper", connect, None), cadence)
     }
 
-    pub(super) async fn connection(&mut self) -> anyhow::Result<Arc<dyn Store>> {
-        if let Some(conn) = &self.conn {
-            return Ok(Arc::clone(conn));
+    async fn release_all(&mut self, line: &mut Line<Arc<dyn Store>>) {
+        let held = self.core.holdings.keys();
+        if held.is_empty() {
+            return;
         }
-        let conn = (self.connect)().await?;
-        self.conn = Some(Arc::clone(&conn));
-        Ok(conn)
-    }
-
-    /// Renews every holding and membership; false when the database did not answer.
-    async fn renew(&mut self) -> bool {
         let core = Arc::clone(&self.core);
+        let done = tokio::time::timeout(Duration::from_secs(3), async {
+            let conn = line.get().await?;
+            for (name, token) in held {
+                core.drop_holding(&name, token, LossReason::Released, Instant::now());
+                core.give_back(conn.as_ref(), &name, token).await?;
+            }
+            anyhow::Ok(())
+        })
+        .await;
+        match done {
+            Ok(Ok(())) => tracing::info!("released the resource leases"),
+            _ => tracing::warn!(
+                "could not release every resource lease; they are taken over after TTL + grace"
+            ),
+        }
+    }
+}
+
+impl Renewable for Keeper {
+    type Conn = Arc<dyn Store>;
+    type Batch = KeeperBatch;
+    type Renewed = ResourceRenewOutcome;
+
+    /// Every holding, membership and pending give-back; `None` when there is none.
+    fn batch(&mut self) -> Option<KeeperBatch> {
+        let core = &self.core;
         let leases = core.holdings.keys();
         let groups = core.settings.shard_groups.clone();
         let pending: Vec<(String, i64)> = std::mem::take(
@@ -73,45 +74,40 @@ impl Keeper {
                 .unwrap_or_else(|p| p.into_inner()),
         );
         if leases.is_empty() && groups.is_empty() && pending.is_empty() {
-            return true;
+            return None;
         }
-        let timeout = core.settings.renew_timeout();
-        let sent = Instant::now();
-        let params = ResourceRenewParams {
-            owner: core.id.clone(),
-            leases,
-            groups,
-            ttl: core.settings.lease_ttl,
-        };
-        let attempt = tokio::time::timeout(timeout, async {
-            let conn = self.connection().await?;
-            let out = conn.resource_renew_many(params).await?;
-            for (name, token) in &pending {
-                core.give_back(conn.as_ref(), name, *token).await?;
-            }
-            anyhow::Ok(out)
+        Some(KeeperBatch {
+            params: ResourceRenewParams {
+                owner: core.id.clone(),
+                leases,
+                groups,
+                ttl: core.settings.lease_ttl,
+            },
+            pending,
         })
-        .await;
-        let out = match attempt {
-            Ok(Ok(out)) => out,
-            failed => {
-                self.conn = None;
-                let reason = match failed {
-                    Ok(Err(e)) => format!("{e:#}"),
-                    _ => format!("timed out after {timeout:?}"),
-                };
-                bump(&core.stats.renewal_failures, 1);
-                core.metrics.renewal(false);
-                tracing::warn!(error = %reason, "resource lease renewal failed");
-                core.holdings
-                    .to_release
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend(pending);
-                return false;
-            }
-        };
-        core.metrics.renewal(true);
+    }
+
+    async fn send(
+        &self,
+        conn: Arc<dyn Store>,
+        batch: &KeeperBatch,
+    ) -> anyhow::Result<ResourceRenewOutcome> {
+        let out = conn.resource_renew_many(batch.params.clone()).await?;
+        for (name, token) in &batch.pending {
+            self.core.give_back(conn.as_ref(), name, *token).await?;
+        }
+        Ok(out)
+    }
+
+    async fn renewed(
+        &mut self,
+        _batch: KeeperBatch,
+        sent: Instant,
+        out: ResourceRenewOutcome,
+        line: &mut Line<Arc<dyn Store>>,
+    ) {
+        let core = &self.core;
+        renewal::count(core, true);
         {
             let mut held = core.holdings.lock();
             for (name, token, until) in &out.renewed {
@@ -142,7 +138,7 @@ impl Keeper {
                 member: core.id.clone(),
                 ttl: core.settings.lease_ttl,
             };
-            let joined = match self.connection().await {
+            let joined = match line.get().await {
                 Ok(conn) => conn.shard_join(params).await.map_err(anyhow::Error::new),
                 Err(e) => Err(e),
             };
@@ -150,12 +146,26 @@ impl Keeper {
                 tracing::warn!(group = group.as_str(), error = %format!("{error:#}"), "could not re-join a shard group");
             }
         }
-        true
     }
 
-    /// Drops holdings past their local deadline.
-    pub(super) fn check(&self) {
-        let now = Instant::now();
+    /// The give-backs wait for the next renewal.
+    fn failed(&mut self, batch: KeeperBatch, reason: String) {
+        let core = &self.core;
+        renewal::count(core, false);
+        tracing::warn!(error = %reason, "resource lease renewal failed");
+        core.holdings
+            .to_release
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(batch.pending);
+    }
+
+    fn has_unprovable(&self, now: Instant) -> bool {
+        self.core.holdings.has_unprovable(now)
+    }
+
+    /// Drops holdings past their local deadline (and queues them to be given back).
+    fn check(&mut self, now: Instant) {
         let due: Vec<(String, i64, Instant)> = self
             .core
             .holdings
@@ -179,26 +189,14 @@ impl Keeper {
         }
     }
 
-    async fn release_all(&mut self) {
-        let held = self.core.holdings.keys();
-        if held.is_empty() {
-            return;
+    /// Rebalances the shard groups after a beat that landed (not while draining).
+    async fn after_beat(&mut self, line: &mut Line<Arc<dyn Store>>, renewed: bool) {
+        if renewed && !self.core.is_draining() {
+            self.rebalance(line).await;
         }
-        let core = Arc::clone(&self.core);
-        let done = tokio::time::timeout(Duration::from_secs(3), async {
-            let conn = self.connection().await?;
-            for (name, token) in held {
-                core.drop_holding(&name, token, LossReason::Released, Instant::now());
-                core.give_back(conn.as_ref(), &name, token).await?;
-            }
-            anyhow::Ok(())
-        })
-        .await;
-        match done {
-            Ok(Ok(())) => tracing::info!("released the resource leases"),
-            _ => tracing::warn!(
-                "could not release every resource lease; they are taken over after TTL + grace"
-            ),
-        }
+    }
+
+    async fn stopped(&mut self, line: &mut Line<Arc<dyn Store>>) {
+        self.release_all(line).await;
     }
 }

@@ -1,6 +1,7 @@
 //! Resource leases held by this agent (DESIGN §4 "Resource leases"): locks taken through the
 //! library API ([`super::AgentControl::lock`]) and the shards of the groups it joined
-//! (`--shard-groups`), kept by the keeper service on a connection of its own.
+//! (`--shard-groups`), kept by the keeper ([`keeper`]) through the same renewal loop as the
+//! task leases ([`crate::runtime::renewal`]), on a connection of its own.
 //!
 //! ```text
 //!   every heartbeat:  renew every held lease and membership (one statement)
@@ -20,7 +21,8 @@
 //! takeover, so this agent stops believing it owns a lease before anyone else can own it.
 //!
 //! When things fail: a renewal that errors or times out is counted and logged, and the
-//! connection replaced; holdings keep their last local deadline. A rebalance that fails is
+//! connection replaced; holdings keep their last local deadline; give-backs that were due wait
+//! for the next renewal. A rebalance that fails is
 //! retried at the next heartbeat. Every change is logged, sent to lifecycle listeners and the
 //! Watch stream, and published on the [`ShardOwnership`] channel.
 

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use leasehold_shared::StoreError;
 use leasehold_shared::domain::shard::plan_shards;
 use leasehold_shared::store::resources::member_name;
 use leasehold_shared::store::{GroupName, ShardAcquireParams, ShardGroupView, ShardJoinParams};
+use leasehold_shared::{Store, StoreError};
 
 use super::holdings::LossReason;
 use super::keeper::Keeper;
 use crate::runtime::core::Core;
+use crate::runtime::renewal::{self, Line, Renewable};
 
 /// The shards this agent owns now, by group: shard number → fencing token. Published on
 /// [`crate::runtime::AgentControl::shards`] at every change.
@@ -57,15 +58,15 @@ pub(crate) async fn join_groups(core: &Core) -> crate::error::Result<()> {
 }
 
 impl Keeper {
-    pub(super) async fn rebalance(&mut self) {
+    pub(super) async fn rebalance(&mut self, line: &mut Line<Arc<dyn Store>>) {
         for group in self.core.settings.shard_groups.clone() {
-            if let Err(error) = self.rebalance_group(&group).await {
+            if let Err(error) = self.rebalance_group(line, &group).await {
                 // A store's refusal keeps the connection; a lost or stuck one is abandoned.
                 let connection = error
                     .downcast_ref::<StoreError>()
                     .is_none_or(|s| s.is_connection());
                 if connection {
-                    self.conn = None;
+                    line.abandon();
                 }
                 tracing::warn!(group = group.as_str(), error = %format!("{error:#}"), "shard rebalance failed; retrying at the next heartbeat");
             }
@@ -75,9 +76,13 @@ impl Keeper {
     /// Gives back and takes shards of `group` by the plan. Each write is bounded by the renewal
     /// timeout and the local deadlines are checked between writes, so a slow database delays
     /// dropping an unprovable holding no more than it delays a renewal.
-    async fn rebalance_group(&mut self, group: &GroupName) -> anyhow::Result<()> {
+    async fn rebalance_group(
+        &mut self,
+        line: &mut Line<Arc<dyn Store>>,
+        group: &GroupName,
+    ) -> anyhow::Result<()> {
         let core = Arc::clone(&self.core);
-        let conn = self.connection().await?;
+        let conn = line.get().await?;
         let limit = core.settings.lease_ttl / 2;
         let write_limit = core.settings.renew_timeout();
         let Some(view) = tokio::time::timeout(
@@ -104,7 +109,7 @@ impl Keeper {
                 }
                 given?;
             }
-            self.check();
+            self.check(renewal::now());
         }
         for shard in plan.take {
             let name = group.shard_lease(shard);
@@ -128,7 +133,7 @@ impl Keeper {
                 // A shard's lease is the TTL from the database's now (no at-most bound).
                 core.hold(name, Some((group.clone(), shard)), token, sent, None, None);
             }
-            self.check();
+            self.check(renewal::now());
         }
         let owned = core.holdings.subscribe().borrow().shards(group.as_str());
         if plan.changed {
