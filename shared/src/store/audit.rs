@@ -2,6 +2,11 @@
 //! enqueue, a bulk requeue and a policy change record (DESIGN §10). The stores only decide
 //! *when* to write them, in the transaction of the change. The filters of an audit page are
 //! bound once too ([`bind_audit_list`]), in the order both stores' statements number them.
+//! [`backend`] is the seam each store implements (transactions, clock, audit rows, rows as
+//! [`backend::Columns`]); [`operator`] runs the operator actions over it.
+
+pub(crate) mod backend;
+pub(crate) mod operator;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;

@@ -20,13 +20,16 @@
 //! joined a group share them ([`crate::domain::shard::plan_shards`]), each member counting
 //! until its membership's `lease_until + grace`, so a blip shorter than that moves nothing.
 //!
-//! Every lease time is the database's now, read in the operation's transaction.
+//! Every lease time is the database's now, read in the operation's transaction. The
+//! operations themselves are written once in [`flow`], over the statements each store runs.
 //!
 //! When things fail: each operation is one transaction, so an error changed nothing. A
 //! holder that lost its lease finds out at its next renew (fenced); a write it makes to its
 //! own data in the same database is fenced by [`crate::store::postgres::resource_fence`] (or
 //! [`crate::store::sqlite::resource_fence`], in a `BEGIN IMMEDIATE` transaction) in that
 //! write's transaction.
+
+pub(crate) mod flow;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -35,7 +38,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
 
-use super::{AuditEntry, AuditResult, StoreError};
+use super::{AuditEntry, AuditResult, HolderWrite, StoreError};
 use crate::domain::ids::truncate_for_error;
 use crate::domain::{Actor, AgentId, ValidationError};
 
@@ -334,6 +337,24 @@ impl ResourceRenewOutcome {
             .filter(|g| !members.contains(g.as_str()))
             .cloned()
             .collect();
+    }
+}
+
+/// What a fence check found: the holding is still the caller's (`held`), or it moved on.
+pub(crate) fn fence_outcome(held: bool) -> HolderWrite {
+    if held {
+        HolderWrite::Held
+    } else {
+        HolderWrite::Fenced
+    }
+}
+
+/// A join that found (`joined`) or did not find its group.
+pub(crate) fn joined(group: &GroupName, joined: bool) -> Result<(), StoreError> {
+    if joined {
+        Ok(())
+    } else {
+        Err(StoreError::ShardGroupNotFound(group.as_str().to_string()))
     }
 }
 

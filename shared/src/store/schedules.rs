@@ -1,7 +1,8 @@
 //! Cron schedules in the store, the parts both backends share: the records and parameters of
 //! the schedule operations, how an add decides between insert, update and no-op, how a
 //! stored row becomes a [`Schedule`] again, what the leader's firing enqueues, and the audit
-//! rows. The backends only run the statements, in one transaction per operation.
+//! rows. The operations are written once in [`flow`]; the backends only run the statements,
+//! in one transaction per operation.
 //!
 //! ```text
 //!   add / declare ──▶ schedules row (next_fire_at = first tick after now)
@@ -17,6 +18,8 @@
 //! records why in `last_error` and looks at it again a minute later ([`UNREADABLE_RETRY`]);
 //! listings show it as unreadable. A tick whose task cannot be enqueued (its payload above a
 //! lowered limit) is recorded in `last_error` too, and the schedule moves on.
+
+pub(crate) mod flow;
 
 use std::time::Duration;
 

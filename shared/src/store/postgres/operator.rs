@@ -1,22 +1,20 @@
-//! Operator actions: enqueue, cancel, requeue, bulk requeue of dead letters, policy changes.
-//! Each runs in one short transaction that also writes its audit row, so the change and its
-//! record commit together; an action refused by the state machine still commits its audit row
-//! (result `failed`) and changes nothing else. A viewer is refused before anything changes, with
-//! a `denied` row of its own. Input refused by validation writes nothing at all.
+//! The PostgreSQL side of the seam the operator actions, resource leases and schedules are
+//! written over ([`crate::store::audit::backend`]): READ COMMITTED transactions, the
+//! database's `now()`, audit rows, and the statements of the operator actions
+//! ([`crate::store::audit::operator`], which decides). Each statement that decides on a row
+//! locks it first, so two actions on one task queue on its row.
 
+use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
+use sqlx::{Column, PgExecutor, PgPool, Postgres, Row, Transaction, TypeInfo};
 
-use super::rows::{agent_id, get, policy, status};
-use super::{enqueue, sql};
-use crate::domain::{Actor, InputLimits, LeaseEpoch, Policy, TaskAction, TaskStatus};
-use crate::store::audit;
-use crate::store::params::duration_ms;
-use crate::store::{
-    AuditEntry, AuditResult, CancelOutcome, CancelParams, DeniedCalls, EnqueueAuditedParams,
-    Enqueued, PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams,
-    Result, StoreError,
-};
+use super::rows::{get, policy};
+use super::{enqueue, sql, tx_now};
+use crate::domain::{LeaseEpoch, Policy, TaskId, TaskStatus};
+use crate::store::audit::backend::{self, Backend, Columns, row_by};
+use crate::store::audit::operator::{CancelRow, OperatorStatements, bind_policy};
+use crate::store::params::{DeadFilter, ValidTask};
+use crate::store::{AuditEntry, DeniedCalls, Enqueued, Result, StoreError};
 
 /// Writes one audit row through `executor` (pass the transaction of the change it records).
 pub async fn audit_write<'e, E: PgExecutor<'e>>(executor: E, entry: &AuditEntry) -> Result<()> {
@@ -60,31 +58,6 @@ async fn audit_insert<'e, E: PgExecutor<'e>>(
     Ok(())
 }
 
-/// Refuses a viewer before anything changes, recording the denial.
-pub(super) async fn authorize(
-    pool: &PgPool,
-    actor: &Actor,
-    action: &str,
-    target: String,
-) -> Result<()> {
-    authorize_with(pool, actor, action, target, None).await
-}
-
-/// [`authorize`], recording the refused call's parameters in the denial row.
-async fn authorize_with(
-    pool: &PgPool,
-    actor: &Actor,
-    action: &str,
-    target: String,
-    params: Option<serde_json::Value>,
-) -> Result<()> {
-    let Some((entry, denied)) = audit::viewer_denial(actor, action, target, params) else {
-        return Ok(());
-    };
-    audit_write(pool, &entry).await?;
-    Err(denied)
-}
-
 pub(super) async fn begin(
     pool: &PgPool,
     op: &'static str,
@@ -94,59 +67,79 @@ pub(super) async fn begin(
         .map_err(StoreError::db(op))
 }
 
-async fn commit(tx: Transaction<'static, Postgres>, op: &'static str) -> Result<()> {
-    tx.commit().await.map_err(StoreError::db(op))
+/// The PostgreSQL store as the shared operations see it.
+pub(super) struct Pg<'a>(pub(super) &'a PgPool);
+
+impl Backend for Pg<'_> {
+    type Tx = Transaction<'static, Postgres>;
+    type Row = PgRow;
+
+    async fn begin(&self, op: &'static str) -> Result<Self::Tx> {
+        begin(self.0, op).await
+    }
+
+    async fn snapshot(&self, op: &'static str) -> Result<Self::Tx> {
+        self.0
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(StoreError::db(op))
+    }
+
+    async fn now(tx: &mut Self::Tx, op: &'static str) -> Result<chrono::DateTime<chrono::Utc>> {
+        tx_now(tx, op).await
+    }
+
+    async fn commit(tx: Self::Tx, op: &'static str) -> Result<()> {
+        tx.commit().await.map_err(StoreError::db(op))
+    }
+
+    async fn audit_in(tx: &mut Self::Tx, entry: &AuditEntry) -> Result<()> {
+        audit_write(&mut **tx, entry).await
+    }
+
+    async fn audit_alone(&self, entry: &AuditEntry) -> Result<()> {
+        audit_write(self.0, entry).await
+    }
 }
 
-/// Enqueue and its audit row in one transaction. Order: validation (invalid input writes
-/// nothing, no audit row either: bad input changes nothing), then authorization (a viewer gets
-/// a `denied` row, committed on its own; no task exists yet, so its target is `type:<type>`,
-/// as the gRPC layer's own denials name it), then the insert and the `applied` / `noop` row
-/// with target `task:<id>`. Any failure after the insert (the audit row refused, the commit
-/// lost) rolls the task back too: a task enqueued by an operator exists only with its audit row.
-pub(super) async fn task_enqueue_audited(
-    pool: &PgPool,
-    params: &EnqueueAuditedParams,
-    limits: &InputLimits,
-) -> Result<Enqueued> {
-    const OP: &str = "task_enqueue_audited";
-    let valid = params.task.validate(limits)?;
-    let audit_params = audit::enqueue_params(&valid);
-    authorize_with(
-        pool,
-        &params.actor,
-        "enqueue",
-        format!("type:{}", valid.task_type),
-        Some(audit_params.clone()),
-    )
-    .await?;
-    let mut tx = begin(pool, OP).await?;
-    // READ COMMITTED: a key whose task a concurrent transaction committed mid-statement is
-    // visible to the next statement of this same transaction.
-    let mut done = None;
-    for _ in 0..3 {
-        done = enqueue::enqueue_valid(&mut *tx, &valid).await?;
-        if done.is_some() {
-            break;
+/// The column's integer width, by its type's name.
+fn width(row: &PgRow, column: &'static str) -> &'static str {
+    match row.try_column(column).map(|c| c.type_info().name()) {
+        Ok("INT2") => "INT2",
+        Ok("INT4") => "INT4",
+        _ => "INT8",
+    }
+}
+
+impl Columns for PgRow {
+    backend::decoded_columns!(get, get, get);
+
+    fn int(&self, column: &'static str) -> Result<i64> {
+        match width(self, column) {
+            "INT2" => get::<i16>(self, column).map(i64::from),
+            "INT4" => get::<i32>(self, column).map(i64::from),
+            _ => get(self, column),
         }
     }
-    let Some(done) = done else {
-        return Err(StoreError::Corrupt {
-            what: "enqueue",
-            detail: "idempotency key kept conflicting with an invisible row".into(),
-        });
-    };
-    let entry = audit::enqueue_entry(&params.actor, &done, audit_params);
-    audit_write(&mut *tx, &entry).await?;
-    commit(tx, OP).await?;
-    Ok(done)
+
+    fn opt_int(&self, column: &'static str) -> Result<Option<i64>> {
+        match width(self, column) {
+            "INT2" => get::<Option<i16>>(self, column).map(|v| v.map(i64::from)),
+            "INT4" => get::<Option<i32>>(self, column).map(|v| v.map(i64::from)),
+            _ => get(self, column),
+        }
+    }
+
+    fn json(&self, column: &'static str) -> Result<Option<serde_json::Value>> {
+        Ok(get::<Option<Json<serde_json::Value>>>(self, column)?.map(|Json(v)| v))
+    }
 }
 
 /// Locks the task's row in its own statement, so the action's statement reads the row as it
 /// is once the lock is ours (see task_lock.sql). A missing task locks nothing.
 async fn lock_task(
     tx: &mut Transaction<'static, Postgres>,
-    id: crate::domain::TaskId,
+    id: TaskId,
     op: &'static str,
 ) -> Result<()> {
     sqlx::query(sql::task_lock)
@@ -157,216 +150,103 @@ async fn lock_task(
     Ok(())
 }
 
-pub(super) async fn task_cancel(pool: &PgPool, params: &CancelParams) -> Result<CancelOutcome> {
-    authorize(pool, &params.actor, "cancel", format!("task:{}", params.id)).await?;
-    let mut tx = begin(pool, "task_cancel").await?;
-    lock_task(&mut tx, params.id, "task_cancel").await?;
-    let row = sqlx::query(sql::task_cancel)
-        .bind(params.id.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db("task_cancel"))?;
-    let mut entry = AuditEntry {
-        actor: params.actor.clone(),
-        action: "cancel".into(),
-        target: format!("task:{}", params.id),
-        params: None,
-        result: AuditResult::Failed,
-        detail: None,
-    };
-    let Some(row) = row else {
-        entry.detail = Some("no such task".into());
-        audit_write(&mut *tx, &entry).await?;
-        commit(tx, "task_cancel").await?;
-        return Err(StoreError::NotFound(params.id));
-    };
-    let before = status(get::<&str>(&row, "before")?)?;
-    let after: Option<String> = get(&row, "after")?;
-    let owner = get::<Option<String>>(&row, "lease_owner")?
-        .map(agent_id)
-        .transpose()?;
-    let epoch = LeaseEpoch(get(&row, "lease_epoch")?);
-    let outcome = match (before, after.as_deref(), owner) {
-        (TaskStatus::CancelRequested, None, Some(owner)) => {
-            entry.result = AuditResult::Noop;
-            entry.detail = Some("cancellation already requested".into());
-            Ok(CancelOutcome::AlreadyRequested { owner, epoch })
-        }
-        (_, Some("cancelled"), _) => {
-            entry.result = AuditResult::Applied;
-            entry.detail = Some(format!("{before} -> cancelled"));
-            Ok(CancelOutcome::Cancelled)
-        }
-        (_, Some("cancel_requested"), Some(owner)) => {
-            entry.result = AuditResult::Applied;
-            entry.detail = Some(format!(
-                "{before} -> cancel_requested; holder {owner} asked to stop"
-            ));
-            Ok(CancelOutcome::Requested { owner, epoch })
-        }
-        _ => {
-            let refusal = StoreError::refused(
-                params.id,
-                before,
-                TaskAction::RequestCancel,
-                "cancel",
-                "cancelled",
-            );
-            entry.detail = Some(refusal.to_string());
-            Err(refusal)
-        }
-    };
-    audit_write(&mut *tx, &entry).await?;
-    commit(tx, "task_cancel").await?;
-    outcome
-}
-
-pub(super) async fn task_requeue(pool: &PgPool, params: &RequeueParams) -> Result<RequeueOutcome> {
-    authorize(
-        pool,
-        &params.actor,
-        "requeue",
-        format!("task:{}", params.id),
-    )
-    .await?;
-    let mut tx = begin(pool, "task_requeue").await?;
-    lock_task(&mut tx, params.id, "task_requeue").await?;
-    let row = sqlx::query(sql::task_requeue)
-        .bind(params.id.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db("task_requeue"))?;
-    let mut entry = AuditEntry {
-        actor: params.actor.clone(),
-        action: "requeue".into(),
-        target: format!("task:{}", params.id),
-        params: None,
-        result: AuditResult::Failed,
-        detail: None,
-    };
-    let outcome = match row {
-        None => Err(StoreError::NotFound(params.id)),
-        Some(row) => {
-            let before = status(get::<&str>(&row, "before")?)?;
-            if get::<bool>(&row, "changed")? {
-                entry.result = AuditResult::Applied;
-                Ok(RequeueOutcome {
-                    id: params.id,
-                    previous: before,
-                })
-            } else {
-                Err(StoreError::refused(
-                    params.id,
-                    before,
-                    TaskAction::Requeue,
-                    "requeue",
-                    "requeued",
-                ))
+impl OperatorStatements for Pg<'_> {
+    /// READ COMMITTED: a key whose task a concurrent transaction committed mid-statement is
+    /// visible to the next statement of this same transaction, so the insert looks again.
+    async fn enqueue(tx: &mut Self::Tx, task: &ValidTask) -> Result<Enqueued> {
+        for _ in 0..3 {
+            if let Some(done) = enqueue::enqueue_valid(&mut **tx, task).await? {
+                return Ok(done);
             }
         }
-    };
-    entry.detail = Some(match &outcome {
-        Ok(done) => format!("{} -> queued", done.previous),
-        Err(e) => e.to_string(),
-    });
-    audit_write(&mut *tx, &entry).await?;
-    commit(tx, "task_requeue").await?;
-    outcome
+        Err(StoreError::Corrupt {
+            what: "enqueue",
+            detail: "idempotency key kept conflicting with an invisible row".into(),
+        })
+    }
+
+    /// task_cancel.sql moves the task as [`flow::cancel_step`] says and returns it before and
+    /// after.
+    async fn task_cancel(tx: &mut Self::Tx, id: TaskId) -> Result<Option<CancelRow>> {
+        const OP: &str = "task_cancel";
+        lock_task(tx, id, OP).await?;
+        let row = sqlx::query(sql::task_cancel)
+            .bind(id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        row.map(|row| {
+            Ok(CancelRow {
+                before: backend::status(&row.text("before")?)?,
+                after: row
+                    .opt_text("after")?
+                    .as_deref()
+                    .map(backend::status)
+                    .transpose()?,
+                owner: row
+                    .opt_text("lease_owner")?
+                    .map(backend::agent_id)
+                    .transpose()?,
+                epoch: LeaseEpoch(row.int("lease_epoch")?),
+            })
+        })
+        .transpose()
+    }
+
+    async fn task_requeue(tx: &mut Self::Tx, id: TaskId) -> Result<Option<(TaskStatus, bool)>> {
+        const OP: &str = "task_requeue";
+        lock_task(tx, id, OP).await?;
+        let row = sqlx::query(sql::task_requeue)
+            .bind(id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        row.map(|row| Ok((backend::status(&row.text("before")?)?, row.flag("changed")?)))
+            .transpose()
+    }
+
+    async fn task_requeue_dead(tx: &mut Self::Tx, f: &DeadFilter, dry_run: bool) -> Result<u64> {
+        let statement = if dry_run {
+            sql::task_count_dead
+        } else {
+            sql::task_requeue_dead
+        };
+        let row = sqlx::query(statement)
+            .bind(f.task_type.as_ref().map(|t| t.as_str()))
+            .bind(f.error_code.as_deref())
+            .bind(f.since)
+            .bind(f.until)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(StoreError::db("task_requeue_dead"))?;
+        Ok(u64::try_from(row.int("count")?).unwrap_or(0))
+    }
+
+    /// The exclusive policy guard orders the change against every claim (which takes it
+    /// shared).
+    async fn policy_begin(&self, op: &'static str) -> Result<Self::Tx> {
+        let mut tx = begin(self.0, op).await?;
+        sqlx::query(sql::policy_guard_exclusive)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(op))?;
+        Ok(tx)
+    }
+
+    async fn policy_locked(tx: &mut Self::Tx, key: &str) -> Result<Option<Policy>> {
+        let current = row_by(&mut **tx, sql::policy_get_for_update, key, "policy_set").await?;
+        current.as_ref().map(policy).transpose()
+    }
+
+    async fn policy_upsert(tx: &mut Self::Tx, key: &str, next: &Policy) -> Result<Policy> {
+        let limit = |l: u32| i32::try_from(l).unwrap_or(i32::MAX);
+        let row = bind_policy(sqlx::query(sql::policy_upsert), key, next, limit)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(StoreError::db("policy_set"))?;
+        policy(&row)
+    }
 }
 
-pub(super) async fn task_requeue_dead(pool: &PgPool, params: &RequeueDeadParams) -> Result<u64> {
-    params.validate()?;
-    if !params.dry_run {
-        authorize(
-            pool,
-            &params.actor,
-            "requeue_dead",
-            "dead-letter queue".into(),
-        )
-        .await?;
-    }
-    let f = &params.filter;
-    let statement = if params.dry_run {
-        sql::task_count_dead
-    } else {
-        sql::task_requeue_dead
-    };
-    let mut tx = begin(pool, "task_requeue_dead").await?;
-    let row = sqlx::query(statement)
-        .bind(f.task_type.as_ref().map(|t| t.as_str()))
-        .bind(f.error_code.as_deref())
-        .bind(f.since)
-        .bind(f.until)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(StoreError::db("task_requeue_dead"))?;
-    let count = u64::try_from(get::<i64>(&row, "count")?).unwrap_or(0);
-    let entry = audit::requeue_dead_entry(&params.actor, f, params.dry_run, count);
-    audit_write(&mut *tx, &entry).await?;
-    commit(tx, "task_requeue_dead").await?;
-    Ok(count)
-}
-
-pub(super) async fn policy_set(pool: &PgPool, params: &PolicySetParams) -> Result<PolicyChange> {
-    params.patch.validate(&params.scope)?;
-    let key = params.scope.key().to_string();
-    authorize(pool, &params.actor, "policy_set", format!("policy:{key}")).await?;
-    let mut tx = begin(pool, "policy_set").await?;
-    let guard = sqlx::query(sql::policy_guard_exclusive)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db("policy_set"));
-    if let Err(error) = guard {
-        // The transaction is aborted; record the attempt on its own so no action goes unaudited.
-        drop(tx);
-        let entry = audit::policy_entry(
-            &params.actor,
-            &params.scope,
-            &params.patch,
-            AuditResult::Failed,
-            Some(error.to_string()),
-        );
-        audit_write(pool, &entry).await?;
-        return Err(error);
-    }
-    let current = sqlx::query(sql::policy_get_for_update)
-        .bind(&key)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db("policy_set"))?;
-    let before = match current {
-        Some(row) => policy(&row)?,
-        None => Policy::inherit(params.scope.clone()),
-    };
-    let next = params.patch.apply_to(before.clone());
-    let ms = |d: Option<std::time::Duration>| d.map(duration_ms);
-    let row = sqlx::query(sql::policy_upsert)
-        .bind(&key)
-        .bind(
-            next.max_concurrency
-                .map(|l| i32::try_from(l).unwrap_or(i32::MAX)),
-        )
-        .bind(next.paused)
-        .bind(ms(next.retry_base))
-        .bind(next.retry_multiplier)
-        .bind(ms(next.retry_max))
-        .bind(next.retry_jitter)
-        .bind(ms(next.timeout))
-        .bind(ms(next.slow_threshold))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(StoreError::db("policy_set"))?;
-    let stored = policy(&row)?;
-    let result = if stored == before {
-        AuditResult::Noop
-    } else {
-        AuditResult::Applied
-    };
-    let entry = audit::policy_entry(&params.actor, &params.scope, &params.patch, result, None);
-    audit_write(&mut *tx, &entry).await?;
-    commit(tx, "policy_set").await?;
-    Ok(PolicyChange {
-        before,
-        after: stored,
-    })
-}
+// The `Store` methods, each the shared operation on this store.
+crate::store::audit::operator::operator_entry_points!(Pg, PgPool);

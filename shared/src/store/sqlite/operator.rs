@@ -1,21 +1,20 @@
-//! Operator actions: enqueue, cancel, requeue, bulk requeue of dead letters, policy changes.
-//! Each runs in one BEGIN IMMEDIATE transaction that also writes its audit row, so the change
-//! and its record commit together; an action refused by the state machine still commits its
-//! audit row (result `failed`) and changes nothing else. A viewer is refused before anything
-//! changes, with a `denied` row of its own. Input refused by validation writes nothing at all.
+//! The SQLite side of the seam the operator actions, resource leases and schedules are
+//! written over ([`crate::store::audit::backend`]): `BEGIN IMMEDIATE` transactions that carry
+//! SQLite's now (read as their first statement), audit rows, and the statements of the
+//! operator actions ([`crate::store::audit::operator`], which decides). The write lock, taken
+//! before anything is read, keeps the row an action decides on as it was read until commit.
 
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::SqliteRow;
 use sqlx::{SqliteConnection, SqlitePool};
 
-use super::rows::{self, agent_id, get, policy, status};
-use super::{commit, holder, sql, write_tx};
-use crate::domain::{Actor, InputLimits, LeaseEpoch, Policy, TaskAction, TaskStatus};
-use crate::store::audit;
-use crate::store::params::duration_ms;
-use crate::store::{
-    AuditEntry, AuditResult, CancelOutcome, CancelParams, DeniedCalls, EnqueueAuditedParams,
-    Enqueued, PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams,
-    Result, StoreError,
-};
+use super::rows::{self, get, get_opt_time, get_time, micros, policy, time};
+use super::{WriteTx, commit, holder, read_tx, sql, write_tx};
+use crate::domain::{LeaseEpoch, Policy, TaskId, TaskStatus};
+use crate::store::audit::backend::{self, Backend, Columns, row_by};
+use crate::store::audit::operator::{self as flow, CancelRow, OperatorStatements, bind_policy};
+use crate::store::params::{DeadFilter, ValidTask};
+use crate::store::{AuditEntry, DeniedCalls, Enqueued, Result, StoreError};
 
 /// Writes one audit row on `conn` — pass the transaction of the change it records, so the
 /// two commit together. Its time is SQLite's clock.
@@ -84,312 +83,192 @@ pub(super) async fn audit_record(pool: &SqlitePool, entry: &AuditEntry) -> Resul
     commit(tx, "audit_write").await
 }
 
-/// Refuses a viewer before anything changes, recording the denial (with the refused call's
-/// parameters when given).
-pub(super) async fn authorize(
-    pool: &SqlitePool,
-    actor: &Actor,
-    action: &str,
-    target: String,
-    params: Option<serde_json::Value>,
-) -> Result<()> {
-    let Some((entry, denied)) = audit::viewer_denial(actor, action, target, params) else {
-        return Ok(());
-    };
-    audit_record(pool, &entry).await?;
-    Err(denied)
+/// The SQLite store as the shared operations see it.
+pub(super) struct Lite<'a>(pub(super) &'a SqlitePool);
+
+/// A transaction and SQLite's now, read as its first statement: every time it writes is
+/// computed from that.
+pub(super) struct LiteTx {
+    pub(super) tx: WriteTx,
+    pub(super) now: i64,
 }
 
-/// Enqueue and its audit row in one transaction, in the order of the PostgreSQL store:
-/// validation (writes nothing), authorization (a viewer's denial row, target `type:<type>`),
-/// then the insert and its `applied` / `noop` row with target `task:<id>`.
-pub(super) async fn task_enqueue_audited(
-    pool: &SqlitePool,
-    params: &EnqueueAuditedParams,
-    limits: &InputLimits,
-) -> Result<Enqueued> {
-    const OP: &str = "task_enqueue_audited";
-    let valid = params.task.validate(limits)?;
-    let audit_params = audit::enqueue_params(&valid);
-    authorize(
-        pool,
-        &params.actor,
-        "enqueue",
-        format!("type:{}", valid.task_type),
-        Some(audit_params.clone()),
-    )
-    .await?;
-    let (mut tx, now) = write_tx(pool, OP).await?;
-    let done = holder::enqueue_valid(&mut tx, &valid, now).await?;
-    let entry = audit::enqueue_entry(&params.actor, &done, audit_params);
-    audit_write(&mut tx, &entry, now).await?;
-    commit(tx, OP).await?;
-    Ok(done)
-}
-
-pub(super) async fn task_cancel(pool: &SqlitePool, params: &CancelParams) -> Result<CancelOutcome> {
-    const OP: &str = "task_cancel";
-    authorize(
-        pool,
-        &params.actor,
-        "cancel",
-        format!("task:{}", params.id),
-        None,
-    )
-    .await?;
-    let (mut tx, now) = write_tx(pool, OP).await?;
-    let row = sqlx::query(sql::task_get_lease)
-        .bind(params.id.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
-    let mut entry = AuditEntry {
-        actor: params.actor.clone(),
-        action: "cancel".into(),
-        target: format!("task:{}", params.id),
-        params: None,
-        result: AuditResult::Failed,
-        detail: None,
-    };
-    let Some(row) = row else {
-        entry.detail = Some("no such task".into());
-        audit_write(&mut tx, &entry, now).await?;
-        commit(tx, OP).await?;
-        return Err(StoreError::NotFound(params.id));
-    };
-    let before = status(get::<&str>(&row, "status")?)?;
-    let owner = get::<Option<String>>(&row, "lease_owner")?
-        .map(agent_id)
-        .transpose()?;
-    let epoch = LeaseEpoch(get(&row, "lease_epoch")?);
-    let outcome = match (before, owner) {
-        (TaskStatus::Queued | TaskStatus::RetryWait, _) => {
-            sqlx::query(sql::task_cancel)
-                .bind(params.id.0)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db(OP))?;
-            entry.result = AuditResult::Applied;
-            entry.detail = Some(format!("{before} -> cancelled"));
-            Ok(CancelOutcome::Cancelled)
-        }
-        (TaskStatus::Running, Some(owner)) => {
-            sqlx::query(sql::task_cancel_request)
-                .bind(params.id.0)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db(OP))?;
-            entry.result = AuditResult::Applied;
-            entry.detail = Some(format!(
-                "{before} -> cancel_requested; holder {owner} asked to stop"
-            ));
-            Ok(CancelOutcome::Requested { owner, epoch })
-        }
-        (TaskStatus::CancelRequested, Some(owner)) => {
-            entry.result = AuditResult::Noop;
-            entry.detail = Some("cancellation already requested".into());
-            Ok(CancelOutcome::AlreadyRequested { owner, epoch })
-        }
-        _ => {
-            let refusal = StoreError::refused(
-                params.id,
-                before,
-                TaskAction::RequestCancel,
-                "cancel",
-                "cancelled",
-            );
-            entry.detail = Some(refusal.to_string());
-            Err(refusal)
-        }
-    };
-    audit_write(&mut tx, &entry, now).await?;
-    commit(tx, OP).await?;
-    outcome
-}
-
-pub(super) async fn task_requeue(
-    pool: &SqlitePool,
-    params: &RequeueParams,
-) -> Result<RequeueOutcome> {
-    const OP: &str = "task_requeue";
-    authorize(
-        pool,
-        &params.actor,
-        "requeue",
-        format!("task:{}", params.id),
-        None,
-    )
-    .await?;
-    let (mut tx, now) = write_tx(pool, OP).await?;
-    let before: Option<String> = sqlx::query_scalar(sql::task_get_status)
-        .bind(params.id.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
-    let mut entry = AuditEntry {
-        actor: params.actor.clone(),
-        action: "requeue".into(),
-        target: format!("task:{}", params.id),
-        params: None,
-        result: AuditResult::Failed,
-        detail: None,
-    };
-    let outcome = match before {
-        None => Err(StoreError::NotFound(params.id)),
-        Some(raw) => {
-            let before = status(&raw)?;
-            if before.is_terminal() {
-                sqlx::query(sql::task_requeue)
-                    .bind(now)
-                    .bind(params.id.0)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(StoreError::db(OP))?;
-                entry.result = AuditResult::Applied;
-                Ok(RequeueOutcome {
-                    id: params.id,
-                    previous: before,
-                })
-            } else {
-                Err(StoreError::refused(
-                    params.id,
-                    before,
-                    TaskAction::Requeue,
-                    "requeue",
-                    "requeued",
-                ))
-            }
-        }
-    };
-    entry.detail = Some(match &outcome {
-        Ok(done) => format!("{} -> queued", done.previous),
-        Err(e) => e.to_string(),
-    });
-    audit_write(&mut tx, &entry, now).await?;
-    commit(tx, OP).await?;
-    outcome
-}
-
-pub(super) async fn task_requeue_dead(
-    pool: &SqlitePool,
-    params: &RequeueDeadParams,
-) -> Result<u64> {
-    const OP: &str = "task_requeue_dead";
-    params.validate()?;
-    if !params.dry_run {
-        authorize(
-            pool,
-            &params.actor,
-            "requeue_dead",
-            "dead-letter queue".into(),
-            None,
-        )
-        .await?;
+impl std::ops::Deref for LiteTx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.tx
     }
-    let f = &params.filter;
-    let (mut tx, now) = write_tx(pool, OP).await?;
-    let count = if params.dry_run {
-        let n: i64 = sqlx::query_scalar(sql::task_count_dead)
-            .bind(now)
-            .bind(f.task_type.as_ref().map(|t| t.as_str()))
-            .bind(f.error_code.as_deref())
-            .bind(f.since.map(rows::micros))
-            .bind(f.until.map(rows::micros))
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(StoreError::db(OP))?;
-        u64::try_from(n).unwrap_or(0)
-    } else {
-        let done = sqlx::query(sql::task_requeue_dead)
-            .bind(now)
-            .bind(f.task_type.as_ref().map(|t| t.as_str()))
-            .bind(f.error_code.as_deref())
-            .bind(f.since.map(rows::micros))
-            .bind(f.until.map(rows::micros))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(StoreError::db(OP))?;
-        done.len() as u64
-    };
-    let entry = audit::requeue_dead_entry(&params.actor, f, params.dry_run, count);
-    audit_write(&mut tx, &entry, now).await?;
-    commit(tx, OP).await?;
-    Ok(count)
 }
 
-/// A policy change. The write lock orders it against every claim: a claim either committed
-/// before it (and is counted by the next one) or starts after it and reads the new limit.
-pub(super) async fn policy_set(
-    pool: &SqlitePool,
-    params: &PolicySetParams,
-) -> Result<PolicyChange> {
-    const OP: &str = "policy_set";
-    params.patch.validate(&params.scope)?;
-    let key = params.scope.key().to_string();
-    authorize(
-        pool,
-        &params.actor,
-        "policy_set",
-        format!("policy:{key}"),
-        None,
-    )
-    .await?;
-    let (mut tx, now) = match write_tx(pool, OP).await {
-        Ok(begun) => begun,
-        Err(error) => {
-            // Record the attempt on its own so no action goes unaudited — when the lock can be
-            // had for that (it may be just as busy; the error says so either way).
-            let entry = audit::policy_entry(
-                &params.actor,
-                &params.scope,
-                &params.patch,
-                AuditResult::Failed,
-                Some(error.to_string()),
-            );
-            if let Err(audit) = audit_record(pool, &entry).await {
-                tracing::warn!(%audit, "could not audit a failed policy change");
-            }
-            return Err(error);
-        }
-    };
-    let current = sqlx::query(sql::policy_get_for_update)
-        .bind(&key)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
-    let before = match current {
-        Some(row) => policy(&row)?,
-        None => Policy::inherit(params.scope.clone()),
-    };
-    let next = params.patch.apply_to(before.clone());
-    let ms = |d: Option<std::time::Duration>| d.map(duration_ms);
-    let row = sqlx::query(sql::policy_upsert)
-        .bind(&key)
-        .bind(next.max_concurrency.map(i64::from))
-        .bind(next.paused)
-        .bind(ms(next.retry_base))
-        .bind(next.retry_multiplier)
-        .bind(ms(next.retry_max))
-        .bind(next.retry_jitter)
-        .bind(ms(next.timeout))
-        .bind(ms(next.slow_threshold))
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
-    let stored = policy(&row)?;
-    let result = if stored == before {
-        AuditResult::Noop
-    } else {
-        AuditResult::Applied
-    };
-    let entry = audit::policy_entry(&params.actor, &params.scope, &params.patch, result, None);
-    audit_write(&mut tx, &entry, now).await?;
-    commit(tx, OP).await?;
-    Ok(PolicyChange {
-        before,
-        after: stored,
-    })
+impl std::ops::DerefMut for LiteTx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
 }
+
+impl Backend for Lite<'_> {
+    type Tx = LiteTx;
+    type Row = SqliteRow;
+
+    async fn begin(&self, op: &'static str) -> Result<LiteTx> {
+        let (tx, now) = write_tx(self.0, op).await?;
+        Ok(LiteTx { tx, now })
+    }
+
+    async fn snapshot(&self, op: &'static str) -> Result<LiteTx> {
+        let (tx, now) = read_tx(self.0, op).await?;
+        Ok(LiteTx { tx, now })
+    }
+
+    async fn now(tx: &mut LiteTx, _op: &'static str) -> Result<DateTime<Utc>> {
+        time(tx.now, "now")
+    }
+
+    async fn commit(tx: LiteTx, op: &'static str) -> Result<()> {
+        commit(tx.tx, op).await
+    }
+
+    async fn audit_in(tx: &mut LiteTx, entry: &AuditEntry) -> Result<()> {
+        let now = tx.now;
+        audit_write(tx, entry, now).await
+    }
+
+    async fn audit_alone(&self, entry: &AuditEntry) -> Result<()> {
+        audit_record(self.0, entry).await
+    }
+}
+
+impl Columns for SqliteRow {
+    backend::decoded_columns!(get, get_time, get_opt_time);
+
+    fn int(&self, column: &'static str) -> Result<i64> {
+        get(self, column)
+    }
+
+    fn opt_int(&self, column: &'static str) -> Result<Option<i64>> {
+        get(self, column)
+    }
+
+    fn json(&self, column: &'static str) -> Result<Option<serde_json::Value>> {
+        rows::json(get(self, column)?, column)
+    }
+}
+
+impl OperatorStatements for Lite<'_> {
+    async fn enqueue(tx: &mut LiteTx, task: &ValidTask) -> Result<Enqueued> {
+        let now = tx.now;
+        holder::enqueue_valid(tx, task, now).await
+    }
+
+    async fn task_cancel(tx: &mut LiteTx, id: TaskId) -> Result<Option<CancelRow>> {
+        const OP: &str = "task_cancel";
+        let row = sqlx::query(sql::task_get_lease)
+            .bind(id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let before = backend::status(&row.text("status")?)?;
+        let owner = row
+            .opt_text("lease_owner")?
+            .map(backend::agent_id)
+            .transpose()?;
+        let after = flow::cancel_step(before, owner.is_some());
+        let statement = match after {
+            Some(TaskStatus::Cancelled) => Some(sql::task_cancel),
+            Some(_) => Some(sql::task_cancel_request),
+            None => None,
+        };
+        if let Some(statement) = statement {
+            sqlx::query(statement)
+                .bind(id.0)
+                .bind(tx.now)
+                .execute(&mut **tx)
+                .await
+                .map_err(StoreError::db(OP))?;
+        }
+        Ok(Some(CancelRow {
+            before,
+            after,
+            owner,
+            epoch: LeaseEpoch(row.int("lease_epoch")?),
+        }))
+    }
+
+    async fn task_requeue(tx: &mut LiteTx, id: TaskId) -> Result<Option<(TaskStatus, bool)>> {
+        const OP: &str = "task_requeue";
+        let before: Option<String> = sqlx::query_scalar(sql::task_get_status)
+            .bind(id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        let Some(before) = before.as_deref().map(backend::status).transpose()? else {
+            return Ok(None);
+        };
+        let moves = flow::requeue_allowed(before);
+        if moves {
+            sqlx::query(sql::task_requeue)
+                .bind(tx.now)
+                .bind(id.0)
+                .execute(&mut **tx)
+                .await
+                .map_err(StoreError::db(OP))?;
+        }
+        Ok(Some((before, moves)))
+    }
+
+    async fn task_requeue_dead(tx: &mut LiteTx, f: &DeadFilter, dry_run: bool) -> Result<u64> {
+        const OP: &str = "task_requeue_dead";
+        let statement = if dry_run {
+            sql::task_count_dead
+        } else {
+            sql::task_requeue_dead
+        };
+        let query = sqlx::query(statement)
+            .bind(tx.now)
+            .bind(f.task_type.as_ref().map(|t| t.as_str()))
+            .bind(f.error_code.as_deref())
+            .bind(f.since.map(micros))
+            .bind(f.until.map(micros));
+        if dry_run {
+            let n = query
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(StoreError::db(OP))?;
+            // `count(*)`, unnamed: the first column.
+            let n: i64 = sqlx::Row::try_get(&n, 0).map_err(StoreError::db(OP))?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        } else {
+            let done = query
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(StoreError::db(OP))?;
+            Ok(done.len() as u64)
+        }
+    }
+
+    /// The write lock orders the change against every claim.
+    async fn policy_begin(&self, op: &'static str) -> Result<LiteTx> {
+        self.begin(op).await
+    }
+
+    async fn policy_locked(tx: &mut LiteTx, key: &str) -> Result<Option<Policy>> {
+        let current = row_by(&mut **tx, sql::policy_get_for_update, key, "policy_set").await?;
+        current.as_ref().map(policy).transpose()
+    }
+
+    async fn policy_upsert(tx: &mut LiteTx, key: &str, next: &Policy) -> Result<Policy> {
+        let now = tx.now;
+        let row = bind_policy(sqlx::query(sql::policy_upsert), key, next, i64::from)
+            .bind(now)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(StoreError::db("policy_set"))?;
+        policy(&row)
+    }
+}
+
+// The `Store` methods, each the shared operation on this store.
+crate::store::audit::operator::operator_entry_points!(Lite, SqlitePool);

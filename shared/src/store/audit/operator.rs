@@ -1,0 +1,457 @@
+//! Operator actions on tasks and policies, written once for both stores: enqueue, cancel,
+//! requeue, bulk requeue of dead letters, policy changes. Each runs in one short transaction
+//! that also writes its audit row, so the change and its record commit together; an action
+//! refused by the state machine still commits its audit row (result `failed`) and changes
+//! nothing else. A viewer is refused before anything changes, with a `denied` row of its own.
+//! Input refused by validation writes nothing at all. The stores only run the statements
+//! ([`OperatorStatements`]).
+//!
+//! When things fail: a statement error drops the transaction (task and audit row with it);
+//! a policy change whose transaction cannot begin is recorded as `failed` on its own.
+
+use std::future::Future;
+
+use sqlx::query::Query;
+use sqlx::{Database, Encode, Type};
+
+use super::backend::{Backend, authorize, failed};
+use super::{enqueue_entry, enqueue_params, policy_entry, requeue_dead_entry};
+use crate::domain::{
+    Actor, AgentId, InputLimits, LeaseEpoch, Policy, TaskAction, TaskId, TaskStatus,
+};
+use crate::store::params::{DeadFilter, ValidTask, duration_ms};
+use crate::store::{
+    AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued,
+    PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result,
+    StoreError,
+};
+
+/// A task's row as a cancel found and left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CancelRow {
+    pub before: TaskStatus,
+    /// The status the cancel moved it to (`None`: unchanged).
+    pub after: Option<TaskStatus>,
+    pub owner: Option<AgentId>,
+    pub epoch: LeaseEpoch,
+}
+
+/// The statements of the operator actions, per store.
+pub(crate) trait OperatorStatements: Backend {
+    /// Enqueues a validated task in `tx` (the idempotency key's task when it exists).
+    fn enqueue(
+        tx: &mut Self::Tx,
+        task: &ValidTask,
+    ) -> impl Future<Output = Result<Enqueued>> + Send;
+
+    /// Cancels task `id` as [`cancel_step`] says, locked first (`None`: no such task).
+    fn task_cancel(
+        tx: &mut Self::Tx,
+        id: TaskId,
+    ) -> impl Future<Output = Result<Option<CancelRow>>> + Send;
+
+    /// Requeues task `id` when [`requeue_allowed`]: its status before and whether it moved
+    /// (`None`: no such task).
+    fn task_requeue(
+        tx: &mut Self::Tx,
+        id: TaskId,
+    ) -> impl Future<Output = Result<Option<(TaskStatus, bool)>>> + Send;
+
+    /// Requeues (or, on a dry run, counts) the dead letters `filter` matches.
+    fn task_requeue_dead(
+        tx: &mut Self::Tx,
+        filter: &DeadFilter,
+        dry_run: bool,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// The transaction of a policy change, ordered against every claim.
+    fn policy_begin(&self, op: &'static str) -> impl Future<Output = Result<Self::Tx>> + Send;
+
+    /// The stored policy of scope `key`, locked (`None`: it inherits).
+    fn policy_locked(
+        tx: &mut Self::Tx,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Policy>>> + Send;
+
+    /// Stores `next` as the policy of scope `key`; the policy as stored.
+    fn policy_upsert(
+        tx: &mut Self::Tx,
+        key: &str,
+        next: &Policy,
+    ) -> impl Future<Output = Result<Policy>> + Send;
+}
+
+/// What a cancel moves a task in `before` to: a waiting task is cancelled, a running one
+/// (with its holder) asked to stop; anything else does not move. (PostgreSQL's
+/// task_cancel.sql decides the same in its statement.)
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn cancel_step(before: TaskStatus, held: bool) -> Option<TaskStatus> {
+    match before {
+        TaskStatus::Queued | TaskStatus::RetryWait => Some(TaskStatus::Cancelled),
+        TaskStatus::Running if held => Some(TaskStatus::CancelRequested),
+        _ => None,
+    }
+}
+
+/// Whether a requeue moves a task in `before` back to `queued`: finished tasks only.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn requeue_allowed(before: TaskStatus) -> bool {
+    before.is_terminal()
+}
+
+fn task_entry(actor: &Actor, action: &str, id: TaskId) -> AuditEntry {
+    AuditEntry {
+        actor: actor.clone(),
+        action: action.into(),
+        target: format!("task:{id}"),
+        params: None,
+        result: AuditResult::Failed,
+        detail: None,
+    }
+}
+
+/// A cancel's audit row and outcome from the row it found (`None`: no such task).
+pub(crate) fn cancel_settled(
+    actor: &Actor,
+    id: TaskId,
+    found: Option<CancelRow>,
+) -> (AuditEntry, Result<CancelOutcome>) {
+    let mut entry = task_entry(actor, "cancel", id);
+    let Some(row) = found else {
+        entry.detail = Some("no such task".into());
+        return (entry, Err(StoreError::NotFound(id)));
+    };
+    let CancelRow {
+        before,
+        after,
+        owner,
+        epoch,
+    } = row;
+    let outcome = match (before, after, owner) {
+        (TaskStatus::CancelRequested, None, Some(owner)) => {
+            entry.result = AuditResult::Noop;
+            entry.detail = Some("cancellation already requested".into());
+            Ok(CancelOutcome::AlreadyRequested { owner, epoch })
+        }
+        (_, Some(TaskStatus::Cancelled), _) => {
+            entry.result = AuditResult::Applied;
+            entry.detail = Some(format!("{before} -> cancelled"));
+            Ok(CancelOutcome::Cancelled)
+        }
+        (_, Some(TaskStatus::CancelRequested), Some(owner)) => {
+            entry.result = AuditResult::Applied;
+            entry.detail = Some(format!(
+                "{before} -> cancel_requested; holder {owner} asked to stop"
+            ));
+            Ok(CancelOutcome::Requested { owner, epoch })
+        }
+        _ => {
+            let refusal =
+                StoreError::refused(id, before, TaskAction::RequestCancel, "cancel", "cancelled");
+            entry.detail = Some(refusal.to_string());
+            Err(refusal)
+        }
+    };
+    (entry, outcome)
+}
+
+/// A requeue's audit row and outcome from what it found: the status before and whether the
+/// task moved (`None`: no such task).
+pub(crate) fn requeue_settled(
+    actor: &Actor,
+    id: TaskId,
+    found: Option<(TaskStatus, bool)>,
+) -> (AuditEntry, Result<RequeueOutcome>) {
+    let mut entry = task_entry(actor, "requeue", id);
+    let outcome = match found {
+        None => Err(StoreError::NotFound(id)),
+        Some((previous, true)) => {
+            entry.result = AuditResult::Applied;
+            Ok(RequeueOutcome { id, previous })
+        }
+        Some((before, false)) => Err(StoreError::refused(
+            id,
+            before,
+            TaskAction::Requeue,
+            "requeue",
+            "requeued",
+        )),
+    };
+    entry.detail = Some(match &outcome {
+        Ok(done) => format!("{} -> queued", done.previous),
+        Err(e) => e.to_string(),
+    });
+    (entry, outcome)
+}
+
+/// A policy change's audit result: `noop` when the stored policy is what it was.
+pub(crate) fn policy_result(before: &Policy, stored: &Policy) -> AuditResult {
+    if stored == before {
+        AuditResult::Noop
+    } else {
+        AuditResult::Applied
+    }
+}
+
+/// Binds a policy's columns to either store's `policy_upsert`, which both number so: 1 scope
+/// key, 2 concurrency limit (as `limit` stores it), 3 paused, 4 retry base (ms), 5 retry
+/// multiplier, 6 retry max (ms), 7 jitter, 8 timeout (ms), 9 slow threshold (ms).
+pub(crate) fn bind_policy<'q, DB, T>(
+    query: Query<'q, DB, DB::Arguments>,
+    key: &str,
+    next: &Policy,
+    limit: impl Fn(u32) -> T,
+) -> Query<'q, DB, DB::Arguments>
+where
+    DB: Database,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    Option<T>: for<'t> Encode<'t, DB> + Type<DB>,
+    bool: for<'t> Encode<'t, DB> + Type<DB>,
+    Option<i64>: for<'t> Encode<'t, DB> + Type<DB>,
+    Option<f64>: for<'t> Encode<'t, DB> + Type<DB>,
+{
+    let ms = |d: Option<std::time::Duration>| d.map(duration_ms);
+    query
+        .bind(key)
+        .bind(next.max_concurrency.map(limit))
+        .bind(next.paused)
+        .bind(ms(next.retry_base))
+        .bind(next.retry_multiplier)
+        .bind(ms(next.retry_max))
+        .bind(next.retry_jitter)
+        .bind(ms(next.timeout))
+        .bind(ms(next.slow_threshold))
+}
+
+/// Enqueue and its audit row in one transaction. Order: validation (invalid input writes
+/// nothing, no audit row either), then authorization (a viewer gets a `denied` row, committed
+/// on its own; no task exists yet, so its target is `type:<type>`, as the gRPC layer's own
+/// denials name it), then the insert and the `applied` / `noop` row with target `task:<id>`.
+/// Any failure after the insert rolls the task back too: a task enqueued by an operator
+/// exists only with its audit row.
+pub(crate) async fn task_enqueue_audited<B: OperatorStatements>(
+    backend: &B,
+    params: &EnqueueAuditedParams,
+    limits: &InputLimits,
+) -> Result<Enqueued> {
+    const OP: &str = "task_enqueue_audited";
+    let valid = params.task.validate(limits)?;
+    let audit_params = enqueue_params(&valid);
+    let target = format!("type:{}", valid.task_type);
+    let denial_params = Some(audit_params.clone());
+    authorize(backend, &params.actor, "enqueue", target, denial_params).await?;
+    let mut tx = backend.begin(OP).await?;
+    let done = B::enqueue(&mut tx, &valid).await?;
+    B::audit_in(&mut tx, &enqueue_entry(&params.actor, &done, audit_params)).await?;
+    B::commit(tx, OP).await?;
+    Ok(done)
+}
+
+pub(crate) async fn task_cancel<B: OperatorStatements>(
+    backend: &B,
+    params: &CancelParams,
+) -> Result<CancelOutcome> {
+    const OP: &str = "task_cancel";
+    let target = format!("task:{}", params.id);
+    authorize(backend, &params.actor, "cancel", target, None).await?;
+    let mut tx = backend.begin(OP).await?;
+    let found = B::task_cancel(&mut tx, params.id).await?;
+    let (entry, outcome) = cancel_settled(&params.actor, params.id, found);
+    B::audit_in(&mut tx, &entry).await?;
+    B::commit(tx, OP).await?;
+    outcome
+}
+
+pub(crate) async fn task_requeue<B: OperatorStatements>(
+    backend: &B,
+    params: &RequeueParams,
+) -> Result<RequeueOutcome> {
+    const OP: &str = "task_requeue";
+    let target = format!("task:{}", params.id);
+    authorize(backend, &params.actor, "requeue", target, None).await?;
+    let mut tx = backend.begin(OP).await?;
+    let found = B::task_requeue(&mut tx, params.id).await?;
+    let (entry, outcome) = requeue_settled(&params.actor, params.id, found);
+    B::audit_in(&mut tx, &entry).await?;
+    B::commit(tx, OP).await?;
+    outcome
+}
+
+pub(crate) async fn task_requeue_dead<B: OperatorStatements>(
+    backend: &B,
+    params: &RequeueDeadParams,
+) -> Result<u64> {
+    const OP: &str = "task_requeue_dead";
+    params.validate()?;
+    if !params.dry_run {
+        let target = "dead-letter queue".to_string();
+        authorize(backend, &params.actor, "requeue_dead", target, None).await?;
+    }
+    let f = &params.filter;
+    let mut tx = backend.begin(OP).await?;
+    let count = B::task_requeue_dead(&mut tx, f, params.dry_run).await?;
+    let entry = requeue_dead_entry(&params.actor, f, params.dry_run, count);
+    B::audit_in(&mut tx, &entry).await?;
+    B::commit(tx, OP).await?;
+    Ok(count)
+}
+
+/// A policy change. Its transaction orders it against every claim: a claim either committed
+/// before it (and is counted by the next one) or starts after it and reads the new limit.
+pub(crate) async fn policy_set<B: OperatorStatements>(
+    backend: &B,
+    params: &PolicySetParams,
+) -> Result<PolicyChange> {
+    const OP: &str = "policy_set";
+    params.patch.validate(&params.scope)?;
+    let key = params.scope.key().to_string();
+    let target = format!("policy:{key}");
+    authorize(backend, &params.actor, "policy_set", target, None).await?;
+    let entry =
+        |result, detail| policy_entry(&params.actor, &params.scope, &params.patch, result, detail);
+    let mut tx = match backend.policy_begin(OP).await {
+        Ok(tx) => tx,
+        Err(error) => {
+            // Recorded on its own so no action goes unaudited.
+            let refused = entry(AuditResult::Failed, Some(error.to_string()));
+            return Err(failed(backend, &refused, error).await);
+        }
+    };
+    let before = B::policy_locked(&mut tx, &key)
+        .await?
+        .unwrap_or_else(|| Policy::inherit(params.scope.clone()));
+    let next = params.patch.apply_to(before.clone());
+    let stored = B::policy_upsert(&mut tx, &key, &next).await?;
+    B::audit_in(&mut tx, &entry(policy_result(&before, &stored), None)).await?;
+    B::commit(tx, OP).await?;
+    Ok(PolicyChange {
+        before,
+        after: stored,
+    })
+}
+
+/// The entry points of a store's operator actions (see [`super::backend::entry_points`]).
+macro_rules! operator_entry_points {
+    ($backend:ident, $pool:ty) => {
+        $crate::store::audit::backend::entry_points!($backend, $pool;
+            $crate::store::audit::operator::task_enqueue_audited as task_enqueue_audited(
+                params: &$crate::store::EnqueueAuditedParams,
+                limits: &$crate::domain::InputLimits
+            ) -> $crate::store::Enqueued;
+            $crate::store::audit::operator::task_cancel as task_cancel(
+                params: &$crate::store::CancelParams
+            ) -> $crate::store::CancelOutcome;
+            $crate::store::audit::operator::task_requeue as task_requeue(
+                params: &$crate::store::RequeueParams
+            ) -> $crate::store::RequeueOutcome;
+            $crate::store::audit::operator::task_requeue_dead as task_requeue_dead(
+                params: &$crate::store::RequeueDeadParams
+            ) -> u64;
+            $crate::store::audit::operator::policy_set as policy_set(
+                params: &$crate::store::PolicySetParams
+            ) -> $crate::store::PolicyChange;
+        );
+    };
+}
+pub(crate) use operator_entry_points;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::domain::Role;
+    use TaskStatus as S;
+
+    fn actor() -> Actor {
+        Actor {
+            name: "ops".into(),
+            role: Role::Operator,
+        }
+    }
+
+    #[test]
+    fn a_cancel_moves_waiting_and_running_tasks_only() {
+        let cases = [
+            (S::Queued, false, Some(S::Cancelled)),
+            (S::RetryWait, true, Some(S::Cancelled)),
+            (S::Running, true, Some(S::CancelRequested)),
+            (S::Running, false, None),
+            (S::CancelRequested, true, None),
+            (S::Succeeded, false, None),
+            (S::Dead, false, None),
+        ];
+        for (before, held, after) in cases {
+            assert_eq!(cancel_step(before, held), after, "{before:?} held={held}");
+        }
+    }
+
+    #[test]
+    fn a_cancel_settles_into_its_audit_row_and_outcome() {
+        let id = TaskId(7);
+        let owner = AgentId::new("web-1").unwrap();
+        let row = |before, after, owner: Option<&AgentId>| CancelRow {
+            before,
+            after,
+            owner: owner.cloned(),
+            epoch: LeaseEpoch(3),
+        };
+        let cases: [(Option<CancelRow>, AuditResult, &str); 5] = [
+            (None, AuditResult::Failed, "no such task"),
+            (
+                Some(row(S::Queued, Some(S::Cancelled), None)),
+                AuditResult::Applied,
+                "queued -> cancelled",
+            ),
+            (
+                Some(row(S::Running, Some(S::CancelRequested), Some(&owner))),
+                AuditResult::Applied,
+                "running -> cancel_requested; holder web-1 asked to stop",
+            ),
+            (
+                Some(row(S::CancelRequested, None, Some(&owner))),
+                AuditResult::Noop,
+                "cancellation already requested",
+            ),
+            (
+                Some(row(S::Succeeded, None, None)),
+                AuditResult::Failed,
+                "succeeded",
+            ),
+        ];
+        for (found, result, detail) in cases {
+            let (entry, outcome) = cancel_settled(&actor(), id, found.clone());
+            assert_eq!(entry.result, result, "{found:?}");
+            assert_eq!(entry.target, "task:7");
+            let text = entry.detail.unwrap();
+            assert!(text.contains(detail), "{text}");
+            assert_eq!(outcome.is_ok(), result != AuditResult::Failed, "{found:?}");
+        }
+    }
+
+    #[test]
+    fn a_requeue_takes_finished_tasks_only() {
+        let id = TaskId(9);
+        for (before, allowed) in [
+            (S::Dead, true),
+            (S::Succeeded, true),
+            (S::Cancelled, true),
+            (S::Queued, false),
+            (S::Running, false),
+        ] {
+            assert_eq!(requeue_allowed(before), allowed, "{before:?}");
+            let (entry, outcome) = requeue_settled(&actor(), id, Some((before, allowed)));
+            assert_eq!(outcome.is_ok(), allowed);
+            let applied = if allowed {
+                AuditResult::Applied
+            } else {
+                AuditResult::Failed
+            };
+            assert_eq!(entry.result, applied);
+        }
+        let (entry, outcome) = requeue_settled(&actor(), id, None);
+        assert!(matches!(outcome, Err(StoreError::NotFound(TaskId(9)))));
+        assert_eq!(entry.result, AuditResult::Failed);
+        let (entry, _) = requeue_settled(&actor(), id, Some((S::Dead, true)));
+        assert_eq!(entry.detail.as_deref(), Some("dead -> queued"));
+    }
+}
