@@ -1,5 +1,10 @@
 //! The [`Store`] trait: the seam between the runtime and the databases.
 //!
+//! `Store` is implemented once (`driver.rs`), over a `Driver` per backend (`postgres/`,
+//! `sqlite/`) that only runs statements: validation, operations derived from others and the
+//! wake-up of agents after writes that make work claimable are decided there, the same for both.
+//! Rows become domain types in `rows.rs`, once; each backend only decodes its column types.
+//!
 //! Every method is one statement or one short transaction. Methods are named noun-first, take
 //! a `…Params` struct when they have more than an id or two, and return typed outcomes. Holder writes carry a
 //! [`LeaseKey`](crate::LeaseKey) and are *fenced*: when the row's owner, epoch or status no
@@ -24,6 +29,7 @@
 
 mod any;
 mod audit;
+mod driver;
 mod error;
 pub mod explain;
 pub mod idle;
@@ -32,6 +38,7 @@ pub mod outcomes;
 pub mod params;
 pub mod postgres;
 pub mod resources;
+mod rows;
 pub mod schedules;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

@@ -1,5 +1,11 @@
 //! The PostgreSQL store: production storage, the only one for several hosts.
 //!
+//! [`PgStore`] is a [`Driver`](super::driver::Driver): it runs statements and is a
+//! [`Store`](super::Store) through the Store layer written once for both backends
+//! (`store/driver.rs`: validation, derived operations, wake-ups). This module holds the pool, the
+//! statement list and `ops`, which names the function of each operation; its wake-up is a
+//! NOTIFY on [`NOTIFY_CHANNEL`].
+//!
 //! SQL lives in `sql/*.sql`, one statement per file named after its operation, loaded with
 //! `include_str!`. The task hot path is one statement per batch (renew, complete, release;
 //! claims of limited scopes run in a short transaction that first takes one advisory lock per
@@ -24,33 +30,12 @@ mod schedules;
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{ConnectOptions, Row};
 
-use super::resources::{
-    GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing,
-    ResourceHolderParams, ResourceRecord, ResourceRenewOutcome, ResourceRenewParams,
-    ShardAcquireParams, ShardGroupCreateParams, ShardGroupCreated, ShardGroupRecord,
-    ShardGroupView, ShardJoinParams,
-};
-use super::schedules::{
-    FireReport, LeaderRecord, ScheduleAddParams, ScheduleAdded, ScheduleEnableParams,
-    ScheduleEnabled, ScheduleFireParams, ScheduleListing, ScheduleNameParams, ScheduleRecord,
-    ScheduleTriggered,
-};
-use super::{
-    AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
-    AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
-    CompleteParams, DeniedCalls, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams,
-    ExplainParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal,
-    NewTask, Overview, PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams,
-    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams,
-    RequeueOutcome, RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams,
-    TaskDetail, TaskListParams, TaskPage, UnservedParams,
-};
-use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
+use super::{Result, StoreError};
+use crate::domain::InputLimits;
 
 /// The embedded PostgreSQL migrations (`migrations/postgres/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -290,10 +275,7 @@ impl PgStore {
             .connect_with(connect)
             .await
             .map_err(StoreError::db("connect"))?;
-        Ok(Self {
-            pool,
-            limits: options.limits,
-        })
+        Ok(Self::from_pool(pool, options.limits))
     }
 
     /// Wraps an existing pool. Its connections should use READ COMMITTED (the server default)
@@ -323,13 +305,6 @@ impl PgStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
-
-    async fn notify(&self) {
-        // A hint only: agents poll as well, so a lost notification delays, never loses, work.
-        if let Err(error) = sqlx::query(sql::notify_tasks).execute(&self.pool).await {
-            tracing::debug!(%error, "notify failed");
-        }
-    }
 }
 
 /// Parses a PostgreSQL URL, refusing other schemes with a clear message.
@@ -352,294 +327,32 @@ async fn tx_now(conn: &mut sqlx::PgConnection, op: &'static str) -> Result<DateT
         .map_err(StoreError::db(op))
 }
 
-#[async_trait]
-impl Store for PgStore {
-    fn input_limits(&self) -> &crate::domain::InputLimits {
-        &self.limits
-    }
+/// Each [`Driver`](super::driver::Driver) operation's function, under the operation's name
+/// (where the area file names it otherwise, renamed here).
+mod ops {
+    pub(super) use super::claim::*;
+    pub(super) use super::enqueue::{
+        task_enqueue_many_with_retry as task_enqueue_many, task_enqueue_with_retry as task_enqueue,
+    };
+    pub(super) use super::holder::*;
+    pub(super) use super::maintenance::*;
+    pub(super) use super::operator::{
+        audit_write as audit_record, audit_write_denied as audit_record_denied,
+        policy_set as policy_change, task_cancel, task_enqueue_audited, task_requeue,
+        task_requeue_dead,
+    };
+    pub(super) use super::query::*;
+    pub(super) use super::registry::*;
+    pub(super) use super::resources::*;
+    pub(super) use super::schedules::*;
 
-    async fn db_now(&self) -> Result<DateTime<Utc>> {
-        let row = sqlx::query(sql::db_now)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(StoreError::db("db_now"))?;
-        row.try_get("now").map_err(StoreError::db("db_now"))
-    }
-
-    async fn task_enqueue(&self, task: NewTask) -> Result<Enqueued> {
-        enqueue::task_enqueue_with_retry(&self.pool, &task, &self.limits).await
-    }
-
-    async fn task_enqueue_audited(&self, params: EnqueueAuditedParams) -> Result<Enqueued> {
-        operator::task_enqueue_audited(&self.pool, &params, &self.limits).await
-    }
-
-    async fn task_enqueue_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Enqueued>> {
-        enqueue::task_enqueue_many_with_retry(&self.pool, &tasks, &self.limits).await
-    }
-
-    async fn task_claim(&self, params: ClaimParams) -> Result<ClaimBatch> {
-        claim::task_claim(&self.pool, &params).await
-    }
-
-    async fn lease_renew_many(&self, params: RenewParams) -> Result<RenewOutcome> {
-        holder::lease_renew_many(&self.pool, &params).await
-    }
-
-    async fn task_progress(&self, params: ProgressParams) -> Result<HolderWrite> {
-        holder::task_progress(&self.pool, &params).await
-    }
-
-    async fn task_complete(&self, params: CompleteParams) -> Result<CompleteOutcome> {
-        let mut outcomes =
-            holder::task_complete_many(&self.pool, std::slice::from_ref(&params)).await?;
-        outcomes.pop().ok_or_else(|| StoreError::Corrupt {
-            what: "completion",
-            detail: "no result".into(),
-        })
-    }
-
-    async fn task_complete_many(&self, batch: Vec<CompleteParams>) -> Result<Vec<CompleteOutcome>> {
-        holder::task_complete_many(&self.pool, &batch).await
-    }
-
-    async fn lease_release_many(&self, params: ReleaseParams) -> Result<ReleaseOutcome> {
-        let outcome = holder::lease_release_many(&self.pool, &params).await?;
-        if !outcome.released.is_empty() {
-            self.notify().await;
+    /// NOTIFY on [`NOTIFY_CHANNEL`](super::NOTIFY_CHANNEL). A hint only: agents poll as well,
+    /// so a lost notification delays, never loses, work.
+    pub(super) async fn wake(pool: &sqlx::PgPool) {
+        if let Err(error) = sqlx::query(super::sql::notify_tasks).execute(pool).await {
+            tracing::debug!(%error, "notify failed");
         }
-        Ok(outcome)
-    }
-
-    async fn task_cancel(&self, params: CancelParams) -> Result<CancelOutcome> {
-        operator::task_cancel(&self.pool, &params).await
-    }
-
-    async fn task_requeue(&self, params: RequeueParams) -> Result<RequeueOutcome> {
-        let outcome = operator::task_requeue(&self.pool, &params).await?;
-        self.notify().await;
-        Ok(outcome)
-    }
-
-    async fn task_requeue_dead(&self, params: RequeueDeadParams) -> Result<u64> {
-        let count = operator::task_requeue_dead(&self.pool, &params).await?;
-        if count > 0 && !params.dry_run {
-            self.notify().await;
-        }
-        Ok(count)
-    }
-
-    async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>> {
-        params.validate()?;
-        let recovered = maintenance::lease_recover_expired(&self.pool, &params).await?;
-        if !recovered.is_empty() {
-            self.notify().await;
-        }
-        Ok(recovered)
-    }
-
-    async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>> {
-        params.validate()?;
-        maintenance::task_expire_deadlines(&self.pool, &params).await
-    }
-
-    async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64> {
-        params.validate()?;
-        maintenance::task_purge_finished(&self.pool, &params).await
-    }
-
-    async fn task_dead_letter_unserved(
-        &self,
-        params: UnservedParams,
-    ) -> Result<Vec<(TaskId, TaskType)>> {
-        params.validate()?;
-        maintenance::task_dead_letter_unserved(&self.pool, &params).await
-    }
-
-    async fn task_count_claimable(&self, task_types: Vec<TaskType>) -> Result<u64> {
-        maintenance::task_count_claimable(&self.pool, &task_types).await
-    }
-
-    async fn task_idle_report(
-        &self,
-        params: crate::store::IdleReportParams,
-    ) -> Result<crate::store::IdleReport> {
-        params.validate()?;
-        maintenance::task_idle_report(&self.pool, &params).await
-    }
-
-    async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>> {
-        params.validate()?;
-        maintenance::lease_list_suspect(&self.pool, &params).await
-    }
-
-    async fn policy_list(&self) -> Result<Vec<Policy>> {
-        query::policy_list(&self.pool).await
-    }
-
-    async fn policy_get(&self, scope: PolicyScope) -> Result<Policy> {
-        let all = query::policy_list(&self.pool).await?;
-        Ok(all
-            .into_iter()
-            .find(|p| p.scope == scope)
-            .unwrap_or_else(|| Policy::inherit(scope)))
-    }
-
-    async fn policy_change(&self, params: PolicySetParams) -> Result<PolicyChange> {
-        let change = operator::policy_set(&self.pool, &params).await?;
-        self.notify().await;
-        Ok(change)
-    }
-
-    async fn agent_register(&self, params: AgentRegisterParams) -> Result<AgentRecord> {
-        registry::agent_register(&self.pool, &params).await
-    }
-
-    async fn agent_heartbeat(&self, params: AgentHeartbeatParams) -> Result<bool> {
-        registry::agent_heartbeat(&self.pool, &params).await
-    }
-
-    async fn agent_list(&self) -> Result<Vec<AgentRecord>> {
-        registry::agent_list(&self.pool).await
-    }
-
-    async fn agent_mark_stopped(&self, id: AgentId) -> Result<()> {
-        registry::agent_mark_stopped(&self.pool, &id).await
-    }
-
-    async fn leader_attempt_elect(&self, params: LeaderElectParams) -> Result<LeaderOutcome> {
-        registry::leader_attempt_elect(&self.pool, &params).await
-    }
-
-    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<LeaderRenewal> {
-        registry::leader_renew(&self.pool, &params).await
-    }
-
-    async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite> {
-        registry::leader_resign(&self.pool, &owner, term).await
-    }
-
-    async fn leader_get(&self) -> Result<Option<LeaderRecord>> {
-        schedules::leader_get(&self.pool).await
-    }
-
-    async fn lock_acquire(&self, params: LockAcquireParams) -> Result<LockAcquired> {
-        resources::lock_acquire(&self.pool, &params).await
-    }
-
-    async fn resource_renew(&self, params: ResourceHolderParams) -> Result<Option<ResourceRecord>> {
-        resources::resource_renew(&self.pool, &params).await
-    }
-
-    async fn resource_release(
-        &self,
-        params: ResourceHolderParams,
-    ) -> Result<Option<ResourceRecord>> {
-        resources::resource_release(&self.pool, &params).await
-    }
-
-    async fn lock_force_release(&self, params: LockForceReleaseParams) -> Result<ResourceRecord> {
-        resources::lock_force_release(&self.pool, &params).await
-    }
-
-    async fn lock_list(&self) -> Result<LockListing> {
-        resources::lock_list(&self.pool).await
-    }
-
-    async fn resource_renew_many(
-        &self,
-        params: ResourceRenewParams,
-    ) -> Result<ResourceRenewOutcome> {
-        resources::resource_renew_many(&self.pool, &params).await
-    }
-
-    async fn shard_group_create(
-        &self,
-        params: ShardGroupCreateParams,
-    ) -> Result<ShardGroupCreated> {
-        resources::shard_group_create(&self.pool, &params).await
-    }
-
-    async fn shard_group_list(
-        &self,
-        grace: Duration,
-    ) -> Result<(Vec<ShardGroupRecord>, DateTime<Utc>)> {
-        resources::shard_group_list(&self.pool, grace).await
-    }
-
-    async fn shard_group_get(
-        &self,
-        group: GroupName,
-        grace: Duration,
-    ) -> Result<Option<ShardGroupView>> {
-        resources::shard_group_get(&self.pool, &group, grace).await
-    }
-
-    async fn shard_join(&self, params: ShardJoinParams) -> Result<()> {
-        resources::shard_join(&self.pool, &params).await
-    }
-
-    async fn shard_leave(&self, group: GroupName, member: AgentId) -> Result<()> {
-        resources::shard_leave(&self.pool, &group, &member).await
-    }
-
-    async fn shard_acquire(&self, params: ShardAcquireParams) -> Result<Option<i64>> {
-        resources::shard_acquire(&self.pool, &params).await
-    }
-
-    async fn resource_history_prune(&self, older_than: Duration) -> Result<u64> {
-        resources::resource_history_prune(&self.pool, older_than).await
-    }
-
-    async fn schedule_list(&self) -> Result<ScheduleListing> {
-        schedules::schedule_list(&self.pool).await
-    }
-
-    async fn schedule_add(&self, params: ScheduleAddParams) -> Result<ScheduleAdded> {
-        schedules::schedule_add(&self.pool, &params).await
-    }
-
-    async fn schedule_remove(&self, params: ScheduleNameParams) -> Result<Option<ScheduleRecord>> {
-        schedules::schedule_remove(&self.pool, &params).await
-    }
-
-    async fn schedule_set_enabled(&self, params: ScheduleEnableParams) -> Result<ScheduleEnabled> {
-        schedules::schedule_set_enabled(&self.pool, &params).await
-    }
-
-    async fn schedule_trigger(&self, params: ScheduleNameParams) -> Result<ScheduleTriggered> {
-        schedules::schedule_trigger(&self.pool, &params, &self.limits).await
-    }
-
-    async fn schedule_fire_due(&self, params: ScheduleFireParams) -> Result<FireReport> {
-        schedules::schedule_fire_due(&self.pool, &params, &self.limits).await
-    }
-
-    async fn audit_record(&self, entry: AuditEntry) -> Result<()> {
-        operator::audit_write(&self.pool, &entry).await
-    }
-
-    async fn audit_record_denied(&self, calls: DeniedCalls) -> Result<()> {
-        operator::audit_write_denied(&self.pool, &calls).await
-    }
-
-    async fn audit_list(&self, params: AuditListParams) -> Result<Vec<AuditRecord>> {
-        query::audit_list(&self.pool, &params).await
-    }
-
-    async fn task_list(&self, params: TaskListParams) -> Result<TaskPage> {
-        query::task_list(&self.pool, &params).await
-    }
-
-    async fn task_get(&self, id: TaskId) -> Result<Option<TaskDetail>> {
-        query::task_get(&self.pool, id).await
-    }
-
-    async fn task_explain(&self, params: ExplainParams) -> Result<Vec<Blocker>> {
-        query::task_explain(&self.pool, &params).await
-    }
-
-    async fn task_overview(&self) -> Result<Overview> {
-        query::task_overview(&self.pool).await
     }
 }
+
+super::driver::impl_driver!(PgStore);

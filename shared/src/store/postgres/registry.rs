@@ -11,6 +11,8 @@
 //! have passed (a blip never moves leadership); its later writes carry a stale term and are
 //! fenced. Leadership work (recovery, deadlines) is itself idempotent and re-checked per row,
 //! so two leaders overlapping for a moment cannot corrupt anything.
+//!
+//! Registration input arrives validated (the Store layer, `store/driver.rs`).
 
 use sqlx::PgPool;
 
@@ -32,7 +34,6 @@ fn non_negative(field: &'static str, value: u32) -> Result<i32> {
 }
 
 pub(super) async fn agent_register(pool: &PgPool, p: &AgentRegisterParams) -> Result<AgentRecord> {
-    p.validate()?;
     let types: Vec<&str> = p.task_types.iter().map(|t| t.as_str()).collect();
     let row = sqlx::query(sql::agent_register)
         .bind(&p.name)

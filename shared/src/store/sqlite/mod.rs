@@ -1,5 +1,10 @@
 //! The SQLite store: the embedded default for one host, demos and CI (DESIGN §11).
 //!
+//! [`SqliteStore`] is a [`Driver`](super::driver::Driver): it runs statements and is a
+//! [`Store`](super::Store) through the Store layer written once for both backends
+//! (`store/driver.rs`: validation, derived operations, wake-ups). This module holds the pool,
+//! the transactions, the statement list and `ops`, which names the function of each operation.
+//!
 //! Same tables, rules and outcomes as the PostgreSQL store, in SQLite's terms:
 //! ```text
 //!   one file, WAL journal (readers never block the writer), busy timeout on every connection
@@ -41,35 +46,13 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 
-use super::resources::{
-    GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing,
-    ResourceHolderParams, ResourceRecord, ResourceRenewOutcome, ResourceRenewParams,
-    ShardAcquireParams, ShardGroupCreateParams, ShardGroupCreated, ShardGroupRecord,
-    ShardGroupView, ShardJoinParams,
-};
-use super::schedules::{
-    FireReport, LeaderRecord, ScheduleAddParams, ScheduleAdded, ScheduleEnableParams,
-    ScheduleEnabled, ScheduleFireParams, ScheduleListing, ScheduleNameParams, ScheduleRecord,
-    ScheduleTriggered,
-};
-use super::{
-    AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
-    AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
-    CompleteParams, DeniedCalls, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams,
-    ExplainParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal,
-    NewTask, Overview, PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams,
-    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams,
-    RequeueOutcome, RequeueParams, Result, Store, StoreError, SuspectLease, SuspectParams,
-    TaskDetail, TaskListParams, TaskPage, UnservedParams,
-};
-use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
+use super::{Result, StoreError};
+use crate::domain::InputLimits;
 
 /// The embedded SQLite migrations (`migrations/sqlite/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -390,281 +373,23 @@ pub(super) fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String> {
     rows::to_text(&items, "list")
 }
 
-#[async_trait]
-impl Store for SqliteStore {
-    fn input_limits(&self) -> &crate::domain::InputLimits {
-        &self.limits
-    }
+/// Each [`Driver`](super::driver::Driver) operation's function, under the operation's name
+/// (where the area file names it otherwise, renamed here).
+mod ops {
+    pub(super) use super::holder::*;
+    pub(super) use super::maintenance::*;
+    pub(super) use super::operator::{
+        audit_record, audit_record_denied, policy_set as policy_change, task_cancel,
+        task_enqueue_audited, task_requeue, task_requeue_dead,
+    };
+    pub(super) use super::{query::*, registry::*, resources::*, schedules::*};
 
-    async fn db_now(&self) -> Result<DateTime<Utc>> {
-        let us: i64 = sqlx::query_scalar(sql::db_now)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(StoreError::db("db_now"))?;
-        rows::time(us, "now")
-    }
-
-    async fn task_enqueue(&self, task: NewTask) -> Result<Enqueued> {
-        holder::task_enqueue(&self.pool, &task, &self.limits).await
-    }
-
-    async fn task_enqueue_audited(&self, params: EnqueueAuditedParams) -> Result<Enqueued> {
-        operator::task_enqueue_audited(&self.pool, &params, &self.limits).await
-    }
-
-    async fn task_enqueue_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Enqueued>> {
-        holder::task_enqueue_many(&self.pool, &tasks, &self.limits).await
-    }
-
-    async fn task_claim(&self, params: ClaimParams) -> Result<ClaimBatch> {
-        holder::task_claim(&self.pool, &params).await
-    }
-
-    async fn lease_renew_many(&self, params: RenewParams) -> Result<RenewOutcome> {
-        holder::lease_renew_many(&self.pool, &params).await
-    }
-
-    async fn task_progress(&self, params: ProgressParams) -> Result<HolderWrite> {
-        holder::task_progress(&self.pool, &params).await
-    }
-
-    async fn task_complete(&self, params: CompleteParams) -> Result<CompleteOutcome> {
-        let mut outcomes =
-            holder::task_complete_many(&self.pool, std::slice::from_ref(&params)).await?;
-        outcomes.pop().ok_or_else(|| StoreError::Corrupt {
-            what: "completion",
-            detail: "no result".into(),
-        })
-    }
-
-    async fn task_complete_many(&self, batch: Vec<CompleteParams>) -> Result<Vec<CompleteOutcome>> {
-        holder::task_complete_many(&self.pool, &batch).await
-    }
-
-    async fn lease_release_many(&self, params: ReleaseParams) -> Result<ReleaseOutcome> {
-        holder::lease_release_many(&self.pool, &params).await
-    }
-
-    async fn task_cancel(&self, params: CancelParams) -> Result<CancelOutcome> {
-        operator::task_cancel(&self.pool, &params).await
-    }
-
-    async fn task_requeue(&self, params: RequeueParams) -> Result<RequeueOutcome> {
-        operator::task_requeue(&self.pool, &params).await
-    }
-
-    async fn task_requeue_dead(&self, params: RequeueDeadParams) -> Result<u64> {
-        operator::task_requeue_dead(&self.pool, &params).await
-    }
-
-    async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>> {
-        params.validate()?;
-        maintenance::lease_recover_expired(&self.pool, &params).await
-    }
-
-    async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>> {
-        params.validate()?;
-        maintenance::task_expire_deadlines(&self.pool, &params).await
-    }
-
-    async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64> {
-        params.validate()?;
-        maintenance::task_purge_finished(&self.pool, &params).await
-    }
-
-    async fn task_dead_letter_unserved(
-        &self,
-        params: UnservedParams,
-    ) -> Result<Vec<(TaskId, TaskType)>> {
-        params.validate()?;
-        maintenance::task_dead_letter_unserved(&self.pool, &params).await
-    }
-
-    async fn task_count_claimable(&self, task_types: Vec<TaskType>) -> Result<u64> {
-        maintenance::task_count_claimable(&self.pool, &task_types).await
-    }
-
-    async fn task_idle_report(
-        &self,
-        params: crate::store::IdleReportParams,
-    ) -> Result<crate::store::IdleReport> {
-        params.validate()?;
-        maintenance::task_idle_report(&self.pool, &params).await
-    }
-
-    async fn lease_list_suspect(&self, params: SuspectParams) -> Result<Vec<SuspectLease>> {
-        params.validate()?;
-        maintenance::lease_list_suspect(&self.pool, &params).await
-    }
-
-    async fn policy_list(&self) -> Result<Vec<Policy>> {
-        query::policy_list(&self.pool).await
-    }
-
-    async fn policy_get(&self, scope: PolicyScope) -> Result<Policy> {
-        let all = query::policy_list(&self.pool).await?;
-        Ok(all
-            .into_iter()
-            .find(|p| p.scope == scope)
-            .unwrap_or_else(|| Policy::inherit(scope)))
-    }
-
-    async fn policy_change(&self, params: PolicySetParams) -> Result<PolicyChange> {
-        operator::policy_set(&self.pool, &params).await
-    }
-
-    async fn agent_register(&self, params: AgentRegisterParams) -> Result<AgentRecord> {
-        registry::agent_register(&self.pool, &params).await
-    }
-
-    async fn agent_heartbeat(&self, params: AgentHeartbeatParams) -> Result<bool> {
-        registry::agent_heartbeat(&self.pool, &params).await
-    }
-
-    async fn agent_list(&self) -> Result<Vec<AgentRecord>> {
-        registry::agent_list(&self.pool).await
-    }
-
-    async fn agent_mark_stopped(&self, id: AgentId) -> Result<()> {
-        registry::agent_mark_stopped(&self.pool, &id).await
-    }
-
-    async fn leader_attempt_elect(&self, params: LeaderElectParams) -> Result<LeaderOutcome> {
-        registry::leader_attempt_elect(&self.pool, &params).await
-    }
-
-    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<LeaderRenewal> {
-        registry::leader_renew(&self.pool, &params).await
-    }
-
-    async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite> {
-        registry::leader_resign(&self.pool, &owner, term).await
-    }
-
-    async fn leader_get(&self) -> Result<Option<LeaderRecord>> {
-        schedules::leader_get(&self.pool).await
-    }
-
-    async fn lock_acquire(&self, params: LockAcquireParams) -> Result<LockAcquired> {
-        resources::lock_acquire(&self.pool, &params).await
-    }
-
-    async fn resource_renew(&self, params: ResourceHolderParams) -> Result<Option<ResourceRecord>> {
-        resources::resource_renew(&self.pool, &params).await
-    }
-
-    async fn resource_release(
-        &self,
-        params: ResourceHolderParams,
-    ) -> Result<Option<ResourceRecord>> {
-        resources::resource_release(&self.pool, &params).await
-    }
-
-    async fn lock_force_release(&self, params: LockForceReleaseParams) -> Result<ResourceRecord> {
-        resources::lock_force_release(&self.pool, &params).await
-    }
-
-    async fn lock_list(&self) -> Result<LockListing> {
-        resources::lock_list(&self.pool).await
-    }
-
-    async fn resource_renew_many(
-        &self,
-        params: ResourceRenewParams,
-    ) -> Result<ResourceRenewOutcome> {
-        resources::resource_renew_many(&self.pool, &params).await
-    }
-
-    async fn shard_group_create(
-        &self,
-        params: ShardGroupCreateParams,
-    ) -> Result<ShardGroupCreated> {
-        resources::shard_group_create(&self.pool, &params).await
-    }
-
-    async fn shard_group_list(
-        &self,
-        grace: Duration,
-    ) -> Result<(Vec<ShardGroupRecord>, DateTime<Utc>)> {
-        resources::shard_group_list(&self.pool, grace).await
-    }
-
-    async fn shard_group_get(
-        &self,
-        group: GroupName,
-        grace: Duration,
-    ) -> Result<Option<ShardGroupView>> {
-        resources::shard_group_get(&self.pool, &group, grace).await
-    }
-
-    async fn shard_join(&self, params: ShardJoinParams) -> Result<()> {
-        resources::shard_join(&self.pool, &params).await
-    }
-
-    async fn shard_leave(&self, group: GroupName, member: AgentId) -> Result<()> {
-        resources::shard_leave(&self.pool, &group, &member).await
-    }
-
-    async fn shard_acquire(&self, params: ShardAcquireParams) -> Result<Option<i64>> {
-        resources::shard_acquire(&self.pool, &params).await
-    }
-
-    async fn resource_history_prune(&self, older_than: Duration) -> Result<u64> {
-        resources::resource_history_prune(&self.pool, older_than).await
-    }
-
-    async fn schedule_list(&self) -> Result<ScheduleListing> {
-        schedules::schedule_list(&self.pool).await
-    }
-
-    async fn schedule_add(&self, params: ScheduleAddParams) -> Result<ScheduleAdded> {
-        schedules::schedule_add(&self.pool, &params).await
-    }
-
-    async fn schedule_remove(&self, params: ScheduleNameParams) -> Result<Option<ScheduleRecord>> {
-        schedules::schedule_remove(&self.pool, &params).await
-    }
-
-    async fn schedule_set_enabled(&self, params: ScheduleEnableParams) -> Result<ScheduleEnabled> {
-        schedules::schedule_set_enabled(&self.pool, &params).await
-    }
-
-    async fn schedule_trigger(&self, params: ScheduleNameParams) -> Result<ScheduleTriggered> {
-        schedules::schedule_trigger(&self.pool, &params, &self.limits).await
-    }
-
-    async fn schedule_fire_due(&self, params: ScheduleFireParams) -> Result<FireReport> {
-        schedules::schedule_fire_due(&self.pool, &params, &self.limits).await
-    }
-
-    async fn audit_record(&self, entry: AuditEntry) -> Result<()> {
-        operator::audit_record(&self.pool, &entry).await
-    }
-
-    async fn audit_record_denied(&self, calls: DeniedCalls) -> Result<()> {
-        operator::audit_record_denied(&self.pool, &calls).await
-    }
-
-    async fn audit_list(&self, params: AuditListParams) -> Result<Vec<AuditRecord>> {
-        query::audit_list(&self.pool, &params).await
-    }
-
-    async fn task_list(&self, params: TaskListParams) -> Result<TaskPage> {
-        query::task_list(&self.pool, &params).await
-    }
-
-    async fn task_get(&self, id: TaskId) -> Result<Option<TaskDetail>> {
-        query::task_get(&self.pool, id).await
-    }
-
-    async fn task_explain(&self, params: ExplainParams) -> Result<Vec<Blocker>> {
-        query::task_explain(&self.pool, &params).await
-    }
-
-    async fn task_overview(&self) -> Result<Overview> {
-        query::task_overview(&self.pool).await
-    }
+    /// Nothing: SQLite has no NOTIFY. Every agent on the host watches the file's change
+    /// counter (`PRAGMA data_version`) and sees any commit within its poll interval.
+    pub(super) async fn wake(_pool: &sqlx::SqlitePool) {}
 }
+
+super::driver::impl_driver!(SqliteStore);
 
 #[cfg(test)]
 mod tests {

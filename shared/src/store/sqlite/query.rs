@@ -1,40 +1,42 @@
 //! Read-only queries: task pages, details and explanations, the overview, policies, the audit
-//! log. Each reads one snapshot (a read transaction) with SQLite's now.
+//! log, and the database clock. Each reads one snapshot (a read transaction) with SQLite's now.
+//! Their input arrives validated (the Store layer, `store/driver.rs`).
 
+use chrono::{DateTime, Utc};
 use sqlx::SqlitePool;
 
-use super::rows::{self, attempt, audit, get, policy, status, task, task_type};
+use super::rows::{self, attempt, audit, policy, task};
 use super::{commit, json_list, read_tx, sql};
-use crate::domain::{Policy, TaskError, TaskId};
+use crate::domain::{Policy, TaskId};
 use crate::store::audit::bind_audit_list;
-use crate::store::explain::{EXPLAIN_AHEAD_CAP, ExplainFacts, LimitUse, blockers};
+use crate::store::explain::{EXPLAIN_AHEAD_CAP, blockers};
+use crate::store::rows::{explain_facts, fetch_mapped, overview_row, task_page};
 use crate::store::{
-    AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview,
-    OverviewRow, Result, StoreError, TaskDetail, TaskListParams, TaskPage, TypeCounts,
+    AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result,
+    StoreError, TaskDetail, TaskListParams, TaskPage,
 };
 
-pub(super) async fn policy_list(pool: &SqlitePool) -> Result<Vec<Policy>> {
-    let found = sqlx::query(sql::policy_list)
-        .fetch_all(pool)
+pub(super) async fn db_now(pool: &SqlitePool) -> Result<DateTime<Utc>> {
+    let us: i64 = sqlx::query_scalar(sql::db_now)
+        .fetch_one(pool)
         .await
-        .map_err(StoreError::db("policy_list"))?;
-    found.iter().map(policy).collect()
+        .map_err(StoreError::db("db_now"))?;
+    rows::time(us, "now")
+}
+
+pub(super) async fn policy_list(pool: &SqlitePool) -> Result<Vec<Policy>> {
+    fetch_mapped(sqlx::query(sql::policy_list), pool, "policy_list", policy).await
 }
 
 pub(super) async fn audit_list(
     pool: &SqlitePool,
     params: &AuditListParams,
 ) -> Result<Vec<AuditRecord>> {
-    params.validate()?;
-    let found = bind_audit_list(sqlx::query(sql::audit_list), params, rows::micros)
-        .fetch_all(pool)
-        .await
-        .map_err(StoreError::db("audit_list"))?;
-    found.iter().map(audit).collect()
+    let query = bind_audit_list(sqlx::query(sql::audit_list), params, rows::micros);
+    fetch_mapped(query, pool, "audit_list", audit).await
 }
 
 pub(super) async fn task_list(pool: &SqlitePool, params: &TaskListParams) -> Result<TaskPage> {
-    params.validate()?;
     let statuses = if params.statuses.is_empty() {
         None
     } else {
@@ -52,14 +54,7 @@ pub(super) async fn task_list(pool: &SqlitePool, params: &TaskListParams) -> Res
         .fetch_all(pool)
         .await
         .map_err(StoreError::db("task_list"))?;
-    let tasks = found.iter().map(task).collect::<Result<Vec<_>>>()?;
-    let full_page = tasks.len() == params.limit as usize;
-    let next_before = if full_page {
-        tasks.last().map(|t| t.id)
-    } else {
-        None
-    };
-    Ok(TaskPage { tasks, next_before })
+    task_page(&found, params.limit)
 }
 
 pub(super) async fn task_get(pool: &SqlitePool, id: TaskId) -> Result<Option<TaskDetail>> {
@@ -92,7 +87,6 @@ pub(super) async fn task_explain(
     params: &ExplainParams,
 ) -> Result<Vec<Blocker>> {
     const OP: &str = "task_explain";
-    params.validate()?;
     let cap = i64::try_from(EXPLAIN_AHEAD_CAP + 1).unwrap_or(i64::MAX);
     let (mut tx, now) = read_tx(pool, OP).await?;
     let row = sqlx::query(sql::task_explain)
@@ -105,33 +99,7 @@ pub(super) async fn task_explain(
         .map_err(StoreError::db(OP))?
         .ok_or(StoreError::NotFound(params.id))?;
     commit(tx, OP).await?;
-    let limit_use = |limit: &'static str, running: &'static str| -> Result<Option<LimitUse>> {
-        let limit: Option<i64> = get(&row, limit)?;
-        let running: Option<i64> = get(&row, running)?;
-        Ok(limit.map(|limit| LimitUse {
-            limit: u32::try_from(limit).unwrap_or(0),
-            running: running.map_or(0, |n| u64::try_from(n).unwrap_or(0)),
-        }))
-    };
-    let facts = ExplainFacts {
-        id: TaskId(get(&row, "id")?),
-        task_type: task_type(get(&row, "task_type")?)?,
-        status: status(get::<&str>(&row, "status")?)?,
-        available_at: rows::get_time(&row, "available_at")?,
-        deadline_at: rows::get_opt_time(&row, "deadline_at")?,
-        attempt: i32::try_from(get::<i64>(&row, "attempt")?).unwrap_or(i32::MAX),
-        max_attempts: i32::try_from(get::<i64>(&row, "max_attempts")?).unwrap_or(i32::MAX),
-        lease_owner: get(&row, "lease_owner")?,
-        last_error: rows::json::<TaskError>(get(&row, "last_error")?, "task error")?,
-        finished_at: rows::get_time(&row, "finished_at")?,
-        now: rows::time(now, "now")?,
-        type_paused: get(&row, "type_paused")?,
-        global_paused: get(&row, "global_paused")?,
-        type_limit: limit_use("type_limit", "type_running")?,
-        global_limit: limit_use("global_limit", "global_running")?,
-        agent_live: get(&row, "agent_live")?,
-        ahead: u64::try_from(get::<i64>(&row, "ahead")?).unwrap_or(0),
-    };
+    let facts = explain_facts(&row, rows::time(now, "now")?)?;
     Ok(blockers(&facts))
 }
 
@@ -147,37 +115,11 @@ pub(super) async fn task_overview(pool: &SqlitePool) -> Result<Overview> {
         .await
         .map_err(StoreError::db(OP))?;
     commit(tx, OP).await?;
-    let count =
-        |row, column| -> Result<u64> { Ok(u64::try_from(get::<i64>(row, column)?).unwrap_or(0)) };
-    let limit = |row| -> Result<Option<u32>> {
-        Ok(get::<Option<i64>>(row, "max_concurrency")?.map(|n| u32::try_from(n).unwrap_or(0)))
-    };
     if found.is_empty() {
         return Err(StoreError::Corrupt {
             what: "task_overview",
             detail: "no global policy row".into(),
         });
     }
-    let decode = |row| -> Result<OverviewRow> {
-        let name: &str = get(row, "task_type")?;
-        if name == "*" {
-            return Ok(OverviewRow::Global {
-                limit: limit(row)?,
-                paused: get(row, "paused")?,
-            });
-        }
-        Ok(OverviewRow::Type(TypeCounts {
-            task_type: task_type(name.to_string())?,
-            queued: count(row, "queued")?,
-            scheduled: count(row, "scheduled")?,
-            retrying: count(row, "retrying")?,
-            running: count(row, "running")?,
-            dead: count(row, "dead")?,
-            finished_last_minute: count(row, "finished_last_minute")?,
-            dead_last_minute: count(row, "dead_last_minute")?,
-            limit: limit(row)?,
-            paused: get(row, "paused")?,
-        }))
-    };
-    Overview::from_rows(rows::time(now, "now")?, found.iter().map(decode))
+    Overview::from_rows(rows::time(now, "now")?, found.iter().map(overview_row))
 }

@@ -6,6 +6,8 @@
 //!   renew:  (owner, term) must match                   → Held, else Fenced
 //!   resign: (owner, term) must match                   → owner cleared; next elect is term+1
 //! ```
+//!
+//! Registration input arrives validated (the Store layer, `store/driver.rs`).
 
 use sqlx::SqlitePool;
 
@@ -32,7 +34,6 @@ pub(super) async fn agent_register(
     p: &AgentRegisterParams,
 ) -> Result<AgentRecord> {
     const OP: &str = "agent_register";
-    p.validate()?;
     let types: Vec<&str> = p.task_types.iter().map(|t| t.as_str()).collect();
     let (mut tx, now) = write_tx(pool, OP).await?;
     let seq: i64 = sqlx::query_scalar(sql::agent_seq_next)

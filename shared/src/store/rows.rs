@@ -1,0 +1,313 @@
+//! Rows to domain types, written once for both stores: a `tasks`, `task_attempts`,
+//! `policies`, `agents` or `audit_log` row becomes a [`Task`], [`Attempt`], [`Policy`],
+//! [`AgentRecord`] or [`AuditRecord`] (task rows also a [`TaskPage`]); a row of `task_overview.sql` an [`OverviewRow`], the row
+//! of `task_explain.sql` the [`ExplainFacts`] the explanation is decided from.
+//!
+//! ```text
+//!   PgRow / SqliteRow ──(Columns, RecordColumns: per store, the dialect's column types)──▶
+//!   plain values (String, i64, DateTime<Utc>, serde_json::Value) ──(this module)──▶ domain
+//! ```
+//!
+//! [`get`] decodes one column as the store's own type. Each store decodes its dialect's column
+//! types ([`Columns`] in `audit/backend.rs`, and [`RecordColumns`] here, in its `rows.rs`):
+//! times as `timestamptz` or microseconds, JSON as `jsonb` or text, lists as `text[]` or a JSON
+//! array. Everything after that decode (names, enums, ranges, durations) is here.
+//!
+//! When things fail: bad database state (an unknown status, an invalid type name, unreadable
+//! JSON, a number out of range) becomes [`StoreError::Corrupt`] naming what, never a panic.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::{
+    Attempt, AttemptOutcome, LeaseEpoch, Policy, PolicyScope, Progress, Task, TaskError, TaskId,
+    TaskType,
+};
+pub(crate) use crate::store::audit::backend::{Columns, agent_id, status};
+use crate::store::explain::{ExplainFacts, LimitUse};
+use crate::store::{
+    AgentRecord, AgentState, AuditRecord, OverviewRow, Result, StoreError, TaskPage, TypeCounts,
+};
+
+/// The columns of the records mapped here that [`Columns`] does not cover.
+pub(crate) trait RecordColumns: Columns {
+    /// A floating-point column (`None`: SQL NULL).
+    fn opt_float(&self, column: &'static str) -> Result<Option<f64>>;
+    /// A list of strings (`text[]` on PostgreSQL, a JSON array on SQLite).
+    fn text_list(&self, column: &'static str) -> Result<Vec<String>>;
+}
+
+/// A row whose columns decode as `T`: every sqlx row, for the types its database knows.
+pub(crate) trait Decodes<'r, T> {
+    fn decode_column(&'r self, column: &'static str) -> Result<T>;
+}
+
+/// Implements [`Decodes`] for a store's row type, for every type its database decodes.
+macro_rules! decodes {
+    ($row:ty, $db:ty) => {
+        impl<'r, T> Decodes<'r, T> for $row
+        where
+            T: sqlx::Decode<'r, $db> + sqlx::Type<$db>,
+        {
+            fn decode_column(&'r self, column: &'static str) -> Result<T> {
+                sqlx::Row::try_get(self, column).map_err(|e| StoreError::Corrupt {
+                    what: column,
+                    detail: e.to_string(),
+                })
+            }
+        }
+    };
+}
+decodes!(sqlx::postgres::PgRow, sqlx::Postgres);
+#[cfg(feature = "sqlite")]
+decodes!(sqlx::sqlite::SqliteRow, sqlx::Sqlite);
+
+/// A reference to a row decodes as the row does (callers holding `&row` pass `&&row`).
+impl<'r, 'a: 'r, R, T> Decodes<'r, T> for &'a R
+where
+    R: Decodes<'r, T>,
+{
+    fn decode_column(&'r self, column: &'static str) -> Result<T> {
+        (**self).decode_column(column)
+    }
+}
+
+/// Column `column` of `row` as `T`, in the store's own column type; a column that does not
+/// decode as `T` is [`StoreError::Corrupt`].
+pub(crate) fn get<'r, T>(row: &'r impl Decodes<'r, T>, column: &'static str) -> Result<T> {
+    row.decode_column(column)
+}
+
+/// Runs `query` on `executor` (operation `op`) and maps every row it returns with `map`.
+pub(crate) async fn fetch_mapped<'q, 'c, DB, A, E, T>(
+    query: sqlx::query::Query<'q, DB, A>,
+    executor: E,
+    op: &'static str,
+    map: fn(&DB::Row) -> Result<T>,
+) -> Result<Vec<T>>
+where
+    DB: sqlx::Database,
+    A: sqlx::IntoArguments<DB> + 'q,
+    E: sqlx::Executor<'c, Database = DB>,
+{
+    let rows = query
+        .fetch_all(executor)
+        .await
+        .map_err(StoreError::db(op))?;
+    rows.iter().map(map).collect()
+}
+
+/// A stored task type.
+pub(crate) fn task_type(raw: String) -> Result<TaskType> {
+    TaskType::new(raw).map_err(|e| StoreError::Corrupt {
+        what: "task type",
+        detail: e.to_string(),
+    })
+}
+
+/// A JSON column read as `T` (`None`: SQL NULL).
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(
+    value: Option<serde_json::Value>,
+    what: &'static str,
+) -> Result<Option<T>> {
+    value
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt {
+            what,
+            detail: e.to_string(),
+        })
+}
+
+/// A count of milliseconds (a negative one as zero).
+fn millis(value: Option<i64>) -> Option<Duration> {
+    value.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+}
+
+/// A count that is never negative in a sound database (a negative one as zero).
+fn count(value: i64) -> u32 {
+    u32::try_from(value).unwrap_or(0)
+}
+
+/// A row count (a negative one as zero).
+fn tally(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// A `tasks` row (every column).
+pub(crate) fn task<R: Columns>(row: &R) -> Result<Task> {
+    Ok(Task {
+        id: TaskId(row.int("id")?),
+        task_type: task_type(row.text("task_type")?)?,
+        payload: row.json("payload")?.ok_or_else(|| StoreError::Corrupt {
+            what: "task payload",
+            detail: "NULL".into(),
+        })?,
+        priority: row.small("priority")?,
+        status: status(&row.text("status")?)?,
+        available_at: row.time("available_at")?,
+        deadline_at: row.opt_time("deadline_at")?,
+        timeout_ms: row.opt_int("timeout_ms")?,
+        attempt: row.small("attempt")?,
+        max_attempts: row.small("max_attempts")?,
+        lease_owner: row.opt_text("lease_owner")?.map(agent_id).transpose()?,
+        lease_epoch: LeaseEpoch(row.int("lease_epoch")?),
+        lease_until: row.opt_time("lease_until")?,
+        heartbeat_at: row.opt_time("heartbeat_at")?,
+        idempotency_key: row.opt_text("idempotency_key")?,
+        progress: parse::<Progress>(row.json("progress")?, "task progress")?,
+        result: row.json("result")?,
+        last_error: parse::<TaskError>(row.json("last_error")?, "task error")?,
+        created_at: row.time("created_at")?,
+        started_at: row.opt_time("started_at")?,
+        finished_at: row.opt_time("finished_at")?,
+        updated_at: row.time("updated_at")?,
+    })
+}
+
+/// A page of `tasks` rows, newest first, from a listing asked for `limit` rows: a full page
+/// says where the next one starts.
+pub(crate) fn task_page<R: Columns>(rows: &[R], limit: u32) -> Result<TaskPage> {
+    let tasks = rows.iter().map(task).collect::<Result<Vec<_>>>()?;
+    let full_page = tasks.len() == limit as usize;
+    let next_before = if full_page {
+        tasks.last().map(|t| t.id)
+    } else {
+        None
+    };
+    Ok(TaskPage { tasks, next_before })
+}
+
+/// A `task_attempts` row.
+pub(crate) fn attempt<R: Columns>(row: &R) -> Result<Attempt> {
+    let outcome = row.text("outcome")?;
+    Ok(Attempt {
+        task_id: TaskId(row.int("task_id")?),
+        epoch: LeaseEpoch(row.int("epoch")?),
+        attempt: row.small("attempt")?,
+        agent: agent_id(row.text("agent")?)?,
+        started_at: row.time("started_at")?,
+        finished_at: row.time("finished_at")?,
+        outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| StoreError::Corrupt {
+            what: "attempt outcome",
+            detail: outcome.clone(),
+        })?,
+        error: parse::<TaskError>(row.json("error")?, "attempt error")?,
+    })
+}
+
+/// A `policies` row.
+pub(crate) fn policy<R: RecordColumns>(row: &R) -> Result<Policy> {
+    let scope = row.text("scope")?;
+    Ok(Policy {
+        scope: PolicyScope::from_key(&scope).map_err(|e| StoreError::Corrupt {
+            what: "policy scope",
+            detail: e.to_string(),
+        })?,
+        max_concurrency: row.opt_int("max_concurrency")?.map(count),
+        paused: row.flag("paused")?,
+        retry_base: millis(row.opt_int("retry_base_ms")?),
+        retry_multiplier: row.opt_float("retry_multiplier")?,
+        retry_max: millis(row.opt_int("retry_max_ms")?),
+        retry_jitter: row.opt_float("retry_jitter")?,
+        timeout: millis(row.opt_int("timeout_ms")?),
+        slow_threshold: millis(row.opt_int("slow_ms")?),
+    })
+}
+
+/// An `agents` row (with `now` and `leader`).
+pub(crate) fn agent<R: RecordColumns>(row: &R) -> Result<AgentRecord> {
+    let state = row.text("state")?;
+    Ok(AgentRecord {
+        id: agent_id(row.text("id")?)?,
+        name: row.text("name")?,
+        host: row.text("host")?,
+        pid: count(row.int("pid")?),
+        grpc_address: row.opt_text("grpc_address")?,
+        version: row.text("version")?,
+        task_types: row.text_list("task_types")?,
+        local_concurrency: count(row.int("local_concurrency")?),
+        active: count(row.int("active")?),
+        state: AgentState::parse(&state).ok_or_else(|| StoreError::Corrupt {
+            what: "agent state",
+            detail: state.clone(),
+        })?,
+        started_at: row.time("started_at")?,
+        heartbeat_at: row.time("heartbeat_at")?,
+        stopped_at: row.opt_time("stopped_at")?,
+        alive_until: row.opt_time("alive_until")?,
+        now: row.time("now")?,
+        leader: row.flag("leader")?,
+    })
+}
+
+/// An `audit_log` row.
+pub(crate) fn audit<R: Columns>(row: &R) -> Result<AuditRecord> {
+    Ok(AuditRecord {
+        id: row.int("id")?,
+        at: row.time("at")?,
+        actor: row.text("actor")?,
+        role: row.text("role")?,
+        action: row.text("action")?,
+        target: row.text("target")?,
+        params: row.json("params")?,
+        result: row.text("result")?,
+        detail: row.opt_text("detail")?,
+        peer: row.opt_text("peer")?,
+        count: row.int("count")?,
+    })
+}
+
+/// A row of `task_overview.sql`: the global policy (`task_type` `*`) or one type's counts.
+pub(crate) fn overview_row<R: Columns>(row: &R) -> Result<OverviewRow> {
+    let name = row.text("task_type")?;
+    let limit = row.opt_int("max_concurrency")?.map(count);
+    let paused = row.flag("paused")?;
+    if name == "*" {
+        return Ok(OverviewRow::Global { limit, paused });
+    }
+    let n = |column| -> Result<u64> { Ok(tally(row.int(column)?)) };
+    Ok(OverviewRow::Type(TypeCounts {
+        task_type: task_type(name)?,
+        queued: n("queued")?,
+        scheduled: n("scheduled")?,
+        retrying: n("retrying")?,
+        running: n("running")?,
+        dead: n("dead")?,
+        finished_last_minute: n("finished_last_minute")?,
+        dead_last_minute: n("dead_last_minute")?,
+        limit,
+        paused,
+    }))
+}
+
+/// The row of `task_explain.sql`, read at the database's `now`.
+pub(crate) fn explain_facts<R: Columns>(row: &R, now: DateTime<Utc>) -> Result<ExplainFacts> {
+    let limit_use = |limit, running| -> Result<Option<LimitUse>> {
+        let running = row.opt_int(running)?.map_or(0, tally);
+        Ok(row.opt_int(limit)?.map(|limit| LimitUse {
+            limit: count(limit),
+            running,
+        }))
+    };
+    Ok(ExplainFacts {
+        id: TaskId(row.int("id")?),
+        task_type: task_type(row.text("task_type")?)?,
+        status: status(&row.text("status")?)?,
+        available_at: row.time("available_at")?,
+        deadline_at: row.opt_time("deadline_at")?,
+        attempt: row.small("attempt")?,
+        max_attempts: row.small("max_attempts")?,
+        lease_owner: row.opt_text("lease_owner")?,
+        last_error: parse::<TaskError>(row.json("last_error")?, "task error")?,
+        finished_at: row.time("finished_at")?,
+        now,
+        type_paused: row.flag("type_paused")?,
+        global_paused: row.flag("global_paused")?,
+        type_limit: limit_use("type_limit", "type_running")?,
+        global_limit: limit_use("global_limit", "global_running")?,
+        agent_live: row.flag("agent_live")?,
+        ahead: tally(row.int("ahead")?),
+    })
+}
