@@ -190,6 +190,7 @@ impl<D: Driver> Store for D {
     }
 
     async fn task_complete(&self, params: CompleteParams) -> Result<CompleteOutcome> {
+        params.validate()?;
         let mut outcomes = Driver::task_complete_many(self, std::slice::from_ref(&params)).await?;
         outcomes.pop().ok_or_else(|| StoreError::Corrupt {
             what: "completion",
@@ -198,6 +199,10 @@ impl<D: Driver> Store for D {
     }
 
     async fn task_complete_many(&self, batch: Vec<CompleteParams>) -> Result<Vec<CompleteOutcome>> {
+        super::lifecycle::check_completions(&batch)?;
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
         Driver::task_complete_many(self, &batch).await
     }
 

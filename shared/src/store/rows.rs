@@ -311,3 +311,42 @@ pub(crate) fn explain_facts<R: Columns>(row: &R, now: DateTime<Utc>) -> Result<E
         ahead: tally(row.int("ahead")?),
     })
 }
+
+/// What a failure's decision reads from a held row (`task_complete_read.sql`): status,
+/// attempt, max_attempts, deadline_at.
+pub(crate) fn failed_attempt(row: &impl Columns) -> Result<crate::store::lifecycle::FailedAttempt> {
+    Ok(crate::store::lifecycle::FailedAttempt {
+        status: status(&row.text("status")?)?,
+        attempt: row.int("attempt")?,
+        max_attempts: row.int("max_attempts")?,
+        deadline: row.opt_time("deadline_at")?,
+    })
+}
+
+/// An expired lease as recovery reads it (`lease_list_expired.sql`).
+pub(crate) fn expired_lease(row: &impl Columns) -> Result<crate::store::lifecycle::ExpiredLease> {
+    Ok(crate::store::lifecycle::ExpiredLease {
+        status: status(&row.text("status")?)?,
+        attempt: row.int("attempt")?,
+        max_attempts: row.int("max_attempts")?,
+        owner: row.text("lease_owner")?,
+        epoch: row.int("lease_epoch")?,
+        lease_until: row.time("lease_until")?,
+    })
+}
+
+/// A row of `lease_list_suspect.sql`, read at the database's `now`.
+pub(crate) fn suspect_lease(
+    row: &impl Columns,
+    now: DateTime<Utc>,
+) -> Result<crate::store::SuspectLease> {
+    Ok(crate::store::SuspectLease {
+        id: TaskId(row.int("id")?),
+        task_type: task_type(row.text("task_type")?)?,
+        owner: agent_id(row.text("lease_owner")?)?,
+        epoch: LeaseEpoch(row.int("lease_epoch")?),
+        heartbeat_at: row.time("heartbeat_at")?,
+        lease_until: row.time("lease_until")?,
+        now,
+    })
+}

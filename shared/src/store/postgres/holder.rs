@@ -91,10 +91,6 @@ pub(super) async fn task_complete_many(
     batch: &[CompleteParams],
 ) -> Result<Vec<CompleteOutcome>> {
     const OP: &str = "task_complete";
-    lifecycle::check_completions(batch)?;
-    if batch.is_empty() {
-        return Ok(Vec::new());
-    }
     let mut sorted: Vec<&CompleteParams> = batch.iter().collect();
     sorted.sort_by_key(|p| p.key.id);
     let mut tx = pool
@@ -221,12 +217,7 @@ async fn decide<'a>(
         ) {
             (_, Some(settled)) => settled,
             (Completion::Failed { error }, None) => {
-                let failed = lifecycle::FailedAttempt {
-                    status: status(get::<&str>(row, "status")?)?,
-                    attempt: i64::from(get::<i32>(row, "attempt")?),
-                    max_attempts: i64::from(get::<i32>(row, "max_attempts")?),
-                    deadline: get(row, "deadline_at")?,
-                };
+                let failed = crate::store::rows::failed_attempt(*row)?;
                 let retry = lifecycle::retry_policy_for(&policies, get::<&str>(row, "task_type")?);
                 lifecycle::settle_failure(error, &failed, &retry, get(row, "now")?, fastrand::f64())
             }

@@ -69,14 +69,7 @@ pub(super) async fn lease_recover_expired(
             })
     };
     for row in &expired {
-        let lease = lifecycle::ExpiredLease {
-            status: status(get::<&str>(row, "status")?)?,
-            attempt: i64::from(get::<i32>(row, "attempt")?),
-            max_attempts: i64::from(get::<i32>(row, "max_attempts")?),
-            owner: get(row, "lease_owner")?,
-            epoch: get(row, "lease_epoch")?,
-            lease_until: get(row, "lease_until")?,
-        };
+        let lease = crate::store::rows::expired_lease(row)?;
         let recovery = lifecycle::recover(&lease);
         ids.push(get::<i64>(row, "id")?);
         statuses.push(recovery.status.as_str());
@@ -138,17 +131,7 @@ pub(super) async fn lease_list_suspect(
         .await
         .map_err(StoreError::db("lease_list_suspect"))?;
     rows.iter()
-        .map(|row| {
-            Ok(SuspectLease {
-                id: TaskId(get(row, "id")?),
-                task_type: task_type(get(row, "task_type")?)?,
-                owner: agent_id(get(row, "lease_owner")?)?,
-                epoch: LeaseEpoch(get(row, "lease_epoch")?),
-                heartbeat_at: get(row, "heartbeat_at")?,
-                lease_until: get(row, "lease_until")?,
-                now: get(row, "now")?,
-            })
-        })
+        .map(|row| crate::store::rows::suspect_lease(row, get(row, "now")?))
         .collect()
 }
 

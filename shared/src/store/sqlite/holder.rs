@@ -420,10 +420,6 @@ pub(super) async fn task_complete_many(
     batch: &[CompleteParams],
 ) -> Result<Vec<CompleteOutcome>> {
     const OP: &str = "task_complete";
-    lifecycle::check_completions(batch)?;
-    if batch.is_empty() {
-        return Ok(Vec::new());
-    }
     let (mut tx, now) = write_tx(pool, OP).await?;
     let ids: Vec<i64> = batch.iter().map(|p| p.key.id.0).collect();
     let found = sqlx::query(sql::task_complete_read)
@@ -552,12 +548,7 @@ fn decide(
                     detail: "an outcome without a decision".into(),
                 });
             };
-            let held = lifecycle::FailedAttempt {
-                status: status(get::<&str>(row, "status")?)?,
-                attempt: get(row, "attempt")?,
-                max_attempts: get(row, "max_attempts")?,
-                deadline: rows::get_opt_time(row, "deadline_at")?,
-            };
+            let held = crate::store::rows::failed_attempt(row)?;
             let retry = lifecycle::retry_policy_for(policies, get::<&str>(row, "task_type")?);
             lifecycle::settle_failure(
                 error,

@@ -74,14 +74,7 @@ pub(super) async fn lease_recover_expired(
     for row in &expired {
         let id: i64 = get(row, "id")?;
         let attempt: i64 = get(row, "attempt")?;
-        let lease = lifecycle::ExpiredLease {
-            status: status(get::<&str>(row, "status")?)?,
-            attempt,
-            max_attempts: get(row, "max_attempts")?,
-            owner: get(row, "lease_owner")?,
-            epoch: get(row, "lease_epoch")?,
-            lease_until: rows::get_time(row, "lease_until")?,
-        };
+        let lease = crate::store::rows::expired_lease(row)?;
         let recovery = lifecycle::recover(&lease);
         let last_error = match &recovery.error {
             Some(error) => Some(rows::to_text(error, "task error")?),
@@ -231,17 +224,7 @@ pub(super) async fn lease_list_suspect(
     let now = rows::time(now, "now")?;
     found
         .iter()
-        .map(|row| {
-            Ok(SuspectLease {
-                id: TaskId(get(row, "id")?),
-                task_type: task_type(get(row, "task_type")?)?,
-                owner: agent_id(get(row, "lease_owner")?)?,
-                epoch: LeaseEpoch(get(row, "lease_epoch")?),
-                heartbeat_at: rows::get_time(row, "heartbeat_at")?,
-                lease_until: rows::get_time(row, "lease_until")?,
-                now,
-            })
-        })
+        .map(|row| crate::store::rows::suspect_lease(row, now))
         .collect()
 }
 
