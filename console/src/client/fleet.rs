@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use futures_util::StreamExt;
 use leasehold_proto::v1 as pb;
 use tokio::sync::mpsc;
@@ -44,6 +45,11 @@ pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// A stream that lived this long resets the backoff.
 const HEALTHY_STREAM: Duration = Duration::from_secs(10);
+/// Reconnect delays: [`FIRST_BACKOFF`] doubling to [`MAX_BACKOFF`], for as long as it takes.
+const RECONNECT_BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(FIRST_BACKOFF)
+    .with_max_delay(MAX_BACKOFF)
+    .without_max_times();
 
 /// The running network side.
 pub struct Fleet {
@@ -205,7 +211,7 @@ async fn watch_loop(
             return;
         }
     };
-    let mut backoff = FIRST_BACKOFF;
+    let mut delays = RECONNECT_BACKOFF.build();
     loop {
         let conn = |conn| Event::Conn {
             addr: addr.clone(),
@@ -222,8 +228,9 @@ async fn watch_loop(
             Ok(Some(reason)) | Err(reason) => reason,
         };
         if opened.elapsed() > HEALTHY_STREAM {
-            backoff = FIRST_BACKOFF;
+            delays = RECONNECT_BACKOFF.build();
         }
+        let backoff = delays.next().unwrap_or(MAX_BACKOFF);
         let retry_in_ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX);
         tracing::info!(agent = %addr, %reason, retry_in_ms, "watch stream lost");
         if events
@@ -237,7 +244,6 @@ async fn watch_loop(
             return;
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
@@ -766,6 +772,17 @@ mod tests {
             },
             Err(e) => panic!("{e}"),
         }
+    }
+
+    #[test]
+    fn reconnects_wait_longer_each_time_up_to_the_cap_and_never_give_up() {
+        let delays: Vec<u128> = RECONNECT_BACKOFF
+            .build()
+            .take(8)
+            .map(|d| d.as_millis())
+            .collect();
+        assert_eq!(delays, [250, 500, 1000, 2000, 4000, 5000, 5000, 5000]);
+        assert_eq!(RECONNECT_BACKOFF.build().nth(1000), Some(MAX_BACKOFF));
     }
 
     #[test]
