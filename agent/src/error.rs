@@ -174,10 +174,7 @@ mod tests {
 
     #[test]
     fn the_sentence_is_the_one_anyhow_gave() {
-        let store = || StoreError::Database {
-            op: "connect",
-            source: sqlx::Error::PoolTimedOut,
-        };
+        let store = || StoreError::timed_out("connect");
         let old = anyhow::Error::new(store()).context("registering the agent");
         let new = AgentError::store_while("registering the agent", store());
         assert_eq!(error_sentence(new.as_dyn()), error_sentence(old.as_ref()));

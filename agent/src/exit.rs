@@ -77,10 +77,8 @@ impl ExitCode {
             // Refused at connect (PostgreSQL authentication, a SQLite file that cannot
             // be opened or is not a database): the database cannot be used.
             StoreError::Database { op: "connect", .. } => ExitCode::Unreachable,
-            StoreError::Database {
-                source: sqlx::Error::Database(_),
-                ..
-            } => ExitCode::TaskFailed,
+            // The database answered and refused the statement.
+            StoreError::Database { .. } if store.is_database_refusal() => ExitCode::TaskFailed,
             StoreError::Database { .. } => ExitCode::Unreachable,
             StoreError::Migrate(_) | StoreError::Corrupt { .. } => ExitCode::TaskFailed,
         }
@@ -116,10 +114,7 @@ mod tests {
 
     #[test]
     fn connection_failures_are_unreachable() {
-        let e = anyhow::Error::new(StoreError::Database {
-            op: "connect",
-            source: sqlx::Error::PoolTimedOut,
-        });
+        let e = anyhow::Error::new(StoreError::timed_out("connect"));
         assert_eq!(ExitCode::for_error(&e), ExitCode::Unreachable);
     }
 
@@ -134,10 +129,7 @@ mod tests {
 
     #[test]
     fn typed_agent_errors_keep_the_codes_their_chains_gave() {
-        let connect = || StoreError::Database {
-            op: "connect",
-            source: sqlx::Error::PoolTimedOut,
-        };
+        let connect = || StoreError::timed_out("connect");
         let e = anyhow::Error::new(AgentError::store_while("registering the agent", connect()));
         assert_eq!(ExitCode::for_error(&e), ExitCode::Unreachable);
         let e = anyhow::Error::new(AgentError::from(connect()));

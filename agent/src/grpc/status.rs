@@ -62,13 +62,7 @@ mod tests {
                 Code::PermissionDenied,
             ),
             (StoreError::Busy { op: "claim" }, Code::Unavailable),
-            (
-                StoreError::Database {
-                    op: "x",
-                    source: sqlx::Error::PoolTimedOut,
-                },
-                Code::Unavailable,
-            ),
+            (StoreError::timed_out("x"), Code::Unavailable),
         ];
         for (error, code) in cases {
             assert_eq!(from_store("op", error).code(), code);

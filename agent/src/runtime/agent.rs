@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
 use leasehold_shared::store::sqlite::{SqliteStore, SqliteStoreOptions, is_sqlite_url};
-use leasehold_shared::store::{AgentRegisterParams, ReleaseParams};
+use leasehold_shared::store::{AgentRegisterParams, AnyStore, ReleaseParams};
 use leasehold_shared::{AgentId, InputLimits, Store, StoreError};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -47,7 +47,7 @@ use super::heartbeat::Heartbeat;
 use super::idle::IdleWatcher;
 use super::maintenance::Maintenance;
 use super::metrics::{Metrics, serve_metrics};
-use super::notifier::{FileWatcher, Notifier};
+use super::notifier::Notifier;
 use super::registry::Registry;
 use super::renewal::Connect;
 use super::scheduler::Scheduler;
@@ -117,7 +117,7 @@ impl AgentBuilder {
             });
         }
         let server_timeout = (settings.lease_ttl / 2).max(Duration::from_secs(1));
-        let (main, pools): (Arc<dyn Store>, Pools) = if is_sqlite_url(url) {
+        let database = if is_sqlite_url(url) {
             let store = SqliteStore::connect(
                 url,
                 SqliteStoreOptions {
@@ -136,8 +136,7 @@ impl AgentBuilder {
             store.migrate().await.map_err(|e| {
                 AgentError::store_while("applying migrations to the SQLite database", e)
             })?;
-            let pool = store.pool().clone();
-            (Arc::new(store), Pools::Sqlite(pool))
+            AnyStore::Sqlite(store)
         } else {
             let store = PgStore::connect(
                 url,
@@ -154,9 +153,9 @@ impl AgentBuilder {
             )
             // The store's error says "cannot connect to the database: …" itself.
             .await?;
-            let pool = store.pool().clone();
-            (Arc::new(store), Pools::Postgres(pool))
+            AnyStore::Postgres(store)
         };
+        let main = database.store();
         let connect: Connect<Arc<dyn Store>> = {
             let url = url.to_string();
             let limits = self.limits;
@@ -221,7 +220,7 @@ impl AgentBuilder {
             settings,
             id: record.id,
             store: main,
-            pg_pool: pools.postgres(),
+            database,
             handlers: self.handlers,
             types,
             listeners: self.listeners,
@@ -251,7 +250,6 @@ impl AgentBuilder {
             rx,
             connect,
             heartbeat_conn,
-            pools,
             metrics_listener: self.metrics_listener,
             grpc: self.grpc,
         })
@@ -332,31 +330,8 @@ pub struct Agent {
     rx: mpsc::UnboundedReceiver<Finished>,
     connect: Connect<Arc<dyn Store>>,
     heartbeat_conn: Arc<dyn Store>,
-    pools: Pools,
     metrics_listener: Option<TcpListener>,
     grpc: Option<GrpcOptions>,
-}
-
-/// The agent's database pool, by backend.
-enum Pools {
-    Postgres(sqlx::PgPool),
-    Sqlite(sqlx::SqlitePool),
-}
-
-impl Pools {
-    fn postgres(&self) -> Option<sqlx::PgPool> {
-        match self {
-            Pools::Postgres(pool) => Some(pool.clone()),
-            Pools::Sqlite(_) => None,
-        }
-    }
-
-    async fn close(&self) {
-        match self {
-            Pools::Postgres(pool) => pool.close().await,
-            Pools::Sqlite(pool) => pool.close().await,
-        }
-    }
 }
 
 /// Tokens that end [`Agent::run`].
@@ -398,7 +373,6 @@ impl Agent {
             rx,
             connect,
             heartbeat_conn,
-            pools,
             metrics_listener,
             grpc,
         } = self;
@@ -468,23 +442,13 @@ impl Agent {
                 }
             });
         }
-        // SQLite has no NOTIFY: its stand-in watches the file's change counter.
-        match &pools {
-            Pools::Postgres(pool) => {
-                let notifier = Notifier {
-                    core: Arc::clone(&core),
-                    pool: pool.clone(),
-                };
-                services.spawn("notifier", &[&claim_stop], notifier.run(claim_stop.clone()));
-            }
-            Pools::Sqlite(pool) => {
-                let watcher = FileWatcher {
-                    core: Arc::clone(&core),
-                    pool: pool.clone(),
-                };
-                services.spawn("notifier", &[&claim_stop], watcher.run(claim_stop.clone()));
-            }
-        }
+        // LISTEN on PostgreSQL; SQLite has no NOTIFY: its stand-in watches the file's change
+        // counter. The store's wake source owns either.
+        let notifier = Notifier {
+            core: Arc::clone(&core),
+            source: core.database.wake_source(),
+        };
+        services.spawn("notifier", &[&claim_stop], notifier.run(claim_stop.clone()));
         // With --exit-when-idle the idle watcher ends the run when nothing of our types is
         // left (or the idle timeout passes); the claimer tells it when a claim came back short.
         let idle_check = core
@@ -673,7 +637,7 @@ impl Agent {
             Ok(Ok(())) => {}
             _ => tracing::warn!("could not mark the agent stopped"),
         }
-        pools.close().await;
+        core.database.close().await;
         let mut summary = core.stats.summary(&core.id, ended_by);
         summary.idle = idle_summary;
         if let Some(failure) = services.failure() {

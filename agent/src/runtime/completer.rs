@@ -299,22 +299,14 @@ impl Writer {
     }
 }
 
-/// True when the database refused a batch for what it holds (a data exception or a broken
-/// constraint: SQLSTATE classes 22 and 23), not for its own state — a restart's
-/// "terminating connection due to administrator command" must be retried, never turned into a
-/// failure of the task.
+/// True when the database refused a batch for what it holds
+/// ([`StoreError::is_content_refusal`](leasehold_shared::StoreError::is_content_refusal)),
+/// not for its own state — a restart's "terminating connection due to administrator command"
+/// must be retried, never turned into a failure of the task.
 fn refused_for_content(error: &anyhow::Error) -> bool {
-    use leasehold_shared::StoreError;
-    match error.downcast_ref::<StoreError>() {
-        Some(StoreError::Invalid(_)) => true,
-        Some(StoreError::Database {
-            source: sqlx::Error::Database(db),
-            ..
-        }) => db
-            .code()
-            .is_some_and(|code| code.starts_with("22") || code.starts_with("23")),
-        _ => false,
-    }
+    error
+        .downcast_ref::<leasehold_shared::StoreError>()
+        .is_some_and(leasehold_shared::StoreError::is_content_refusal)
 }
 
 /// The completion to write; a result the store would refuse (too large) becomes a permanent

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use leasehold_shared::domain::Policy;
 use leasehold_shared::domain::policy::{DEFAULT_SLOW_THRESHOLD, DEFAULT_TIMEOUT};
-use leasehold_shared::store::{Completion, GroupName, ResourceHolderParams};
+use leasehold_shared::store::{AnyStore, Completion, GroupName, ResourceHolderParams};
 use leasehold_shared::{AgentId, LeaseEpoch, LeaseKey, Store, StoreError, TaskId, TaskType};
 use serde::Serialize;
 use tokio::sync::{Notify, mpsc, watch};
@@ -184,8 +184,9 @@ pub(crate) struct Core {
     pub(crate) settings: RuntimeSettings,
     pub(crate) id: AgentId,
     pub(crate) store: Arc<dyn Store>,
-    /// The PostgreSQL pool behind `store`, lent to handlers.
-    pub(crate) pg_pool: Option<sqlx::PgPool>,
+    /// The connected store behind `store`, by backend: its wake-up source, the PostgreSQL
+    /// pool lent to handlers ([`crate::handler::TaskContext::pool`]), the pool to close last.
+    pub(crate) database: AnyStore,
     pub(crate) handlers: HandlerRegistry,
     pub(crate) types: Vec<TaskType>,
     pub(crate) book: LeaseBook,

@@ -132,7 +132,7 @@ pub(crate) fn start(
         stop: Arc::clone(&stop),
         progress: Some(Arc::clone(&progress)),
         agent: Some(core.id.clone()),
-        pool: core.pg_pool.clone(),
+        pool: core.database.pg_pool().cloned(),
     };
     let span = tracing::debug_span!(
         "execution",

@@ -139,6 +139,25 @@ impl AnyStore {
         Ok(done)
     }
 
+    /// The backend's wake-up source (LISTEN, or the SQLite file's change counter).
+    pub fn wake_source(&self) -> super::WakeSource {
+        match self {
+            AnyStore::Postgres(s) => s.wake_source(),
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(s) => s.wake_source(),
+        }
+    }
+
+    /// The PostgreSQL pool behind the store, which applications borrow to enqueue inside their
+    /// own transactions; `None` on SQLite.
+    pub fn pg_pool(&self) -> Option<&sqlx::PgPool> {
+        match self {
+            AnyStore::Postgres(s) => Some(s.pool()),
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(_) => None,
+        }
+    }
+
     /// Closes the pool (a SQLite file is checkpointed by its last connection closing).
     pub async fn close(&self) {
         match self {

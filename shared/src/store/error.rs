@@ -156,6 +156,45 @@ impl StoreError {
         }
     }
 
+    /// No database connection was had within `op`'s time (the pool's, or a connect's own
+    /// timeout): a connection failure ([`StoreError::is_connection`]).
+    pub fn timed_out(op: &'static str) -> StoreError {
+        StoreError::Database {
+            op,
+            source: sqlx::Error::PoolTimedOut,
+        }
+    }
+
+    /// True when the database refused the statement for what it holds rather than for its
+    /// own state: bad input caught before or by the database ([`StoreError::Invalid`]), or a
+    /// data exception or broken constraint (SQLSTATE classes 22 and 23). Writing the same
+    /// input again cannot succeed; a restart's "terminating connection due to administrator
+    /// command" is not this, and is worth retrying.
+    pub fn is_content_refusal(&self) -> bool {
+        match self {
+            StoreError::Invalid(_) => true,
+            StoreError::Database {
+                source: sqlx::Error::Database(db),
+                ..
+            } => db
+                .code()
+                .is_some_and(|code| code.starts_with("22") || code.starts_with("23")),
+            _ => false,
+        }
+    }
+
+    /// True when the database answered and refused the statement (any SQLSTATE or SQLite
+    /// code), as opposed to a connection, pool, TLS or protocol failure of [`Self::Database`].
+    pub fn is_database_refusal(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database {
+                source: sqlx::Error::Database(_),
+                ..
+            }
+        )
+    }
+
     /// True when retrying may succeed: the database could not be reached, the connection
     /// broke, or the operation was busy — as opposed to a refused statement.
     pub fn is_connection(&self) -> bool {
@@ -339,6 +378,127 @@ mod redact_tests {
         let e = StoreError::unsupported_url("mysql://root:hunter2@h/db").to_string();
         assert!(
             !e.contains("hunter2") && e.contains("mysql://root:***@h/db"),
+            "{e}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod classify_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use std::borrow::Cow;
+
+    use super::*;
+
+    /// A database's refusal with SQLSTATE (or SQLite code) `.0`.
+    #[derive(Debug)]
+    struct Refusal(&'static str);
+
+    impl std::fmt::Display for Refusal {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "refused with {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Refusal {}
+
+    impl sqlx::error::DatabaseError for Refusal {
+        fn message(&self) -> &str {
+            "refused"
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn db(source: sqlx::Error) -> StoreError {
+        StoreError::Database { op: "op", source }
+    }
+
+    fn refused(code: &'static str) -> StoreError {
+        db(sqlx::Error::Database(Box::new(Refusal(code))))
+    }
+
+    #[test]
+    fn errors_sort_into_content_refusals_database_refusals_and_connection_failures() {
+        // (error, is_content_refusal, is_database_refusal, is_connection)
+        let cases = [
+            (
+                StoreError::Invalid(ValidationError::Invalid {
+                    field: "payload",
+                    detail: "too big".into(),
+                }),
+                true,
+                false,
+                false,
+            ),
+            (refused("22P02"), true, true, false), // invalid text representation
+            (refused("22001"), true, true, false), // string data right truncation
+            (refused("23505"), true, true, false), // unique violation
+            (refused("23503"), true, true, false), // foreign key violation
+            (refused("57P01"), false, true, false), // admin shutdown: retry it
+            (refused("40001"), false, true, false), // serialization failure
+            (refused("2067"), false, true, false), // SQLite unique constraint
+            (StoreError::timed_out("connect"), false, false, true),
+            (db(sqlx::Error::PoolClosed), false, false, true),
+            (db(sqlx::Error::WorkerCrashed), false, false, true),
+            (
+                db(sqlx::Error::Io(std::io::Error::from(
+                    std::io::ErrorKind::ConnectionReset,
+                ))),
+                false,
+                false,
+                true,
+            ),
+            (
+                db(sqlx::Error::Protocol("unexpected message".into())),
+                false,
+                false,
+                false,
+            ),
+            (StoreError::Busy { op: "claim" }, false, false, true),
+            (StoreError::NotFound(TaskId(1)), false, false, false),
+            (
+                StoreError::Corrupt {
+                    what: "status",
+                    detail: "x".into(),
+                },
+                false,
+                false,
+                false,
+            ),
+        ];
+        for (error, content, database, connection) in cases {
+            assert_eq!(
+                (
+                    error.is_content_refusal(),
+                    error.is_database_refusal(),
+                    error.is_connection()
+                ),
+                (content, database, connection),
+                "{error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_timeout_says_no_connection_was_free() {
+        let e = StoreError::timed_out("connect");
+        assert!(
+            e.to_string()
+                .starts_with("cannot connect to the database: no database connection free"),
             "{e}"
         );
     }

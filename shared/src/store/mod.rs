@@ -42,6 +42,7 @@ mod rows;
 pub mod schedules;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+pub mod wake;
 
 use std::time::Duration;
 
@@ -52,6 +53,7 @@ pub use any::AnyStore;
 pub use error::{NOT_MIGRATED, Result, StoreError, error_sentence, redact_url};
 pub use idle::{IdleGroup, IdleReport, IdleReportParams};
 pub use outcomes::*;
+pub use wake::{WakeError, WakeEvent, WakeKind, WakeSource, WakeSubscription};
 
 /// Whether `url` names a SQLite database (`sqlite://PATH`, `sqlite:PATH`), whether or not
 /// this build has the SQLite store (the cargo feature `sqlite`, on by default).

@@ -136,6 +136,7 @@ pub(crate) mod sql {
             shard_leave,
             resource_history_prune,
             resource_fence,
+            wake_probe,
         );
     }
     pub use names::*;
@@ -304,6 +305,11 @@ impl PgStore {
     /// Closes the pool.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+
+    /// This database's wake-up: LISTEN on [`NOTIFY_CHANNEL`], on connections of its own.
+    pub fn wake_source(&self) -> super::wake::WakeSource {
+        super::wake::WakeSource::postgres(self.pool.clone())
     }
 }
 

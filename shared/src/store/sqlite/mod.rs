@@ -16,7 +16,7 @@
 //! Several agent processes on one host may share one file: claims, renewals and completions
 //! serialise on the write lock, so concurrency limits are exact without advisory locks. There is
 //! no NOTIFY: each agent watches the file's change counter (`PRAGMA data_version`, every 20 ms,
-//! in the agent's notifier) and polls as a fallback.
+//! through the store's `WakeSource`, `store/wake.rs`) and polls as a fallback.
 //!
 //! Times are INTEGER microseconds since the Unix epoch (millisecond precision from the clock);
 //! JSON is TEXT. See `migrations/sqlite/`.
@@ -166,6 +166,7 @@ pub(crate) mod sql {
             shard_member_prune,
             resource_history_prune,
             resource_fence,
+            wake_version,
         );
     }
     pub use names::*;
@@ -290,6 +291,11 @@ impl SqliteStore {
     /// Closes the pool.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+
+    /// This file's wake-up: its change counter, read on a connection of its own.
+    pub fn wake_source(&self) -> super::wake::WakeSource {
+        super::wake::WakeSource::sqlite(self.pool.clone())
     }
 }
 
