@@ -303,13 +303,23 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter(db: StoreDb) {
         }
     );
 
-    // A retry that would start after the deadline dead-letters as deadline_exceeded instead.
+    // A retry that would start after the deadline dead-letters as deadline_exceeded instead,
+    // in the same words on every store (store/lifecycle.rs builds them; PostgreSQL's statement
+    // used to print its times as `+00`, SQLite's code as `UTC`).
     let late = db
         .insert_task(TaskSpec {
             deadline_in_secs: Some(1.0),
             ..TaskSpec::new("flaky", "running")
         })
         .await
+        .unwrap();
+    let deadline = store
+        .task_get(TaskId(late))
+        .await
+        .unwrap()
+        .unwrap()
+        .task
+        .deadline_at
         .unwrap();
     let out = store
         .task_complete(by_factory(
@@ -330,10 +340,13 @@ async fn failures_retry_with_the_types_backoff_then_dead_letter(db: StoreDb) {
     );
     let err = &db.task_row(late).await.unwrap()["last_error"];
     assert_eq!(err["code"], "deadline_exceeded");
+    let message = err["message"].as_str().unwrap();
+    let (head, tail) = message.split_once(" would start after ").unwrap();
     assert!(
-        err["message"].as_str().unwrap().contains("last error x: y"),
+        head.starts_with("the retry due at ") && head.ends_with(" UTC"),
         "{err}"
     );
+    assert_eq!(tail, format!("the deadline {deadline}; last error x: y"));
 
     // Huge attempt numbers with a steep multiplier cap at the max delay instead of overflowing.
     store
@@ -447,6 +460,14 @@ async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch(db: StoreDb) 
         .await
         .unwrap();
     db.backdate_lease(expired, 20.0).await.unwrap();
+    let expired_until = store
+        .task_get(TaskId(expired))
+        .await
+        .unwrap()
+        .unwrap()
+        .task
+        .lease_until
+        .unwrap();
     let exhausted = db
         .insert_task(TaskSpec {
             attempt: 5,
@@ -503,6 +524,14 @@ async fn recovery_takes_only_leases_past_grace_and_bumps_the_epoch(db: StoreDb) 
     let row = db.task_row(expired).await.unwrap();
     assert_eq!(row["lease_epoch"], 8, "recovery bumps the epoch");
     assert_eq!(row["last_error"]["code"], "lease_expired");
+    assert_eq!(
+        row["last_error"]["message"],
+        format!(
+            "lease held by {FACTORY_OWNER} (epoch 7) expired at {expired_until} and was not \
+             renewed within the grace period"
+        ),
+        "the same words on every store"
+    );
     assert_eq!(
         db.attempt_rows(expired).await.unwrap(),
         vec![(7, FACTORY_OWNER.to_string(), "lease_expired".to_string())]
@@ -1217,97 +1246,4 @@ async fn suspect_leases_are_the_oldest_overdue_renewals_and_bounded(db: StoreDb)
     for limit in [0, leasehold_shared::store::MAX_SUSPECT_LIMIT + 1] {
         assert!(matches!(list(5, limit).await, Err(StoreError::Invalid(_))));
     }
-}
-
-conformance!(the_errors_the_store_writes_read_the_same_on_every_store);
-/// The texts a decision writes (store/lifecycle.rs) are built once: a deadline that stops a
-/// retry and a recovered lease read the same on PostgreSQL and SQLite, times in one format.
-/// (PostgreSQL's statements used to format them with `format('%s', timestamptz)`.)
-async fn the_errors_the_store_writes_read_the_same_on_every_store(db: StoreDb) {
-    let store = db.store();
-    let late = db
-        .insert_task(TaskSpec {
-            deadline_in_secs: Some(1.0),
-            ..TaskSpec::new("texts", "running")
-        })
-        .await
-        .unwrap();
-    let deadline = store
-        .task_get(TaskId(late))
-        .await
-        .unwrap()
-        .unwrap()
-        .task
-        .deadline_at
-        .unwrap();
-    store
-        .task_complete(by_factory(
-            late,
-            1,
-            Completion::Failed {
-                error: TaskError::retryable("x", "y"),
-            },
-        ))
-        .await
-        .unwrap();
-    let error = store
-        .task_get(TaskId(late))
-        .await
-        .unwrap()
-        .unwrap()
-        .task
-        .last_error
-        .unwrap();
-    assert_eq!(error.code, "deadline_exceeded");
-    assert!(!error.retryable);
-    let (head, tail) = error.message.split_once(" would start after ").unwrap();
-    assert!(
-        head.starts_with("the retry due at ") && head.ends_with(" UTC"),
-        "{error:?}"
-    );
-    assert_eq!(tail, format!("the deadline {deadline}; last error x: y"));
-
-    let lost = db
-        .insert_task(TaskSpec {
-            lease_epoch: 3,
-            ..TaskSpec::new("texts", "running")
-        })
-        .await
-        .unwrap();
-    db.backdate_lease(lost, 20.0).await.unwrap();
-    let until = store
-        .task_get(TaskId(lost))
-        .await
-        .unwrap()
-        .unwrap()
-        .task
-        .lease_until
-        .unwrap();
-    let recovered = store
-        .lease_recover_expired(RecoverParams {
-            grace: Duration::from_secs(5),
-            limit: 10,
-            clock_bound: None,
-        })
-        .await
-        .unwrap();
-    assert_eq!(recovered.len(), 1);
-    let error = store
-        .task_get(TaskId(lost))
-        .await
-        .unwrap()
-        .unwrap()
-        .task
-        .last_error
-        .unwrap();
-    assert_eq!(
-        (error.code.as_str(), error.message),
-        (
-            "lease_expired",
-            format!(
-                "lease held by {FACTORY_OWNER} (epoch 3) expired at {until} and was not renewed \
-                 within the grace period"
-            )
-        )
-    );
 }

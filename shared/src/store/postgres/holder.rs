@@ -93,14 +93,7 @@ pub(super) async fn task_complete_many(
     const OP: &str = "task_complete";
     let mut sorted: Vec<&CompleteParams> = batch.iter().collect();
     sorted.sort_by_key(|p| p.key.id);
-    let mut tx = pool
-        .begin_with(super::BEGIN_READ_COMMITTED)
-        .await
-        .map_err(StoreError::db(OP))?;
-    sqlx::query(sql::plan_indexed)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+    let mut tx = super::begin_indexed(pool, OP).await?;
     let decided = decide(&mut tx, &sorted).await?;
     let mut by_id = std::collections::HashMap::with_capacity(batch.len());
     if !decided.is_empty() {

@@ -28,14 +28,7 @@ pub(super) async fn lease_recover_expired(
     params: &RecoverParams,
 ) -> Result<Vec<Recovered>> {
     const OP: &str = "lease_recover_expired";
-    let mut tx = pool
-        .begin_with(super::BEGIN_READ_COMMITTED)
-        .await
-        .map_err(StoreError::db(OP))?;
-    sqlx::query(sql::plan_indexed)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
+    let mut tx = super::begin_indexed(pool, OP).await?;
     let expired = sqlx::query(sql::lease_list_expired)
         .bind(secs(params.grace))
         .bind(i64::from(params.limit))

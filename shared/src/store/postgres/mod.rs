@@ -162,14 +162,12 @@ pub(crate) mod sql {
 /// they say so rather than inherit a server default.
 pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
-/// Runs one row-returning statement in a READ COMMITTED transaction whose planner may only use
-/// index nested loops (sql/plan_indexed.sql): batch statements stay linear in their batch size
-/// whatever the table statistics say.
-pub(crate) async fn fetch_indexed<'q>(
+/// Begins a READ COMMITTED transaction whose planner may only use index nested loops
+/// (sql/plan_indexed.sql), for the batch statements and the reads that decide them.
+pub(crate) async fn begin_indexed(
     pool: &PgPool,
-    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     op: &'static str,
-) -> Result<Vec<sqlx::postgres::PgRow>> {
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
     let mut tx = pool
         .begin_with(BEGIN_READ_COMMITTED)
         .await
@@ -178,6 +176,18 @@ pub(crate) async fn fetch_indexed<'q>(
         .execute(&mut *tx)
         .await
         .map_err(StoreError::db(op))?;
+    Ok(tx)
+}
+
+/// Runs one row-returning statement in a READ COMMITTED transaction whose planner may only use
+/// index nested loops (sql/plan_indexed.sql): batch statements stay linear in their batch size
+/// whatever the table statistics say.
+pub(crate) async fn fetch_indexed<'q>(
+    pool: &PgPool,
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    op: &'static str,
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let mut tx = begin_indexed(pool, op).await?;
     let rows = query
         .fetch_all(&mut *tx)
         .await
