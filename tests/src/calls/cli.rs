@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use crate::agent::AgentHandle;
 use crate::cli::{Cli, CliOutput};
 use crate::db::TestDb;
-use crate::fleet::spawn_agent;
+use crate::fleet::spawn_registered;
 use crate::grpc::agent_address;
 use crate::inspect::{audit_rows, task_status};
 use crate::wait::wait_until;
@@ -63,16 +63,7 @@ pub async fn start(
     handlers: &str,
     extra: &[&str],
 ) -> anyhow::Result<Fixture> {
-    let agent = spawn_agent(
-        "leasehold-agent",
-        &db.url,
-        name,
-        handlers,
-        extra,
-        Vec::new(),
-    )
-    .await?;
-    let id = agent.wait_registered(&db.pool, name, WAIT).await?;
+    let (agent, id) = spawn_registered(db, name, handlers, extra).await?;
     let addr = agent_address(&db.pool, name, WAIT).await?;
     let cli = Cli::new(&addr).await?;
     Ok(Fixture { agent, id, cli })
