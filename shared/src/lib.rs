@@ -1,6 +1,6 @@
 //! Leasehold's shared core: domain types, the task state machine, the [`store::Store`] trait
-//! with its PostgreSQL implementation and, with the cargo feature `sqlite` (on by default), its
-//! SQLite one, and local identity (socket paths, uids).
+//! written once over a thin `Driver` per backend (PostgreSQL always; SQLite with the cargo
+//! feature `sqlite`, on by default), and local identity (socket paths, uids).
 //!
 //! This crate knows nothing of gRPC or terminals: the agent and the console build on it, never
 //! the other way round.
