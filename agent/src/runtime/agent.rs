@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
 use leasehold_shared::store::sqlite::{SqliteStore, SqliteStoreOptions, is_sqlite_url};
 use leasehold_shared::store::{AgentRegisterParams, AnyStore, ReleaseParams};
-use leasehold_shared::{AgentId, InputLimits, Store, StoreError};
+use leasehold_shared::{AgentId, InputLimits, Store};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -48,6 +48,7 @@ use super::idle::IdleWatcher;
 use super::maintenance::Maintenance;
 use super::metrics::{Metrics, serve_metrics};
 use super::notifier::Notifier;
+use super::queue::StoreQueue;
 use super::registry::Registry;
 use super::renewal::Connect;
 use super::scheduler::Scheduler;
@@ -192,14 +193,7 @@ impl AgentBuilder {
         const HEARTBEAT_CONN: &str = "opening the heartbeat connection";
         let heartbeat_conn = (connect)()
             .await
-            .map_err(|e| match e.downcast::<StoreError>() {
-                Ok(store) => AgentError::store_while(HEARTBEAT_CONN, store),
-                // The connect function fails with store errors only; anything else says itself.
-                Err(other) => AgentError::Internal {
-                    doing: HEARTBEAT_CONN.to_string(),
-                    source: other.into(),
-                },
-            })?;
+            .map_err(|e| AgentError::store_while(HEARTBEAT_CONN, e))?;
         let types = self.handlers.task_types();
         let record = main
             .agent_register(AgentRegisterParams {
@@ -396,6 +390,7 @@ impl Agent {
         let completer = Completer {
             core: Arc::clone(&core),
             rx,
+            queue: StoreQueue::completions(&core.store),
         };
         services.spawn(
             COMPLETER,
@@ -418,6 +413,7 @@ impl Agent {
         );
         let maintenance = Maintenance {
             core: Arc::clone(&core),
+            queue: StoreQueue::maintenance(&core.store),
         };
         services.spawn(
             "maintenance",
@@ -472,6 +468,7 @@ impl Agent {
         }
         let claimer = Claimer {
             core: Arc::clone(&core),
+            queue: StoreQueue::claims(&core.store),
             idle_check,
         };
         services.spawn("claimer", &[&claim_stop], claimer.run(claim_stop.clone()));

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::core::{Core, FinishAction, Finished, bump};
 use super::events::LifecycleEvent;
 use super::feed::FeedEvent;
+use super::queue::{CompleteQueue, WriteError, chain};
 
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(2);
@@ -35,6 +36,8 @@ const RETRY_BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
 pub(crate) struct Completer {
     pub(crate) core: Arc<Core>,
     pub(crate) rx: mpsc::UnboundedReceiver<Finished>,
+    /// Where completions and releases go (the store; the in-memory queue in the unit tests).
+    pub(crate) queue: Arc<dyn CompleteQueue>,
 }
 
 impl Completer {
@@ -78,22 +81,21 @@ impl Completer {
                     Err(_) => break,
                 }
             }
-            let me = Completer::writer(Arc::clone(&core));
+            let me = Writer {
+                core: Arc::clone(&core),
+                queue: Arc::clone(&self.queue),
+            };
             let stop = stop.clone();
             in_flight.spawn(async move { me.flush_until_done(pending, &stop).await });
         }
         while in_flight.join_next().await.is_some() {}
     }
-
-    /// A writer sharing the core (it never receives).
-    fn writer(core: Arc<Core>) -> Writer {
-        Writer { core }
-    }
 }
 
-/// Writes batches of finished attempts.
+/// Writes batches of finished attempts (it shares the core, and never receives).
 struct Writer {
     core: Arc<Core>,
+    queue: Arc<dyn CompleteQueue>,
 }
 
 impl Writer {
@@ -113,10 +115,11 @@ impl Writer {
                 Err(error) => {
                     let refused = refused_for_content(&error);
                     if refused && pending.len() > 1 {
-                        tracing::warn!(error = %format!("{error:#}"), pending = pending.len(), "completion batch refused; writing its attempts one by one");
+                        tracing::warn!(error = %chain(&error), pending = pending.len(), "completion batch refused; writing its attempts one by one");
                         for one in std::mem::take(&mut pending) {
                             let me = Writer {
                                 core: Arc::clone(&self.core),
+                                queue: Arc::clone(&self.queue),
                             };
                             Box::pin(me.flush_until_done(vec![one], stop)).await;
                         }
@@ -131,12 +134,12 @@ impl Writer {
                                     epoch: f.key.epoch,
                                     outcome: "lost",
                                 });
-                                tracing::error!(task.id = f.key.id.0, error = %format!("{error:#}"), "the database refuses this attempt's completion; its lease will be recovered after the TTL");
+                                tracing::error!(task.id = f.key.id.0, error = %chain(&error), "the database refuses this attempt's completion; its lease will be recovered after the TTL");
                             }
                             return;
                         }
                         rewritten = true;
-                        let reason = format!("{error:#}");
+                        let reason = chain(&error);
                         for f in pending.iter_mut() {
                             if let FinishAction::Complete(c) = &mut f.action {
                                 *c = Completion::Failed {
@@ -153,7 +156,7 @@ impl Writer {
                         continue;
                     }
                     self.core.metrics.database(false);
-                    tracing::warn!(error = %format!("{error:#}"), pending = pending.len(), "completion batch failed; retrying");
+                    tracing::warn!(error = %chain(&error), pending = pending.len(), "completion batch failed; retrying");
                     let delay = delays.next().unwrap_or(RETRY_MAX);
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
@@ -165,7 +168,7 @@ impl Writer {
     }
 
     /// Writes `pending`; on success it is emptied.
-    async fn flush(&self, pending: &mut Vec<Finished>) -> anyhow::Result<()> {
+    async fn flush(&self, pending: &mut Vec<Finished>) -> Result<(), WriteError> {
         let core = &self.core;
         let timeout = core.settings.lease_ttl;
         let (releases, completes): (Vec<Finished>, Vec<Finished>) = std::mem::take(pending)
@@ -174,10 +177,10 @@ impl Writer {
         if !completes.is_empty() {
             let params: Vec<CompleteParams> = completes.iter().map(complete_params).collect();
             let written =
-                tokio::time::timeout(timeout, core.store.task_complete_many(params.clone()))
+                tokio::time::timeout(timeout, self.queue.task_complete_many(params.clone()))
                     .await
-                    .map_err(|_| anyhow::anyhow!("completion batch timed out after {timeout:?}"))
-                    .and_then(|r| r.map_err(anyhow::Error::new));
+                    .map_err(|_| WriteError::timeout("completion batch", timeout))
+                    .and_then(|r| r.map_err(WriteError::Store));
             let outcomes = match written {
                 Ok(outcomes) => outcomes,
                 Err(e) => {
@@ -200,13 +203,13 @@ impl Writer {
             let leases = releases.iter().map(|f| (f.key.id, f.key.epoch)).collect();
             let out = tokio::time::timeout(
                 timeout,
-                core.store.lease_release_many(ReleaseParams {
+                self.queue.lease_release_many(ReleaseParams {
                     owner: core.id.clone(),
                     leases,
                 }),
             )
             .await
-            .map_err(|_| anyhow::anyhow!("release timed out after {timeout:?}"))??;
+            .map_err(|_| WriteError::timeout("release", timeout))??;
             for f in &releases {
                 core.book.remove(f.key.id, f.key.epoch);
                 if out.fenced.contains(&f.key.id) {
@@ -300,13 +303,14 @@ impl Writer {
 }
 
 /// True when the database refused a batch for what it holds
-/// ([`StoreError::is_content_refusal`](leasehold_shared::StoreError::is_content_refusal)),
-/// not for its own state — a restart's "terminating connection due to administrator command"
-/// must be retried, never turned into a failure of the task.
-fn refused_for_content(error: &anyhow::Error) -> bool {
-    error
-        .downcast_ref::<leasehold_shared::StoreError>()
-        .is_some_and(leasehold_shared::StoreError::is_content_refusal)
+/// ([`leasehold_shared::StoreError::is_content_refusal`]), not for its own state — a
+/// restart's "terminating connection due to administrator command" must be retried, never
+/// turned into a failure of the task; nor is a timeout, whose write may have landed.
+fn refused_for_content(error: &WriteError) -> bool {
+    match error {
+        WriteError::Store(e) => e.is_content_refusal(),
+        WriteError::Timeout { .. } => false,
+    }
 }
 
 /// The completion to write; a result the store would refuse (too large) becomes a permanent
@@ -344,16 +348,4 @@ fn complete_params(f: &Finished) -> CompleteParams {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batch_retries_double_to_the_cap_and_never_end() {
-        let ms: Vec<u128> = RETRY_BACKOFF
-            .build()
-            .take(8)
-            .map(|d| d.as_millis())
-            .collect();
-        assert_eq!(ms, [50, 100, 200, 400, 800, 1600, 2000, 2000]);
-    }
-}
+mod tests;

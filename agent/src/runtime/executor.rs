@@ -145,7 +145,7 @@ pub(crate) fn start(
     tokio::spawn(
         async move {
             let ran = run_handler(&core, ctx, task.payload, &stop, stop_at, stop_reason).await;
-            let run_time = claimed_at.elapsed();
+            let run_time = super::renewal::now().saturating_duration_since(claimed_at);
             let still_held = core.book.finish_execution(key.id, key.epoch);
             core.update_active();
             core.wake_claimers();
@@ -308,3 +308,6 @@ fn finish_action(
         Ran::Dropped => stopped(reason.unwrap_or(StopReason::Shutdown)),
     }
 }
+
+#[cfg(test)]
+mod tests;

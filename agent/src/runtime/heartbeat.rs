@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use leasehold_shared::store::{RenewOutcome, RenewParams};
-use leasehold_shared::{LeaseEpoch, Store, TaskId};
+use leasehold_shared::{LeaseEpoch, Store, StoreError, TaskId};
 
 use super::core::{Core, bump};
 use super::events::LifecycleEvent;
@@ -69,7 +69,7 @@ impl Renewable for Heartbeat {
         &self,
         conn: Arc<dyn Store>,
         leases: &Self::Batch,
-    ) -> anyhow::Result<RenewOutcome> {
+    ) -> Result<RenewOutcome, StoreError> {
         let settings = &self.core.settings;
         let params = RenewParams {
             owner: self.core.id.clone(),
@@ -77,7 +77,7 @@ impl Renewable for Heartbeat {
             lease_ttl: settings.lease_ttl,
             alive_for: Some(settings.alive_for()),
         };
-        Ok(conn.lease_renew_many(params).await?)
+        conn.lease_renew_many(params).await
     }
 
     async fn renewed(

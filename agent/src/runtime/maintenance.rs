@@ -39,12 +39,17 @@ use tokio_util::sync::CancellationToken;
 use super::core::{Core, bump};
 use super::db_clock::{ClockJump, DbClock};
 use super::events::LifecycleEvent;
+use super::queue::MaintenanceQueue;
+// Tokio's clock: the monotonic clock, unless a test paused time.
+use super::renewal::now;
 
 const BATCH: u32 = 1000;
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(60);
 
 pub(crate) struct Maintenance {
     pub(crate) core: Arc<Core>,
+    /// Where its writes go (the store; the in-memory queue in the unit tests).
+    pub(crate) queue: Arc<dyn MaintenanceQueue>,
 }
 
 struct Leadership {
@@ -55,7 +60,7 @@ struct Leadership {
 /// A renewal that failed or timed out: past `safe_until` leadership cannot be proven.
 fn step_down_if_unprovable(leading: &mut Option<Leadership>) {
     if let Some(l) = leading.as_ref()
-        && Instant::now() >= l.safe_until
+        && now() >= l.safe_until
     {
         tracing::warn!(term = l.term, "leadership not provable: stepping down");
         *leading = None;
@@ -81,7 +86,7 @@ impl Maintenance {
             // The leader step never runs past safe_until: leadership it cannot prove by then is
             // given up below, not after another full step.
             let lead_limit = leading.as_ref().map_or(limit, |l| {
-                let left = l.safe_until.saturating_duration_since(Instant::now());
+                let left = l.safe_until.saturating_duration_since(now());
                 limit.min(left.max(self.core.settings.renew_timeout()))
             });
             let led = tokio::time::timeout(lead_limit, self.lead(&mut leading, &mut clock)).await;
@@ -94,8 +99,10 @@ impl Maintenance {
             if leading.is_some() {
                 bounded("recovery")(tokio::time::timeout(limit, self.recover(&clock)).await);
                 bounded("deadlines")(tokio::time::timeout(limit, self.expire_deadlines()).await);
-                if last_housekeeping.is_none_or(|at| at.elapsed() >= self.housekeeping_every()) {
-                    last_housekeeping = Some(Instant::now());
+                if last_housekeeping.is_none_or(|at| {
+                    now().saturating_duration_since(at) >= self.housekeeping_every()
+                }) {
+                    last_housekeeping = Some(now());
                     bounded("housekeeping")(
                         tokio::time::timeout(limit * 4, self.housekeeping()).await,
                     );
@@ -112,12 +119,7 @@ impl Maintenance {
             }
         }
         if let Some(l) = leading {
-            match self
-                .core
-                .store
-                .leader_resign(self.core.id.clone(), l.term)
-                .await
-            {
+            match self.queue.leader_resign(self.core.id.clone(), l.term).await {
                 Ok(_) => tracing::info!(term = l.term, "resigned leadership"),
                 Err(error) => {
                     tracing::warn!(%error, "could not resign leadership; it expires by itself")
@@ -153,11 +155,11 @@ impl Maintenance {
     async fn lead(&self, leading: &mut Option<Leadership>, clock: &mut DbClock) {
         let core = &self.core;
         let ttl = core.settings.lease_ttl;
-        let sent = Instant::now();
+        let sent = now();
         let safe = sent + ttl.saturating_sub(core.settings.safety_margin());
         if let Some(l) = leading.as_mut() {
-            let renewed = core
-                .store
+            let renewed = self
+                .queue
                 .leader_renew(LeaderRenewParams {
                     owner: core.id.clone(),
                     term: l.term,
@@ -181,9 +183,9 @@ impl Maintenance {
                 }
             }
         }
-        let elect_sent = Instant::now();
-        let elected = core
-            .store
+        let elect_sent = now();
+        let elected = self
+            .queue
             .leader_attempt_elect(LeaderElectParams {
                 owner: core.id.clone(),
                 ttl,
@@ -206,7 +208,7 @@ impl Maintenance {
 
     /// Checks database time `db`, read by a statement sent at `sent`, for a clock jump.
     fn observe(&self, clock: &mut DbClock, db: DateTime<Utc>, sent: Instant) {
-        let Some(jump) = clock.observe(db, sent, Instant::now()) else {
+        let Some(jump) = clock.observe(db, sent, now()) else {
             return;
         };
         self.core.metrics.clock_jump(jump.direction());
@@ -228,19 +230,19 @@ impl Maintenance {
     /// holds recovery; each statement refuses to act on a clock past the monotonic bound.
     async fn recover(&self, clock: &DbClock) {
         let core = &self.core;
-        if clock.recovery_held(Instant::now()) {
+        if clock.recovery_held(now()) {
             tracing::debug!("lease recovery held after a database clock jump");
             return;
         }
         let mut left = core.settings.recovery_per_tick;
         while left > 0 {
             let limit = left.min(BATCH);
-            let recovered = match core
-                .store
+            let recovered = match self
+                .queue
                 .lease_recover_expired(RecoverParams {
                     grace: core.settings.grace,
                     limit,
-                    clock_bound: clock.bound(Instant::now()),
+                    clock_bound: clock.bound(now()),
                 })
                 .await
             {
@@ -277,8 +279,7 @@ impl Maintenance {
 
     async fn expire_deadlines(&self) {
         match self
-            .core
-            .store
+            .queue
             .task_expire_deadlines(ExpireDeadlinesParams { limit: BATCH })
             .await
         {
@@ -295,8 +296,8 @@ impl Maintenance {
 
     async fn housekeeping(&self) {
         let core = &self.core;
-        match core
-            .store
+        match self
+            .queue
             .resource_history_prune(leasehold_shared::store::resources::HISTORY_RETENTION)
             .await
         {
@@ -319,8 +320,8 @@ impl Maintenance {
             // Batches until one comes back short, so retention keeps up with any throughput.
             let mut deleted = 0;
             loop {
-                let purged = core
-                    .store
+                let purged = self
+                    .queue
                     .task_purge_finished(PurgeParams {
                         statuses: statuses.clone(),
                         older_than,
@@ -345,8 +346,8 @@ impl Maintenance {
             }
         }
         if let Some(after) = core.settings.unserved_after {
-            match core
-                .store
+            match self
+                .queue
                 .task_dead_letter_unserved(UnservedParams {
                     due_for: after,
                     // Each agent is judged by its own liveness deadline; this bound is only
@@ -368,3 +369,6 @@ impl Maintenance {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,9 +14,12 @@ pub(crate) mod feed;
 mod heartbeat;
 pub mod idle;
 mod maintenance;
+#[cfg(test)]
+mod memory;
 pub mod metrics;
 mod notifier;
 pub mod progress;
+mod queue;
 mod registry;
 mod renewal;
 pub mod resources;

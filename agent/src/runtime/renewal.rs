@@ -29,6 +29,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use leasehold_shared::StoreError;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +38,7 @@ use super::settings::RuntimeSettings;
 
 /// Opens a renewal loop's own connection.
 pub(crate) type Connect<C> =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = anyhow::Result<C>> + Send>> + Send + Sync>;
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<C, StoreError>> + Send>> + Send + Sync>;
 
 /// Now, on tokio's clock (the same as `Instant::now()` unless a test paused time).
 pub(crate) fn now() -> Instant {
@@ -97,7 +98,7 @@ impl<C: Clone> Line<C> {
     }
 
     /// The open connection, or a new one.
-    pub(crate) async fn get(&mut self) -> anyhow::Result<C> {
+    pub(crate) async fn get(&mut self) -> Result<C, StoreError> {
         if let Some(conn) = &self.conn {
             return Ok(conn.clone());
         }
@@ -130,7 +131,7 @@ pub(crate) trait Renewable: Send {
         &self,
         conn: Self::Conn,
         batch: &Self::Batch,
-    ) -> impl Future<Output = anyhow::Result<Self::Renewed>> + Send;
+    ) -> impl Future<Output = Result<Self::Renewed, StoreError>> + Send;
 
     /// The renewal sent at `sent` landed: raise the deadlines of what was renewed and stop
     /// what was lost.
@@ -228,7 +229,7 @@ impl<T: Renewable> Renewal<T> {
                 self.holder.renewed(batch, sent, out, &mut self.line).await;
                 return true;
             }
-            Ok(Err(error)) => format!("{error:#}"),
+            Ok(Err(error)) => super::queue::chain(&error),
             Err(_) => format!("renewal timed out after {timeout:?}"),
         };
         self.line.abandon();

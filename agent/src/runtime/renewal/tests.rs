@@ -9,6 +9,11 @@ use std::sync::{Arc, Mutex};
 use super::*;
 
 const TTL: Duration = Duration::from_secs(2);
+
+/// What a renewal cued to fail fails with: the database out of reach.
+fn refused() -> StoreError {
+    StoreError::timed_out("renew")
+}
 const MARGIN: Duration = Duration::from_millis(400);
 const CADENCE: Cadence = Cadence {
     every: Duration::from_millis(500),
@@ -63,7 +68,7 @@ impl Renewable for Fake {
         self.safe_until.map(|_| ())
     }
 
-    async fn send(&self, conn: Self::Conn, _batch: &()) -> anyhow::Result<Cue> {
+    async fn send(&self, conn: Self::Conn, _batch: &()) -> Result<Cue, StoreError> {
         let cue = {
             let mut seen = conn.lock().unwrap();
             let at = now() - self.start;
@@ -71,7 +76,7 @@ impl Renewable for Fake {
             seen.cues.pop_front().unwrap_or(Cue::Land)
         };
         match cue {
-            Cue::Fail => anyhow::bail!("the database refused"),
+            Cue::Fail => Err(refused()),
             Cue::Hang => std::future::pending().await,
             cue => Ok(cue),
         }
@@ -161,7 +166,10 @@ async fn a_transient_error_is_retried_within_the_ttl() {
     );
     assert_eq!(
         seen.failures,
-        ["the database refused", "the database refused"]
+        [
+            crate::runtime::queue::chain(&refused()),
+            crate::runtime::queue::chain(&refused())
+        ]
     );
     // Each failure abandons the connection: the next beat connects afresh.
     assert_eq!(seen.connects, 3);

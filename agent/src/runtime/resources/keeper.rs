@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_shared::Store;
 use leasehold_shared::store::{ResourceRenewOutcome, ResourceRenewParams, ShardJoinParams};
+use leasehold_shared::{Store, StoreError};
 
 use super::holdings::{LossReason, lease_left};
 use crate::runtime::core::Core;
@@ -44,7 +44,7 @@ impl Keeper {
                 core.drop_holding(&name, token, LossReason::Released, Instant::now());
                 core.give_back(conn.as_ref(), &name, token).await?;
             }
-            anyhow::Ok(())
+            Ok::<(), StoreError>(())
         })
         .await;
         match done {
@@ -91,7 +91,7 @@ impl Renewable for Keeper {
         &self,
         conn: Arc<dyn Store>,
         batch: &KeeperBatch,
-    ) -> anyhow::Result<ResourceRenewOutcome> {
+    ) -> Result<ResourceRenewOutcome, StoreError> {
         let out = conn.resource_renew_many(batch.params.clone()).await?;
         for (name, token) in &batch.pending {
             self.core.give_back(conn.as_ref(), name, *token).await?;
@@ -139,11 +139,11 @@ impl Renewable for Keeper {
                 ttl: core.settings.lease_ttl,
             };
             let joined = match line.get().await {
-                Ok(conn) => conn.shard_join(params).await.map_err(anyhow::Error::new),
+                Ok(conn) => conn.shard_join(params).await.map(drop),
                 Err(e) => Err(e),
             };
             if let Err(error) = joined {
-                tracing::warn!(group = group.as_str(), error = %format!("{error:#}"), "could not re-join a shard group");
+                tracing::warn!(group = group.as_str(), error = %crate::runtime::queue::chain(&error), "could not re-join a shard group");
             }
         }
     }

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use leasehold_shared::domain::shard::plan_shards;
 use leasehold_shared::store::resources::member_name;
 use leasehold_shared::store::{GroupName, ShardAcquireParams, ShardGroupView, ShardJoinParams};
@@ -15,6 +14,7 @@ use leasehold_shared::{Store, StoreError};
 use super::holdings::LossReason;
 use super::keeper::Keeper;
 use crate::runtime::core::Core;
+use crate::runtime::queue::{WriteError, chain};
 use crate::runtime::renewal::{self, Line, Renewable};
 
 /// The shards this agent owns now, by group: shard number → fencing token. Published on
@@ -62,13 +62,14 @@ impl Keeper {
         for group in self.core.settings.shard_groups.clone() {
             if let Err(error) = self.rebalance_group(line, &group).await {
                 // A store's refusal keeps the connection; a lost or stuck one is abandoned.
-                let connection = error
-                    .downcast_ref::<StoreError>()
-                    .is_none_or(|s| s.is_connection());
+                let connection = match &error {
+                    WriteError::Store(s) => s.is_connection(),
+                    WriteError::Timeout { .. } => true,
+                };
                 if connection {
                     line.abandon();
                 }
-                tracing::warn!(group = group.as_str(), error = %format!("{error:#}"), "shard rebalance failed; retrying at the next heartbeat");
+                tracing::warn!(group = group.as_str(), error = %chain(&error), "shard rebalance failed; retrying at the next heartbeat");
             }
         }
     }
@@ -80,7 +81,7 @@ impl Keeper {
         &mut self,
         line: &mut Line<Arc<dyn Store>>,
         group: &GroupName,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), WriteError> {
         let core = Arc::clone(&self.core);
         let conn = line.get().await?;
         let limit = core.settings.lease_ttl / 2;
@@ -89,7 +90,8 @@ impl Keeper {
             limit,
             conn.shard_group_get(group.clone(), core.settings.grace),
         )
-        .await??
+        .await
+        .map_err(|_| WriteError::timeout(format!("reading shard group {group}"), limit))??
         else {
             return Err(StoreError::ShardGroupNotFound(group.to_string()).into());
         };
@@ -102,8 +104,10 @@ impl Keeper {
                 let given =
                     tokio::time::timeout(write_limit, core.give_back(conn.as_ref(), &name, token))
                         .await
-                        .with_context(|| format!("giving back {name}: timed out"))
-                        .and_then(|given| given.map_err(anyhow::Error::new));
+                        .map_err(|_| {
+                            WriteError::timeout(format!("giving back {name}"), write_limit)
+                        })
+                        .and_then(|given| given.map_err(WriteError::Store));
                 if given.is_err() {
                     core.retry_give_back(&name, token);
                 }
@@ -128,7 +132,7 @@ impl Keeper {
                 }),
             )
             .await
-            .with_context(|| format!("taking {name}: timed out"))??;
+            .map_err(|_| WriteError::timeout(format!("taking {name}"), write_limit))??;
             if let Some(token) = taken {
                 // A shard's lease is the TTL from the database's now (no at-most bound).
                 core.hold(name, Some((group.clone(), shard)), token, sent, None, None);

@@ -1,0 +1,180 @@
+//! The narrow seams between the agent's services and the store: each service holds only the
+//! store writes it makes ([`ClaimQueue`], [`CompleteQueue`], [`MaintenanceQueue`]), so it can
+//! be run alone against the in-memory queue of the unit tests (`memory.rs`) on paused time.
+//! [`StoreQueue`] implements all of them once over the real [`Store`], call for call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_shared::store::{
+    ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, ExpireDeadlinesParams, HolderWrite,
+    LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, PurgeParams, RecoverParams,
+    Recovered, ReleaseOutcome, ReleaseParams, UnservedParams,
+};
+use leasehold_shared::{AgentId, Store, StoreError, TaskId, TaskType};
+
+/// Why a store write of a service did not land: the store said why, or it gave no answer in
+/// time (then the write may have landed).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WriteError {
+    #[error("{what} timed out after {after:?}")]
+    Timeout { what: String, after: Duration },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// `error` and each of its causes, joined by `: ` — the whole chain, for the log (as
+/// anyhow's `{:#}` printed it: "… no connection free in time: pool timed out …").
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    line
+}
+
+impl WriteError {
+    /// A write of `what` that had no answer within `after`.
+    pub(crate) fn timeout(what: impl Into<String>, after: Duration) -> Self {
+        WriteError::Timeout {
+            what: what.into(),
+            after,
+        }
+    }
+}
+
+/// What the claimer writes: one claim of up to `batch` tasks.
+#[async_trait]
+pub(crate) trait ClaimQueue: Send + Sync {
+    async fn task_claim(&self, params: ClaimParams) -> Result<ClaimBatch, StoreError>;
+}
+
+/// What the completer writes: ended attempts, and leases given back.
+#[async_trait]
+pub(crate) trait CompleteQueue: Send + Sync {
+    async fn task_complete_many(
+        &self,
+        batch: Vec<CompleteParams>,
+    ) -> Result<Vec<CompleteOutcome>, StoreError>;
+    async fn lease_release_many(&self, params: ReleaseParams)
+    -> Result<ReleaseOutcome, StoreError>;
+}
+
+/// What the maintenance service writes: the leader lease, and — while it leads — recovery,
+/// deadline expiry, retention and the dead-lettering of unserved types.
+#[async_trait]
+pub(crate) trait MaintenanceQueue: Send + Sync {
+    async fn leader_attempt_elect(
+        &self,
+        params: LeaderElectParams,
+    ) -> Result<LeaderOutcome, StoreError>;
+    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<LeaderRenewal, StoreError>;
+    async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite, StoreError>;
+    async fn lease_recover_expired(
+        &self,
+        params: RecoverParams,
+    ) -> Result<Vec<Recovered>, StoreError>;
+    async fn task_expire_deadlines(
+        &self,
+        params: ExpireDeadlinesParams,
+    ) -> Result<Vec<TaskId>, StoreError>;
+    async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64, StoreError>;
+    async fn task_dead_letter_unserved(
+        &self,
+        params: UnservedParams,
+    ) -> Result<Vec<(TaskId, TaskType)>, StoreError>;
+    async fn resource_history_prune(&self, older_than: Duration) -> Result<u64, StoreError>;
+}
+
+/// Every seam over the real store: each call is the store's own, unchanged.
+#[derive(Clone)]
+pub(crate) struct StoreQueue(pub(crate) Arc<dyn Store>);
+
+impl StoreQueue {
+    pub(crate) fn claims(store: &Arc<dyn Store>) -> Arc<dyn ClaimQueue> {
+        Arc::new(StoreQueue(Arc::clone(store)))
+    }
+
+    pub(crate) fn completions(store: &Arc<dyn Store>) -> Arc<dyn CompleteQueue> {
+        Arc::new(StoreQueue(Arc::clone(store)))
+    }
+
+    pub(crate) fn maintenance(store: &Arc<dyn Store>) -> Arc<dyn MaintenanceQueue> {
+        Arc::new(StoreQueue(Arc::clone(store)))
+    }
+}
+
+#[async_trait]
+impl ClaimQueue for StoreQueue {
+    async fn task_claim(&self, params: ClaimParams) -> Result<ClaimBatch, StoreError> {
+        self.0.task_claim(params).await
+    }
+}
+
+#[async_trait]
+impl CompleteQueue for StoreQueue {
+    async fn task_complete_many(
+        &self,
+        batch: Vec<CompleteParams>,
+    ) -> Result<Vec<CompleteOutcome>, StoreError> {
+        self.0.task_complete_many(batch).await
+    }
+
+    async fn lease_release_many(
+        &self,
+        params: ReleaseParams,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.0.lease_release_many(params).await
+    }
+}
+
+#[async_trait]
+impl MaintenanceQueue for StoreQueue {
+    async fn leader_attempt_elect(
+        &self,
+        params: LeaderElectParams,
+    ) -> Result<LeaderOutcome, StoreError> {
+        self.0.leader_attempt_elect(params).await
+    }
+
+    async fn leader_renew(&self, params: LeaderRenewParams) -> Result<LeaderRenewal, StoreError> {
+        self.0.leader_renew(params).await
+    }
+
+    async fn leader_resign(&self, owner: AgentId, term: i64) -> Result<HolderWrite, StoreError> {
+        self.0.leader_resign(owner, term).await
+    }
+
+    async fn lease_recover_expired(
+        &self,
+        params: RecoverParams,
+    ) -> Result<Vec<Recovered>, StoreError> {
+        self.0.lease_recover_expired(params).await
+    }
+
+    async fn task_expire_deadlines(
+        &self,
+        params: ExpireDeadlinesParams,
+    ) -> Result<Vec<TaskId>, StoreError> {
+        self.0.task_expire_deadlines(params).await
+    }
+
+    async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64, StoreError> {
+        self.0.task_purge_finished(params).await
+    }
+
+    async fn task_dead_letter_unserved(
+        &self,
+        params: UnservedParams,
+    ) -> Result<Vec<(TaskId, TaskType)>, StoreError> {
+        self.0.task_dead_letter_unserved(params).await
+    }
+
+    async fn resource_history_prune(&self, older_than: Duration) -> Result<u64, StoreError> {
+        self.0.resource_history_prune(older_than).await
+    }
+}
