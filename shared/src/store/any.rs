@@ -1,8 +1,10 @@
 //! [`AnyStore`]: the store a database URL names — `postgres://…` (or `postgresql://…`) or
-//! `sqlite://PATH` — for the binaries and tools that take a URL.
+//! `sqlite://PATH` — for the binaries and tools that take a URL. It only dispatches to the
+//! backend's store; what runs is each backend's (its `Driver`, its statements).
 
 use std::sync::Arc;
 
+use super::driver::Driver;
 use super::postgres::{PgStore, PgStoreOptions};
 #[cfg(feature = "sqlite")]
 use super::sqlite::{SqliteStore, SqliteStoreOptions};
@@ -71,72 +73,21 @@ impl AnyStore {
     /// How many migrations the database has applied, and how many this build knows, so
     /// `migrate` can say whether it changed anything. A database never migrated has applied 0.
     pub async fn migrations_applied(&self) -> Result<(usize, usize)> {
-        let op = "migrations_applied";
-        // sqlx's own bookkeeping table; absent until the first migration ran.
-        let applied: i64 = match self {
-            AnyStore::Postgres(s) => {
-                // Checked first: a query naming a missing table fails when it is parsed.
-                let exists: bool =
-                    sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-                        .fetch_one(s.pool())
-                        .await
-                        .map_err(StoreError::db(op))?;
-                if exists {
-                    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
-                        .fetch_one(s.pool())
-                        .await
-                        .map_err(StoreError::db(op))?
-                } else {
-                    0
-                }
-            }
+        match self {
+            AnyStore::Postgres(s) => Driver::migrations_applied(s).await,
             #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(s) => {
-                let exists: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM sqlite_master \
-                     WHERE type = 'table' AND name = '_sqlx_migrations'",
-                )
-                .fetch_one(s.pool())
-                .await
-                .map_err(StoreError::db(op))?;
-                if exists == 0 {
-                    0
-                } else {
-                    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
-                        .fetch_one(s.pool())
-                        .await
-                        .map_err(StoreError::db(op))?
-                }
-            }
-        };
-        let known = match self {
-            AnyStore::Postgres(_) => super::postgres::MIGRATOR.iter().count(),
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(_) => super::sqlite::MIGRATOR.iter().count(),
-        };
-        Ok((usize::try_from(applied).unwrap_or(0), known))
+            AnyStore::Sqlite(s) => Driver::migrations_applied(s).await,
+        }
     }
 
     /// Deletes every task of `task_type` (and its attempts), whatever its status: for tools
     /// that own a type of their own, like the bench.
     pub async fn delete_tasks_of_type(&self, task_type: &TaskType) -> Result<u64> {
-        let op = "delete_tasks_of_type";
-        let done = match self {
-            AnyStore::Postgres(s) => sqlx::query("DELETE FROM tasks WHERE task_type = $1")
-                .bind(task_type.as_str())
-                .execute(s.pool())
-                .await
-                .map_err(StoreError::db(op))?
-                .rows_affected(),
+        match self {
+            AnyStore::Postgres(s) => Driver::task_delete_of_type(s, task_type).await,
             #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(s) => sqlx::query("DELETE FROM tasks WHERE task_type = ?1")
-                .bind(task_type.as_str())
-                .execute(s.pool())
-                .await
-                .map_err(StoreError::db(op))?
-                .rows_affected(),
-        };
-        Ok(done)
+            AnyStore::Sqlite(s) => Driver::task_delete_of_type(s, task_type).await,
+        }
     }
 
     /// The backend's wake-up source (LISTEN, or the SQLite file's change counter).

@@ -146,6 +146,12 @@ pub trait Driver: Send + Sync + 'static {
     async fn task_get(&self, id: TaskId) -> Result<Option<TaskDetail>>;
     async fn task_explain(&self, params: &ExplainParams) -> Result<Vec<Blocker>>;
     async fn task_overview(&self) -> Result<Overview>;
+
+    /// How many migrations the database applied, and how many this build knows (for the
+    /// tools, through [`AnyStore`](super::AnyStore); not a [`Store`] operation).
+    async fn migrations_applied(&self) -> Result<(usize, usize)>;
+    /// Deletes every task of `task_type`, whatever its status (for the tools, as above).
+    async fn task_delete_of_type(&self, task_type: &TaskType) -> Result<u64>;
 }
 
 mod generate;

@@ -4,6 +4,8 @@
 //! `sqlite/`) that only runs statements: validation, operations derived from others and the
 //! wake-up of agents after writes that make work claimable are decided there, the same for both.
 //! Rows become domain types in `rows.rs`, once; each backend only decodes its column types.
+//! Where the backends differ only by statement text and time binding, the operation is written
+//! once over a `Dialect` (`dialect.rs`), or its statements once in `*_statements_alike!`.
 //!
 //! Every method is one statement or one short transaction. Methods are named noun-first, take
 //! a `…Params` struct when they have more than an id or two, and return typed outcomes. Holder writes carry a
@@ -29,6 +31,7 @@
 
 mod any;
 mod audit;
+mod dialect;
 mod driver;
 mod error;
 pub mod explain;

@@ -52,6 +52,25 @@ pub struct RenewOutcome {
     pub lost: Vec<(TaskId, LeaseEpoch)>,
 }
 
+impl RenewOutcome {
+    /// The outcome of renewing the leases `asked` at `now`: `renewed` as the store wrote them,
+    /// and every asked lease not among them `lost`.
+    pub(crate) fn settled(
+        now: DateTime<Utc>,
+        renewed: Vec<RenewedLease>,
+        asked: &[(TaskId, LeaseEpoch)],
+    ) -> Self {
+        let held: std::collections::HashSet<(TaskId, LeaseEpoch)> =
+            renewed.iter().map(|r| (r.id, r.epoch)).collect();
+        let lost = asked
+            .iter()
+            .copied()
+            .filter(|key| !held.contains(key))
+            .collect();
+        Self { now, renewed, lost }
+    }
+}
+
 /// Result of a completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompleteOutcome {
@@ -368,5 +387,29 @@ impl Overview {
             }
         }
         Ok(overview)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn a_renewal_loses_every_asked_lease_it_did_not_renew() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let lease = |id, epoch| (TaskId(id), LeaseEpoch(epoch));
+        let renewed = vec![RenewedLease {
+            id: TaskId(2),
+            epoch: LeaseEpoch(5),
+            lease_until: now,
+            cancel_requested: false,
+        }];
+        // Task 2 at another epoch is a different lease: lost, as is task 3.
+        let asked = [lease(2, 5), lease(2, 4), lease(3, 1)];
+        let outcome = RenewOutcome::settled(now, renewed, &asked);
+        assert_eq!(outcome.lost, [lease(2, 4), lease(3, 1)]);
+        assert_eq!(outcome.renewed.len(), 1);
+        assert_eq!(outcome.now, now);
     }
 }

@@ -340,13 +340,27 @@ impl ResourceRenewOutcome {
     }
 }
 
-/// What a fence check found: the holding is still the caller's (`held`), or it moved on.
-pub(crate) fn fence_outcome(held: bool) -> HolderWrite {
-    if held {
+/// Whether `holder` holds lease `name` with `token` now, checked by `statement` (the store's
+/// `resource_fence`) on the caller's connection: the body of both stores' public
+/// `resource_fence`. `Held` while the holding is still the caller's, else `Fenced`.
+pub(crate) async fn fence<'c, DB, E>(
+    executor: E,
+    statement: &'static str,
+    key: (&str, &str, i64),
+) -> super::Result<HolderWrite>
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'c, Database = DB>,
+    for<'t> &'t str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+{
+    let held = super::audit::backend::holds(executor, statement, key, "resource_fence").await?;
+    Ok(if held {
         HolderWrite::Held
     } else {
         HolderWrite::Fenced
-    }
+    })
 }
 
 /// A join that found (`joined`) or did not find its group.

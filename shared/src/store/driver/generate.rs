@@ -233,6 +233,12 @@ macro_rules! impl_driver {
                 async fn task_overview(&self) -> Result<Overview> {
                     ops::task_overview(&self.pool).await
                 }
+                async fn migrations_applied(&self) -> Result<(usize, usize)> {
+                    ops::migrations_applied(&self.pool).await
+                }
+                async fn task_delete_of_type(&self, task_type: &TaskType) -> Result<u64> {
+                    ops::task_delete_of_type(&self.pool, task_type).await
+                }
             }
         };
     };

@@ -108,7 +108,8 @@ mod ops {
         leader_get,
         schedule_list,
         lock_list,
-        task_overview
+        task_overview,
+        migrations_applied,
     );
     never!(
         task_claim(p),
@@ -148,6 +149,7 @@ mod ops {
         audit_list(p),
         task_get(p),
         task_explain(p),
+        task_delete_of_type(p),
     );
     never!(
         task_enqueue(p, l),

@@ -49,18 +49,11 @@ pub(super) async fn lease_renew_many(pool: &PgPool, params: &RenewParams) -> Res
             });
         }
     }
-    let held: HashSet<(TaskId, LeaseEpoch)> = renewed.iter().map(|r| (r.id, r.epoch)).collect();
-    let lost = params
-        .leases
-        .iter()
-        .copied()
-        .filter(|key| !held.contains(key))
-        .collect();
     let now = now.ok_or_else(|| StoreError::Corrupt {
         what: "renewal",
         detail: "no row returned".into(),
     })?;
-    Ok(RenewOutcome { now, renewed, lost })
+    Ok(RenewOutcome::settled(now, renewed, &params.leases))
 }
 
 pub(super) async fn task_progress(pool: &PgPool, params: &ProgressParams) -> Result<HolderWrite> {

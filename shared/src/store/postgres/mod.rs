@@ -60,6 +60,8 @@ pub(crate) mod sql {
     mod names {
         statements!(
             db_now,
+            tx_begin_read_committed,
+            tx_begin_snapshot,
             plan_indexed,
             notify_tasks,
             task_enqueue,
@@ -137,6 +139,9 @@ pub(crate) mod sql {
             resource_history_prune,
             resource_fence,
             wake_probe,
+            migrations_table_exists,
+            migrations_count_applied,
+            task_delete_of_type,
         );
     }
     pub use names::*;
@@ -160,7 +165,7 @@ pub(crate) mod sql {
 /// How every store transaction begins: the statements rely on READ COMMITTED semantics (each
 /// statement sees what committed before it; row locks re-check the latest row version), so
 /// they say so rather than inherit a server default.
-pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+pub(crate) const BEGIN_READ_COMMITTED: &str = sql::tx_begin_read_committed;
 
 /// Begins a READ COMMITTED transaction whose planner may only use index nested loops
 /// (sql/plan_indexed.sql), for the batch statements and the reads that decide them.
@@ -360,7 +365,17 @@ mod ops {
     pub(super) use super::query::*;
     pub(super) use super::registry::*;
     pub(super) use super::resources::*;
-    pub(super) use super::schedules::*;
+    pub(super) use crate::store::dialect::{
+        audit_list, migrations_applied, policy_list, task_delete_of_type,
+    };
+
+    use super::operator::Pg;
+    use sqlx::PgPool;
+
+    // The resource lease and schedule operations, written once over the backend seam
+    // (`store/audit/backend.rs`), each run on this store.
+    crate::store::resources::flow::resource_entry_points!(Pg, PgPool);
+    crate::store::schedules::flow::schedule_entry_points!(Pg, PgPool);
 
     /// NOTIFY on [`NOTIFY_CHANNEL`](super::NOTIFY_CHANNEL). A hint only: agents poll as well,
     /// so a lost notification delays, never loses, work.
@@ -368,6 +383,29 @@ mod ops {
         if let Err(error) = sqlx::query(super::sql::notify_tasks).execute(pool).await {
             tracing::debug!(%error, "notify failed");
         }
+    }
+}
+
+/// The statements of the operations written once over [`Dialect`](super::dialect::Dialect);
+/// times are bound as `timestamptz`.
+impl super::dialect::Dialect for sqlx::Postgres {
+    const POLICY_LIST: &'static str = sql::policy_list;
+    const AUDIT_LIST: &'static str = sql::audit_list;
+    const MIGRATIONS_TABLE_EXISTS: &'static str = sql::migrations_table_exists;
+    const MIGRATIONS_COUNT_APPLIED: &'static str = sql::migrations_count_applied;
+    const TASK_DELETE_OF_TYPE: &'static str = sql::task_delete_of_type;
+
+    type Time = DateTime<Utc>;
+    fn stored_time(t: DateTime<Utc>) -> DateTime<Utc> {
+        t
+    }
+
+    fn rows_affected(done: &sqlx::postgres::PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    fn migrator() -> &'static sqlx::migrate::Migrator {
+        &MIGRATOR
     }
 }
 

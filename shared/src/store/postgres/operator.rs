@@ -80,7 +80,7 @@ impl Backend for Pg<'_> {
 
     async fn snapshot(&self, op: &'static str) -> Result<Self::Tx> {
         self.0
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .begin_with(sql::tx_begin_snapshot)
             .await
             .map_err(StoreError::db(op))
     }

@@ -1,18 +1,19 @@
-//! Read-only queries: the database clock, task pages, details and explanations, the overview,
-//! policies, the audit log. Their input arrives validated (the Store layer, `store/driver.rs`).
+//! Read-only queries: the database clock, task pages, details and explanations, the overview
+//! (policies and the audit log, which both backends list alike, are `store/dialect.rs`). Their
+//! input arrives validated (the Store layer, `store/driver.rs`).
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::rows::{attempt, audit, get, policy, task};
+use super::rows::{attempt, get, task};
 use super::{secs, sql};
-use crate::domain::{Policy, TaskId, TaskStatus};
-use crate::store::audit::bind_audit_list;
+use crate::domain::{TaskId, TaskStatus};
+use crate::store::dialect::task_list_page;
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, blockers};
-use crate::store::rows::{explain_facts, fetch_mapped, overview_row, task_page};
+use crate::store::rows::{explain_facts, overview_row};
 use crate::store::{
-    AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result,
-    StoreError, TaskDetail, TaskListParams, TaskPage,
+    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result, StoreError, TaskDetail,
+    TaskListParams, TaskPage,
 };
 
 pub(super) async fn db_now(pool: &PgPool) -> Result<DateTime<Utc>> {
@@ -35,18 +36,7 @@ pub(super) async fn task_list(pool: &PgPool, params: &TaskListParams) -> Result<
     } else {
         sql::task_list
     };
-    let rows = sqlx::query(statement)
-        .bind(statuses)
-        .bind(params.task_type.as_ref().map(|t| t.as_str()))
-        .bind(params.text.as_deref())
-        .bind(params.before.map(|id| id.0))
-        .bind(i64::from(params.limit))
-        .bind(params.error_code.as_deref())
-        .bind(params.since)
-        .fetch_all(pool)
-        .await
-        .map_err(StoreError::db("task_list"))?;
-    task_page(&rows, params.limit)
+    task_list_page(pool, statement, statuses, params).await
 }
 
 pub(super) async fn task_get(pool: &PgPool, id: TaskId) -> Result<Option<TaskDetail>> {
@@ -98,16 +88,4 @@ pub(super) async fn task_overview(pool: &PgPool) -> Result<Overview> {
         });
     };
     Overview::from_rows(get(first, "db_now")?, rows.iter().map(overview_row))
-}
-
-pub(super) async fn policy_list(pool: &PgPool) -> Result<Vec<Policy>> {
-    fetch_mapped(sqlx::query(sql::policy_list), pool, "policy_list", policy).await
-}
-
-pub(super) async fn audit_list(
-    pool: &PgPool,
-    params: &AuditListParams,
-) -> Result<Vec<AuditRecord>> {
-    let query = bind_audit_list(sqlx::query(sql::audit_list), params, |t| t);
-    fetch_mapped(query, pool, "audit_list", audit).await
 }

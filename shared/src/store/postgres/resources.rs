@@ -15,10 +15,9 @@ use super::operator::Pg;
 use super::rows::get;
 use super::{secs, sql};
 use crate::domain::AgentId;
-use crate::store::audit::backend::{holds, row_by, rows_by};
 use crate::store::resources::flow::{Fenced, ResourceStatements, Taking};
 use crate::store::resources::{
-    GroupName, ResourceRenewOutcome, ResourceRenewParams, ShardJoinParams, fence_outcome,
+    GroupName, ResourceRenewOutcome, ResourceRenewParams, ShardJoinParams,
 };
 use crate::store::{HolderWrite, Result, StoreError};
 
@@ -41,9 +40,7 @@ async fn extend(
 }
 
 impl ResourceStatements for Pg<'_> {
-    async fn resource_locked(tx: &mut Tx, name: &str, op: &'static str) -> Result<Option<PgRow>> {
-        row_by(&mut **tx, sql::resource_get_for_update, name, op).await
-    }
+    crate::store::resources::flow::resource_statements_alike!(sql);
 
     /// The history row is written by the statement itself.
     async fn resource_take(tx: &mut Tx, t: Taking<'_>, op: &'static str) -> Result<Option<PgRow>> {
@@ -89,11 +86,6 @@ impl ResourceStatements for Pg<'_> {
             .fetch_optional(&mut **tx)
             .await
             .map_err(StoreError::db("resource_release"))
-    }
-
-    async fn resource_release_repeated(tx: &mut Tx, lease: Fenced<'_>) -> Result<bool> {
-        let statement = sql::resource_release_repeated;
-        holds(&mut **tx, statement, lease.key(), "resource_release").await
     }
 
     async fn lock_force_release(tx: &mut Tx, name: &str) -> Result<PgRow> {
@@ -151,24 +143,7 @@ impl ResourceStatements for Pg<'_> {
             .await
             .map_err(StoreError::db("shard groups"))
     }
-
-    async fn shard_rows(tx: &mut Tx, group: &str) -> Result<Vec<PgRow>> {
-        rows_by(&mut **tx, sql::shard_list, group, "shard_list").await
-    }
-
-    async fn shard_member_rows(tx: &mut Tx, group: &str) -> Result<Vec<PgRow>> {
-        rows_by(
-            &mut **tx,
-            sql::shard_member_list,
-            group,
-            "shard_member_list",
-        )
-        .await
-    }
 }
-
-// The `Store` methods, each the shared operation on this store.
-crate::store::resources::flow::resource_entry_points!(Pg, PgPool);
 
 /// Renews every lease and membership of `p` in one statement: its rows are the leases
 /// renewed (`kind` lease) and the groups whose membership was (`kind` member).
@@ -262,12 +237,5 @@ pub async fn resource_fence(
     holder: &str,
     token: i64,
 ) -> Result<HolderWrite> {
-    let held = holds(
-        conn,
-        sql::resource_fence,
-        (name, holder, token),
-        "resource_fence",
-    )
-    .await?;
-    Ok(fence_outcome(held))
+    crate::store::resources::fence(conn, sql::resource_fence, (name, holder, token)).await
 }

@@ -11,7 +11,7 @@ use sqlx::types::Json;
 use crate::domain::{AgentId, LeaseEpoch, Task, TaskError, TaskId, TaskStatus};
 use crate::store::rows::{RecordColumns, parse};
 pub(super) use crate::store::rows::{
-    agent, agent_id, attempt, audit, get, policy, status, task, task_type,
+    agent, agent_id, attempt, get, policy, status, task, task_type,
 };
 use crate::store::{Result, StoreError};
 

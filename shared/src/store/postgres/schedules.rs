@@ -13,7 +13,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 
 use super::operator::Pg;
 use super::rows::get;
@@ -38,19 +38,10 @@ async fn next_due<'e, E: sqlx::PgExecutor<'e>>(
 }
 
 impl ScheduleStatements for Pg<'_> {
+    crate::store::schedules::flow::schedule_statements_alike!(sql);
+
     async fn schedule_locked(tx: &mut Tx, name: &str) -> Result<Option<PgRow>> {
         row_by(&mut **tx, sql::schedule_lock, name, "schedule_lock").await
-    }
-
-    async fn schedule_row(tx: &mut Tx, name: &str) -> Result<Option<PgRow>> {
-        row_by(&mut **tx, sql::schedule_get, name, "schedule_get").await
-    }
-
-    async fn schedule_rows(tx: &mut Tx) -> Result<Vec<PgRow>> {
-        sqlx::query(sql::schedule_list)
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(StoreError::db("schedule_list"))
     }
 
     /// The definition's columns are `$1`–`$10` (name, cron, zone, type, payload, priority,
@@ -89,12 +80,6 @@ impl ScheduleStatements for Pg<'_> {
             .await
             .map_err(StoreError::db("schedule_add"))?;
         Ok(!insert || written.is_some())
-    }
-
-    async fn schedule_delete(tx: &mut Tx, name: &str) -> Result<()> {
-        row_by(&mut **tx, sql::schedule_delete, name, "schedule_delete")
-            .await
-            .map(drop)
     }
 
     async fn schedule_set_enabled(
@@ -185,6 +170,3 @@ impl ScheduleStatements for Pg<'_> {
             .map_err(StoreError::db("leader_get"))
     }
 }
-
-// The `Store` methods, each the shared operation on this store.
-crate::store::schedules::flow::schedule_entry_points!(Pg, PgPool);

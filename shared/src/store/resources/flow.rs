@@ -142,6 +142,51 @@ pub(crate) trait ResourceStatements: Backend {
     ) -> impl Future<Output = Result<Vec<Self::Row>>> + Send;
 }
 
+/// The [`ResourceStatements`] both stores run alike, written once: each runs its store's
+/// statement of the same name (`$sql::…`, text that differs only by dialect) bound to a name,
+/// a group or a lease's fence key. A store invokes it inside its `impl ResourceStatements`,
+/// naming its `sql` module.
+macro_rules! resource_statements_alike {
+    ($sql:ident) => {
+        async fn resource_locked(
+            tx: &mut Self::Tx,
+            name: &str,
+            op: &'static str,
+        ) -> $crate::store::Result<Option<Self::Row>> {
+            let statement = $sql::resource_get_for_update;
+            $crate::store::audit::backend::row_by(&mut **tx, statement, name, op).await
+        }
+
+        async fn resource_release_repeated(
+            tx: &mut Self::Tx,
+            lease: $crate::store::resources::flow::Fenced<'_>,
+        ) -> $crate::store::Result<bool> {
+            let statement = $sql::resource_release_repeated;
+            let key = lease.key();
+            $crate::store::audit::backend::holds(&mut **tx, statement, key, "resource_release")
+                .await
+        }
+
+        async fn shard_rows(
+            tx: &mut Self::Tx,
+            group: &str,
+        ) -> $crate::store::Result<Vec<Self::Row>> {
+            let statement = $sql::shard_list;
+            $crate::store::audit::backend::rows_by(&mut **tx, statement, group, "shard_list").await
+        }
+
+        async fn shard_member_rows(
+            tx: &mut Self::Tx,
+            group: &str,
+        ) -> $crate::store::Result<Vec<Self::Row>> {
+            let statement = $sql::shard_member_list;
+            let op = "shard_member_list";
+            $crate::store::audit::backend::rows_by(&mut **tx, statement, group, op).await
+        }
+    };
+}
+pub(crate) use resource_statements_alike;
+
 /// A resource lease row.
 pub(crate) fn record(r: &impl Columns) -> Result<ResourceRecord> {
     Ok(ResourceRecord {

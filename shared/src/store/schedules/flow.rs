@@ -394,6 +394,38 @@ pub(crate) async fn leader_get<B: ScheduleStatements>(backend: &B) -> Result<Opt
     }))
 }
 
+/// The [`ScheduleStatements`] both stores run alike, written once: each runs its store's
+/// statement of the same name (`$sql::…`, text that differs only by dialect), bound to a
+/// schedule's name or to nothing. A store invokes it inside its `impl ScheduleStatements`,
+/// naming its `sql` module.
+macro_rules! schedule_statements_alike {
+    ($sql:ident) => {
+        async fn schedule_row(
+            tx: &mut Self::Tx,
+            name: &str,
+        ) -> $crate::store::Result<Option<Self::Row>> {
+            let statement = $sql::schedule_get;
+            $crate::store::audit::backend::row_by(&mut **tx, statement, name, "schedule_get").await
+        }
+
+        async fn schedule_rows(tx: &mut Self::Tx) -> $crate::store::Result<Vec<Self::Row>> {
+            sqlx::query($sql::schedule_list)
+                .fetch_all(&mut **tx)
+                .await
+                .map_err($crate::store::StoreError::db("schedule_list"))
+        }
+
+        async fn schedule_delete(tx: &mut Self::Tx, name: &str) -> $crate::store::Result<()> {
+            let statement = $sql::schedule_delete;
+            let op = "schedule_delete";
+            $crate::store::audit::backend::row_by(&mut **tx, statement, name, op)
+                .await
+                .map(drop)
+        }
+    };
+}
+pub(crate) use schedule_statements_alike;
+
 /// The entry points of a store's schedule operations (see
 /// [`crate::store::audit::backend::entry_points`]).
 macro_rules! schedule_entry_points {

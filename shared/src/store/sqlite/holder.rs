@@ -367,18 +367,8 @@ pub(super) async fn lease_renew_many(
             .map_err(StoreError::db(OP))?;
     }
     commit(tx, OP).await?;
-    let kept: HashSet<(TaskId, LeaseEpoch)> = renewed.iter().map(|r| (r.id, r.epoch)).collect();
-    let lost = params
-        .leases
-        .iter()
-        .copied()
-        .filter(|key| !kept.contains(key))
-        .collect();
-    Ok(RenewOutcome {
-        now: rows::time(now, "now")?,
-        renewed,
-        lost,
-    })
+    let now = rows::time(now, "now")?;
+    Ok(RenewOutcome::settled(now, renewed, &params.leases))
 }
 
 pub(super) async fn task_progress(

@@ -167,6 +167,9 @@ pub(crate) mod sql {
             resource_history_prune,
             resource_fence,
             wake_version,
+            migrations_table_exists,
+            migrations_count_applied,
+            task_delete_of_type,
         );
     }
     pub use names::*;
@@ -388,11 +391,45 @@ mod ops {
         audit_record, audit_record_denied, policy_set as policy_change, task_cancel,
         task_enqueue_audited, task_requeue, task_requeue_dead,
     };
-    pub(super) use super::{query::*, registry::*, resources::*, schedules::*};
+    pub(super) use super::{query::*, registry::*, resources::*};
+    pub(super) use crate::store::dialect::{
+        audit_list, migrations_applied, policy_list, task_delete_of_type,
+    };
+
+    use super::operator::Lite;
+    use sqlx::SqlitePool;
+
+    // The resource lease and schedule operations, written once over the backend seam
+    // (`store/audit/backend.rs`), each run on this store.
+    crate::store::resources::flow::resource_entry_points!(Lite, SqlitePool);
+    crate::store::schedules::flow::schedule_entry_points!(Lite, SqlitePool);
 
     /// Nothing: SQLite has no NOTIFY. Every agent on the host watches the file's change
     /// counter (`PRAGMA data_version`) and sees any commit within its poll interval.
     pub(super) async fn wake(_pool: &sqlx::SqlitePool) {}
+}
+
+/// The statements of the operations written once over [`Dialect`](super::dialect::Dialect);
+/// times are bound as stored, in microseconds.
+impl super::dialect::Dialect for Sqlite {
+    const POLICY_LIST: &'static str = sql::policy_list;
+    const AUDIT_LIST: &'static str = sql::audit_list;
+    const MIGRATIONS_TABLE_EXISTS: &'static str = sql::migrations_table_exists;
+    const MIGRATIONS_COUNT_APPLIED: &'static str = sql::migrations_count_applied;
+    const TASK_DELETE_OF_TYPE: &'static str = sql::task_delete_of_type;
+
+    type Time = i64;
+    fn stored_time(t: chrono::DateTime<chrono::Utc>) -> i64 {
+        rows::micros(t)
+    }
+
+    fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    fn migrator() -> &'static sqlx::migrate::Migrator {
+        &MIGRATOR
+    }
 }
 
 super::driver::impl_driver!(SqliteStore);
@@ -404,18 +441,22 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn every_statement_file_says_what_it_does_and_prepares() {
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-sqlite-statements-{}",
-            std::process::id()
-        ));
+    /// A store on a new file in a directory of its own (`name`), not migrated.
+    async fn fresh_store(name: &str) -> (SqliteStore, PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("leasehold-sqlite-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let url = format!("sqlite://{}", dir.join("q.sqlite").display());
         let store = SqliteStore::connect(&url, SqliteStoreOptions::default())
             .await
             .unwrap();
+        (store, dir)
+    }
+
+    #[tokio::test]
+    async fn every_statement_file_says_what_it_does_and_prepares() {
+        let (store, dir) = fresh_store("statements").await;
         store.migrate().await.unwrap();
         let mut conn = store.pool().acquire().await.unwrap();
         assert!(sql::ALL.len() > 90, "{} statements", sql::ALL.len());
@@ -429,6 +470,49 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{name}.sql: {e}"));
         }
         drop(conn);
+        store.close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    /// The tools' operations written once over the dialect (`store/dialect.rs`) run this
+    /// backend's statements: the migration count before and after migrating, and the delete of
+    /// one task type, which leaves every other type alone.
+    #[tokio::test]
+    async fn migrations_are_counted_and_a_tools_type_is_deleted_alone() {
+        use crate::domain::TaskType;
+        use crate::store::driver::Driver;
+        use crate::store::{NewTask, Store, TaskListParams};
+
+        let (store, dir) = fresh_store("tools").await;
+        let known = MIGRATOR.iter().count();
+        assert!(known > 0);
+        assert_eq!(store.migrations_applied().await.unwrap(), (0, known));
+        store.migrate().await.unwrap();
+        assert_eq!(store.migrations_applied().await.unwrap(), (known, known));
+
+        let bench = TaskType::new("bench.noop").unwrap();
+        let other = TaskType::new("email.send").unwrap();
+        for task_type in [&bench, &bench, &other] {
+            let task = NewTask::new(task_type.clone(), serde_json::json!({}));
+            Store::task_enqueue(&store, task).await.unwrap();
+        }
+        assert_eq!(store.task_delete_of_type(&bench).await.unwrap(), 2);
+        assert_eq!(store.task_delete_of_type(&bench).await.unwrap(), 0);
+        let page = Store::task_list(
+            &store,
+            TaskListParams {
+                statuses: Vec::new(),
+                task_type: None,
+                text: None,
+                error_code: None,
+                since: None,
+                before: None,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+        let left: Vec<&str> = page.tasks.iter().map(|t| t.task_type.as_str()).collect();
+        assert_eq!(left, ["email.send"]);
         store.close().await;
         std::fs::remove_dir_all(&dir).unwrap();
     }

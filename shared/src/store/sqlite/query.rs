@@ -1,19 +1,20 @@
-//! Read-only queries: task pages, details and explanations, the overview, policies, the audit
-//! log, and the database clock. Each reads one snapshot (a read transaction) with SQLite's now.
-//! Their input arrives validated (the Store layer, `store/driver.rs`).
+//! Read-only queries: task pages, details and explanations, the overview, and the database
+//! clock (policies and the audit log, which both backends list alike, are `store/dialect.rs`).
+//! Each reads one snapshot (a read transaction) with SQLite's now. Their input arrives
+//! validated (the Store layer, `store/driver.rs`).
 
 use chrono::{DateTime, Utc};
 use sqlx::SqlitePool;
 
-use super::rows::{self, attempt, audit, policy, task};
+use super::rows::{self, attempt, task};
 use super::{commit, json_list, read_tx, sql};
-use crate::domain::{Policy, TaskId};
-use crate::store::audit::bind_audit_list;
+use crate::domain::TaskId;
+use crate::store::dialect::task_list_page;
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, blockers};
-use crate::store::rows::{explain_facts, fetch_mapped, overview_row, task_page};
+use crate::store::rows::{explain_facts, overview_row};
 use crate::store::{
-    AuditListParams, AuditRecord, Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result,
-    StoreError, TaskDetail, TaskListParams, TaskPage,
+    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result, StoreError, TaskDetail,
+    TaskListParams, TaskPage,
 };
 
 pub(super) async fn db_now(pool: &SqlitePool) -> Result<DateTime<Utc>> {
@@ -24,18 +25,6 @@ pub(super) async fn db_now(pool: &SqlitePool) -> Result<DateTime<Utc>> {
     rows::time(us, "now")
 }
 
-pub(super) async fn policy_list(pool: &SqlitePool) -> Result<Vec<Policy>> {
-    fetch_mapped(sqlx::query(sql::policy_list), pool, "policy_list", policy).await
-}
-
-pub(super) async fn audit_list(
-    pool: &SqlitePool,
-    params: &AuditListParams,
-) -> Result<Vec<AuditRecord>> {
-    let query = bind_audit_list(sqlx::query(sql::audit_list), params, rows::micros);
-    fetch_mapped(query, pool, "audit_list", audit).await
-}
-
 pub(super) async fn task_list(pool: &SqlitePool, params: &TaskListParams) -> Result<TaskPage> {
     let statuses = if params.statuses.is_empty() {
         None
@@ -43,18 +32,7 @@ pub(super) async fn task_list(pool: &SqlitePool, params: &TaskListParams) -> Res
         let names: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
         Some(json_list(&names)?)
     };
-    let found = sqlx::query(sql::task_list)
-        .bind(statuses)
-        .bind(params.task_type.as_ref().map(|t| t.as_str()))
-        .bind(params.text.as_deref())
-        .bind(params.before.map(|id| id.0))
-        .bind(i64::from(params.limit))
-        .bind(params.error_code.as_deref())
-        .bind(params.since.map(rows::micros))
-        .fetch_all(pool)
-        .await
-        .map_err(StoreError::db("task_list"))?;
-    task_page(&found, params.limit)
+    task_list_page(pool, sql::task_list, statuses, params).await
 }
 
 pub(super) async fn task_get(pool: &SqlitePool, id: TaskId) -> Result<Option<TaskDetail>> {

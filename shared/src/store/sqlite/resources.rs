@@ -20,11 +20,9 @@ use super::operator::{Lite, LiteTx};
 use super::rows::{get, get_time, micros, span, time};
 use super::{commit, json_list, sql, write_tx};
 use crate::domain::AgentId;
-use crate::store::audit::backend::{holds, row_by, rows_by};
 use crate::store::resources::flow::{Fenced, ResourceStatements, Taking};
 use crate::store::resources::{
-    GroupName, ResourceRenewOutcome, ResourceRenewParams, ShardJoinParams, check_ttl,
-    fence_outcome, joined,
+    GroupName, ResourceRenewOutcome, ResourceRenewParams, ShardJoinParams, check_ttl, joined,
 };
 use crate::store::{HolderWrite, Result, StoreError};
 
@@ -80,13 +78,7 @@ async fn in_last_hour(
 }
 
 impl ResourceStatements for Lite<'_> {
-    async fn resource_locked(
-        tx: &mut LiteTx,
-        name: &str,
-        op: &'static str,
-    ) -> Result<Option<SqliteRow>> {
-        row_by(&mut **tx, sql::resource_get_for_update, name, op).await
-    }
+    crate::store::resources::flow::resource_statements_alike!(sql);
 
     /// The holding and its history row.
     async fn resource_take(
@@ -162,11 +154,6 @@ impl ResourceStatements for Lite<'_> {
         Ok(after)
     }
 
-    async fn resource_release_repeated(tx: &mut LiteTx, lease: Fenced<'_>) -> Result<bool> {
-        let statement = sql::resource_release_repeated;
-        holds(&mut **tx, statement, lease.key(), "resource_release").await
-    }
-
     async fn lock_force_release(tx: &mut LiteTx, name: &str) -> Result<SqliteRow> {
         sqlx::query(sql::lock_force_release)
             .bind(name)
@@ -227,24 +214,7 @@ impl ResourceStatements for Lite<'_> {
             .await
             .map_err(StoreError::db("shard groups"))
     }
-
-    async fn shard_rows(tx: &mut LiteTx, group: &str) -> Result<Vec<SqliteRow>> {
-        rows_by(&mut **tx, sql::shard_list, group, "shard_list").await
-    }
-
-    async fn shard_member_rows(tx: &mut LiteTx, group: &str) -> Result<Vec<SqliteRow>> {
-        rows_by(
-            &mut **tx,
-            sql::shard_member_list,
-            group,
-            "shard_member_list",
-        )
-        .await
-    }
 }
-
-// The `Store` methods, each the shared operation on this store.
-crate::store::resources::flow::resource_entry_points!(Lite, SqlitePool);
 
 /// Renews the memberships, then the leases (fenced as `extend`; (name, token) pairs travel as
 /// one JSON array), in one write transaction.
@@ -374,12 +344,5 @@ pub async fn resource_fence(
     holder: &str,
     token: i64,
 ) -> Result<HolderWrite> {
-    let held = holds(
-        conn,
-        sql::resource_fence,
-        (name, holder, token),
-        "resource_fence",
-    )
-    .await?;
-    Ok(fence_outcome(held))
+    crate::store::resources::fence(conn, sql::resource_fence, (name, holder, token)).await
 }

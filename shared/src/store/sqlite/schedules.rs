@@ -6,14 +6,12 @@
 //! There is no NOTIFY: agents watch the file.
 
 use chrono::{DateTime, Utc};
-use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteRow;
 
 use super::operator::{Lite, LiteTx};
 use super::rows::{self, micros, time};
 use super::{read_tx, sql};
 use crate::domain::AgentId;
-use crate::store::audit::backend::row_by;
 use crate::store::schedules::flow::ScheduleStatements;
 use crate::store::schedules::{FireReport, Settled, StoredDefinition};
 use crate::store::{Result, StoreError};
@@ -28,20 +26,11 @@ async fn next_due(conn: &mut sqlx::SqliteConnection) -> Result<Option<DateTime<U
 }
 
 impl ScheduleStatements for Lite<'_> {
+    crate::store::schedules::flow::schedule_statements_alike!(sql);
+
     /// Inside the write transaction nothing can change the row before the commit.
     async fn schedule_locked(tx: &mut LiteTx, name: &str) -> Result<Option<SqliteRow>> {
         Self::schedule_row(tx, name).await
-    }
-
-    async fn schedule_row(tx: &mut LiteTx, name: &str) -> Result<Option<SqliteRow>> {
-        row_by(&mut **tx, sql::schedule_get, name, "schedule_get").await
-    }
-
-    async fn schedule_rows(tx: &mut LiteTx) -> Result<Vec<SqliteRow>> {
-        sqlx::query(sql::schedule_list)
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(StoreError::db("schedule_list"))
     }
 
     /// Under the write lock an insert always lands.
@@ -77,12 +66,6 @@ impl ScheduleStatements for Lite<'_> {
             .await
             .map_err(StoreError::db("schedule_add"))?;
         Ok(true)
-    }
-
-    async fn schedule_delete(tx: &mut LiteTx, name: &str) -> Result<()> {
-        row_by(&mut **tx, sql::schedule_delete, name, "schedule_delete")
-            .await
-            .map(drop)
     }
 
     async fn schedule_set_enabled(
@@ -187,6 +170,3 @@ impl ScheduleStatements for Lite<'_> {
             .map_err(StoreError::db("leader_get"))
     }
 }
-
-// The `Store` methods, each the shared operation on this store.
-crate::store::schedules::flow::schedule_entry_points!(Lite, SqlitePool);
