@@ -397,7 +397,11 @@ impl Agent {
             &[&completer_stop],
             completer.run(completer_stop.clone()),
         );
-        let heartbeat = Heartbeat::service(Arc::clone(&core), Arc::clone(&connect), heartbeat_conn);
+        let heartbeat = Heartbeat::service(
+            Arc::clone(&core),
+            StoreQueue::renew_connect(&connect),
+            StoreQueue::renewals(&heartbeat_conn),
+        );
         services.spawn(
             HEARTBEAT,
             &[&heartbeat_stop],

@@ -208,6 +208,12 @@ impl LeaseBook {
         None
     }
 
+    /// The local safety deadline of the lease of `id`, if held.
+    #[cfg(test)]
+    pub(crate) fn safe_until(&self, id: TaskId) -> Option<Instant> {
+        self.lock().get(&id).map(|l| l.safe_until)
+    }
+
     /// Every held lease, for the batch renewal.
     pub(crate) fn keys(&self) -> Vec<(TaskId, LeaseEpoch)> {
         self.lock().iter().map(|(id, l)| (*id, l.epoch)).collect()

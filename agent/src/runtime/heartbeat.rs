@@ -26,11 +26,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use leasehold_shared::store::{RenewOutcome, RenewParams};
-use leasehold_shared::{LeaseEpoch, Store, StoreError, TaskId};
+use leasehold_shared::{LeaseEpoch, StoreError, TaskId};
 
 use super::core::{Core, bump};
 use super::events::LifecycleEvent;
 use super::feed::FeedEvent;
+use super::queue::RenewQueue;
 use super::renewal::{self, Cadence, Connect, Line, Renewable, Renewal};
 use crate::handler::StopReason;
 
@@ -40,11 +41,12 @@ pub(crate) struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// The heartbeat service: `conn` is the connection opened at start.
+    /// The heartbeat service: `connect` opens a connection of its own (again after each
+    /// failure), `conn` is the one opened at start.
     pub(crate) fn service(
         core: Arc<Core>,
-        connect: Connect<Arc<dyn Store>>,
-        conn: Arc<dyn Store>,
+        connect: Connect<Arc<dyn RenewQueue>>,
+        conn: Arc<dyn RenewQueue>,
     ) -> Renewal<Heartbeat> {
         let cadence = Cadence::of(&core.settings);
         let line = Line::new("heartbeat", connect, Some(conn));
@@ -53,7 +55,7 @@ impl Heartbeat {
 }
 
 impl Renewable for Heartbeat {
-    type Conn = Arc<dyn Store>;
+    type Conn = Arc<dyn RenewQueue>;
     /// The leases to renew; none: a liveness beat.
     type Batch = Vec<(TaskId, LeaseEpoch)>;
     type Renewed = RenewOutcome;
@@ -67,7 +69,7 @@ impl Renewable for Heartbeat {
     /// One renewal statement: the leases given (maybe none) and the agent's liveness deadline.
     async fn send(
         &self,
-        conn: Arc<dyn Store>,
+        conn: Arc<dyn RenewQueue>,
         leases: &Self::Batch,
     ) -> Result<RenewOutcome, StoreError> {
         let settings = &self.core.settings;
@@ -215,3 +217,6 @@ impl Renewable for Heartbeat {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,9 @@
 //! The unit tests' queue: tasks with status, attempt, epoch and `lease_until` on tokio's clock,
 //! behind the services' seams ([`super::queue`]) with the store's rules that matter to them
-//! (claims, fenced completions and releases, recovery after `lease_until + grace`, the leader
-//! lease), cues that make the next call of an operation fail or hang, and a log of the calls
-//! with their (paused) times. Also [`core`]: a [`Core`] built without a database.
+//! (claims, fenced completions and releases, renewals and the agent's liveness, recovery after
+//! `lease_until + grace`, the leader lease), cues that make the next call of an operation fail
+//! or hang, and a log of the calls with their (paused) times. Also [`core`]: a [`Core`] built
+//! without a database.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,7 +20,7 @@ use leasehold_shared::store::{
     AnyStore, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, Completion,
     ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
     LeaderRenewal, PurgeParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams,
-    UnservedParams,
+    RenewOutcome, RenewParams, RenewedLease, UnservedParams,
 };
 use leasehold_shared::{
     AgentId, InputLimits, LeaseEpoch, Store, StoreError, TaskId, TaskStatus, TaskType,
@@ -33,7 +34,7 @@ use super::core::{Core, Finished, PolicyCache, Stats};
 use super::events::Listeners;
 use super::feed::Feed;
 use super::metrics::Metrics;
-use super::queue::{ClaimQueue, CompleteQueue, MaintenanceQueue};
+use super::queue::{ClaimQueue, CompleteQueue, MaintenanceQueue, RenewQueue};
 use super::settings::RuntimeSettings;
 use crate::handler::{Handler, HandlerError, HandlerRegistry, Outcome, StopReason, TaskContext};
 
@@ -52,8 +53,8 @@ pub(crate) struct Call {
     pub(crate) op: &'static str,
     /// When, from the queue's creation (paused time).
     pub(crate) at: Duration,
-    /// What it asked for: the claim's batch, the rows completed or released, the recovery
-    /// limit; 0 for the rest.
+    /// What it asked for: the claim's batch, the rows completed, released or renewed, the
+    /// recovery limit; 0 for the rest.
     pub(crate) size: usize,
 }
 
@@ -93,6 +94,8 @@ struct State {
     calls: Vec<Call>,
     leader: Option<Leader>,
     term: i64,
+    /// Each agent's liveness deadline (`agents.alive_until`), as its renewals pushed it.
+    alive: HashMap<AgentId, Instant>,
 }
 
 /// The in-memory queue.
@@ -170,6 +173,30 @@ impl MemoryQueue {
             .filter(|c| c.op == op)
             .cloned()
             .collect()
+    }
+
+    /// `owner` took the lease of `id` (recovered, then claimed again): a new attempt under a
+    /// new epoch. Its `lease_until` is left as it was, so a renewal of it is easy to see.
+    pub(crate) fn take_over(&self, id: TaskId, owner: AgentId) {
+        let mut state = self.lock();
+        let row = state.rows.get_mut(&id).unwrap();
+        row.epoch = LeaseEpoch(row.epoch.0 + 1);
+        row.attempt += 1;
+        row.owner = Some(owner);
+        row.status = TaskStatus::Running;
+    }
+
+    /// An operator asked to cancel the leased task `id` (`task_cancel` on a leased task).
+    pub(crate) fn request_cancel(&self, id: TaskId) {
+        let mut state = self.lock();
+        let row = state.rows.get_mut(&id).unwrap();
+        assert!(row.status.is_leased(), "{id:?} is not leased");
+        row.status = TaskStatus::CancelRequested;
+    }
+
+    /// `agent`'s liveness deadline, if a renewal ever pushed it.
+    pub(crate) fn alive_until(&self, agent: &AgentId) -> Option<Instant> {
+        self.lock().alive.get(agent).copied()
     }
 
     pub(crate) fn row(&self, id: TaskId) -> Row {
@@ -296,7 +323,7 @@ impl CompleteQueue for MemoryQueue {
                 let Some(row) = state.rows.get_mut(&p.key.id) else {
                     return CompleteOutcome::Fenced;
                 };
-                let held = row.status == TaskStatus::Running
+                let held = row.status.is_leased()
                     && row.owner.as_ref() == Some(&p.key.owner)
                     && row.epoch == p.key.epoch;
                 if !held {
@@ -326,7 +353,8 @@ impl CompleteQueue for MemoryQueue {
         Ok(outcomes)
     }
 
-    /// Gives running leases of `owner` back to the queue, fenced by epoch.
+    /// Gives leases of `owner` back to the queue (cancelled if a cancel was asked for), fenced
+    /// by epoch.
     async fn lease_release_many(
         &self,
         params: ReleaseParams,
@@ -341,11 +369,18 @@ impl CompleteQueue for MemoryQueue {
                 out.fenced.push(id);
                 continue;
             };
-            let held = row.status == TaskStatus::Running
+            let held = row.status.is_leased()
                 && row.owner.as_ref() == Some(&params.owner)
                 && row.epoch == epoch;
             if held {
-                end_lease(row, TaskStatus::Queued, now);
+                // A lease given back after a cancel was asked for ends the task, as the
+                // store's release does.
+                let status = if row.status == TaskStatus::CancelRequested {
+                    TaskStatus::Cancelled
+                } else {
+                    TaskStatus::Queued
+                };
+                end_lease(row, status, now);
                 row.ended_by = Some((params.owner.clone(), epoch, Ended::Released));
                 out.released.push(id);
             } else if row.ended_by == Some((params.owner.clone(), epoch, Ended::Released)) {
@@ -353,6 +388,46 @@ impl CompleteQueue for MemoryQueue {
             } else {
                 out.fenced.push(id);
             }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl RenewQueue for MemoryQueue {
+    /// Renews each lease still `owner`'s at that epoch and running or cancel-requested (an
+    /// expired one not yet recovered included) to now + TTL; the rest are lost. Pushes the
+    /// owner's liveness deadline to now + `alive_for`, leases or not.
+    async fn lease_renew_many(&self, params: RenewParams) -> Result<RenewOutcome, StoreError> {
+        self.enter("lease_renew_many", params.leases.len()).await?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        if let Some(alive_for) = params.alive_for {
+            state.alive.insert(params.owner.clone(), now + alive_for);
+        }
+        let mut out = RenewOutcome {
+            now: self.db_time(now),
+            renewed: Vec::new(),
+            lost: Vec::new(),
+        };
+        for (id, epoch) in params.leases {
+            let row = state.rows.get_mut(&id).filter(|row| {
+                row.status.is_leased()
+                    && row.owner.as_ref() == Some(&params.owner)
+                    && row.epoch == epoch
+            });
+            let Some(row) = row else {
+                out.lost.push((id, epoch));
+                continue;
+            };
+            let until = now + params.lease_ttl;
+            row.lease_until = Some(until);
+            out.renewed.push(RenewedLease {
+                id,
+                epoch,
+                lease_until: self.db_time(until),
+                cancel_requested: row.status == TaskStatus::CancelRequested,
+            });
         }
         Ok(out)
     }
@@ -450,8 +525,8 @@ impl MaintenanceQueue for MemoryQueue {
             if recovered.len() >= params.limit as usize {
                 break;
             }
-            let expired = row.status == TaskStatus::Running
-                && row.lease_until.is_some_and(|u| u + params.grace < now);
+            let expired =
+                row.status.is_leased() && row.lease_until.is_some_and(|u| u + params.grace < now);
             if !expired {
                 continue;
             }

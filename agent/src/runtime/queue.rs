@@ -1,7 +1,8 @@
 //! The narrow seams between the agent's services and the store: each service holds only the
-//! store writes it makes ([`ClaimQueue`], [`CompleteQueue`], [`MaintenanceQueue`]), so it can
-//! be run alone against the in-memory queue of the unit tests (`memory.rs`) on paused time.
-//! [`StoreQueue`] implements all of them once over the real [`Store`], call for call.
+//! store writes it makes ([`ClaimQueue`], [`CompleteQueue`], [`RenewQueue`],
+//! [`MaintenanceQueue`]), so it can be run alone against the in-memory queue of the unit tests
+//! (`memory.rs`) on paused time. [`StoreQueue`] implements all of them once over the real
+//! [`Store`], call for call.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +11,11 @@ use async_trait::async_trait;
 use leasehold_shared::store::{
     ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, ExpireDeadlinesParams, HolderWrite,
     LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, PurgeParams, RecoverParams,
-    Recovered, ReleaseOutcome, ReleaseParams, UnservedParams,
+    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, UnservedParams,
 };
 use leasehold_shared::{AgentId, Store, StoreError, TaskId, TaskType};
+
+use super::renewal::Connect;
 
 /// Why a store write of a service did not land: the store said why, or it gave no answer in
 /// time (then the write may have landed).
@@ -64,6 +67,13 @@ pub(crate) trait CompleteQueue: Send + Sync {
     -> Result<ReleaseOutcome, StoreError>;
 }
 
+/// What the heartbeat writes, on a connection of its own: the held leases renewed in one
+/// batch, with the agent's liveness deadline.
+#[async_trait]
+pub(crate) trait RenewQueue: Send + Sync {
+    async fn lease_renew_many(&self, params: RenewParams) -> Result<RenewOutcome, StoreError>;
+}
+
 /// What the maintenance service writes: the leader lease, and — while it leads — recovery,
 /// deadline expiry, retention and the dead-lettering of unserved types.
 #[async_trait]
@@ -106,6 +116,20 @@ impl StoreQueue {
     pub(crate) fn maintenance(store: &Arc<dyn Store>) -> Arc<dyn MaintenanceQueue> {
         Arc::new(StoreQueue(Arc::clone(store)))
     }
+
+    pub(crate) fn renewals(store: &Arc<dyn Store>) -> Arc<dyn RenewQueue> {
+        Arc::new(StoreQueue(Arc::clone(store)))
+    }
+
+    /// The heartbeat's connector: each call opens a store of its own through `connect` (so a
+    /// stuck connection is abandoned, never shared) and hands out only its renewal seam.
+    pub(crate) fn renew_connect(connect: &Connect<Arc<dyn Store>>) -> Connect<Arc<dyn RenewQueue>> {
+        let connect = Arc::clone(connect);
+        Arc::new(move || {
+            let opening = connect();
+            Box::pin(async move { opening.await.map(|store| StoreQueue::renewals(&store)) })
+        })
+    }
 }
 
 #[async_trait]
@@ -129,6 +153,13 @@ impl CompleteQueue for StoreQueue {
         params: ReleaseParams,
     ) -> Result<ReleaseOutcome, StoreError> {
         self.0.lease_release_many(params).await
+    }
+}
+
+#[async_trait]
+impl RenewQueue for StoreQueue {
+    async fn lease_renew_many(&self, params: RenewParams) -> Result<RenewOutcome, StoreError> {
+        self.0.lease_renew_many(params).await
     }
 }
 
