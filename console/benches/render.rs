@@ -11,6 +11,9 @@
 //! row order alone and a frame with nothing changed, and the process's RSS (now and peak),
 //! as one JSON object.
 
+// The fixtures build agent messages with the words, as agents before the enums did.
+#![allow(deprecated)]
+
 use std::time::{Duration, Instant};
 
 use leasehold_console::app::App;
@@ -193,6 +196,7 @@ fn main() {
                                 task_id: id,
                                 epoch: 1,
                                 outcome: "succeeded".into(),
+                                ..Default::default()
                             })),
                         });
                         next_id += 1;

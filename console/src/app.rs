@@ -11,6 +11,8 @@
 //! (which stops its agents) asks first; an open task pane is read again every second, after
 //! every action reply and on ctrl-l.
 
+use leasehold_shared::store::ResourceState;
+
 use crate::event::{Event, LimitScope, Request, RequestKind, TaskFilter};
 use crate::input::{Action, Key, action_of};
 use crate::state::prompt::Edit;
@@ -602,7 +604,7 @@ impl App {
         let Some(lock) = self.state.selected_lock() else {
             return self.state.set_status("select a lock first", true);
         };
-        if lock.state == "free" {
+        if lock.read_state().is(ResourceState::Free) {
             let text = format!(
                 "lock {} is free: nothing to release",
                 crate::output::text::shown(&lock.name, 64)

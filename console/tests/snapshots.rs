@@ -5,6 +5,9 @@
 //! diff; `INSTA_UPDATE=always` rewrites them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// The fixtures build agent messages as an agent older than the state and outcome enums did
+// (words only): the screens must read the same from them.
+#![allow(deprecated)]
 
 mod fixture;
 
@@ -446,6 +449,7 @@ fn running_reply(id: i64) -> pb::GetTaskResponse {
             finished_at_ms: fixture::NOW - 540_000,
             outcome: "lease_expired".into(),
             error: None,
+            ..Default::default()
         }],
         why_not_running: String::new(),
         blockers: vec![],

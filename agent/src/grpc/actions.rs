@@ -6,6 +6,8 @@
 use std::time::{Duration, Instant};
 
 use leasehold_proto::v1 as pb;
+use leasehold_proto::wire;
+use leasehold_shared::domain::outcome::CancelOutcome as Answer;
 use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
 use leasehold_shared::store::{
     AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, NewTask,
@@ -200,33 +202,37 @@ impl Service {
             .task_cancel(CancelParams { id, actor })
             .await
             .map_err(|e| from_store("cancel", e))?;
-        let (mut outcome_name, holder) = match &outcome {
-            CancelOutcome::Cancelled => ("cancelled".to_string(), String::new()),
+        let (mut answer, holder) = match &outcome {
+            CancelOutcome::Cancelled => (Answer::Cancelled, String::new()),
             CancelOutcome::Requested { owner, epoch } => {
                 self.stop_here(id, owner, epoch.0);
-                ("cancel_requested".into(), owner.as_str().to_string())
+                (Answer::CancelRequested, owner.as_str().to_string())
             }
             CancelOutcome::AlreadyRequested { owner, epoch } => {
                 self.stop_here(id, owner, epoch.0);
-                ("already_requested".into(), owner.as_str().to_string())
+                (Answer::AlreadyRequested, owner.as_str().to_string())
             }
         };
         let status = match outcome {
             CancelOutcome::Cancelled => TaskStatus::Cancelled,
             _ if r.wait => {
                 let status = self.wait_terminal(id, wait).await?;
-                if status.is_terminal() {
-                    outcome_name = status.as_str().to_string();
+                if let Some(finished) = finished_first(status) {
+                    answer = finished;
                 }
                 status
             }
             _ => TaskStatus::CancelRequested,
         };
-        Ok(Response::new(pb::CancelResponse {
-            outcome: outcome_name,
+        let (cancel_outcome, outcome) = wire::write(answer);
+        #[allow(deprecated)] // `outcome` is filled for consoles older than `cancel_outcome`
+        let response = pb::CancelResponse {
+            outcome,
+            cancel_outcome,
             status: status_to_wire(status) as i32,
             holder,
-        }))
+        };
+        Ok(Response::new(response))
     }
 
     pub(super) async fn requeue_rpc(
@@ -320,5 +326,37 @@ impl Service {
         self.core.drain.cancel();
         tracing::info!(held, "drain requested by an operator");
         Ok(Response::new(pb::DrainResponse { held }))
+    }
+}
+
+/// What a cancel that waited reports when the task finished: its final status, or `None` while
+/// it has not finished.
+fn finished_first(status: TaskStatus) -> Option<Answer> {
+    match status {
+        TaskStatus::Succeeded => Some(Answer::Succeeded),
+        TaskStatus::PartiallySucceeded => Some(Answer::PartiallySucceeded),
+        TaskStatus::Dead => Some(Answer::Dead),
+        TaskStatus::Cancelled => Some(Answer::Cancelled),
+        TaskStatus::Queued
+        | TaskStatus::Running
+        | TaskStatus::RetryWait
+        | TaskStatus::CancelRequested => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_that_finds_the_task_finished_reports_its_status_word() {
+        for s in TaskStatus::ALL {
+            let answer = finished_first(s);
+            assert_eq!(answer.is_some(), s.is_terminal(), "{s:?}");
+            if let Some(a) = answer {
+                // The word older consoles read is the status, as before the enum.
+                assert_eq!(wire::write(a).1, s.as_str());
+            }
+        }
     }
 }

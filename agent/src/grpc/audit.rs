@@ -4,6 +4,8 @@
 //! INVALID_ARGUMENT naming the field; nothing is read.
 
 use leasehold_proto::v1 as pb;
+use leasehold_proto::wire::{self, WireEnum};
+use leasehold_shared::Role;
 use leasehold_shared::store::{AuditListParams, AuditRecord, AuditResult};
 use tonic::{Request, Response, Status};
 
@@ -12,38 +14,33 @@ use super::page::{fit_page, page_from_wire};
 use super::service::{Need, Service};
 use super::status::from_store;
 
-/// An audit row on the wire.
+/// An audit row on the wire. The row keeps role and result as words; one this build cannot
+/// read (written by a newer agent) travels as the word alone, for the console to show as sent.
+#[allow(deprecated)] // `role` and `result` are filled for consoles older than their enums
 pub fn audit_to_wire(r: &AuditRecord) -> pb::AuditEntry {
+    let (actor_role, role) = stored_word::<Role>(&r.role);
+    let (audit_result, result) = stored_word::<AuditResult>(&r.result);
     pb::AuditEntry {
         id: r.id,
         at_ms: ms(r.at),
         actor: r.actor.clone(),
-        role: r.role.clone(),
+        role,
+        actor_role,
         action: r.action.clone(),
         target: r.target.clone(),
         params_json: r.params.as_ref().map(|p| p.to_string()).unwrap_or_default(),
-        result: r.result.clone(),
+        result,
+        audit_result,
         detail: r.detail.clone().unwrap_or_default(),
         peer: r.peer.clone().unwrap_or_default(),
         count: r.count,
     }
 }
 
-/// The result filter from the wire: empty is any.
-fn result_from_wire(text: &str) -> Result<Option<AuditResult>, Status> {
-    Ok(Some(match text {
-        "" => return Ok(None),
-        "applied" => AuditResult::Applied,
-        "noop" => AuditResult::Noop,
-        "denied" => AuditResult::Denied,
-        "failed" => AuditResult::Failed,
-        other => {
-            return Err(Status::invalid_argument(format!(
-                "result: {:?} is not one of applied, noop, denied, failed",
-                other.chars().take(64).collect::<String>()
-            )));
-        }
-    }))
+/// A stored word on the wire: its enum and the word; UNSPECIFIED and the word as stored when
+/// this build does not know it.
+fn stored_word<D: WireEnum>(word: &str) -> (i32, String) {
+    D::from_word(word).map_or_else(|| (0, word.to_string()), wire::write)
 }
 
 /// The validated store query of a request.
@@ -56,11 +53,13 @@ pub fn list_params(r: pb::ListAuditRequest) -> Result<AuditListParams, Status> {
     ] {
         text_without_nul(field, text)?;
     }
+    // The enum, or the word of an older console; a pair naming two results is refused.
+    let result = r.read_result().map_err(invalid)?;
     let text = |t: String| (!t.is_empty()).then_some(t);
     let params = AuditListParams {
         before_id: paging.before_id,
         limit: paging.limit,
-        result: result_from_wire(&r.result)?,
+        result,
         actor: text(r.actor),
         action: text(r.action),
         target: text(r.target),
@@ -106,6 +105,8 @@ impl Service {
 }
 
 #[cfg(test)]
+// The requests below set the word field as consoles older than `audit_result` do.
+#[allow(deprecated)]
 mod tests {
     use super::*;
     use crate::grpc::page::DEFAULT_PAGE;
@@ -132,6 +133,7 @@ mod tests {
             until_ms: 2_000,
             before_id: 7,
             limit: 5,
+            audit_result: 0,
         })
         .unwrap();
         assert_eq!(p.actor.as_deref(), Some("alice"));
@@ -179,5 +181,75 @@ mod tests {
             let status = list_params(r.clone()).unwrap_err();
             assert_eq!(status.code(), tonic::Code::InvalidArgument, "{r:?}");
         }
+    }
+
+    #[test]
+    fn the_result_filter_is_read_from_the_enum_or_the_word_and_a_conflict_is_refused() {
+        let by_enum = pb::ListAuditRequest {
+            audit_result: pb::AuditResult::Noop as i32,
+            ..request()
+        };
+        assert_eq!(
+            list_params(by_enum).unwrap().result,
+            Some(AuditResult::Noop)
+        );
+        let both = pb::ListAuditRequest {
+            audit_result: pb::AuditResult::Noop as i32,
+            result: "noop".into(),
+            ..request()
+        };
+        assert_eq!(list_params(both).unwrap().result, Some(AuditResult::Noop));
+        let conflict = pb::ListAuditRequest {
+            audit_result: pb::AuditResult::Noop as i32,
+            result: "denied".into(),
+            ..request()
+        };
+        let status = list_params(conflict).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().starts_with("result: "),
+            "{}",
+            status.message()
+        );
+        let unknown = pb::ListAuditRequest {
+            audit_result: 42,
+            ..request()
+        };
+        let status = list_params(unknown).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().starts_with("audit_result: "),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
+    fn a_row_sends_enum_and_word_and_a_word_this_build_cannot_read_travels_alone() {
+        let row = |role: &str, result: &str| AuditRecord {
+            id: 1,
+            at: chrono::DateTime::from_timestamp_millis(1_000).unwrap(),
+            actor: "alice".into(),
+            role: role.into(),
+            action: "enqueue".into(),
+            target: "task:1".into(),
+            params: None,
+            result: result.into(),
+            detail: None,
+            peer: None,
+            count: 1,
+        };
+        let e = audit_to_wire(&row("operator", "applied"));
+        assert_eq!(
+            (e.actor_role, e.role.as_str()),
+            (pb::Role::Operator as i32, "operator")
+        );
+        assert_eq!(
+            (e.audit_result, e.result.as_str()),
+            (pb::AuditResult::Applied as i32, "applied")
+        );
+        let e = audit_to_wire(&row("auditor", "deferred"));
+        assert_eq!((e.actor_role, e.role.as_str()), (0, "auditor"));
+        assert_eq!((e.audit_result, e.result.as_str()), (0, "deferred"));
     }
 }

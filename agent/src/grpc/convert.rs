@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire;
 use leasehold_shared::domain::{Attempt, Task};
-use leasehold_shared::store::{AgentRecord, Blocker, DeadFilter};
+use leasehold_shared::store::{AgentRecord, AgentState, Blocker, DeadFilter};
 use leasehold_shared::{Progress, TaskError, TaskId, TaskStatus, TaskType};
 use tonic::Status;
 
@@ -127,14 +127,17 @@ pub fn task_to_wire(t: &Task) -> pb::Task {
 }
 
 /// An attempt on the wire.
+#[allow(deprecated)] // `outcome` is filled for consoles older than `attempt_outcome`
 pub fn attempt_to_wire(a: &Attempt) -> pb::Attempt {
+    let (attempt_outcome, outcome) = wire::write(a.outcome);
     pb::Attempt {
         epoch: a.epoch.0,
         attempt: a.attempt,
         agent: a.agent.as_str().to_string(),
         started_at_ms: ms(a.started_at),
         finished_at_ms: ms(a.finished_at),
-        outcome: a.outcome.as_str().to_string(),
+        outcome,
+        attempt_outcome,
         error: a.error.as_ref().map(error_to_wire),
     }
 }
@@ -148,7 +151,9 @@ pub fn blocker_to_wire(b: &Blocker) -> pb::Blocker {
 }
 
 /// A registry row on the wire.
+#[allow(deprecated)] // `state` is filled for consoles older than `agent_state`
 pub fn agent_to_wire(a: &AgentRecord) -> pb::AgentInfo {
+    let (agent_state, state) = wire::write(a.state);
     pb::AgentInfo {
         id: a.id.as_str().to_string(),
         host: a.host.clone(),
@@ -157,7 +162,8 @@ pub fn agent_to_wire(a: &AgentRecord) -> pb::AgentInfo {
         version: a.version.clone(),
         started_at_ms: ms(a.started_at),
         heartbeat_at_ms: ms(a.heartbeat_at),
-        state: a.state.as_str().to_string(),
+        state,
+        agent_state,
         local_concurrency: a.local_concurrency,
         name: a.name.clone(),
         task_types: a.task_types.clone(),
@@ -184,10 +190,16 @@ pub fn leader_to_wire(l: &leasehold_shared::store::LeaderRecord) -> pb::LeaderIn
 }
 
 /// This agent's counters on the wire.
+#[allow(deprecated)] // `state` is filled for consoles older than `agent_state`
 pub(crate) fn stats_to_wire(core: &Core) -> pb::AgentStats {
     let s = &core.stats;
     let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let held = core.book.len();
+    let (agent_state, state) = wire::write(if core.is_draining() {
+        AgentState::Draining
+    } else {
+        AgentState::Running
+    });
     pb::AgentStats {
         active: u32::try_from(core.book.executing()).unwrap_or(u32::MAX),
         local_limit: u32::try_from(core.book.limit()).unwrap_or(u32::MAX),
@@ -202,11 +214,8 @@ pub(crate) fn stats_to_wire(core: &Core) -> pb::AgentStats {
         lease_lost: g(&s.lease_lost),
         retried: g(&s.retried),
         held: u32::try_from(held).unwrap_or(u32::MAX),
-        state: if core.is_draining() {
-            "draining".into()
-        } else {
-            "running".into()
-        },
+        state,
+        agent_state,
         leader: core.leading.load(Ordering::Relaxed),
     }
 }

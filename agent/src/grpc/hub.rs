@@ -35,6 +35,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use futures_util::Stream;
 use leasehold_proto::v1 as pb;
+use leasehold_proto::wire;
+use leasehold_shared::domain::LeaseOutcome;
 use leasehold_shared::{Actor, Role};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -508,11 +510,11 @@ impl Hub {
             }
             FeedEvent::Ended { id, epoch, outcome } => {
                 if self.remove(id.0, epoch.0) {
-                    self.delta(pb::delta::Kind::LeaseReleased(pb::LeaseReleased {
-                        task_id: id.0,
-                        epoch: epoch.0,
-                        outcome: outcome.to_string(),
-                    }));
+                    self.delta(pb::delta::Kind::LeaseReleased(lease_released(
+                        id.0,
+                        epoch.0,
+                        feed_outcome(outcome),
+                    )));
                 } else if !self.view.contains_key(&id.0) {
                     self.ended_early.insert((id.0, epoch.0));
                 }
@@ -531,11 +533,11 @@ impl Hub {
                 // Without this release a watcher kept a lease the agent no longer held (found
                 // by T22 under load, when renewals were fenced after a takeover).
                 if held {
-                    self.delta(pb::delta::Kind::LeaseReleased(pb::LeaseReleased {
-                        task_id: id.0,
-                        epoch: epoch.0,
-                        outcome: "fenced".to_string(),
-                    }));
+                    self.delta(pb::delta::Kind::LeaseReleased(lease_released(
+                        id.0,
+                        epoch.0,
+                        wire::write(LeaseOutcome::Fenced),
+                    )));
                 }
             }
             FeedEvent::Progress {
@@ -630,11 +632,11 @@ impl Hub {
             .collect();
         for (id, epoch) in gone {
             self.view.remove(&id);
-            self.delta(pb::delta::Kind::LeaseReleased(pb::LeaseReleased {
-                task_id: id,
+            self.delta(pb::delta::Kind::LeaseReleased(lease_released(
+                id,
                 epoch,
-                outcome: "ended".into(),
-            }));
+                wire::write(LeaseOutcome::Ended),
+            )));
         }
         let now_ms = self.now_ms();
         for (id, epoch, task_type, running) in book {
@@ -756,6 +758,30 @@ fn fell_behind() -> Status {
         "this watcher fell more than {WATCHER_BUFFER} updates behind and was dropped; reconnect \
          for a fresh snapshot"
     ))
+}
+
+/// A lease_released delta with its outcome as [`wire::write`] gives it.
+#[allow(deprecated)] // `outcome` is filled for consoles older than `lease_outcome`
+fn lease_released(task_id: i64, epoch: i64, (number, word): (i32, String)) -> pb::LeaseReleased {
+    pb::LeaseReleased {
+        task_id,
+        epoch,
+        outcome: word,
+        lease_outcome: number,
+    }
+}
+
+/// The wire outcome of a lease the runtime reports ended, by its word (a task status,
+/// `released` or `lost`). A word without an enum value (a status no lease ends in today) still
+/// travels, as the word alone: a console shows it as sent.
+fn feed_outcome(word: &str) -> (i32, String) {
+    match word.parse::<LeaseOutcome>() {
+        Ok(outcome) => wire::write(outcome),
+        Err(e) => {
+            tracing::debug!(error = %e, "lease outcome without a wire value");
+            (0, word.to_string())
+        }
+    }
 }
 
 fn held_resource(r: crate::runtime::feed::HeldResource) -> pb::HeldResource {

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use leasehold_proto::v1 as pb;
+use leasehold_proto::wire;
 use leasehold_shared::AgentId;
+use leasehold_shared::domain::MemberState;
 use leasehold_shared::store::{
     GroupName, LockAcquireParams, LockForceReleaseParams, LockName, ResourceHolderParams,
     ResourceRecord, ShardGroupCreateParams, ShardGroupRecord, ShardMemberRecord,
@@ -23,7 +25,9 @@ use super::status::from_store;
 pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(30);
 
 /// A lock row on the wire, its state read at `now`.
+#[allow(deprecated)] // `state` is filled for consoles older than `lease_state`
 pub fn lock_to_wire(r: &ResourceRecord, now: DateTime<Utc>, grace: Duration) -> pb::ResourceLease {
+    let (lease_state, state) = wire::write(r.state(now, grace));
     pb::ResourceLease {
         name: r.name.clone(),
         owner: r.owner.clone().unwrap_or_default(),
@@ -33,12 +37,15 @@ pub fn lock_to_wire(r: &ResourceRecord, now: DateTime<Utc>, grace: Duration) -> 
         acquired_at_ms: opt_ms(r.acquired_at),
         lock_at_least_until_ms: opt_ms(r.lock_at_least_until),
         lock_at_most_until_ms: opt_ms(r.lock_at_most_until),
-        state: r.state(now, grace).as_str().to_string(),
+        state,
+        lease_state,
         moves_last_hour: r.moves_last_hour,
     }
 }
 
+#[allow(deprecated)] // `state` is filled for consoles older than `lease_state`
 fn shard_to_wire(r: &ResourceRecord, now: DateTime<Utc>, grace: Duration) -> pb::Shard {
+    let (lease_state, state) = wire::write(r.state(now, grace));
     pb::Shard {
         shard: r.shard.as_ref().map_or(0, |(_, s)| *s),
         owner: r.owner.clone().unwrap_or_default(),
@@ -46,7 +53,8 @@ fn shard_to_wire(r: &ResourceRecord, now: DateTime<Utc>, grace: Duration) -> pb:
         lease_until_ms: opt_ms(r.lease_until),
         heartbeat_at_ms: opt_ms(r.heartbeat_at),
         acquired_at_ms: opt_ms(r.acquired_at),
-        state: r.state(now, grace).as_str().to_string(),
+        state,
+        lease_state,
         moves_last_hour: r.moves_last_hour,
     }
 }
@@ -62,6 +70,7 @@ fn group_to_wire(g: &ShardGroupRecord) -> pb::ShardGroup {
     }
 }
 
+#[allow(deprecated)] // `state` is filled for consoles older than `member_state`
 fn member_to_wire(
     m: &ShardMemberRecord,
     shards: &[ResourceRecord],
@@ -72,12 +81,19 @@ fn member_to_wire(
         .iter()
         .filter(|s| s.live_owner(now, grace) == Some(m.member.as_str()))
         .count();
+    // The store reads a member's state as a word; a word without a wire value (none today)
+    // travels alone, for the console to show as sent.
+    let word = m.state(now, grace);
+    let (member_state, state) = word
+        .parse::<MemberState>()
+        .map_or_else(|_| (0, word.to_string()), wire::write);
     pb::ShardMember {
         agent: m.member.clone(),
         joined_at_ms: ms(m.joined_at),
         heartbeat_at_ms: ms(m.heartbeat_at),
         lease_until_ms: ms(m.lease_until),
-        state: m.state(now, grace).to_string(),
+        state,
+        member_state,
         shards: u32::try_from(owned).unwrap_or(u32::MAX),
     }
 }

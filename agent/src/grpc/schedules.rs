@@ -6,6 +6,7 @@
 //! live agent handles is saved with a warning in the reply.
 
 use leasehold_proto::v1 as pb;
+use leasehold_proto::wire;
 use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
 use leasehold_shared::domain::schedule::{DEFAULT_CATCH_UP, MissedTicks, Schedule, ScheduleName};
 use leasehold_shared::store::{
@@ -176,11 +177,15 @@ impl Service {
             .await
             .map_err(|e| from_store("add_schedule", e))?;
         self.core.schedules_changed.notify_one();
-        Ok(Response::new(pb::AddScheduleResponse {
+        let (add_outcome, outcome) = wire::write(added.outcome);
+        #[allow(deprecated)] // `outcome` is filled for consoles older than `add_outcome`
+        let response = pb::AddScheduleResponse {
             schedule: Some(schedule_to_wire(&added.record)),
-            outcome: added.outcome.as_str().to_string(),
+            outcome,
+            add_outcome,
             warnings: warning.into_iter().collect(),
-        }))
+        };
+        Ok(Response::new(response))
     }
 
     pub(super) async fn remove_schedule_rpc(

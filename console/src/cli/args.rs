@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
+use leasehold_proto::wire::WireEnum;
 use leasehold_shared::TaskStatus;
 use leasehold_shared::domain::schedule::MAX_CATCH_UP;
 use leasehold_shared::domain::validate::{MAX_ATTEMPTS_LIMIT, MAX_PAGE_SIZE};
+use leasehold_shared::store::AuditResult;
 
 use super::values::{self, Limit, TimeOrDuration};
 use super::{DEFAULT_LIST_LIMIT, DEFAULT_WAIT_INTERVAL};
@@ -607,7 +609,7 @@ pub struct AuditLsArgs {
     pub action: Option<String>,
 
     /// Only rows with this result.
-    #[arg(long, value_name = "RESULT", value_parser = ["applied", "noop", "denied", "failed"])]
+    #[arg(long, value_name = "RESULT", value_parser = audit_results())]
     pub result: Option<String>,
 
     /// Only rows whose target contains this text (case-insensitive), e.g. `task:42`.
@@ -642,6 +644,12 @@ pub struct AuditLsArgs {
 }
 
 /// An exact-match filter: 1-200 bytes without control characters.
+/// The words `--result` takes: those of the wire's audit results, so the list is not written
+/// twice.
+fn audit_results() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(AuditResult::all().into_iter().map(WireEnum::word))
+}
+
 fn exact_filter(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() > 200 || s.chars().any(char::is_control) {
         return Err("must be 1-200 bytes without control characters".into());

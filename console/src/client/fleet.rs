@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures_util::StreamExt;
 use leasehold_proto::v1 as pb;
+use leasehold_shared::store::AgentState;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -410,7 +411,7 @@ fn discover(
         if agent.grpc_address.is_empty() {
             continue;
         }
-        if agent.state == "stopped" {
+        if agent.read_state().is(AgentState::Stopped) {
             if agent.grpc_address != settings.addr.given
                 && let Ok(mut map) = watchers.lock()
                 && let Some(w) = map.remove(&agent.grpc_address)
@@ -599,7 +600,7 @@ async fn serve(settings: &Settings, agent: &Agent, kind: RequestKind) -> Result<
             let mut failed = Vec::new();
             for (id, r) in answers {
                 match r {
-                    Ok(r) => tally(&mut outcomes, r.outcome),
+                    Ok(r) => tally(&mut outcomes, r.read_outcome().word().into_owned()),
                     Err(e) => failed.push((id, e.to_string())),
                 }
             }
@@ -838,7 +839,7 @@ mod tests {
             lock: token.map(|token| pb::ResourceLease {
                 name: "deploy/prod".into(),
                 token,
-                state: "free".into(),
+                lease_state: pb::LeaseState::Free as i32,
                 ..Default::default()
             }),
         }

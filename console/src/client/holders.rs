@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::stream::{self, Stream, StreamExt};
 use leasehold_proto::v1;
+use leasehold_shared::store::AgentState;
 use tokio::sync::OnceCell;
 
 use super::fleet::settings_for;
@@ -120,7 +121,11 @@ fn held(task: &v1::Task) -> bool {
 fn other_agents(r: &v1::ListAgentsResponse) -> HashMap<String, String> {
     r.agents
         .iter()
-        .filter(|a| a.id != r.answered_by && !a.grpc_address.is_empty() && a.state != "stopped")
+        .filter(|a| {
+            a.id != r.answered_by
+                && !a.grpc_address.is_empty()
+                && !a.read_state().is(AgentState::Stopped)
+        })
         .map(|a| (a.id.clone(), a.grpc_address.clone()))
         .collect()
 }
@@ -145,10 +150,11 @@ mod tests {
     use super::*;
 
     fn agent(id: &str, addr: &str, state: &str) -> v1::AgentInfo {
+        let state = leasehold_proto::wire::read::<AgentState>(0, state).known();
         v1::AgentInfo {
             id: id.into(),
             grpc_address: addr.into(),
-            state: state.into(),
+            agent_state: state.map_or(0, leasehold_proto::wire::WireEnum::number),
             ..Default::default()
         }
     }
@@ -175,6 +181,23 @@ mod tests {
                 ("b#1".to_string(), "127.0.0.1:7072".to_string()),
             ]
         );
+    }
+
+    #[test]
+    #[allow(deprecated)] // an older agent fills only the word
+    fn a_stopped_agent_is_skipped_when_an_older_agent_says_so_in_words() {
+        let mut old = agent("c#1", "127.0.0.1:7073", "");
+        old.state = "stopped".into();
+        let mut newer = agent("e#1", "127.0.0.1:7074", "");
+        newer.agent_state = 9;
+        let r = v1::ListAgentsResponse {
+            agents: vec![old, newer],
+            answered_by: "seed#1".into(),
+            ..Default::default()
+        };
+        // A state this build does not know is not "stopped": the agent is still asked.
+        let others: Vec<_> = other_agents(&r).into_keys().collect();
+        assert_eq!(others, ["e#1"]);
     }
 
     #[test]

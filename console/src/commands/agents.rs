@@ -123,7 +123,7 @@ mod tests {
     fn ls_fits_80_columns_and_marks_the_leader() {
         let agent = |id: &str, leader| v1::AgentInfo {
             id: id.into(),
-            state: "running".into(),
+            agent_state: v1::AgentState::Running as i32,
             local_concurrency: 100,
             active: 3,
             heartbeat_at_ms: 1_764_588_000_000,

@@ -6,6 +6,8 @@
 
 use chrono::{DateTime, Utc};
 use leasehold_proto::v1;
+use leasehold_proto::wire::WireEnum;
+use leasehold_shared::store::AuditResult;
 use serde::Serialize;
 
 use crate::cli::AuditLsArgs;
@@ -57,12 +59,12 @@ impl AuditView {
             id: e.id,
             at: time("at_ms", e.at_ms)?,
             at_ms: e.at_ms,
+            role: e.read_role().word().into_owned(),
+            result: e.read_result().word().into_owned(),
             actor: e.actor,
-            role: e.role,
             action: e.action,
             target: e.target,
             params: opt_json("params_json", &e.params_json)?,
-            result: e.result,
             detail: opt_string(e.detail),
             peer: opt_string(e.peer),
             count: e.count,
@@ -108,16 +110,26 @@ pub fn prepare_ls(args: &AuditLsArgs, now: DateTime<Utc>) -> Result<v1::ListAudi
     if since_ms != 0 && until_ms != 0 && since_ms >= until_ms {
         return Err(Error::usage("--since must be before --until"));
     }
-    Ok(v1::ListAuditRequest {
+    let result =
+        match args.result.as_deref() {
+            None => None,
+            Some(word) => Some(AuditResult::from_word(word).ok_or_else(|| {
+                Error::usage(format!("--result: {word:?} is not an audit result"))
+            })?),
+        };
+    let mut request = v1::ListAuditRequest {
         actor: args.actor.clone().unwrap_or_default(),
         action: args.action.clone().unwrap_or_default(),
-        result: args.result.clone().unwrap_or_default(),
         target: args.target.clone().unwrap_or_default(),
         since_ms,
         until_ms,
         before_id: args.before_id.unwrap_or(0),
         limit: args.limit,
-    })
+        ..Default::default()
+    };
+    // Both the enum and the word: an older agent reads only the word.
+    request.set_result_filter(result);
+    Ok(request)
 }
 
 /// Runs `audit ls`.
@@ -228,7 +240,8 @@ mod tests {
         let r = prepare_ls(&args, now()).unwrap();
         assert_eq!(r.actor, "uid:1000(alice)");
         assert_eq!(r.action, "enqueue");
-        assert_eq!(r.result, "denied");
+        assert_eq!(r.read_result(), Ok(Some(AuditResult::Denied)));
+        assert_eq!(r.audit_result, v1::AuditResult::Denied as i32);
         assert_eq!(r.target, "task:4");
         assert_eq!(r.since_ms, now().timestamp_millis() - 3_600_000);
         assert_eq!(r.until_ms, now().timestamp_millis() - 1_800_000);
@@ -264,14 +277,15 @@ mod tests {
             id,
             at_ms: now().timestamp_millis(),
             actor: actor.into(),
-            role: "operator".into(),
+            actor_role: v1::Role::Operator as i32,
             action: "enqueue".into(),
             target: target.into(),
             params_json: r#"{"payload_sha256":"ab","argv":["/bin/echo"]}"#.into(),
-            result: "applied".into(),
+            audit_result: v1::AuditResult::Applied as i32,
             detail: String::new(),
             peer: "uid:1000(alice) pid:7".into(),
             count: 3,
+            ..Default::default()
         }
     }
 
@@ -307,8 +321,30 @@ mod tests {
         assert_eq!(e["peer"], "uid:1000(alice) pid:7");
         assert_eq!(e["detail"], serde_json::Value::Null);
         assert_eq!(
+            (e["role"].as_str(), e["result"].as_str()),
+            (Some("operator"), Some("applied"))
+        );
+        assert_eq!(
             (e["count"].as_i64(), e["at"].as_str()),
             (Some(3), Some("2026-12-03T12:00:00.000Z"))
+        );
+    }
+
+    #[test]
+    #[allow(deprecated)] // an older agent fills only the words
+    fn an_older_agent_words_and_unknown_enum_numbers_are_shown_as_sent() {
+        let mut old = entry(1, "a", "t");
+        (old.actor_role, old.role) = (0, "system".into());
+        (old.audit_result, old.result) = (0, "denied".into());
+        let v = AuditView::from_wire(old).unwrap();
+        assert_eq!((v.role.as_str(), v.result.as_str()), ("system", "denied"));
+        let mut newer = entry(2, "a", "t");
+        newer.actor_role = 8;
+        (newer.audit_result, newer.result) = (12, "deferred".into());
+        let v = AuditView::from_wire(newer).unwrap();
+        assert_eq!(
+            (v.role.as_str(), v.result.as_str()),
+            ("unknown(8)", "deferred")
         );
     }
 

@@ -9,6 +9,7 @@
 
 use leasehold_proto::v1;
 use leasehold_shared::TaskStatus;
+use leasehold_shared::domain::outcome::CancelOutcome;
 use serde::Serialize;
 
 use futures_util::StreamExt;
@@ -41,6 +42,10 @@ pub fn prepare(args: &CancelArgs) -> Result<Vec<v1::CancelRequest>> {
         .collect())
 }
 
+/// The outcome of a cancel refused because its task had finished: this command's own word,
+/// not the agent's.
+const ALREADY_FINISHED: &str = "already_finished";
+
 /// What became of one cancel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Cancelled {
@@ -55,7 +60,7 @@ impl Cancelled {
     pub fn from_wire(id: i64, r: v1::CancelResponse) -> Result<Self> {
         Ok(Self {
             id,
-            outcome: r.outcome,
+            outcome: r.read_outcome().word().into_owned(),
             status: status(r.status)
                 .map_err(|e| Error::bad_wire(format!("cancel task {id}"), e))?,
             holder: opt_string(r.holder),
@@ -79,7 +84,7 @@ pub async fn run(
             Err(e) => match finished_status(&holders, id, &e).await {
                 Some(done) => Ok(Cancelled {
                     id,
-                    outcome: "already_finished".into(),
+                    outcome: ALREADY_FINISHED.into(),
                     status: done,
                     holder: None,
                 }),
@@ -113,10 +118,11 @@ pub async fn finished_status(holders: &Holders, id: i64, e: &Error) -> Option<Ta
 /// The table line of one cancel.
 pub fn line(c: &Cancelled) -> String {
     let id = c.id;
-    match c.outcome.as_str() {
-        "cancelled" => format!("task {id}: cancelled"),
+    // The agent's words parse through the one table; `already_finished` is this command's own.
+    match c.outcome.parse::<CancelOutcome>() {
+        Ok(CancelOutcome::Cancelled) => format!("task {id}: cancelled"),
         // The holder goes last: it is the only long part, and the line is cut to fit.
-        "cancel_requested" => match &c.holder {
+        Ok(CancelOutcome::CancelRequested) => match &c.holder {
             Some(holder) => shown(
                 &format!(
                     "task {id}: cancel requested (status {}), holder {holder} will stop it",
@@ -126,14 +132,14 @@ pub fn line(c: &Cancelled) -> String {
             ),
             None => format!("task {id}: cancel requested (status {})", c.status),
         },
-        "already_finished" => format!("task {id} already {}", c.status),
-        "already_requested" => {
+        Err(_) if c.outcome == ALREADY_FINISHED => format!("task {id} already {}", c.status),
+        Ok(CancelOutcome::AlreadyRequested) => {
             format!("task {id}: cancel already requested (status {})", c.status)
         }
-        "succeeded" | "partially_succeeded" | "dead" => {
+        Ok(CancelOutcome::Succeeded | CancelOutcome::PartiallySucceeded | CancelOutcome::Dead) => {
             format!("task {id}: finished first: {}", c.outcome)
         }
-        other => format!("task {id}: {} (status {})", shown(other, 40), c.status),
+        Err(_) => format!("task {id}: {} (status {})", shown(&c.outcome, 40), c.status),
     }
 }
 
@@ -225,9 +231,10 @@ mod tests {
         let c = Cancelled::from_wire(
             7,
             v1::CancelResponse {
-                outcome: "cancelled".into(),
+                cancel_outcome: v1::CancelOutcome::Cancelled as i32,
                 status: v1::TaskStatus::Cancelled as i32,
                 holder: String::new(),
+                ..Default::default()
             },
         )
         .ok();

@@ -204,7 +204,7 @@ mod tests {
         v1::ResourceLease {
             name: name.into(),
             token,
-            state: "free".into(),
+            lease_state: v1::LeaseState::Free as i32,
             ..Default::default()
         }
     }
@@ -212,14 +212,14 @@ mod tests {
     #[test]
     fn ls_fits_80_columns_and_shows_every_state() {
         let mut suspect = wire_lock("billing/run-once");
-        suspect.state = "suspect".into();
+        suspect.lease_state = v1::LeaseState::Suspect as i32;
         suspect.heartbeat_at_ms = NOW - 40_000;
         let mut expired = wire_lock("reports:nightly");
-        expired.state = "expired".into();
+        expired.lease_state = v1::LeaseState::Expired as i32;
         expired.lease_until_ms = NOW - 3_000;
         let free = v1::ResourceLease {
             name: "idle".into(),
-            state: "free".into(),
+            lease_state: v1::LeaseState::Free as i32,
             token: 4,
             ..Default::default()
         };
@@ -316,7 +316,7 @@ mod tests {
     #[test]
     fn nothing_held_is_said_and_lock_at_least_for_is_explained() {
         let mut stays = wire_lock("deploy/prod");
-        stays.state = "released".into();
+        stays.lease_state = v1::LeaseState::Released as i32;
         stays.owner = String::new();
         stays.lock_at_least_until_ms = NOW + 30_000;
         let before = list(vec![stays.clone()]);

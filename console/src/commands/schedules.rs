@@ -12,6 +12,8 @@
 
 use chrono::{DateTime, Utc};
 use leasehold_proto::v1;
+use leasehold_proto::wire::WireEnum;
+use leasehold_shared::store::ScheduleAddOutcome;
 use serde::Serialize;
 
 use crate::cli::{Missed, ScheduleAddArgs};
@@ -176,9 +178,10 @@ pub async fn run_add(
 ) -> Result<u8> {
     let what = format!("add schedule {}", request.name);
     let reply = agent.add_schedule(request).await?;
+    let outcome = reply.read_outcome().word().into_owned();
     let added = Added {
         schedule: ScheduleView::required(reply.schedule).map_err(|e| Error::bad_wire(what, e))?,
-        outcome: reply.outcome,
+        outcome,
         warnings: reply.warnings,
     };
     for w in &added.warnings {
@@ -196,11 +199,13 @@ pub async fn run_add(
 /// definition): …`.
 pub fn add_line(a: &Added, now: DateTime<Utc>) -> String {
     let name = shown(&a.schedule.name, 64);
-    let head = match a.outcome.as_str() {
-        "created" => format!("created schedule {name}"),
-        "replaced" => format!("replaced schedule {name}"),
-        "unchanged" => format!("schedule {name} unchanged (same definition)"),
-        other => format!("schedule {name}: {}", shown(other, 32)),
+    let head = match ScheduleAddOutcome::from_word(&a.outcome) {
+        Some(ScheduleAddOutcome::Created) => format!("created schedule {name}"),
+        Some(ScheduleAddOutcome::Replaced) => format!("replaced schedule {name}"),
+        Some(ScheduleAddOutcome::Unchanged) => {
+            format!("schedule {name} unchanged (same definition)")
+        }
+        None => format!("schedule {name}: {}", shown(&a.outcome, 32)),
     };
     format!("{head}: next fire {}", next_fire_words(&a.schedule, now))
 }

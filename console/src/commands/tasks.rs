@@ -355,12 +355,12 @@ mod tests {
                 agent: "a".repeat(200),
                 started_at_ms: 1_764_588_001_000,
                 finished_at_ms: 0,
-                outcome: String::new(),
                 error: Some(v1::TaskError {
                     code: "x".into(),
                     message: "\u{1b}[2J".repeat(50),
                     retryable: true,
                 }),
+                ..Default::default()
             }],
             why_not_running: "type limit reached: 3/3 running\npaused\u{1b}[5m".into(),
             blockers: vec![],

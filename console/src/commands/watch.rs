@@ -313,7 +313,7 @@ mod tests {
             stats: Some(v1::AgentStats {
                 active: 2,
                 local_limit: 10,
-                state: "running".into(),
+                agent_state: v1::AgentState::Running as i32,
                 leader: true,
                 ..Default::default()
             }),

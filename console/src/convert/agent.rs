@@ -83,6 +83,7 @@ impl AgentList {
             .into_iter()
             .map(|a| {
                 let heartbeat_at = opt_time("heartbeat_at_ms", a.heartbeat_at_ms)?;
+                let state = a.read_state().word().into_owned();
                 Ok(AgentView {
                     heartbeat_age_ms: heartbeat_at.map(|h| now.millis().saturating_sub(h.millis())),
                     heartbeat_at,
@@ -92,7 +93,7 @@ impl AgentList {
                     name: a.name,
                     host: a.host,
                     pid: a.pid,
-                    state: a.state,
+                    state,
                     leader: a.leader,
                     active: a.active,
                     local_concurrency: a.local_concurrency,

@@ -83,11 +83,12 @@ impl LockView {
             opt_time_ms("lock_at_least_until_ms", l.lock_at_least_until_ms)?;
         let (lock_at_most_until, lock_at_most_until_ms) =
             opt_time_ms("lock_at_most_until_ms", l.lock_at_most_until_ms)?;
+        let state = l.read_state().word().into_owned();
         Ok(Self {
             token: token("token", l.token)?,
             name: l.name,
             owner: opt_string(l.owner),
-            state: l.state,
+            state,
             lease_until,
             lease_until_ms,
             heartbeat_at,
@@ -206,11 +207,12 @@ impl ShardView {
         let (heartbeat_at, heartbeat_at_ms) =
             opt_time_ms("shard heartbeat_at_ms", s.heartbeat_at_ms)?;
         let (acquired_at, acquired_at_ms) = opt_time_ms("shard acquired_at_ms", s.acquired_at_ms)?;
+        let state = s.read_state().word().into_owned();
         Ok(Self {
             token: token("shard token", s.token)?,
             shard: s.shard,
             owner: opt_string(s.owner),
-            state: s.state,
+            state,
             lease_until,
             lease_until_ms,
             heartbeat_at,
@@ -245,8 +247,8 @@ impl MemberView {
             opt_time_ms("member heartbeat_at_ms", m.heartbeat_at_ms)?;
         let (lease_until, lease_until_ms) = opt_time_ms("member lease_until_ms", m.lease_until_ms)?;
         Ok(Self {
+            state: m.read_state().word().into_owned(),
             agent: m.agent,
-            state: m.state,
             shards: m.shards,
             joined_at,
             joined_at_ms,
@@ -309,14 +311,26 @@ impl GroupShards {
 }
 
 #[cfg(test)]
+// The fixtures fill the word fields too, as the agent does for older consoles.
+#[allow(deprecated)]
 pub(crate) mod tests {
     use super::*;
+    use leasehold_proto::wire::{self, WireEnum};
+    use leasehold_shared::domain::MemberState;
+    use leasehold_shared::store::ResourceState;
+
+    /// The enum number and word an agent of this version sends for `word` (a word without a
+    /// value travels alone, as the agent sends it).
+    pub(crate) fn sent<D: WireEnum>(word: &str) -> (i32, String) {
+        D::from_word(word).map_or_else(|| (0, word.to_string()), wire::write)
+    }
 
     /// Database time of the fixtures.
     pub(crate) const NOW: i64 = 1_764_588_000_000;
 
     /// A held wire lock with every field set.
     pub(crate) fn wire_lock(name: &str) -> v1::ResourceLease {
+        let (lease_state, state) = sent::<ResourceState>("held");
         v1::ResourceLease {
             name: name.into(),
             owner: "ci-job-17".into(),
@@ -326,7 +340,8 @@ pub(crate) mod tests {
             acquired_at_ms: NOW - 600_000,
             lock_at_least_until_ms: 0,
             lock_at_most_until_ms: NOW + 3_600_000,
-            state: "held".into(),
+            state,
+            lease_state,
             moves_last_hour: 2,
         }
     }
@@ -344,6 +359,7 @@ pub(crate) mod tests {
 
     pub(crate) fn wire_shard(shard: u32, owner: &str, state: &str) -> v1::Shard {
         let owned = !owner.is_empty();
+        let (lease_state, state) = sent::<ResourceState>(state);
         v1::Shard {
             shard,
             owner: owner.into(),
@@ -351,18 +367,21 @@ pub(crate) mod tests {
             lease_until_ms: if owned { NOW + 9_000 } else { 0 },
             heartbeat_at_ms: if owned { NOW - 2_000 } else { 0 },
             acquired_at_ms: if owned { NOW - 120_000 } else { 0 },
-            state: state.into(),
+            state,
+            lease_state,
             moves_last_hour: shard % 2,
         }
     }
 
     pub(crate) fn wire_member(agent: &str, shards: u32, state: &str) -> v1::ShardMember {
+        let (member_state, state) = sent::<MemberState>(state);
         v1::ShardMember {
             agent: agent.into(),
             joined_at_ms: NOW - 3_600_000,
             heartbeat_at_ms: NOW - 1_000,
             lease_until_ms: NOW + 14_000,
-            state: state.into(),
+            state,
+            member_state,
             shards,
         }
     }
@@ -414,7 +433,7 @@ pub(crate) mod tests {
     fn a_free_lock_has_no_owner_and_no_time_left() {
         let free = v1::ResourceLease {
             name: "idle".into(),
-            state: "free".into(),
+            lease_state: v1::LeaseState::Free as i32,
             ..Default::default()
         };
         let v = LockView::from_wire(free, NOW).ok();
@@ -488,5 +507,31 @@ pub(crate) mod tests {
         assert_eq!(json["members"][1]["agent"], "web-2#2");
         assert_eq!(json["members"][1]["shards"], 1);
         assert_eq!(json["now"], "2025-12-01T11:20:00.000Z");
+        assert_eq!(json["shards"][2]["state"], "suspect");
+        assert_eq!(json["members"][0]["state"], "live");
+    }
+
+    #[test]
+    fn an_older_agent_words_and_unknown_enum_numbers_are_shown_as_sent() {
+        // An older agent: the enums unset, the words set.
+        let mut lock = wire_lock("old");
+        (lock.lease_state, lock.state) = (0, "released".into());
+        assert_eq!(LockView::from_wire(lock, NOW).unwrap().state, "released");
+        let mut r = wire_shards();
+        (r.shards[0].lease_state, r.shards[0].state) = (0, "expired".into());
+        (r.members[0].member_state, r.members[0].state) = (0, "gone".into());
+        let g = GroupShards::from_wire(r).unwrap();
+        assert_eq!(
+            (g.shards[2].state.as_str(), g.members[0].state.as_str()),
+            ("expired", "gone")
+        );
+        // A newer agent: numbers this build does not know, with and without a word.
+        let mut lock = wire_lock("new");
+        (lock.lease_state, lock.state) = (77, String::new());
+        assert_eq!(LockView::from_wire(lock, NOW).unwrap().state, "unknown(77)");
+        let mut r = wire_shards();
+        (r.members[1].member_state, r.members[1].state) = (9, "resting".into());
+        let g = GroupShards::from_wire(r).unwrap();
+        assert_eq!(g.members[1].state, "resting");
     }
 }

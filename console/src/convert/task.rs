@@ -171,13 +171,14 @@ pub struct AttemptView {
 
 impl AttemptView {
     fn from_wire(a: v1::Attempt) -> Result<Self, WireError> {
+        let outcome = opt_string(a.read_outcome().word().into_owned());
         Ok(Self {
             attempt: a.attempt,
             epoch: a.epoch,
             agent: a.agent,
             started_at: opt_time("attempt started_at_ms", a.started_at_ms)?,
             finished_at: opt_time("attempt finished_at_ms", a.finished_at_ms)?,
-            outcome: opt_string(a.outcome),
+            outcome,
             error: a.error.map(ErrorView::from),
         })
     }

@@ -190,7 +190,7 @@ pub struct StatsView {
 impl From<v1::AgentStats> for StatsView {
     fn from(s: v1::AgentStats) -> Self {
         Self {
-            state: s.state,
+            state: s.read_state().word().into_owned(),
             leader: s.leader,
             active: s.active,
             local_limit: s.local_limit,
@@ -306,7 +306,7 @@ fn event(kind: Kind) -> Result<WatchEvent, WireError> {
         Kind::LeaseReleased(r) => WatchEvent::LeaseReleased(ReleasedView {
             task_id: r.task_id,
             epoch: r.epoch,
-            outcome: r.outcome,
+            outcome: r.read_outcome().word().into_owned(),
         }),
         Kind::LeaseFenced(f) => WatchEvent::LeaseFenced(FencedView {
             task_id: f.task_id,
@@ -424,7 +424,8 @@ pub(crate) mod tests {
                     kind: Some(Kind::LeaseReleased(v1::LeaseReleased {
                         task_id: 42,
                         epoch: 3,
-                        outcome: "succeeded".into(),
+                        lease_outcome: v1::LeaseOutcome::Succeeded as i32,
+                        ..Default::default()
                     })),
                 },
             ],
@@ -463,7 +464,7 @@ pub(crate) mod tests {
                 stats: Some(v1::AgentStats {
                     active: 2,
                     local_limit: 10,
-                    state: "running".into(),
+                    agent_state: v1::AgentState::Running as i32,
                     ..Default::default()
                 }),
                 resources: vec![lock_held(), shard_held()],
@@ -476,6 +477,7 @@ pub(crate) mod tests {
         assert_eq!(json["kind"], "snapshot");
         assert_eq!(json["snapshot"]["leases"].as_array().map(Vec::len), Some(2));
         assert_eq!(json["snapshot"]["stats"]["local_limit"], 10);
+        assert_eq!(json["snapshot"]["stats"]["state"], "running");
         assert_eq!(
             json["snapshot"]["resources"],
             serde_json::json!([
@@ -577,5 +579,44 @@ pub(crate) mod tests {
         };
         assert!(lines(update).is_err());
         assert!(lines(v1::WatchUpdate::default()).is_err());
+    }
+
+    #[test]
+    #[allow(deprecated)] // an older agent fills only the words
+    fn an_older_agent_words_and_unknown_enum_numbers_are_shown_as_sent() {
+        let released = |lease_outcome: i32, outcome: &str| {
+            let kind = Kind::LeaseReleased(v1::LeaseReleased {
+                task_id: 1,
+                epoch: 2,
+                outcome: outcome.into(),
+                lease_outcome,
+            });
+            match event(kind) {
+                Ok(WatchEvent::LeaseReleased(r)) => r.outcome,
+                other => format!("{other:?}"),
+            }
+        };
+        // Older agent: the enum unset, the word set.
+        assert_eq!(released(0, "lost"), "lost");
+        assert_eq!(released(0, "fenced"), "fenced");
+        // This version: the enum wins.
+        assert_eq!(
+            released(v1::LeaseOutcome::Fenced as i32, "fenced"),
+            "fenced"
+        );
+        // Newer agent: a number this build does not know, with or without its word.
+        assert_eq!(released(99, ""), "unknown(99)");
+        assert_eq!(released(99, "evicted"), "evicted");
+        let stats = |agent_state: i32, state: &str| {
+            StatsView::from(v1::AgentStats {
+                agent_state,
+                state: state.into(),
+                ..Default::default()
+            })
+            .state
+        };
+        assert_eq!(stats(0, "draining"), "draining");
+        assert_eq!(stats(v1::AgentState::Draining as i32, ""), "draining");
+        assert_eq!(stats(-4, ""), "unknown(-4)");
     }
 }

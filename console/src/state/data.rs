@@ -7,6 +7,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use leasehold_proto::v1 as pb;
+use leasehold_shared::store::AgentState;
 
 use super::View;
 use super::fleet::{Conn, Conns, Health, Held, Link, Registry, RenewalEvent};
@@ -642,7 +643,7 @@ impl Data {
         self.registry
             .agents
             .iter()
-            .find(|a| a.leader && a.state != "stopped")
+            .find(|a| a.leader && !a.read_state().is(AgentState::Stopped))
             .map(|a| a.id.as_str())
     }
 

@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::delta::Kind;
+use leasehold_shared::domain::LeaseOutcome;
+use leasehold_shared::store::AgentState;
 
 use crate::event::ConnEvent;
 
@@ -277,10 +279,12 @@ impl Conn {
                     .get(&r.task_id)
                     .is_some_and(|h| h.lease.epoch == r.epoch);
                 if same && let Some(h) = self.leases.remove(&r.task_id) {
-                    if r.outcome == "lost" || r.outcome == "fenced" {
+                    let outcome = r.read_outcome();
+                    if outcome.is(LeaseOutcome::Lost) || outcome.is(LeaseOutcome::Fenced) {
+                        let outcome = outcome.word().into_owned();
                         applied
                             .renewals
-                            .push(event(&h, RenewalKind::Lost { outcome: r.outcome }));
+                            .push(event(&h, RenewalKind::Lost { outcome }));
                     }
                     applied.released.push(r.task_id);
                 }
@@ -379,7 +383,7 @@ impl Registry {
     /// staleness rule; suspect when older than half of it, or when the console's own
     /// connection to it is lost; up otherwise.
     pub fn health(&self, agent: &pb::AgentInfo, link: Option<&Link>) -> Health {
-        if agent.state == "stopped" {
+        if agent.read_state().is(AgentState::Stopped) {
             return Health::Down;
         }
         let stale = if self.stale_after_ms > 0 {

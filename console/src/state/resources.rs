@@ -104,7 +104,7 @@ impl Data {
         let mut rows: Vec<&pb::ResourceLease> = reply
             .locks
             .iter()
-            .filter(|l| matches(filter, &[&l.name, &l.owner, &l.state]))
+            .filter(|l| matches(filter, &[&l.name, &l.owner, &l.read_state().word()]))
             .collect();
         match sort {
             SortKey::TimeLeft => rows.sort_by(|a, b| {
@@ -173,7 +173,10 @@ impl Data {
         let mut rows: Vec<&pb::Shard> = reply
             .shards
             .iter()
-            .filter(|s| matches(filter, &[&s.shard.to_string(), &s.owner, &s.state]))
+            .filter(|s| {
+                let state = s.read_state().word();
+                matches(filter, &[&s.shard.to_string(), &s.owner, &state])
+            })
             .collect();
         match sort {
             SortKey::TimeLeft => {
@@ -215,10 +218,19 @@ mod tests {
             owner: owner.into(),
             token: 1,
             lease_until_ms: until,
-            state: if owner.is_empty() { "free" } else { "held" }.into(),
+            lease_state: free_or_held(owner),
             moves_last_hour: moves,
             ..Default::default()
         }
+    }
+
+    fn free_or_held(owner: &str) -> i32 {
+        let state = if owner.is_empty() {
+            pb::LeaseState::Free
+        } else {
+            pb::LeaseState::Held
+        };
+        state as i32
     }
 
     fn shard(n: u32, owner: &str, until: i64, moves: u32) -> pb::Shard {
@@ -226,7 +238,7 @@ mod tests {
             shard: n,
             owner: owner.into(),
             lease_until_ms: until,
-            state: if owner.is_empty() { "free" } else { "held" }.into(),
+            lease_state: free_or_held(owner),
             moves_last_hour: moves,
             ..Default::default()
         }

@@ -79,8 +79,8 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
                 Health::Suspect => (theme.warn(), "suspect"),
                 Health::Down => (theme.error(), "down"),
             };
-            let lifecycle = r.info.map(|i| i.state.as_str()).unwrap_or("?");
-            let state_text = format!("{health} {}", untrusted(lifecycle, 10));
+            let lifecycle = r.info.map_or("?".into(), |i| i.read_state().word());
+            let state_text = format!("{health} {}", untrusted(&lifecycle, 10));
             let link = match r.conn.map(|c| &c.link) {
                 None => "-".to_string(),
                 Some(Link::Lost { since_ms, .. }) => format!("lost {}", dur(local - since_ms)),

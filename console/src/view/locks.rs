@@ -13,25 +13,28 @@ use super::table::{self, Spec};
 use super::text::{ago, dur, untrusted};
 use super::theme::Theme;
 use super::{empty_text, title};
+use leasehold_proto::wire::Read;
+use leasehold_shared::store::ResourceState;
+
 use crate::state::resources::time_left;
 use crate::state::{State, View};
 
 /// The style of a lock's or shard's state word: suspect and expired as failing renewals,
 /// released (held on until its lock_at_least_for) as a warning, free dimmed.
-pub fn state_style(state: &str, theme: Theme) -> Style {
-    match state {
-        "suspect" | "expired" => theme.error(),
-        "released" => theme.warn(),
-        "free" => theme.dim(),
-        "held" => theme.good(),
-        _ => theme.warn(),
+/// A state this build does not know is a warning.
+pub fn state_style(state: &Read<ResourceState>, theme: Theme) -> Style {
+    match state.known() {
+        Some(ResourceState::Suspect | ResourceState::Expired) => theme.error(),
+        Some(ResourceState::Released) | None => theme.warn(),
+        Some(ResourceState::Free) => theme.dim(),
+        Some(ResourceState::Held) => theme.good(),
     }
 }
 
 /// The lease-time-left cell: a gauge of what is left of the last renewal's span, then the
 /// time (`-3s` once past it); `-` without a lease time.
 pub fn left_cell<'a>(
-    state: &str,
+    state: &Read<ResourceState>,
     lease_until_ms: i64,
     heartbeat_at_ms: i64,
     now_ms: i64,
@@ -48,7 +51,11 @@ pub fn left_cell<'a>(
     } else {
         1.0
     };
-    let style = if left < 0 || matches!(state, "suspect" | "expired") {
+    let failing = matches!(
+        state.known(),
+        Some(ResourceState::Suspect | ResourceState::Expired)
+    );
+    let style = if left < 0 || failing {
         theme.error()
     } else if fraction < 0.34 {
         theme.warn()
@@ -71,7 +78,8 @@ pub fn left_cell<'a>(
 pub struct Holding<'a> {
     pub owner: &'a str,
     pub token: i64,
-    pub state: &'a str,
+    /// Read from the wire's enum, or an older agent's word.
+    pub state: Read<ResourceState>,
     pub lease_until_ms: i64,
     pub heartbeat_at_ms: i64,
     pub acquired_at_ms: i64,
@@ -123,11 +131,11 @@ pub fn holding_cells<'a>(
         Cell::from(owner),
         Cell::from(h.token.to_string()),
         Cell::from(Span::styled(
-            untrusted(h.state, 8),
-            state_style(h.state, theme),
+            untrusted(&h.state.word(), 8),
+            state_style(&h.state, theme),
         )),
         Cell::from(left_cell(
-            h.state,
+            &h.state,
             h.lease_until_ms,
             h.heartbeat_at_ms,
             now,
@@ -188,7 +196,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
             let holding = Holding {
                 owner: &l.owner,
                 token: l.token,
-                state: &l.state,
+                state: l.read_state(),
                 lease_until_ms: l.lease_until_ms,
                 heartbeat_at_ms: l.heartbeat_at_ms,
                 acquired_at_ms: l.acquired_at_ms,

@@ -161,7 +161,7 @@ pub fn detail(frame: &mut Frame<'_>, area: Rect, d: &Detail, theme: Theme) {
                         untrusted(&a.agent, 30),
                         clock(a.started_at_ms),
                         clock(a.finished_at_ms),
-                        untrusted(&a.outcome, 20),
+                        untrusted(&a.read_outcome().word(), 20),
                     );
                     lines.push(Line::from(untrusted(&text, width)));
                 }

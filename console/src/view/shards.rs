@@ -10,6 +10,7 @@
 //! ├ Members of orders (2) ───────────────────────────────┤  agent: shards owned (state)
 //! ```
 
+use leasehold_shared::domain::MemberState;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -88,7 +89,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
             let holding = Holding {
                 owner: &s.owner,
                 token: s.token,
-                state: &s.state,
+                state: s.read_state(),
                 lease_until_ms: s.lease_until_ms,
                 heartbeat_at_ms: s.heartbeat_at_ms,
                 acquired_at_ms: s.acquired_at_ms,
@@ -205,14 +206,15 @@ fn draw_members(
             format!("{} shards", m.shards)
         };
         let agent = untrusted(&m.agent, 32);
-        let (text, style) = match m.state.as_str() {
-            "live" => (
+        let state = m.read_state();
+        let (text, style) = match state.known() {
+            Some(MemberState::Live) => (
                 format!("{agent}: {shards}"),
                 ratatui::style::Style::default(),
             ),
-            "suspect" => (format!("{agent} (suspect): {shards}"), theme.error()),
-            other => (
-                format!("{agent} ({}): {shards}", untrusted(other, 12)),
+            Some(MemberState::Suspect) => (format!("{agent} (suspect): {shards}"), theme.error()),
+            Some(MemberState::Gone) | None => (
+                format!("{agent} ({}): {shards}", untrusted(&state.word(), 12)),
                 theme.warn(),
             ),
         };

@@ -275,6 +275,7 @@ impl AgentService for Fake {
                     task_id: 4,
                     epoch: 1,
                     outcome: "succeeded".into(),
+                    ..Default::default()
                 })),
             },
         ];
@@ -470,6 +471,7 @@ impl AgentService for Fake {
             outcome: outcome.into(),
             status: status as i32,
             holder: String::new(),
+            ..Default::default()
         }))
     }
 
@@ -613,6 +615,7 @@ impl AgentService for Fake {
             schedule: Some(s),
             outcome: if r.replace { "replaced" } else { "created" }.into(),
             warnings,
+            ..Default::default()
         }))
     }
 
@@ -784,6 +787,7 @@ impl AgentService for Fake {
             acquired_at_ms: if owner.is_empty() { 0 } else { NOW_MS - 60_000 },
             state: if owner.is_empty() { "free" } else { "held" }.into(),
             moves_last_hour: 0,
+            ..Default::default()
         };
         let member = |agent: &str, shards: u32| v1::ShardMember {
             agent: agent.into(),
@@ -792,6 +796,7 @@ impl AgentService for Fake {
             lease_until_ms: NOW_MS + 14_000,
             state: "live".into(),
             shards,
+            ..Default::default()
         };
         Ok(Response::new(v1::ListShardsResponse {
             group: Some(orders(4)),
@@ -859,6 +864,7 @@ pub fn lock(name: &str) -> v1::ResourceLease {
         lock_at_most_until_ms: 0,
         state: if held { "held" } else { "free" }.into(),
         moves_last_hour: if held { 2 } else { 0 },
+        ..Default::default()
     }
 }
 

@@ -1,7 +1,9 @@
 //! Domain types shared by every part of Leasehold: ids, task types, statuses and the state
-//! machine, tasks and attempts, policies, cron schedules, and input validation.
+//! machine, tasks and attempts, policies, cron schedules, the words agents report (outcomes and
+//! states), and input validation.
 
 pub mod ids;
+pub mod outcome;
 pub mod policy;
 pub mod schedule;
 pub mod shard;
@@ -13,6 +15,7 @@ pub mod validate;
 mod decode_props;
 
 pub use ids::{AgentId, LeaseEpoch, LeaseKey, TaskId, TaskType};
+pub use outcome::{LeaseOutcome, MemberState, UnknownWord};
 pub use policy::{Policy, PolicyPatch, PolicyScope, RetryPolicy};
 pub use schedule::{CronExpr, MissedTicks, Schedule, ScheduleBuilder, ScheduleName};
 pub use status::{TaskAction, TaskStatus, TransitionError};

@@ -3,8 +3,10 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::str::FromStr;
 
 use super::ids::{AgentId, LeaseEpoch, TaskId, TaskType};
+use super::outcome::UnknownWord;
 use super::status::TaskStatus;
 
 /// One row of `tasks` (DESIGN §3).
@@ -206,6 +208,29 @@ impl Role {
             Role::System => "system",
         }
     }
+
+    /// Every role.
+    pub const ALL: [Role; 3] = [Role::Viewer, Role::Operator, Role::System];
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = UnknownWord;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| UnknownWord {
+                what: "role",
+                word: super::ids::truncate_for_error(s),
+                expected: "viewer, operator, system".to_string(),
+            })
+    }
 }
 
 /// Who performs an audited action: the token's name and its role.
@@ -256,5 +281,17 @@ mod tests {
             assert_eq!(AttemptOutcome::parse(o.as_str()), Some(o));
         }
         assert_eq!(AttemptOutcome::parse("won"), None);
+    }
+
+    #[test]
+    fn roles_round_trip_and_unknown_ones_are_refused() {
+        for r in Role::ALL {
+            assert_eq!(r.as_str().parse::<Role>(), Ok(r));
+        }
+        let e = "admin".parse::<Role>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown role \"admin\" (expected one of viewer, operator, system)"
+        );
     }
 }

@@ -1,0 +1,149 @@
+//! Words the agent reports about leases, cancels and shard members that no stored row holds:
+//! how a held lease ended, what a cancel did, how a group member reads. Each enum's words are one
+//! table ([`word_enum!`]) behind `as_str` and `FromStr`; the wire enums map to these in
+//! `leasehold_proto::wire`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use thiserror::Error;
+
+use super::ids::truncate_for_error;
+
+/// A word that names no variant of the enum it was read as.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown {what} {word:?} (expected one of {expected})")]
+pub struct UnknownWord {
+    /// What was read, e.g. "lease outcome".
+    pub what: &'static str,
+    /// The word, cut for the message.
+    pub word: String,
+    /// The known words, comma-separated.
+    pub expected: String,
+}
+
+/// An enum of words: the variants, their words and what they are called, written once. Gives
+/// `ALL`, `as_str`, `Display` and `FromStr` (which refuses an unknown word with
+/// [`UnknownWord`]).
+macro_rules! word_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident: $what:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $word:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: [$name; [$($word),+].len()] = [$($name::$variant),+];
+
+            /// The word on the wire and on screen.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownWord;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::ALL
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| UnknownWord {
+                        what: $what,
+                        word: truncate_for_error(s),
+                        expected: [$($word),+].join(", "),
+                    })
+            }
+        }
+    };
+}
+
+word_enum! {
+    /// How a lease held by an agent ended, as its Watch stream reports it.
+    pub enum LeaseOutcome: "lease outcome" {
+        Succeeded = "succeeded",
+        PartiallySucceeded = "partially_succeeded",
+        RetryWait = "retry_wait",
+        Dead = "dead",
+        Cancelled = "cancelled",
+        /// Given back at shutdown.
+        Released = "released",
+        /// Revoked, or not provable before the local deadline.
+        Lost = "lost",
+        /// A holder write was refused: the lease had moved on.
+        Fenced = "fenced",
+        /// Gone from the lease book while events were dropped (found by reconciliation).
+        Ended = "ended",
+    }
+}
+
+word_enum! {
+    /// What a cancel did: stopped a waiting task, asked the holder, found it asked already, or
+    /// (waiting for the holder) found it finished first with a final status.
+    pub enum CancelOutcome: "cancel outcome" {
+        Cancelled = "cancelled",
+        CancelRequested = "cancel_requested",
+        AlreadyRequested = "already_requested",
+        Succeeded = "succeeded",
+        PartiallySucceeded = "partially_succeeded",
+        Dead = "dead",
+    }
+}
+
+word_enum! {
+    /// How a shard group member reads at a moment.
+    pub enum MemberState: "member state" {
+        Live = "live",
+        /// Heartbeat overdue, still counted.
+        Suspect = "suspect",
+        /// Past its lease and grace: not counted.
+        Gone = "gone",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_word_parses_back_and_unknown_words_are_refused_with_the_known_ones() {
+        for o in LeaseOutcome::ALL {
+            assert_eq!(o.as_str().parse::<LeaseOutcome>(), Ok(o));
+        }
+        for o in CancelOutcome::ALL {
+            assert_eq!(o.to_string().parse::<CancelOutcome>(), Ok(o));
+        }
+        for s in MemberState::ALL {
+            assert_eq!(s.as_str().parse::<MemberState>(), Ok(s));
+        }
+        let e = "asleep".parse::<MemberState>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown member state \"asleep\" (expected one of live, suspect, gone)"
+        );
+        assert!("".parse::<LeaseOutcome>().is_err());
+        assert!("Succeeded".parse::<CancelOutcome>().is_err());
+    }
+
+    #[test]
+    fn words_are_distinct() {
+        let mut words: Vec<&str> = LeaseOutcome::ALL.iter().map(|o| o.as_str()).collect();
+        words.sort_unstable();
+        words.dedup();
+        assert_eq!(words.len(), LeaseOutcome::ALL.len());
+    }
+}
