@@ -11,7 +11,7 @@
 //! (which stops its agents) asks first; an open task pane is read again every second, after
 //! every action reply and on ctrl-l.
 
-use leasehold_shared::store::ResourceState;
+use leasehold_shared::domain::ResourceState;
 
 use crate::event::{Event, LimitScope, Request, RequestKind, TaskFilter};
 use crate::input::{Action, Key, action_of};

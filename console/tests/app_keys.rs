@@ -157,12 +157,25 @@ fn free_text_is_not_a_bulk_requeue_filter() {
 
 #[test]
 fn read_only_sends_nothing_and_says_why() {
-    let mut app = app();
-    app.on_event(Event::Agents(pb::ListAgentsResponse {
+    // An older agent names the caller's role by its word, a current one by the enum (alone here).
+    let older = pb::ListAgentsResponse {
         caller_role: "viewer".into(),
         now_ms: fixture::NOW,
         ..Default::default()
-    }));
+    };
+    let current = pb::ListAgentsResponse {
+        role: pb::Role::Viewer as i32,
+        now_ms: fixture::NOW,
+        ..Default::default()
+    };
+    for agents in [older, current] {
+        refuses_every_action(agents);
+    }
+}
+
+fn refuses_every_action(agents: pb::ListAgentsResponse) {
+    let mut app = app();
+    app.on_event(Event::Agents(agents));
     app.take_requests();
     for (view, key) in [
         ('1', 'x'),

@@ -18,8 +18,10 @@ use std::borrow::Cow;
 use std::fmt;
 
 use leasehold_shared::domain::outcome::CancelOutcome;
-use leasehold_shared::domain::{AttemptOutcome, LeaseOutcome, MemberState, Role, TaskStatus};
-use leasehold_shared::store::{AgentState, AuditResult, ResourceState, ScheduleAddOutcome};
+use leasehold_shared::domain::{
+    AgentState, AttemptOutcome, AuditResult, LeaseOutcome, MemberState, ResourceState, Role,
+    ScheduleAddOutcome, TaskStatus,
+};
 
 use crate::v1;
 
@@ -402,6 +404,13 @@ mod readers {
         }
     }
 
+    impl v1::ListAgentsResponse {
+        /// The role the caller's token has on the answering agent.
+        pub fn read_caller_role(&self) -> Read<Role> {
+            read(self.role, &self.caller_role)
+        }
+    }
+
     impl v1::AuditEntry {
         /// The actor's role.
         pub fn read_role(&self) -> Read<Role> {
@@ -490,15 +499,10 @@ mod tests {
 
     #[test]
     fn every_variant_round_trips_and_its_word_agrees_with_its_enum() {
-        use AgentState as A;
-        use AuditResult as Au;
-        use ResourceState as R;
-        use ScheduleAddOutcome as S;
-        // Store enums have no `ALL`; the lists are checked against the wire's count.
-        check(&[A::Running, A::Draining, A::Stopped]);
-        check(&[Au::Applied, Au::Noop, Au::Denied, Au::Failed]);
-        check(&[R::Free, R::Held, R::Suspect, R::Expired, R::Released]);
-        check(&[S::Created, S::Replaced, S::Unchanged]);
+        check(&AgentState::ALL);
+        check(&AuditResult::ALL);
+        check(&ResourceState::ALL);
+        check(&ScheduleAddOutcome::ALL);
         check(&LeaseOutcome::ALL);
         check(&AttemptOutcome::ALL);
         check(&CancelOutcome::ALL);

@@ -12,6 +12,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
+use leasehold_proto::wire;
+use leasehold_shared::Role;
 use leasehold_tests::agent::AgentHandle;
 use leasehold_tests::certs::{SERVER_NAME, TestCerts};
 use leasehold_tests::fleet::spawn_agent;
@@ -457,7 +459,9 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
         "viewer may list agents"
     );
     assert_eq!(
-        agents.caller_role, "viewer",
+        // The enum alone: a current agent fills it.
+        wire::read::<Role>(agents.role, "").known(),
+        Some(Role::Viewer),
         "the console learns it is read-only"
     );
     assert!(agents.stale_after_ms > 0);
@@ -588,8 +592,8 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
         .await
         .unwrap()
         .into_inner()
-        .caller_role;
-    assert_eq!(role, "operator");
+        .role;
+    assert_eq!(wire::read::<Role>(role, "").known(), Some(Role::Operator));
     // Positive control: the operator may do what the viewer could not.
     op.pause_type(pb::PauseTypeRequest {
         task_type: "email.send".into(),

@@ -131,7 +131,7 @@ async fn two_agent_processes_on_one_file_run_every_task_exactly_once() {
     assert!(
         agents
             .iter()
-            .all(|a| a.state == leasehold_shared::store::AgentState::Stopped),
+            .all(|a| a.state == leasehold_shared::domain::AgentState::Stopped),
         "{agents:?}"
     );
     store.close().await;

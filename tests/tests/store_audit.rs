@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
+use leasehold_shared::domain::AuditResult;
 use leasehold_shared::domain::{Policy, PolicyPatch, PolicyScope, Role};
 use leasehold_shared::store::postgres::NOTIFY_CHANNEL;
 use leasehold_shared::store::{
-    AuditEntry, AuditListParams, AuditResult, DeniedCalls, EnqueueAuditedParams, NewTask,
-    PolicySetParams,
+    AuditEntry, AuditListParams, DeniedCalls, EnqueueAuditedParams, NewTask, PolicySetParams,
 };
 use leasehold_shared::{Actor, InputLimits, Store, StoreError};
 use leasehold_tests::helpers::tt;

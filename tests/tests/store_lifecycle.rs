@@ -1123,7 +1123,8 @@ async fn deleting_tasks_deletes_their_attempts(db: StoreDb) {
 
 conformance!(audit_rows_written_in_the_callers_transaction_commit_with_it);
 async fn audit_rows_written_in_the_callers_transaction_commit_with_it(db: StoreDb) {
-    use leasehold_shared::store::{AuditEntry, AuditResult};
+    use leasehold_shared::domain::AuditResult;
+    use leasehold_shared::store::AuditEntry;
     let entry = AuditEntry {
         actor: Actor::operator("app"),
         action: "refund".into(),

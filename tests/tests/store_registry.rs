@@ -6,9 +6,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use leasehold_shared::domain::AgentState;
 use leasehold_shared::domain::TaskStatus;
 use leasehold_shared::store::{
-    AgentHeartbeatParams, AgentRegisterParams, AgentState, ClaimParams, CompleteParams, Completion,
+    AgentHeartbeatParams, AgentRegisterParams, ClaimParams, CompleteParams, Completion,
     HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, NewTask,
     TaskListParams,
 };

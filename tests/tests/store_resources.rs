@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::TimeDelta;
+use leasehold_shared::domain::{MemberState, ResourceState};
 use leasehold_shared::store::{
     GroupName, HolderWrite, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockName,
-    ResourceHolderParams, ResourceRecord, ResourceRenewParams, ResourceState, ShardAcquireParams,
+    ResourceHolderParams, ResourceRecord, ResourceRenewParams, ShardAcquireParams,
     ShardGroupCreateParams, ShardJoinParams,
 };
 use leasehold_shared::{Actor, AgentId, Role, Store, StoreError};
@@ -912,7 +913,7 @@ async fn shards_are_joined_acquired_and_shown(db: StoreDb) {
     let a = &view.members[0];
     assert!(a.joined_at <= a.heartbeat_at);
     assert_eq!(a.lease_until - a.heartbeat_at, ttl());
-    assert_eq!(a.state(view.now, GRACE), "live");
+    assert_eq!(a.state(view.now, GRACE), MemberState::Live);
     assert_eq!(view.group.shard_count, 3);
     assert_eq!((view.group.members, view.group.owned), (2, 3));
     assert_eq!(view.group.moves_last_hour, 1);
@@ -934,7 +935,7 @@ async fn shards_are_joined_acquired_and_shown(db: StoreDb) {
         .unwrap();
     assert_eq!(view.group.members, 2);
     assert!(view.members[0].counts(view.now, GRACE));
-    assert_eq!(view.members[0].state(view.now, GRACE), "suspect");
+    assert_eq!(view.members[0].state(view.now, GRACE), MemberState::Suspect);
     let strict = store
         .shard_group_get(group("parts"), Duration::ZERO)
         .await
@@ -956,7 +957,7 @@ async fn shards_are_joined_acquired_and_shown(db: StoreDb) {
         .unwrap()
         .unwrap();
     assert_eq!(view.group.members, 1);
-    assert_eq!(view.members[0].state(view.now, GRACE), "gone");
+    assert_eq!(view.members[0].state(view.now, GRACE), MemberState::Gone);
     // A shard past lease + grace is no longer owned.
     expire(&db, "parts#1", GRACE.as_secs_f64() + 1.0).await;
     let (groups, _now) = store.shard_group_list(GRACE).await.unwrap();
@@ -1000,7 +1001,7 @@ async fn resource_fence_checks_the_holder_in_the_callers_transaction(db: StoreDb
         action: "cursor_advance".into(),
         target: "cursor".into(),
         params: None,
-        result: leasehold_shared::store::AuditResult::Applied,
+        result: leasehold_shared::domain::AuditResult::Applied,
         detail: None,
     };
 

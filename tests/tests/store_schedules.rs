@@ -8,11 +8,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_shared::domain::ScheduleAddOutcome;
 use leasehold_shared::domain::schedule::{MissedTicks, Schedule};
 use leasehold_shared::store::{
-    AuditListParams, FireReport, LeaderElectParams, LeaderOutcome, ScheduleAddOutcome,
-    ScheduleAddParams, ScheduleEnableParams, ScheduleFireParams, ScheduleNameParams,
-    ScheduleWriteMode, TaskListParams,
+    AuditListParams, FireReport, LeaderElectParams, LeaderOutcome, ScheduleAddParams,
+    ScheduleEnableParams, ScheduleFireParams, ScheduleNameParams, ScheduleWriteMode,
+    TaskListParams,
 };
 use leasehold_shared::{Actor, AgentId, InputLimits, Role, Store, StoreError, TaskStatus};
 use leasehold_tests::{Rows, Sql, StoreDb, Val, conformance};

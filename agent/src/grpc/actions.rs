@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire;
+use leasehold_shared::domain::AuditResult;
 use leasehold_shared::domain::outcome::CancelOutcome as Answer;
 use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
 use leasehold_shared::store::{
-    AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, NewTask,
-    RequeueDeadParams, RequeueParams,
+    AuditEntry, CancelOutcome, CancelParams, EnqueueAuditedParams, NewTask, RequeueDeadParams,
+    RequeueParams,
 };
 use leasehold_shared::{Actor, TaskId, TaskStatus};
 use tonic::{Request, Response, Status};

@@ -6,7 +6,8 @@
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire::{self, WireEnum};
 use leasehold_shared::Role;
-use leasehold_shared::store::{AuditListParams, AuditRecord, AuditResult};
+use leasehold_shared::domain::AuditResult;
+use leasehold_shared::store::{AuditListParams, AuditRecord};
 use tonic::{Request, Response, Status};
 
 use super::convert::{invalid, ms, text_without_nul, time_from_wire};

@@ -10,8 +10,9 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire;
+use leasehold_shared::domain::AgentState;
 use leasehold_shared::domain::{Attempt, Task};
-use leasehold_shared::store::{AgentRecord, AgentState, Blocker, DeadFilter};
+use leasehold_shared::store::{AgentRecord, Blocker, DeadFilter};
 use leasehold_shared::{Progress, TaskError, TaskId, TaskStatus, TaskType};
 use tonic::Status;
 

@@ -223,8 +223,9 @@ impl Denials {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use leasehold_shared::domain::AuditResult;
+    use leasehold_shared::store::AuditListParams;
     use leasehold_shared::store::sqlite::{SqliteStore, SqliteStoreOptions};
-    use leasehold_shared::store::{AuditListParams, AuditResult};
     use leasehold_shared::{Actor, Role};
 
     fn entry(actor: &str, action: &str) -> AuditEntry {

@@ -513,7 +513,7 @@ impl Hub {
                     self.delta(pb::delta::Kind::LeaseReleased(lease_released(
                         id.0,
                         epoch.0,
-                        feed_outcome(outcome),
+                        wire::write(outcome),
                     )));
                 } else if !self.view.contains_key(&id.0) {
                     self.ended_early.insert((id.0, epoch.0));
@@ -768,19 +768,6 @@ fn lease_released(task_id: i64, epoch: i64, (number, word): (i32, String)) -> pb
         epoch,
         outcome: word,
         lease_outcome: number,
-    }
-}
-
-/// The wire outcome of a lease the runtime reports ended, by its word (a task status,
-/// `released` or `lost`). A word without an enum value (a status no lease ends in today) still
-/// travels, as the word alone: a console shows it as sent.
-fn feed_outcome(word: &str) -> (i32, String) {
-    match word.parse::<LeaseOutcome>() {
-        Ok(outcome) => wire::write(outcome),
-        Err(e) => {
-            tracing::debug!(error = %e, "lease outcome without a wire value");
-            (0, word.to_string())
-        }
     }
 }
 

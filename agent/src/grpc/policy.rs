@@ -3,8 +3,9 @@
 //! transaction; this agent's local limit is audited here first, then applied at once.
 
 use leasehold_proto::v1 as pb;
+use leasehold_shared::domain::AuditResult;
 use leasehold_shared::domain::{PolicyPatch, PolicyScope};
-use leasehold_shared::store::{AuditEntry, AuditResult, PolicySetParams};
+use leasehold_shared::store::{AuditEntry, PolicySetParams};
 use tonic::{Request, Response, Status};
 
 use super::convert::{invalid, task_type_from_wire};

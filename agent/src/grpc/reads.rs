@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
+use leasehold_proto::wire;
 use leasehold_shared::store::{ExplainParams, TaskListParams};
 use leasehold_shared::{Role, TaskId, TaskStatus};
 use tonic::{Request, Response, Status};
@@ -97,6 +98,7 @@ impl Service {
         }))
     }
 
+    #[allow(deprecated)] // `caller_role` is filled for consoles older than `role`
     pub(super) async fn list_agents_rpc(
         &self,
         request: Request<pb::ListAgentsRequest>,
@@ -121,15 +123,17 @@ impl Service {
             (None, Some(l)) => ms(l.now),
             (None, None) => ms(store.db_now().await.map_err(|e| from_store("db_now", e))?),
         };
+        // The console needs only read-only or not: the system role is an operator to it.
+        let (role, caller_role) = wire::write(match caller.role {
+            Role::Viewer => Role::Viewer,
+            Role::Operator | Role::System => Role::Operator,
+        });
         Ok(Response::new(pb::ListAgentsResponse {
             agents: agents.iter().map(agent_to_wire).collect(),
             now_ms,
             answered_by: self.core.id.as_str().to_string(),
-            caller_role: match caller.role {
-                Role::Viewer => "viewer",
-                Role::Operator | Role::System => "operator",
-            }
-            .to_string(),
+            caller_role,
+            role,
             stale_after_ms: i64::try_from(self.stale_after().as_millis()).unwrap_or(i64::MAX),
             leader: leader
                 .filter(|l| l.term > 0)

@@ -10,7 +10,6 @@ use chrono::{DateTime, Utc};
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire;
 use leasehold_shared::AgentId;
-use leasehold_shared::domain::MemberState;
 use leasehold_shared::store::{
     GroupName, LockAcquireParams, LockForceReleaseParams, LockName, ResourceHolderParams,
     ResourceRecord, ShardGroupCreateParams, ShardGroupRecord, ShardMemberRecord,
@@ -81,12 +80,7 @@ fn member_to_wire(
         .iter()
         .filter(|s| s.live_owner(now, grace) == Some(m.member.as_str()))
         .count();
-    // The store reads a member's state as a word; a word without a wire value (none today)
-    // travels alone, for the console to show as sent.
-    let word = m.state(now, grace);
-    let (member_state, state) = word
-        .parse::<MemberState>()
-        .map_or_else(|_| (0, word.to_string()), wire::write);
+    let (member_state, state) = wire::write(m.state(now, grace));
     pb::ShardMember {
         agent: m.member.clone(),
         joined_at_ms: ms(m.joined_at),

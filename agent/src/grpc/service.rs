@@ -19,7 +19,8 @@ use std::sync::Arc;
 use futures_util::Stream;
 use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::agent_service_server::AgentService;
-use leasehold_shared::store::{AuditEntry, AuditResult};
+use leasehold_shared::domain::AuditResult;
+use leasehold_shared::store::AuditEntry;
 use leasehold_shared::{Actor, Role};
 use tonic::{Request, Response, Status};
 

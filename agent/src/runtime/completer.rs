@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use leasehold_shared::domain::LeaseOutcome;
 use leasehold_shared::store::{CompleteOutcome, CompleteParams, Completion, ReleaseParams};
 use leasehold_shared::{TaskError, TaskStatus};
 use tokio::sync::mpsc;
@@ -132,7 +133,7 @@ impl Writer {
                                 self.core.feed.push(FeedEvent::Ended {
                                     id: f.key.id,
                                     epoch: f.key.epoch,
-                                    outcome: "lost",
+                                    outcome: LeaseOutcome::Lost,
                                 });
                                 tracing::error!(task.id = f.key.id.0, error = %chain(&error), "the database refuses this attempt's completion; its lease will be recovered after the TTL");
                             }
@@ -246,7 +247,9 @@ impl Writer {
         core.feed.push(FeedEvent::Ended {
             id,
             epoch: f.key.epoch,
-            outcome: status.as_str(),
+            // A repeated completion reads the task's status now, which may have moved on
+            // (requeued, claimed again): the lease still ended, and says only that.
+            outcome: LeaseOutcome::of_status(status).unwrap_or(LeaseOutcome::Ended),
         });
         core.metrics
             .finished(task_type.as_str(), status.as_str(), f.run_time);

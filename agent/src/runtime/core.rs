@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use leasehold_shared::domain::Policy;
 use leasehold_shared::domain::policy::{DEFAULT_SLOW_THRESHOLD, DEFAULT_TIMEOUT};
+use leasehold_shared::domain::{LeaseOutcome, Policy};
 use leasehold_shared::store::{AnyStore, Completion, GroupName, ResourceHolderParams};
 use leasehold_shared::{AgentId, LeaseEpoch, LeaseKey, Store, StoreError, TaskId, TaskType};
 use serde::Serialize;
@@ -253,7 +253,7 @@ impl Core {
         self.feed.push(FeedEvent::Ended {
             id,
             epoch,
-            outcome: "released",
+            outcome: LeaseOutcome::Released,
         });
         self.metrics
             .finished(task_type.as_str(), "released", run_time);

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use leasehold_shared::domain::LeaseOutcome;
 use leasehold_shared::{LeaseEpoch, Progress, TaskId, TaskType};
 use tokio::sync::mpsc;
 
@@ -66,11 +67,11 @@ pub(crate) enum FeedEvent {
         reason: Arc<str>,
         leases: Vec<(TaskId, LeaseEpoch)>,
     },
-    /// The lease ended; `outcome` says how (a task status, `released`, `lost` or `fenced`).
+    /// The lease ended; `outcome` says how (the status its task ended in, released or lost).
     Ended {
         id: TaskId,
         epoch: LeaseEpoch,
-        outcome: &'static str,
+        outcome: LeaseOutcome,
     },
     /// A holder write was refused.
     Fenced {

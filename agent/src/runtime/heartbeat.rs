@@ -25,6 +25,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use leasehold_shared::domain::LeaseOutcome;
 use leasehold_shared::store::{RenewOutcome, RenewParams};
 use leasehold_shared::{LeaseEpoch, StoreError, TaskId};
 
@@ -185,7 +186,7 @@ impl Renewable for Heartbeat {
             core.feed.push(FeedEvent::Ended {
                 id: noted.id,
                 epoch: noted.epoch,
-                outcome: "lost",
+                outcome: LeaseOutcome::Lost,
             });
             bump(&core.stats.lease_lost, 1);
             core.metrics.lease_lost("unprovable");

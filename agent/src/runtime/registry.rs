@@ -10,7 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_shared::store::{AgentHeartbeatParams, AgentState};
+use leasehold_shared::domain::AgentState;
+use leasehold_shared::store::AgentHeartbeatParams;
 use tokio_util::sync::CancellationToken;
 
 use super::core::Core;

@@ -149,7 +149,7 @@ pub(crate) async fn unserved_warning(
                 .to_std()
                 .is_ok_and(|age| age <= stale),
         };
-        a.state != leasehold_shared::store::AgentState::Stopped
+        a.state != leasehold_shared::domain::AgentState::Stopped
             && alive
             && a.task_types.iter().any(|t| t == task_type.as_str())
     });
@@ -171,7 +171,8 @@ pub(crate) async fn declare(
     core: &Core,
     schedules: &[leasehold_shared::domain::Schedule],
 ) -> leasehold_shared::store::Result<()> {
-    use leasehold_shared::store::{ScheduleAddOutcome, ScheduleAddParams, ScheduleWriteMode};
+    use leasehold_shared::domain::ScheduleAddOutcome;
+    use leasehold_shared::store::{ScheduleAddParams, ScheduleWriteMode};
     let actor = leasehold_shared::Actor {
         name: format!("config:{}", core.id),
         role: leasehold_shared::Role::System,

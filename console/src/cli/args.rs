@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use leasehold_proto::wire::WireEnum;
 use leasehold_shared::TaskStatus;
+use leasehold_shared::domain::AuditResult;
 use leasehold_shared::domain::schedule::MAX_CATCH_UP;
 use leasehold_shared::domain::validate::{MAX_ATTEMPTS_LIMIT, MAX_PAGE_SIZE};
-use leasehold_shared::store::AuditResult;
 
 use super::values::{self, Limit, TimeOrDuration};
 use super::{DEFAULT_LIST_LIMIT, DEFAULT_WAIT_INTERVAL};

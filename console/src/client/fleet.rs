@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures_util::StreamExt;
 use leasehold_proto::v1 as pb;
-use leasehold_shared::store::AgentState;
+use leasehold_shared::domain::AgentState;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::stream::{self, Stream, StreamExt};
 use leasehold_proto::v1;
-use leasehold_shared::store::AgentState;
+use leasehold_shared::domain::AgentState;
 use tokio::sync::OnceCell;
 
 use super::fleet::settings_for;

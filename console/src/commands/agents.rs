@@ -137,7 +137,6 @@ mod tests {
         wide.version = "v".repeat(100);
         wide.heartbeat_at_ms = 0;
         let list = AgentList::from_wire(v1::ListAgentsResponse {
-            caller_role: String::new(),
             stale_after_ms: 0,
             agents: vec![agent("web-1#3", true), wide],
             now_ms: 1_764_588_004_000,
@@ -150,6 +149,7 @@ mod tests {
                 heartbeat_at_ms: 1_764_588_003_000,
                 held: true,
             }),
+            ..Default::default()
         });
         let lines = list.map(|l| ls_table(&l)).unwrap_or_default();
         assert_eq!(lines.len(), 5);

@@ -7,7 +7,7 @@
 use chrono::{DateTime, Utc};
 use leasehold_proto::v1;
 use leasehold_proto::wire::WireEnum;
-use leasehold_shared::store::AuditResult;
+use leasehold_shared::domain::AuditResult;
 use serde::Serialize;
 
 use crate::cli::AuditLsArgs;

@@ -13,7 +13,7 @@
 use chrono::{DateTime, Utc};
 use leasehold_proto::v1;
 use leasehold_proto::wire::WireEnum;
-use leasehold_shared::store::ScheduleAddOutcome;
+use leasehold_shared::domain::ScheduleAddOutcome;
 use serde::Serialize;
 
 use crate::cli::{Missed, ScheduleAddArgs};

@@ -119,7 +119,6 @@ mod tests {
     #[test]
     fn heartbeat_age_comes_from_the_database_clock() {
         let r = v1::ListAgentsResponse {
-            caller_role: String::new(),
             stale_after_ms: 0,
             agents: vec![v1::AgentInfo {
                 id: "web-1#3".into(),
@@ -130,6 +129,7 @@ mod tests {
             now_ms: 1_004_500,
             answered_by: "web-1#3".into(),
             leader: None,
+            ..Default::default()
         };
         let list = AgentList::from_wire(r).ok();
         let agent = list.as_ref().and_then(|l| l.agents.first());
@@ -180,7 +180,6 @@ mod tests {
     #[test]
     fn a_bad_time_is_refused() {
         let r = v1::ListAgentsResponse {
-            caller_role: String::new(),
             stale_after_ms: 0,
             agents: vec![v1::AgentInfo {
                 started_at_ms: -3,
@@ -189,6 +188,7 @@ mod tests {
             now_ms: 1,
             answered_by: String::new(),
             leader: None,
+            ..Default::default()
         };
         assert!(AgentList::from_wire(r).is_err());
     }

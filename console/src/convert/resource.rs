@@ -317,7 +317,7 @@ pub(crate) mod tests {
     use super::*;
     use leasehold_proto::wire::{self, WireEnum};
     use leasehold_shared::domain::MemberState;
-    use leasehold_shared::store::ResourceState;
+    use leasehold_shared::domain::ResourceState;
 
     /// The enum number and word an agent of this version sends for `word` (a word without a
     /// value travels alone, as the agent sends it).

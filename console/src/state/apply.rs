@@ -7,6 +7,9 @@
 
 use std::collections::BTreeSet;
 
+use leasehold_proto::wire::Read;
+use leasehold_shared::Role;
+
 use super::fleet::{self, Conn, Health, Link, RenewalEvent};
 use super::{Overlay, State, data};
 use crate::event::{ConnEvent, Event, Reply};
@@ -69,11 +72,12 @@ impl State {
             }
             Event::Agents(agents) => {
                 self.heard_db_time(agents.now_ms);
-                self.apply_role(&agents.caller_role);
+                let role = agents.read_caller_role();
+                self.apply_role(&role);
                 self.live.registry = fleet::Registry {
                     now_ms: agents.now_ms,
                     stale_after_ms: agents.stale_after_ms,
-                    caller_role: agents.caller_role,
+                    caller_role: role.word().into_owned(),
                     leader: agents.leader,
                     agents: agents.agents,
                     received_ms: Some(self.local_ms),
@@ -115,8 +119,8 @@ impl State {
         }
     }
 
-    fn apply_role(&mut self, role: &str) {
-        if role == "viewer" && self.read_only.is_none() {
+    fn apply_role(&mut self, role: &Read<Role>) {
+        if role.is(Role::Viewer) && self.read_only.is_none() {
             self.read_only = Some("a viewer token: actions are refused".into());
         }
     }

@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use leasehold_proto::v1 as pb;
-use leasehold_shared::store::AgentState;
+use leasehold_shared::domain::AgentState;
 
 use super::View;
 use super::fleet::{Conn, Conns, Health, Held, Link, Registry, RenewalEvent};

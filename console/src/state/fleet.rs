@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::delta::Kind;
+use leasehold_shared::domain::AgentState;
 use leasehold_shared::domain::LeaseOutcome;
-use leasehold_shared::store::AgentState;
 
 use crate::event::ConnEvent;
 

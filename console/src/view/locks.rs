@@ -14,7 +14,7 @@ use super::text::{ago, dur, untrusted};
 use super::theme::Theme;
 use super::{empty_text, title};
 use leasehold_proto::wire::Read;
-use leasehold_shared::store::ResourceState;
+use leasehold_shared::domain::ResourceState;
 
 use crate::state::resources::time_left;
 use crate::state::{State, View};

@@ -389,6 +389,8 @@ impl AgentService for Fake {
             now_ms: NOW_MS,
             answered_by: "fake#1".into(),
             caller_role: "operator".into(),
+            // An older agent: the word alone.
+            role: 0,
             stale_after_ms: 30_000,
             leader: Some(v1::LeaderInfo {
                 owner: "fake#1".into(),

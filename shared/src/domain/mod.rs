@@ -15,7 +15,10 @@ pub mod validate;
 mod decode_props;
 
 pub use ids::{AgentId, LeaseEpoch, LeaseKey, TaskId, TaskType};
-pub use outcome::{LeaseOutcome, MemberState, UnknownWord};
+pub use outcome::{
+    AgentState, AuditResult, LeaseOutcome, MemberState, ResourceState, ScheduleAddOutcome,
+    UnknownWord,
+};
 pub use policy::{Policy, PolicyPatch, PolicyScope, RetryPolicy};
 pub use schedule::{CronExpr, MissedTicks, Schedule, ScheduleBuilder, ScheduleName};
 pub use status::{TaskAction, TaskStatus, TransitionError};

@@ -1,14 +1,16 @@
-//! Words the agent reports about leases, cancels and shard members that no stored row holds:
-//! how a held lease ended, what a cancel did, how a group member reads. Each enum's words are one
-//! table ([`word_enum!`]) behind `as_str` and `FromStr`; the wire enums map to these in
-//! `leasehold_proto::wire`.
+//! The states and outcomes Leasehold reports: how a held lease ended, what a cancel or a
+//! schedule add did, how an agent, a shard member or a lease reads, how an audited action went.
+//! Each enum's words are one table ([`word_enum!`]) behind `as_str` and `FromStr`; the wire enums
+//! map to these in `leasehold_proto::wire`, the store decodes its words into them.
 
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::ids::truncate_for_error;
+use super::status::TaskStatus;
 
 /// A word that names no variant of the enum it was read as.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -91,6 +93,22 @@ word_enum! {
     }
 }
 
+impl LeaseOutcome {
+    /// How a lease ended when its task is now in `status`: the final statuses and retry_wait
+    /// name themselves; `None` for a status no completion leaves a task in (queued, running,
+    /// cancel_requested), which the caller decides about.
+    pub const fn of_status(status: TaskStatus) -> Option<LeaseOutcome> {
+        match status {
+            TaskStatus::Succeeded => Some(LeaseOutcome::Succeeded),
+            TaskStatus::PartiallySucceeded => Some(LeaseOutcome::PartiallySucceeded),
+            TaskStatus::RetryWait => Some(LeaseOutcome::RetryWait),
+            TaskStatus::Dead => Some(LeaseOutcome::Dead),
+            TaskStatus::Cancelled => Some(LeaseOutcome::Cancelled),
+            TaskStatus::Queued | TaskStatus::Running | TaskStatus::CancelRequested => None,
+        }
+    }
+}
+
 word_enum! {
     /// What a cancel did: stopped a waiting task, asked the holder, found it asked already, or
     /// (waiting for the holder) found it finished first with a final status.
@@ -115,6 +133,64 @@ word_enum! {
     }
 }
 
+word_enum! {
+    /// State an agent reports of itself.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum AgentState: "agent state" {
+        Running = "running",
+        Draining = "draining",
+        Stopped = "stopped",
+    }
+}
+
+word_enum! {
+    /// Result of an audited action.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum AuditResult: "audit result" {
+        Applied = "applied",
+        Noop = "noop",
+        Denied = "denied",
+        Failed = "failed",
+    }
+}
+
+word_enum! {
+    /// What a schedule add did.
+    pub enum ScheduleAddOutcome: "schedule add outcome" {
+        Created = "created",
+        Replaced = "replaced",
+        Unchanged = "unchanged",
+    }
+}
+
+word_enum! {
+    /// How a lease (lock or shard) reads at a moment.
+    pub enum ResourceState: "resource state" {
+        /// Nobody holds it.
+        Free = "free",
+        /// Held, renewals on time.
+        Held = "held",
+        /// Held, but the last renewal is older than half the lease: shown, not taken.
+        Suspect = "suspect",
+        /// Past `lease_until` (or `lock_at_most_until`), not yet takeable by others (grace).
+        Expired = "expired",
+        /// Given back before `lock_at_least_until`: held until then, renewed by nobody.
+        Released = "released",
+    }
+}
+
+impl ResourceState {
+    /// Someone holds it (or keeps it held): not free, not past its lease.
+    pub fn is_held(self) -> bool {
+        matches!(
+            self,
+            ResourceState::Held | ResourceState::Suspect | ResourceState::Released
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +206,18 @@ mod tests {
         for s in MemberState::ALL {
             assert_eq!(s.as_str().parse::<MemberState>(), Ok(s));
         }
+        for s in AgentState::ALL {
+            assert_eq!(s.as_str().parse::<AgentState>(), Ok(s));
+        }
+        for r in AuditResult::ALL {
+            assert_eq!(r.as_str().parse::<AuditResult>(), Ok(r));
+        }
+        for o in ScheduleAddOutcome::ALL {
+            assert_eq!(o.as_str().parse::<ScheduleAddOutcome>(), Ok(o));
+        }
+        for s in ResourceState::ALL {
+            assert_eq!(s.as_str().parse::<ResourceState>(), Ok(s));
+        }
         let e = "asleep".parse::<MemberState>().unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -137,6 +225,22 @@ mod tests {
         );
         assert!("".parse::<LeaseOutcome>().is_err());
         assert!("Succeeded".parse::<CancelOutcome>().is_err());
+    }
+
+    #[test]
+    fn a_lease_ends_as_the_status_it_leaves_and_never_as_a_live_status() {
+        for status in TaskStatus::ALL {
+            match LeaseOutcome::of_status(status) {
+                // The same word: a console shows the status the task ended in.
+                Some(o) => assert_eq!(o.as_str(), status.as_str(), "{status:?}"),
+                None => assert!(!status.is_terminal() && status != TaskStatus::RetryWait),
+            }
+        }
+        assert_eq!(LeaseOutcome::of_status(TaskStatus::Queued), None);
+        assert_eq!(
+            LeaseOutcome::of_status(TaskStatus::RetryWait),
+            Some(LeaseOutcome::RetryWait)
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@ use sqlx::query::Query;
 use sqlx::{Database, Encode, Type};
 
 use super::params::{DeadFilter, ValidTask};
-use super::{AuditEntry, AuditListParams, AuditResult, Enqueued, StoreError};
+use super::{AuditEntry, AuditListParams, Enqueued, StoreError};
+use crate::domain::AuditResult;
 use crate::domain::{Actor, PolicyPatch, PolicyScope, Role};
 
 /// For a viewer: the `denied` row to write on its own and the error to return; `None` for any

@@ -66,14 +66,14 @@ pub fn is_sqlite_url(url: &str) -> bool {
 pub use params::*;
 pub use resources::{
     GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing, LockName,
-    ResourceHolderParams, ResourceRecord, ResourceRenewOutcome, ResourceRenewParams, ResourceState,
+    ResourceHolderParams, ResourceRecord, ResourceRenewOutcome, ResourceRenewParams,
     ShardAcquireParams, ShardGroupCreateParams, ShardGroupCreated, ShardGroupRecord,
     ShardGroupView, ShardJoinParams, ShardMemberRecord,
 };
 pub use schedules::{
-    FireReport, FiredTick, LeaderRecord, ScheduleAddOutcome, ScheduleAddParams, ScheduleAdded,
-    ScheduleEnableParams, ScheduleEnabled, ScheduleFireParams, ScheduleListing, ScheduleNameParams,
-    ScheduleRecord, ScheduleTriggered, ScheduleWriteMode, UnreadableSchedule,
+    FireReport, FiredTick, LeaderRecord, ScheduleAddParams, ScheduleAdded, ScheduleEnableParams,
+    ScheduleEnabled, ScheduleFireParams, ScheduleListing, ScheduleNameParams, ScheduleRecord,
+    ScheduleTriggered, ScheduleWriteMode, UnreadableSchedule,
 };
 
 use crate::domain::{AgentId, Policy, PolicyScope, TaskId, TaskType};

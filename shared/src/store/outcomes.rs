@@ -4,8 +4,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::params::AgentState;
-use crate::domain::{AgentId, Attempt, LeaseEpoch, Policy, Task, TaskId, TaskStatus, TaskType};
+use crate::domain::{
+    AgentId, AgentState, Attempt, LeaseEpoch, Policy, Task, TaskId, TaskStatus, TaskType,
+};
 
 /// What an enqueue did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

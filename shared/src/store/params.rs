@@ -13,8 +13,8 @@ use crate::domain::validate::{
     MAX_TIMEOUT_MS, check_idempotency_key, check_range, check_result, payload_text,
 };
 use crate::domain::{
-    Actor, AgentId, InputLimits, LeaseEpoch, LeaseKey, PolicyPatch, PolicyScope, Progress,
-    TaskError, TaskId, TaskStatus, TaskType, ValidationError,
+    Actor, AgentId, AgentState, AuditResult, InputLimits, LeaseEpoch, LeaseKey, PolicyPatch,
+    PolicyScope, Progress, TaskError, TaskId, TaskStatus, TaskType, ValidationError,
 };
 
 /// A task to enqueue. Build with [`NewTask::new`] and the `with_…` methods.
@@ -463,34 +463,6 @@ pub struct PolicySetParams {
     pub actor: Actor,
 }
 
-/// State an agent reports of itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AgentState {
-    Running,
-    Draining,
-    Stopped,
-}
-
-impl AgentState {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            AgentState::Running => "running",
-            AgentState::Draining => "draining",
-            AgentState::Stopped => "stopped",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "running" => Some(AgentState::Running),
-            "draining" => Some(AgentState::Draining),
-            "stopped" => Some(AgentState::Stopped),
-            _ => None,
-        }
-    }
-}
-
 /// Register a starting agent process; the store gives it its per-start id.
 #[derive(Debug, Clone)]
 pub struct AgentRegisterParams {
@@ -537,27 +509,6 @@ pub struct LeaderRenewParams {
     pub owner: AgentId,
     pub term: i64,
     pub ttl: Duration,
-}
-
-/// Result of an audited action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AuditResult {
-    Applied,
-    Noop,
-    Denied,
-    Failed,
-}
-
-impl AuditResult {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            AuditResult::Applied => "applied",
-            AuditResult::Noop => "noop",
-            AuditResult::Denied => "denied",
-            AuditResult::Failed => "failed",
-        }
-    }
 }
 
 /// One audit row to write.

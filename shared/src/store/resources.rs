@@ -38,9 +38,9 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
 
-use super::{AuditEntry, AuditResult, HolderWrite, StoreError};
+use super::{AuditEntry, HolderWrite, StoreError};
 use crate::domain::ids::truncate_for_error;
-use crate::domain::{Actor, AgentId, ValidationError};
+use crate::domain::{Actor, AgentId, AuditResult, MemberState, ResourceState, ValidationError};
 
 /// Longest lock name, in bytes.
 pub const MAX_LOCK_NAME_LEN: usize = 128;
@@ -189,41 +189,6 @@ pub struct ResourceRecord {
     pub released_at: Option<DateTime<Utc>>,
     /// Owner changes in the last hour (filled by listings; 0 elsewhere).
     pub moves_last_hour: u32,
-}
-
-/// How a lease reads at a moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResourceState {
-    /// Nobody holds it.
-    Free,
-    /// Held, renewals on time.
-    Held,
-    /// Held, but the last renewal is older than half the lease: shown, not taken.
-    Suspect,
-    /// Past `lease_until` (or `lock_at_most_until`), not yet takeable by others (grace).
-    Expired,
-    /// Given back before `lock_at_least_until`: held until then, renewed by nobody.
-    Released,
-}
-
-impl ResourceState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResourceState::Free => "free",
-            ResourceState::Held => "held",
-            ResourceState::Suspect => "suspect",
-            ResourceState::Expired => "expired",
-            ResourceState::Released => "released",
-        }
-    }
-
-    /// Someone holds it (or keeps it held): not free, not past its lease.
-    pub fn is_held(self) -> bool {
-        matches!(
-            self,
-            ResourceState::Held | ResourceState::Suspect | ResourceState::Released
-        )
-    }
 }
 
 impl ResourceRecord {
@@ -593,14 +558,14 @@ pub struct ShardMemberRecord {
 }
 
 impl ShardMemberRecord {
-    /// live, suspect (heartbeat older than half its lease), gone (past lease + grace).
-    pub fn state(&self, now: DateTime<Utc>, grace: Duration) -> &'static str {
+    /// Live, suspect (heartbeat older than half its lease), gone (past lease + grace).
+    pub fn state(&self, now: DateTime<Utc>, grace: Duration) -> MemberState {
         if self.lease_until + delta(grace) < now {
-            "gone"
+            MemberState::Gone
         } else if now - self.heartbeat_at > (self.lease_until - self.heartbeat_at) / 2 {
-            "suspect"
+            MemberState::Suspect
         } else {
-            "live"
+            MemberState::Live
         }
     }
 

@@ -27,7 +27,7 @@ use crate::domain::{
 pub(crate) use crate::store::audit::backend::{Columns, agent_id, status};
 use crate::store::explain::{ExplainFacts, LimitUse};
 use crate::store::{
-    AgentRecord, AgentState, AuditRecord, OverviewRow, Result, StoreError, TaskPage, TypeCounts,
+    AgentRecord, AuditRecord, OverviewRow, Result, StoreError, TaskPage, TypeCounts,
 };
 
 /// The columns of the records mapped here that [`Columns`] does not cover.
@@ -229,7 +229,7 @@ pub(crate) fn agent<R: RecordColumns>(row: &R) -> Result<AgentRecord> {
         task_types: row.text_list("task_types")?,
         local_concurrency: count(row.int("local_concurrency")?),
         active: count(row.int("active")?),
-        state: AgentState::parse(&state).ok_or_else(|| StoreError::Corrupt {
+        state: state.parse().map_err(|_| StoreError::Corrupt {
             what: "agent state",
             detail: state.clone(),
         })?,

@@ -26,9 +26,12 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::json;
 
-use super::{AuditEntry, AuditResult, Enqueued, NewTask, StoreError};
+use super::{AuditEntry, Enqueued, NewTask, StoreError};
 use crate::domain::schedule::{MissedTicks, NEVER, tick_idempotency_key};
-use crate::domain::{Actor, AgentId, InputLimits, Schedule, ScheduleName, TaskId, TaskStatus};
+use crate::domain::{
+    Actor, AgentId, AuditResult, InputLimits, Schedule, ScheduleAddOutcome, ScheduleName, TaskId,
+    TaskStatus,
+};
 
 /// Longest `last_error` kept, in characters.
 pub const MAX_SCHEDULE_ERROR_CHARS: usize = 500;
@@ -124,24 +127,6 @@ pub struct ScheduleAddParams {
     pub schedule: Schedule,
     pub mode: ScheduleWriteMode,
     pub actor: Actor,
-}
-
-/// What an add did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScheduleAddOutcome {
-    Created,
-    Replaced,
-    Unchanged,
-}
-
-impl ScheduleAddOutcome {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ScheduleAddOutcome::Created => "created",
-            ScheduleAddOutcome::Replaced => "replaced",
-            ScheduleAddOutcome::Unchanged => "unchanged",
-        }
-    }
 }
 
 /// An add's outcome and the schedule as stored after it.

@@ -17,13 +17,12 @@ use sqlx::{Database, Encode, Type};
 use super::backend::{Backend, authorize, failed};
 use super::{enqueue_entry, enqueue_params, policy_entry, requeue_dead_entry};
 use crate::domain::{
-    Actor, AgentId, InputLimits, LeaseEpoch, Policy, TaskAction, TaskId, TaskStatus,
+    Actor, AgentId, AuditResult, InputLimits, LeaseEpoch, Policy, TaskAction, TaskId, TaskStatus,
 };
 use crate::store::params::{DeadFilter, ValidTask, duration_ms};
 use crate::store::{
-    AuditEntry, AuditResult, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued,
-    PolicyChange, PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result,
-    StoreError,
+    AuditEntry, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued, PolicyChange,
+    PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, StoreError,
 };
 
 /// A task's row as a cancel found and left it.
