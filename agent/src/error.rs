@@ -108,19 +108,7 @@ impl AgentError {
     /// The whole chain on one line, each cause after a `: ` (a cause repeating the text just
     /// before it is left out): what `{:#}` of an `anyhow::Error` shows.
     pub fn report(&self) -> String {
-        let mut line = self.to_string();
-        let mut last = line.clone();
-        let mut next = std::error::Error::source(self);
-        while let Some(cause) = next {
-            let text = cause.to_string();
-            if text != last {
-                line.push_str(": ");
-                line.push_str(&text);
-                last = text;
-            }
-            next = cause.source();
-        }
-        line
+        chain(self)
     }
 
     pub(crate) fn store_while(doing: impl Into<String>, source: StoreError) -> Self {
@@ -165,6 +153,25 @@ impl From<ServiceFailed> for AgentError {
             how: failed.how,
         }
     }
+}
+
+/// `error` and each of its causes on one line, joined by `: ` (a cause repeating the text just
+/// before it is left out): the whole chain, for logs and for a message that must keep the
+/// driver's own words ("… no connection free in time: pool timed out …").
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut last = line.clone();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if text != last {
+            line.push_str(": ");
+            line.push_str(&text);
+            last = text;
+        }
+        next = cause.source();
+    }
+    line
 }
 
 #[cfg(test)]

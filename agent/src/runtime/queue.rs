@@ -16,6 +16,7 @@ use leasehold_shared::store::{
 use leasehold_shared::{AgentId, Store, StoreError, TaskId, TaskType};
 
 use super::renewal::Connect;
+pub(crate) use crate::error::chain;
 
 /// Why a store write of a service did not land: the store said why, or it gave no answer in
 /// time (then the write may have landed).
@@ -25,19 +26,6 @@ pub(crate) enum WriteError {
     Timeout { what: String, after: Duration },
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// `error` and each of its causes, joined by `: ` — the whole chain, for the log (as
-/// anyhow's `{:#}` printed it: "… no connection free in time: pool timed out …").
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = error.to_string();
-    let mut next = error.source();
-    while let Some(cause) = next {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    line
 }
 
 impl WriteError {
