@@ -56,7 +56,7 @@ pub fn status_from_wire(value: i32) -> Option<TaskStatus> {
     })
 }
 
-/// Largest enum number [`WireEnum::from_word`] looks at; every enum here is far below.
+/// Largest enum number [`WireEnum::all`] looks at; every enum here is far below.
 const MAX_NUMBER: i32 = 64;
 
 /// A domain enum that travels as a protobuf enum beside its word.
@@ -72,13 +72,9 @@ pub trait WireEnum: Copy + PartialEq + fmt::Debug + Sized + 'static {
     /// The domain value of an enum number; `None` for UNSPECIFIED and unknown numbers.
     fn from_number(number: i32) -> Option<Self>;
 
-    /// The domain value of a word (what an older peer sends); `None` for an unknown one. Reads
-    /// the words through the wire values, so there is no second table to keep in step.
-    fn from_word(word: &str) -> Option<Self> {
-        (1..=MAX_NUMBER)
-            .filter_map(Self::from_number)
-            .find(|v| v.word() == word)
-    }
+    /// The domain value of a word (what an older peer sends); `None` for an unknown one. Read
+    /// from the domain's own table (`ALL` and `as_str`), the one the word was written from.
+    fn from_word(word: &str) -> Option<Self>;
 
     /// Every value, in wire order.
     fn all() -> Vec<Self> {
@@ -104,6 +100,10 @@ macro_rules! wire_enum {
 
             fn wire_name(self) -> &'static str {
                 self.to_wire().as_str_name()
+            }
+
+            fn from_word(word: &str) -> Option<Self> {
+                $domain::ALL.iter().copied().find(|v| v.as_str() == word)
             }
 
             fn from_number(number: i32) -> Option<Self> {
