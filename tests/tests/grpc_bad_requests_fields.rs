@@ -39,6 +39,7 @@ enum Req {
     Resume(pb::ResumeTypeRequest),
     SetConcurrency(pb::SetConcurrencyRequest),
     RequeueDead(pb::RequeueDeadRequest),
+    Audit(pb::ListAuditRequest),
 }
 
 impl Req {
@@ -57,6 +58,7 @@ impl Req {
             Req::Resume(r) => c.resume_type(r).await.map(text),
             Req::SetConcurrency(r) => c.set_concurrency(r).await.map(text),
             Req::RequeueDead(r) => c.requeue_dead(r).await.map(text),
+            Req::Audit(r) => c.list_audit(r).await.map(text),
         }
     }
 }
@@ -235,6 +237,7 @@ fn id_cases(f: &Fixture) -> Vec<Case> {
 }
 
 /// ListTasks filters out of range.
+#[allow(deprecated)] // ListAudit's `result` is the word an older console sends
 fn list_cases(_: &Fixture) -> Vec<Case> {
     type Edit = fn(&mut pb::ListTasksRequest);
     let list = |field, edit: Edit| {
@@ -260,7 +263,22 @@ fn list_cases(_: &Fixture) -> Vec<Case> {
         // NUL: valid UTF-8, but PostgreSQL text cannot hold it. Bad input, not a database
         // failure.
         list("text", |r| r.text = "a\u{0}b".into()),
+        // The audit result travels as an enum and, for older agents, as its word: an unknown
+        // one, or a pair that disagrees, is refused naming the field.
+        audit("audit_result", |r| r.audit_result = 77),
+        audit("result", |r| r.result = "bogus".into()),
+        audit("result", |r| {
+            r.result = "applied".into();
+            r.audit_result = pb::AuditResult::Denied as i32;
+        }),
     ]
+}
+
+/// A ListAudit request edited by `edit`, refused naming `field`.
+fn audit(field: &'static str, edit: fn(&mut pb::ListAuditRequest)) -> Case {
+    let mut r = pb::ListAuditRequest::default();
+    edit(&mut r);
+    bad(Req::Audit(r), field)
 }
 
 /// Enqueue: type names, JSON, numbers, NUL characters.
