@@ -41,9 +41,12 @@ GRANT SELECT ON _sqlx_migrations TO leasehold_agent;
 -- Tasks: enqueue, claim, renew, complete, cancel, requeue, recovery, dead-lettering (UPDATE),
 -- purge of finished tasks past retention (DELETE); SELECT … FOR UPDATE needs UPDATE too.
 GRANT SELECT, INSERT, UPDATE, DELETE ON tasks TO leasehold_agent;
--- Attempts: written at each completion; deleted with their task by the trigger
--- tasks_delete_attempts (which runs with the rights of the deleting role).
-GRANT SELECT, INSERT, DELETE ON task_attempts TO leasehold_agent;
+-- Attempts: the rows of attempts a task outlived (a retried failure, a release, an expired
+-- lease), written as they end; deleted with their task by the trigger tasks_delete_attempts
+-- (which runs with the rights of the deleting role). `task_attempts` is the view over them and
+-- each finished task's own final attempt.
+GRANT SELECT, INSERT, DELETE ON task_attempt_rows TO leasehold_agent;
+GRANT SELECT ON task_attempts TO leasehold_agent;
 -- Policies: read at each claim; `concurrency set`, `pause`, `resume` upsert them.
 GRANT SELECT, INSERT, UPDATE ON policies TO leasehold_agent;
 -- The agent registry: register, heartbeat, mark stopped.

@@ -129,16 +129,19 @@ async fn t02_crash_after_success_before_the_completion_commit() {
 /// Key of the advisory lock [`HOLD_COMMIT`] waits on.
 const HOLD_COMMIT_KEY: i64 = 0x7402;
 
-/// A deferred trigger: every transaction that inserts an attempt row waits in its COMMIT for
-/// the advisory lock `HOLD_COMMIT_KEY` (free unless the test holds it).
+/// A deferred trigger: every transaction that finishes a task (sets its final attempt's
+/// outcome) waits in its COMMIT for the advisory lock `HOLD_COMMIT_KEY` (free unless the test
+/// holds it).
 const HOLD_COMMIT: &str = "
 CREATE FUNCTION test_hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(29698);
     RETURN NULL;
 END $$;
-CREATE CONSTRAINT TRIGGER test_hold_commit AFTER INSERT ON task_attempts
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_hold_commit();
+CREATE CONSTRAINT TRIGGER test_hold_commit AFTER UPDATE ON tasks
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.final_outcome IS NOT NULL AND OLD.final_outcome IS NULL)
+    EXECUTE FUNCTION test_hold_commit();
 ";
 
 /// T02: the reply to a completion's commit is lost. The completion's COMMIT is held (a deferred

@@ -27,7 +27,7 @@ async fn lease(pool: &PgPool, task_type: &str, from: f64, to: f64) {
         .await
         .unwrap();
     sqlx::query(
-        "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
+        "INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
          VALUES ($1, 1, 1, 'a#1', timestamptz '2000-01-01 00:00:00+00' + $2 * interval '1 second', \
                  timestamptz '2000-01-01 00:00:00+00' + $3 * interval '1 second', 'succeeded')",
     )

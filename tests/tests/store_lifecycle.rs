@@ -9,12 +9,13 @@ use std::time::Duration;
 use leasehold_shared::domain::{PolicyPatch, PolicyScope, Role, TaskStatus};
 use leasehold_shared::store::postgres::{NOTIFY_CHANNEL, enqueue};
 use leasehold_shared::store::{
-    CancelOutcome, CancelParams, CompleteOutcome, Completion, DeadFilter, ExpireDeadlinesParams,
-    NewTask, PolicySetParams, RecoverParams, RequeueDeadParams, RequeueParams, SuspectParams,
+    CancelOutcome, CancelParams, CompleteOutcome, CompleteParams, Completion, DeadFilter,
+    ExpireDeadlinesParams, NewTask, PolicySetParams, RecoverParams, RequeueDeadParams,
+    RequeueParams, SuspectParams,
 };
 use leasehold_shared::{Actor, AgentId, LeaseEpoch, Store, StoreError, TaskError, TaskId};
 use leasehold_tests::factory::FACTORY_OWNER;
-use leasehold_tests::helpers::{by_factory, claim, tt};
+use leasehold_tests::helpers::{by_factory, claim, key, tt};
 use leasehold_tests::{
     Arg, Rows, StoreDb, TaskSpec, TestDb, Val, WriteTx, conformance, count, insert_task,
 };
@@ -1118,6 +1119,102 @@ async fn deleting_tasks_deletes_their_attempts(db: StoreDb) {
         .unwrap();
     assert!(db.attempt_rows(gone).await.unwrap().is_empty());
     assert_eq!(db.attempt_rows(keep).await.unwrap().len(), 1);
+    db.drop_db().await.unwrap();
+}
+
+conformance!(requeued_tasks_keep_every_attempt_in_their_history);
+async fn requeued_tasks_keep_every_attempt_in_their_history(db: StoreDb) {
+    // PostgreSQL records the attempt that finishes a task in the task row itself (no attempt
+    // row, issue 22); a requeue must write it out before resetting the row. Three lives of one
+    // task: succeeded, requeued; failed for good (dead), requeued from the dead letters;
+    // succeeded.
+    let store = db.store();
+    let op = Actor::operator("alice");
+    let id = store
+        .task_enqueue(NewTask::new(tt("hist"), json!({})))
+        .await
+        .unwrap()
+        .id
+        .0;
+    let run = |owner: &'static str, completion: Completion| {
+        let store = db.store();
+        async move {
+            let batch = store.task_claim(claim(owner, &["hist"], 1)).await.unwrap();
+            let [task] = batch.tasks.as_slice() else {
+                panic!("{batch:?}")
+            };
+            let out = store
+                .task_complete(CompleteParams {
+                    key: key(task.id.0, owner, task.lease_epoch.0),
+                    completion,
+                })
+                .await
+                .unwrap();
+            assert!(matches!(out, CompleteOutcome::Applied { .. }), "{out:?}");
+        }
+    };
+    run("h#1", Completion::Succeeded { result: None }).await;
+    store
+        .task_requeue(RequeueParams {
+            id: TaskId(id),
+            actor: op.clone(),
+        })
+        .await
+        .unwrap();
+    run(
+        "h#2",
+        Completion::Failed {
+            error: TaskError::permanent("boom", "gave up"),
+        },
+    )
+    .await;
+    let all_dead = RequeueDeadParams {
+        filter: DeadFilter {
+            task_type: Some(tt("hist")),
+            error_code: None,
+            since: None,
+            until: None,
+        },
+        dry_run: false,
+        actor: op.clone(),
+    };
+    assert_eq!(store.task_requeue_dead(all_dead).await.unwrap(), 1);
+    run("h#3", Completion::Succeeded { result: None }).await;
+
+    let detail = store.task_get(TaskId(id)).await.unwrap().unwrap();
+    let seen: Vec<_> = detail
+        .attempts
+        .iter()
+        .map(|a| {
+            (
+                a.epoch.0,
+                a.attempt,
+                a.agent.as_str().to_owned(),
+                a.outcome.as_str(),
+                a.error.as_ref().map(|e| e.code.clone()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, 1, "h#1".to_owned(), "succeeded", None),
+            (2, 1, "h#2".to_owned(), "failed", Some("boom".to_owned())),
+            (3, 1, "h#3".to_owned(), "succeeded", None),
+        ]
+    );
+    for a in &detail.attempts {
+        assert!(a.started_at <= a.finished_at, "{a:?}");
+    }
+    if db.is_postgres() {
+        // Only the attempts the task outlived have rows of their own.
+        assert_eq!(
+            db.count("SELECT count(*) FROM task_attempt_rows")
+                .await
+                .unwrap(),
+            2
+        );
+    }
     db.drop_db().await.unwrap();
 }
 

@@ -302,11 +302,17 @@ fn attempt_insert(
     agent: &str,
     outcome: &str,
 ) -> (Sql, Vec<Arg>) {
-    let insert = "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, outcome) \
-                  VALUES ($1, $2, $3, $4,";
+    // PostgreSQL keeps attempt rows in task_attempt_rows (task_attempts is a view that adds each
+    // finished task's final attempt); SQLite in the task_attempts table.
+    let insert = |table: &str| {
+        format!(
+            "INSERT INTO {table} (task_id, epoch, attempt, agent, started_at, outcome) \
+             VALUES ($1, $2, $3, $4,"
+        )
+    };
     let sql = Sql {
-        postgres: Cow::Owned(format!("{insert} now(), $5)")),
-        sqlite: Cow::Owned(format!("{insert} {SQLITE_NOW_US}, $5)")),
+        postgres: Cow::Owned(format!("{} now(), $5)", insert("task_attempt_rows"))),
+        sqlite: Cow::Owned(format!("{} {SQLITE_NOW_US}, $5)", insert("task_attempts"))),
     };
     let args = vec![
         Arg::Int(id),

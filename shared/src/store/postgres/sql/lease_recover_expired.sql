@@ -31,7 +31,7 @@ upd AS (
               t.started_at, i.attempt_error
 ),
 attempt_row AS (
-    INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, outcome, error)
+    INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, outcome, error)
     SELECT id, revoked_epoch, attempt, owner, coalesce(started_at, now()), 'lease_expired',
            attempt_error
     FROM upd

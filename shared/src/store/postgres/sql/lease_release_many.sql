@@ -25,7 +25,7 @@ upd AS (
     RETURNING t.id
 ),
 attempt_row AS (
-    INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, outcome)
+    INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, outcome)
     SELECT cur.id, cur.lease_epoch, cur.attempt, $1, coalesce(cur.started_at, now()),
            CASE WHEN cur.status = 'cancel_requested' THEN 'cancelled' ELSE 'released' END
     FROM cur

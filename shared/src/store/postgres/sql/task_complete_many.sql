@@ -30,18 +30,24 @@ upd AS (
         finished_at = CASE WHEN i.finished THEN now() END,
         lease_until = NULL,
         result = CASE WHEN i.set_result THEN i.result ELSE t.result END,
+        final_outcome = CASE WHEN i.finished THEN i.outcome END,
         updated_at = now()
     FROM input i
     WHERE t.id = i.id AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
       AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
     RETURNING t.id, t.status, t.available_at, t.lease_epoch, t.attempt, t.lease_owner, t.started_at,
-              i.error, i.outcome
+              i.error, i.outcome, i.finished
 ),
+-- An attempt the task outlives (a failure to be retried) gets its own row; the attempt that
+-- finishes the task is recorded by the task row itself (final_outcome above; the
+-- task_attempts view reads it from there), which saves a heap tuple and an index entry on
+-- every successful task.
 attempt_row AS (
-    INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, outcome, error)
+    INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, outcome, error)
     SELECT u.id, u.lease_epoch, u.attempt, u.lease_owner, coalesce(u.started_at, now()), u.outcome,
            u.error
     FROM upd u
+    WHERE NOT u.finished
 )
 SELECT u.id, u.status, CASE WHEN u.status = 'retry_wait' THEN u.available_at END AS retry_at
 FROM upd u
