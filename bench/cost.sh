@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# bench/cost.sh — what one task costs PostgreSQL during a drain, Leasehold against the peer
+# (graphile_worker's Rust port, /work/shared/bench-peers/gwrs_bench), as PostgreSQL counts it:
+# statements, commits, WAL bytes and records, XIDs, execution time, rows (pg_stat_statements,
+# WAL position, next XID) and tuple writes (pg_stat_user_tables), per task of the drain.
+#
+#   bench/cost.sh [AGENT_BIN] [PEER_BIN] [TASKS]
+#       defaults: target/release/leasehold-agent, /tmp/gwrs-target/release/gwrs_bench, 100000.
+#       Runs `leasehold-agent bench` and `gwrs_bench bulk TASKS 24 500 0`, each on a fresh
+#       database, and prints one markdown table plus each one's top drain statements.
+#   bench/cost.sh explain [SIZES...]          (default 10000 100000 1000000 10000000)
+#       EXPLAIN (ANALYZE, BUFFERS, WAL) of the real claim of 500 tasks (task_claim.sql, after
+#       task_claim_lock.sql's planner settings, in BEGIN … ROLLBACK) over SIZES queued tasks.
+#       The agent binary (for `migrate`) comes from $LEASEHOLD_AGENT, default as above.
+#
+# Both modes run on a private PostgreSQL cluster created here (initdb into a temp dir, as the
+# `postgres` user when run as root, like tests/src/cluster.rs) with durable settings (fsync,
+# synchronous_commit, full_page_writes on) on 127.0.0.1:$COST_PORT (default 5499), stopped
+# and deleted on exit. Needs initdb/pg_ctl (pg_config --bindir or /usr/lib/postgresql/*/bin),
+# psql and pg_stat_statements. COST_DUMP=FILE also writes every statement's figures as CSV.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PORT=${COST_PORT:-5499}
+die() { echo "cost.sh: $*" >&2; exit 1; }
+
+MODE=cost; if [[ ${1:-} == explain ]]; then MODE=explain; shift; fi
+if [[ $MODE == cost ]]; then
+    AGENT=${1:-$ROOT/target/release/leasehold-agent}
+    PEER=${2:-/tmp/gwrs-target/release/gwrs_bench}
+    N=${3:-100000}
+    [[ -x $PEER ]] || die "peer binary $PEER not found (see /work/shared/bench-peers/gwrs_bench)"
+    [[ $N =~ ^[1-9][0-9]*$ ]] || die "TASKS must be a positive integer, not $N"
+else
+    AGENT=${LEASEHOLD_AGENT:-$ROOT/target/release/leasehold-agent}
+    SIZES=("$@")
+    [[ ${#SIZES[@]} -gt 0 ]] || SIZES=(10000 100000 1000000 10000000)
+fi
+[[ -x $AGENT ]] || die "agent binary $AGENT not found (cargo build --release -p leasehold-agent)"
+
+# --- The private cluster ---------------------------------------------------------------------
+BIN=$(pg_config --bindir 2>/dev/null || true)
+[[ -x $BIN/initdb ]] || BIN=$(find /usr/lib/postgresql/*/bin -maxdepth 0 2>/dev/null | sort -V | tail -n1 || true)
+[[ -x $BIN/initdb && -x $BIN/pg_ctl ]] || die "no initdb/pg_ctl (pg_config --bindir, /usr/lib/postgresql)"
+pgtool() { # a PostgreSQL program, as the postgres user when we are root (initdb refuses root)
+    local program=$BIN/$1; shift
+    if [[ $(id -u) == 0 ]]; then (cd / && runuser -u postgres -- "$program" "$@"); else "$program" "$@"; fi
+}
+if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+    die "port $PORT is taken: stop what listens there or set COST_PORT"
+fi
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/leasehold-cost-XXXXXX")
+cleanup() {
+    [[ ! -f $DIR/data/postmaster.pid ]] || pgtool pg_ctl -D "$DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+    rm -rf "$DIR"
+}
+trap cleanup EXIT; trap 'exit 130' INT TERM
+[[ $(id -u) != 0 ]] || chown postgres: "$DIR"
+pgtool initdb -A trust -U postgres -E UTF8 --no-locale --no-sync -D "$DIR/data" >/dev/null
+SETTINGS="-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$DIR -c max_connections=200
+ -c fsync=on -c synchronous_commit=on -c full_page_writes=on -c shared_buffers=128MB -c track_io_timing=on
+ -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all
+ -c pg_stat_statements.max=10000 -c pg_stat_statements.track_utility=on"
+pgtool pg_ctl -D "$DIR/data" -l "$DIR/server.log" -o "${SETTINGS//$'\n'/}" -w -t 60 start >/dev/null ||
+    { tail -n 20 "$DIR/server.log" >&2; die "the private cluster did not start on port $PORT"; }
+export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=postgres
+URL=postgres://postgres@127.0.0.1:$PORT
+q() { local db=$1; shift; psql -X -q -At -F ' ' -v ON_ERROR_STOP=1 -d "$db" "$@"; }
+new_db() { q postgres -c "CREATE DATABASE $1"; q "$1" -c "CREATE EXTENSION pg_stat_statements"; }
+wait_idle() { # until no client is connected to database $1 (a backend flushes its statistics on exit)
+    until [[ $(q postgres -c "SELECT count(*) FROM pg_stat_activity
+                               WHERE datname = '$1' AND backend_type = 'client backend'") == 0 ]]; do sleep 0.2; done
+}
+echo "private PostgreSQL $(q postgres -c 'SHOW server_version') on port $PORT ($DIR)" >&2
+
+# --- explain: the claim statement's plan over queues of several sizes --------------------------
+if [[ $MODE == explain ]]; then
+    new_db cost_explain
+    "$AGENT" migrate --database-url "$URL/cost_explain" >/dev/null
+    SQLDIR=$ROOT/shared/src/store/postgres/sql
+    EXPLAIN="BEGIN ISOLATION LEVEL READ COMMITTED;
+PREPARE claim_lock AS $(cat "$SQLDIR/task_claim_lock.sql")
+;
+\o /dev/null
+EXECUTE claim_lock(ARRAY['cost.noop']);
+\o
+PREPARE claim AS $(cat "$SQLDIR/task_claim.sql")
+;
+EXPLAIN (ANALYZE, BUFFERS, WAL) EXECUTE claim('cost', ARRAY['cost.noop'], 500, 30, '{}');
+ROLLBACK;"
+    summary=() fence='```'
+    for size in "${SIZES[@]}"; do
+        [[ $size =~ ^[1-9][0-9]*$ ]] || die "size must be a positive integer, not $size"
+        echo "  $size: inserting queued tasks, then VACUUM ANALYZE" >&2
+        q cost_explain -c "TRUNCATE tasks"
+        for ((made = 0; made < size; made += 1000000)); do
+            chunk=$((size - made < 1000000 ? size - made : 1000000))
+            q cost_explain -c "INSERT INTO tasks (task_type) SELECT 'cost.noop' FROM generate_series(1, $chunk)"
+            ((size <= 1000000)) || echo "  $size: $((made + chunk)) inserted" >&2
+        done
+        q cost_explain -c "VACUUM ANALYZE tasks"
+        plan=$(q cost_explain <<<"$EXPLAIN")
+        printf '\n### claim of 500 over %s queued tasks (generic plan, as the store runs it)\n\n%s\n%s\n%s\n' \
+            "$size" "$fence" "$plan" "$fence"
+        walks=no; grep -q 'Index Scan using tasks_claim_idx' <<<"$plan" && walks=yes
+        ms=$(sed -n 's/.*Execution Time: \(.*\) ms/\1/p' <<<"$plan")
+        buffers=$(grep -m1 'Buffers:' <<<"$plan" | sed 's/^ *Buffers: //')
+        summary+=("| $size | $walks | $ms | $buffers |")
+    done
+    printf '\n| queued tasks | walks tasks_claim_idx | execution ms | buffers (top node) |\n|---:|---|---:|---|\n'
+    printf '%s\n' "${summary[@]}"
+    exit 0
+fi
+
+# --- cost: one measured run per system ------------------------------------------------------------
+# Per system: the statements of its enqueue and of the bench harness (migrations, the peer's
+# progress poll, Leasehold's cleanup of the bench's task type), by text; every other statement
+# is the drain. IN_TX: the drain's writes that run inside BEGIN … COMMIT (not autocommitted).
+declare -A ENQ HARNESS IN_TX ENQ_TX
+ENQ[leasehold]='unnest\(.*insert into tasks \('
+HARNESS[leasehold]='_sqlx_migrations|delete from tasks where task_type|delete from task_attempt(s|_rows) a using deleted'
+# Leasehold's claim, completion and lease renewal/release/recovery (store/postgres: claim.rs,
+# holder.rs, maintenance.rs); its agent, leader and clean-up statements autocommit.
+IN_TX[leasehold]='^with (pol|input|alive|cur) as'
+ENQ_TX[leasehold]=1   # each bulk enqueue is BEGIN; INSERT; COMMIT
+ENQ[peer]='add_jobs|^analyze graphile_worker\._private_jobs'  # it analyzes after a bulk add of 10,000+
+HARNESS[peer]='count\(\*\) from graphile_worker\._private_jobs|^delete from graphile_worker\._private_jobs$|migrations'
+IN_TX[peer]='^$'  # none: the peer issues no BEGIN
+ENQ_TX[peer]=0
+q postgres <<'SQL'
+CREATE EXTENSION pg_stat_statements;
+CREATE TABLE stmt (tool text, phase text, toplevel bool, query text, calls numeric, ms numeric,
+                   wal_bytes numeric, wal_records numeric, wal_fpi numeric, rows numeric);
+CREATE TABLE fact (tool text, key text, value numeric);
+CREATE TABLE tbl (tool text, name text, upd numeric, hot numeric, ins numeric, del numeric);
+CREATE FUNCTION fmt(v numeric) RETURNS text LANGUAGE sql  -- 4 decimals below 1, 3 below 10, else 1
+    RETURN CASE WHEN abs(v) < 1 THEN round(v, 4) WHEN abs(v) < 10 THEN round(v, 3) ELSE round(v, 1) END::text;
+SQL
+
+# measure TOOL DB COMMAND...: resets the statistics, runs COMMAND, records what it cost.
+measure() {
+    local tool=$1 db=$2 lsn0 xid0 lsn1 xid1 t0 t1; shift 2
+    wait_idle "$db"
+    q "$db" -c "SELECT pg_stat_reset()" >/dev/null
+    q postgres -c "SELECT pg_stat_statements_reset()" >/dev/null
+    read -r lsn0 xid0 < <(q postgres -c "SELECT pg_current_wal_lsn(), pg_snapshot_xmax(pg_current_snapshot())")
+    t0=$(date +%s.%N)
+    "$@" 2>&1 | sed "s/^/  [$tool] /" >&2
+    t1=$(date +%s.%N)
+    wait_idle "$db"
+    read -r lsn1 xid1 < <(q postgres -c "SELECT pg_current_wal_lsn(), pg_snapshot_xmax(pg_current_snapshot())")
+    q postgres -v tool="$tool" -v db="$db" -v enq="${ENQ[$tool]}" -v harness="${HARNESS[$tool]}" \
+        -v lsn0="$lsn0" -v lsn1="$lsn1" -v xid0="$xid0" -v xid1="$xid1" -v n="$N" -v t0="$t0" -v t1="$t1" \
+        -v enq_tx="${ENQ_TX[$tool]}" <<'SQL'
+INSERT INTO stmt
+SELECT :'tool', CASE WHEN query ~* :'enq' THEN 'enqueue' WHEN query ~* :'harness' THEN 'harness'
+                     ELSE 'drain' END,
+       toplevel, query, calls, total_exec_time::numeric, wal_bytes, wal_records, wal_fpi, rows
+FROM (SELECT btrim(regexp_replace(regexp_replace(query, '--[^\n]*', '', 'g'), '\s+', ' ', 'g')) AS query,
+             toplevel, calls, total_exec_time, wal_bytes, wal_records, wal_fpi, rows
+      FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = :'db')) s;
+-- An enqueue in its own transaction brought one BEGIN and one COMMIT each: not the drain's.
+UPDATE stmt d SET calls = d.calls - e.calls, ms = d.ms * (d.calls - e.calls) / d.calls
+FROM (SELECT sum(calls) AS calls FROM stmt WHERE tool = :'tool' AND phase = 'enqueue' AND toplevel) e
+WHERE :enq_tx = 1 AND d.tool = :'tool' AND d.phase = 'drain' AND d.toplevel AND d.query ~* '^(begin|commit)';
+INSERT INTO fact VALUES (:'tool', 'n', :n), (:'tool', 'seconds', :t1 - :t0),
+    (:'tool', 'lsn_bytes', pg_wal_lsn_diff(:'lsn1', :'lsn0')), (:'tool', 'xids', :xid1 - :xid0);
+SQL
+    q "$db" -c "SELECT name, upd, hot, ins, del FROM (SELECT schemaname || '.' || relname AS name,
+        n_tup_upd AS upd, n_tup_hot_upd AS hot, n_tup_ins AS ins, n_tup_del AS del FROM pg_stat_user_tables) s
+        WHERE upd + ins + del > 0" | while read -r name upd hot ins del; do
+        q postgres -c "INSERT INTO tbl VALUES ('$tool', '$name', $upd, $hot, $ins, $del)"
+    done
+}
+
+new_db cost_leasehold
+"$AGENT" migrate --database-url "$URL/cost_leasehold" >/dev/null
+# No pickup phase (--latency-samples 0): the agents stop right after the drain.
+measure leasehold cost_leasehold "$AGENT" bench --database-url "$URL/cost_leasehold" --tasks "$N" \
+    --latency-samples 0 --output json
+new_db cost_peer
+DATABASE_URL=$URL/cost_peer "$PEER" bulk 0 24 500 0 >/dev/null # its migrations, outside the measure
+measure peer cost_peer env DATABASE_URL="$URL/cost_peer" "$PEER" bulk "$N" 24 500 0
+
+echo
+echo "## What one task costs PostgreSQL during a drain ($N tasks; PostgreSQL $(q postgres -c 'SHOW server_version'), fsync and synchronous_commit on)"
+echo
+# A write: a data-modifying statement (a read may write WAL too, pruning pages, but takes no XID).
+q postgres -v in_tx_l="${IN_TX[leasehold]}" -v in_tx_p="${IN_TX[peer]}" -v dml='\m(insert|update|delete|merge)\M' <<'SQL'
+WITH f AS (SELECT tool, max(value) FILTER (WHERE key = 'n') AS n,
+                  max(value) FILTER (WHERE key = 'seconds') AS sec,
+                  max(value) FILTER (WHERE key = 'lsn_bytes') AS lsn,
+                  max(value) FILTER (WHERE key = 'xids') AS xids FROM fact GROUP BY tool),
+s AS (SELECT tool,
+        sum(calls) FILTER (WHERE phase = 'drain') AS stmts,
+        sum(calls) FILTER (WHERE phase = 'drain' AND query ~* '^commit') AS commit_calls,
+        sum(calls) FILTER (WHERE phase = 'drain' AND wal_records > 0 AND query ~* :'dml'
+            AND query !~* CASE tool WHEN 'leasehold' THEN :'in_tx_l' ELSE :'in_tx_p' END) AS auto_writes,
+        sum(wal_bytes) FILTER (WHERE phase = 'drain') AS wal, sum(wal_bytes) AS wal_all,
+        sum(wal_bytes) FILTER (WHERE phase <> 'drain') AS wal_other,
+        sum(wal_records) FILTER (WHERE phase = 'drain') AS recs,
+        sum(wal_fpi) FILTER (WHERE phase = 'drain') AS fpi,
+        sum(ms) FILTER (WHERE phase = 'drain') AS ms, sum(rows) FILTER (WHERE phase = 'drain') AS rows,
+        sum(calls) FILTER (WHERE phase = 'enqueue') AS enq_tx,
+        sum(calls) FILTER (WHERE phase = 'harness' AND rows > 0 AND query ~* :'dml') AS harness_tx
+      FROM stmt WHERE toplevel GROUP BY tool),
+d AS (SELECT tool, sum(rows) AS rows FROM stmt WHERE phase = 'harness' AND query ~* 'delete\s+from' GROUP BY tool),
+t AS (SELECT tool, sum(upd) AS upd, sum(hot) AS hot, sum(ins) AS ins, sum(del) AS del FROM tbl GROUP BY tool),
+m AS (SELECT f.tool, x.ord, x.measure, x.value FROM f JOIN s USING (tool) JOIN t USING (tool)
+      LEFT JOIN d USING (tool), LATERAL (VALUES
+        (1, 'statements (calls, BEGIN/COMMIT included)', s.stmts / f.n),
+        (2, 'commits (COMMIT calls + autocommitted writes)', (coalesce(s.commit_calls, 0) + coalesce(s.auto_writes, 0)) / f.n),
+        (3, 'XIDs (Δ next xid − enqueue and harness write transactions)', (f.xids - s.enq_tx - coalesce(s.harness_tx, 0)) / f.n),
+        (4, 'WAL bytes (drain statements, pg_stat_statements)', s.wal / f.n),
+        (5, 'WAL bytes (Δ LSN of the whole run − other statements'' WAL)', (f.lsn - coalesce(s.wal_other, 0)) / f.n),
+        (6, 'WAL records', s.recs / f.n),
+        (7, 'WAL full-page images', s.fpi / f.n),
+        (8, 'DB execution time, µs', s.ms * 1000 / f.n),
+        (9, 'rows (returned or changed)', s.rows / f.n),
+        (10, 'tuples updated (all tables)', t.upd / f.n),
+        (11, 'of which HOT', t.hot / f.n),
+        (12, 'HOT ratio', t.hot / nullif(t.upd, 0)),
+        (13, 'tuples inserted (− the enqueue''s one per task)', (t.ins - f.n) / f.n),
+        (14, 'tuples deleted (− the harness''s cleanup)', (t.del - coalesce(d.rows, 0)) / f.n),
+        (90, 'whole run: WAL bytes, all statements / Δ LSN', s.wal_all / f.lsn),
+        (91, 'whole run: wall seconds (enqueue + drain + setup)', f.sec)) AS x(ord, measure, value))
+SELECT '| per task of the drain | Leasehold | peer (graphile_worker rs) | ratio L/peer |' UNION ALL
+SELECT '|---|---:|---:|---:|' UNION ALL
+(SELECT format('| %s | %s | %s | %s |', l.measure, fmt(l.value), fmt(p.value),
+               coalesce(round(l.value / nullif(p.value, 0), 2)::text, '—'))
+ FROM m l JOIN m p USING (ord) WHERE l.tool = 'leasehold' AND p.tool = 'peer' ORDER BY ord);
+SQL
+cat <<'EOF'
+
+Rules. Statements, WAL, time and rows sum the top-level statements of the drain (nested ones,
+inside functions and triggers, are part of their caller's figures); the enqueue (Leasehold's
+bulk INSERT … unnest with its BEGIN/COMMIT, the peer's add_jobs and its ANALYZE after a bulk add)
+and the harness (migration checks, the peer bench's count(*) poll, Leasehold bench's final
+DELETE of its task type) are left out.
+Commits: every COMMIT, plus every call of a drain INSERT/UPDATE/DELETE (or WITH holding one)
+that wrote WAL outside BEGIN … COMMIT (autocommit). Leasehold runs its claim, completion and
+lease statements inside, its agent/leader/clean-up ones outside; the peer issues no BEGIN.
+pg_stat_statements sums calls, so a call or COMMIT that changed nothing (an empty claim) counts
+too: these are commit requests. XIDs count the transactions that did write (a commit record and
+a WAL flush each): Δ next xid, minus one per enqueue call and per harness statement that
+changed rows; autoanalyze may add a few.
+Execution time excludes the commit's WAL flush (it happens after the statement ends).
+Δ LSN also holds commit records, checkpoints and autovacuum, which no statement is charged with.
+EOF
+q postgres <<'SQL'
+SELECT format(E'\n%s tables (whole run, per task): %s', tool, string_agg(format('%s upd %s hot %s ins %s del %s',
+       name, fmt(upd / n), fmt(hot / n), fmt(ins / n), fmt(del / n)), '; ' ORDER BY name))
+FROM tbl JOIN (SELECT tool, value AS n FROM fact WHERE key = 'n') f USING (tool) GROUP BY tool ORDER BY tool;
+SQL
+for tool in leasehold peer; do
+    printf '\n### %s: top 8 drain statements by total time\n\n| statement | calls | µs/task | WAL B/task |\n|---|---:|---:|---:|\n' "$tool"
+    q postgres -v tool="$tool" <<'SQL'
+SELECT format('| `%s` | %s | %s | %s |', replace(left(query, 70), '|', '\|'), calls, fmt(ms * 1000 / n),
+              fmt(wal_bytes / n))
+FROM stmt JOIN (SELECT tool, value AS n FROM fact WHERE key = 'n') f USING (tool)
+WHERE tool = :'tool' AND phase = 'drain' AND toplevel ORDER BY ms DESC LIMIT 8;
+SQL
+done
+[[ -z ${COST_DUMP:-} ]] || q postgres -c "\\copy (SELECT * FROM stmt ORDER BY tool, phase, ms DESC) TO '$COST_DUMP' CSV HEADER"
