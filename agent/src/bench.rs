@@ -1,51 +1,96 @@
-//! `leasehold-agent bench`: throughput and pickup latency of the real runtime on a real
-//! database.
+//! `leasehold-agent bench`: throughput, cost per task and pickup latency of the real runtime
+//! on a real database.
 //!
 //! Phases, on tasks of a task type unique to this run (deleted at the end, so the bench can
 //! share a database with real work without touching it):
+//! 0. **backlog** (untimed, with `--backlog N`) — `N` more tasks of the same type, so the drain
+//!    runs on a queue of `tasks + N`;
 //! 1. **enqueue** — `tasks` no-op tasks in bulk statements of 10,000 → `enqueue_per_s`;
 //! 2. **drain** — `agents` full agent runtimes (each with its own pool, heartbeat, completer and
 //!    LISTEN connection, default settings unless `--concurrency`/`--batch` are given) run them
-//!    with a no-op handler → `processed_per_s`, from the agents' start until the last
-//!    completion committed;
-//! 3. **pickup** — the same agents, now idle; one task enqueued at a time; the latency is the
-//!    task's `started_at − available_at` in database time → `pickup_p50_ms`, `pickup_p99_ms`.
+//!    with a no-op handler → `processed_per_s` (`tasks` / `drain_seconds`), from the agents'
+//!    start until the `tasks`-th completion committed (by the agents' own counters). The agents
+//!    are then stopped and, with a backlog, what is left of it deleted (untimed);
+//! 3. **pickup** — fresh agents (warmed up by running 200 tasks, unsampled), idle on an empty
+//!    queue; one task enqueued at a time; the latency is the task's `started_at − available_at`
+//!    in database time → `pickup_p50_ms`, `pickup_p99_ms`.
+//!
+//! **Cost per task of the drain** (PostgreSQL only; `None`/null on SQLite), from the server's
+//! counters ([`ServerCounters`]) read before the drain (after the enqueue and backlog, once the
+//! connections that wrote them are closed: a backend flushes its statistics as it exits) and
+//! after it:
+//! - `wal_bytes_per_task`, `xids_per_task`, `statements_per_task`: read right after the
+//!   `tasks`-th completion committed, divided by the completions counted then. WAL and
+//!   transaction ids are **server-wide** (other databases, autovacuum and checkpoints' full-page
+//!   images count too: run on a quiet server); statements are this database's, from
+//!   `pg_stat_statements` (null when that view is absent or its library not loaded);
+//! - `commits_per_task`: this database's `xact_commit`, which backends publish at most once a
+//!   second while busy and up to 10 s late when idle, so it is read only once every connection
+//!   of the drain's agents is gone (each flushed on exit), divided by all the completions of
+//!   those agents. It therefore also counts their start and stop (registration, LISTEN, the
+//!   last heartbeats, marking themselves stopped: a few commits per agent, negligible at the
+//!   default 100,000 tasks) and, with a backlog, the tasks they finished while stopping, and
+//!   the bench's own reads of the counters (±2).
+//!
+//! None of this is inside the timed drain: the clock stops before the first reading.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use async_trait::async_trait;
+use leasehold_shared::store::postgres::{PgStore, PgStoreOptions, ServerCounters};
 use leasehold_shared::store::{AnyStore, NewTask};
 use leasehold_shared::{Store, TaskType};
 use serde::Serialize;
 
 use crate::handler::{Handler, HandlerError, HandlerRegistry, Outcome, TaskContext};
-use crate::runtime::{AgentBuilder, AgentControl, RuntimeSettings, Shutdown};
+use crate::runtime::{Agent, AgentBuilder, AgentControl, RunSummary, RuntimeSettings, Shutdown};
 
 /// Agents the bench runs unless told otherwise.
 pub const DEFAULT_AGENTS: u32 = 1;
+/// The largest `--backlog`.
+pub const MAX_BACKLOG: u64 = 100_000_000;
+
+/// Tasks per bulk enqueue statement.
+const CHUNK: u64 = 10_000;
+/// Tasks the pickup agents run (unsampled) before the first sample.
+const WARM_UP: u64 = 200;
+/// A large backlog reports its progress every this many tasks.
+const PROGRESS_EVERY: u64 = 1_000_000;
 
 /// Bench settings (the `bench` subcommand's flags).
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
     pub database_url: String,
     pub tasks: u64,
+    /// Tasks queued (untimed) before the timed phases, besides `tasks`.
+    pub backlog: u64,
     pub agents: u32,
     pub concurrency: Option<u32>,
     pub batch: Option<u32>,
     pub latency_samples: u32,
 }
 
-/// What the bench prints.
+/// What the bench prints. The `…_per_task` figures are the drain's (see the module's doc);
+/// `None` (null) on SQLite.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     pub tasks: u64,
+    pub backlog: u64,
     pub agents: u32,
     pub concurrency: u32,
     pub batch: u32,
     pub enqueue_per_s: f64,
     pub processed_per_s: f64,
     pub drain_seconds: f64,
+    /// WAL bytes written per task, server-wide.
+    pub wal_bytes_per_task: Option<f64>,
+    /// Transaction ids taken per task, server-wide.
+    pub xids_per_task: Option<f64>,
+    /// Transactions committed in this database per task.
+    pub commits_per_task: Option<f64>,
+    /// Statements run in this database per task (needs `pg_stat_statements`).
+    pub statements_per_task: Option<f64>,
     pub pickup_p50_ms: f64,
     pub pickup_p99_ms: f64,
     pub pickup_samples: u32,
@@ -66,53 +111,211 @@ impl Handler for Noop {
     }
 }
 
+/// `application_name`s of the bench's connections (PostgreSQL), so it can tell when they are
+/// gone: its loader's, its own, and (a LIKE pattern) its agents'.
+struct Names {
+    loader: String,
+    main: String,
+    agents: String,
+}
+
+impl Names {
+    fn new() -> Self {
+        let pid = std::process::id();
+        Self {
+            loader: format!("leasehold-bench {pid} load"),
+            main: format!("leasehold-bench {pid}"),
+            // The agents name their connections `leasehold-agent <name>[ heartbeat]`.
+            agents: format!("leasehold-agent bench-{pid}-%"),
+        }
+    }
+}
+
 /// Runs the bench and returns its report.
 pub async fn run(config: &BenchConfig) -> Result<BenchReport> {
     anyhow::ensure!(config.tasks > 0, "--tasks must be above 0");
     anyhow::ensure!(
+        config.backlog <= MAX_BACKLOG,
+        "--backlog must be within 0..={MAX_BACKLOG}"
+    );
+    anyhow::ensure!(
         (1..=64).contains(&config.agents),
         "--agents must be within 1..=64"
     );
-    let any = AnyStore::connect(&config.database_url, 4)
+    let names = Names::new();
+    // The enqueues run on a pool of their own, closed before the drain so that its backends'
+    // statistics are in before the first reading.
+    let loader = connect(&config.database_url, &names.loader)
         .await
         .context("connecting to the database")?;
-    any.migrate().await.context("applying migrations")?;
-    let store = any.store();
+    loader.migrate().await.context("applying migrations")?;
+    let main = connect(&config.database_url, &names.main)
+        .await
+        .context("connecting to the database")?;
     // Unique to this run, and short: the name is stored in every row and leased-index entry.
     let task_type = TaskType::new(format!("bench.{:012x}", fastrand::u64(..) >> 16))?;
-    let result = run_phases(config, store.as_ref(), &task_type).await;
-    let cleanup = any
+    let result = run_phases(config, &names, &loader, &main, &task_type).await;
+    loader.close().await;
+    let cleanup = main
         .delete_tasks_of_type(&task_type)
         .await
         .context("deleting bench tasks");
-    any.close().await;
+    main.close().await;
     let report = result?;
     cleanup?;
     Ok(report)
 }
 
+/// A pool of 4 named `application_name` on PostgreSQL.
+async fn connect(url: &str, application_name: &str) -> Result<AnyStore> {
+    if leasehold_shared::store::is_sqlite_url(url) {
+        return Ok(AnyStore::connect(url, 4).await?);
+    }
+    let options = PgStoreOptions {
+        max_connections: 4,
+        application_name: application_name.to_string(),
+        ..PgStoreOptions::default()
+    };
+    Ok(AnyStore::Postgres(PgStore::connect(url, options).await?))
+}
+
+/// Enqueues `n` tasks in bulk statements; `backlog` reports progress on stderr.
+async fn enqueue(store: &dyn Store, task_type: &TaskType, n: u64, backlog: bool) -> Result<()> {
+    let what = if backlog { "backlog" } else { "enqueue" };
+    let mut done = 0;
+    while done < n {
+        let chunk = (n - done).min(CHUNK);
+        store
+            .task_enqueue_many(
+                (0..chunk)
+                    .map(|_| NewTask::new(task_type.clone(), serde_json::json!({})))
+                    .collect(),
+            )
+            .await
+            .with_context(|| format!("bulk enqueue ({what})"))?;
+        done += chunk;
+        if backlog && done % PROGRESS_EVERY == 0 {
+            eprintln!("backlog: {done} of {n} tasks enqueued");
+        }
+    }
+    Ok(())
+}
+
+/// The server's counters once no connection named like `pattern` is left (each flushed its
+/// statistics as it exited); `None` on SQLite.
+async fn counters_when_gone(store: &AnyStore, pattern: &str) -> Result<Option<ServerCounters>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let Some(counters) = store
+            .server_counters(pattern)
+            .await
+            .context("reading the server's counters")?
+        else {
+            return Ok(None);
+        };
+        if counters.backends == 0 {
+            return Ok(Some(counters));
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{} connection(s) named like '{pattern}' still open 10 s after they were closed",
+            counters.backends
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Running bench agents.
+struct Fleet {
+    controls: Vec<AgentControl>,
+    running: tokio::task::JoinSet<crate::error::Result<RunSummary>>,
+    shutdown: Shutdown,
+}
+
+impl Fleet {
+    /// Connects `config.agents` agents (not yet running).
+    async fn connect(
+        config: &BenchConfig,
+        settings: &RuntimeSettings,
+        task_type: &TaskType,
+    ) -> Result<Vec<Agent>> {
+        let mut agents = Vec::new();
+        for n in 0..config.agents {
+            let mut handlers = HandlerRegistry::new();
+            handlers.register(task_type.clone(), Noop);
+            let agent = AgentBuilder::new(
+                RuntimeSettings {
+                    name: format!("bench-{}-{n}", std::process::id()),
+                    ..settings.clone()
+                },
+                handlers,
+            )
+            .connect(&config.database_url)
+            .await
+            .with_context(|| format!("starting bench agent {n}"))?;
+            agents.push(agent);
+        }
+        Ok(agents)
+    }
+
+    fn run(agents: Vec<Agent>) -> Self {
+        let controls = agents.iter().map(|a| a.control()).collect();
+        let shutdown = Shutdown::default();
+        let mut running = tokio::task::JoinSet::new();
+        for agent in agents {
+            running.spawn(agent.run(shutdown.clone()));
+        }
+        Self {
+            controls,
+            running,
+            shutdown,
+        }
+    }
+
+    /// Tasks the agents completed with success so far (their own counters: the bench adds no
+    /// work per task to the runtime it measures).
+    fn succeeded(&self) -> u64 {
+        self.controls.iter().map(|c| c.summary().succeeded).sum()
+    }
+
+    /// Fails when an agent stopped (none should before it is told to).
+    fn check(&mut self) -> Result<()> {
+        if let Some(ended) = self.running.try_join_next() {
+            ended.context("bench agent panicked")??;
+            anyhow::bail!("a bench agent stopped before it was told to");
+        }
+        Ok(())
+    }
+
+    /// Stops the agents gracefully; returns the tasks they completed with success.
+    async fn stop(mut self) -> Result<u64> {
+        self.shutdown.graceful.cancel();
+        while let Some(ended) = self.running.join_next().await {
+            ended.context("bench agent panicked")??;
+        }
+        Ok(self.succeeded())
+    }
+}
+
 async fn run_phases(
     config: &BenchConfig,
-    store: &dyn Store,
+    names: &Names,
+    loader: &AnyStore,
+    main: &AnyStore,
     task_type: &TaskType,
 ) -> Result<BenchReport> {
-    let new_task = || NewTask::new(task_type.clone(), serde_json::json!({}));
+    // 0. Backlog, untimed.
+    let loading = loader.store();
+    enqueue(loading.as_ref(), task_type, config.backlog, true).await?;
     // 1. Enqueue.
-    const CHUNK: u64 = 10_000;
     let started = Instant::now();
-    let mut left = config.tasks;
-    while left > 0 {
-        let n = left.min(CHUNK);
-        store
-            .task_enqueue_many((0..n).map(|_| new_task()).collect())
-            .await
-            .context("bulk enqueue")?;
-        left -= n;
-    }
+    enqueue(loading.as_ref(), task_type, config.tasks, false).await?;
     let enqueue_per_s = config.tasks as f64 / started.elapsed().as_secs_f64();
+    drop(loading);
+    loader.close().await;
+    let before = counters_when_gone(main, &names.loader).await?;
 
-    // 2. Drain with real agents. Progress is read from the agents' own counters: no listener,
-    // so the bench adds no work per task to the runtime it measures.
+    // 2. Drain with real agents, until `tasks` completions committed.
     let mut settings = RuntimeSettings {
         unserved_after: None,
         ..RuntimeSettings::default()
@@ -123,57 +326,68 @@ async fn run_phases(
     if let Some(b) = config.batch {
         settings.claim_batch = b;
     }
-    let mut agents = Vec::new();
-    for n in 0..config.agents {
-        let mut handlers = HandlerRegistry::new();
-        handlers.register(task_type.clone(), Noop);
-        let agent = AgentBuilder::new(
-            RuntimeSettings {
-                name: format!("bench-{}-{n}", std::process::id()),
-                ..settings.clone()
-            },
-            handlers,
-        )
-        .connect(store_url(config))
-        .await
-        .with_context(|| format!("starting bench agent {n}"))?;
-        agents.push(agent);
-    }
-    let controls: Vec<AgentControl> = agents.iter().map(|a| a.control()).collect();
-    let succeeded = || controls.iter().map(|c| c.summary().succeeded).sum::<u64>();
-    let shutdown = Shutdown::default();
+    let agents = Fleet::connect(config, &settings, task_type).await?;
     let started = Instant::now();
-    let mut running = tokio::task::JoinSet::new();
-    for agent in agents {
-        running.spawn(agent.run(shutdown.clone()));
-    }
-    while succeeded() < config.tasks {
+    let mut fleet = Fleet::run(agents);
+    while fleet.succeeded() < config.tasks {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        if let Some(ended) = running.try_join_next() {
-            ended.context("bench agent panicked")??;
-            anyhow::bail!("a bench agent stopped before the drain finished");
-        }
+        fleet.check()?;
     }
     let drain_seconds = started.elapsed().as_secs_f64();
     let processed_per_s = config.tasks as f64 / drain_seconds;
+    let after = main
+        .server_counters(&names.agents)
+        .await
+        .context("reading the server's counters")?;
+    let counted = fleet.succeeded();
+    let completed = fleet.stop().await?;
+    let stopped = match before {
+        Some(_) => counters_when_gone(main, &names.agents).await?,
+        None => None,
+    };
+    if config.backlog > 0 {
+        main.delete_tasks_of_type(task_type)
+            .await
+            .context("deleting the rest of the backlog")?;
+    }
+    let per_task =
+        |field: fn(&ServerCounters) -> Option<i64>, to: Option<ServerCounters>, tasks: u64| {
+            let (before, to) = (field(&before?)?, field(&to?)?);
+            Some((to - before) as f64 / tasks as f64)
+        };
 
     // 3. Idle pickup: one task at a time, each finished before the next is enqueued; the
     // latency comes from the task row (database time), so how often we look does not matter.
+    let store = main.store();
+    let mut fleet = Fleet::run(Fleet::connect(config, &settings, task_type).await?);
+    // Fresh agents miss some wake-ups until they have run a little (at --concurrency 10, one
+    // pickup in ~100 waited for a poll): run a batch through them first, unsampled.
+    enqueue(store.as_ref(), task_type, WARM_UP, false).await?;
+    let waited = Instant::now();
+    while fleet.succeeded() < WARM_UP {
+        anyhow::ensure!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the pickup agents did not run {WARM_UP} tasks within 30 s"
+        );
+        fleet.check()?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let mut latencies = Vec::with_capacity(config.latency_samples as usize);
     for _ in 0..config.latency_samples {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let before = succeeded();
+        let before = fleet.succeeded();
         let id = store
-            .task_enqueue(new_task())
+            .task_enqueue(NewTask::new(task_type.clone(), serde_json::json!({})))
             .await
             .context("enqueue for pickup")?
             .id;
         let waited = Instant::now();
-        while succeeded() == before {
+        while fleet.succeeded() == before {
             anyhow::ensure!(
                 waited.elapsed() < Duration::from_secs(10),
                 "no agent ran the pickup task within 10 s"
             );
+            fleet.check()?;
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let detail = store
@@ -188,27 +402,25 @@ async fn run_phases(
         let waited_for = started_at - detail.task.available_at;
         latencies.push(waited_for.num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0);
     }
-    shutdown.graceful.cancel();
-    while let Some(ended) = running.join_next().await {
-        ended.context("bench agent panicked")??;
-    }
+    fleet.stop().await?;
     latencies.sort_by(f64::total_cmp);
     Ok(BenchReport {
         tasks: config.tasks,
+        backlog: config.backlog,
         agents: config.agents,
         concurrency: settings.concurrency,
         batch: settings.claim_batch,
         enqueue_per_s,
         processed_per_s,
         drain_seconds,
+        wal_bytes_per_task: per_task(|c| Some(c.wal_bytes), after, counted),
+        xids_per_task: per_task(|c| Some(c.next_xid), after, counted),
+        commits_per_task: per_task(|c| Some(c.commits), stopped, completed),
+        statements_per_task: per_task(|c| c.statements, after, counted),
         pickup_p50_ms: percentile(&latencies, 0.50),
         pickup_p99_ms: percentile(&latencies, 0.99),
         pickup_samples: config.latency_samples,
     })
-}
-
-fn store_url(config: &BenchConfig) -> &str {
-    &config.database_url
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -221,8 +433,12 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 /// Renders a report as text for people.
 pub fn render_text(report: &BenchReport) -> String {
-    format!(
-        "enqueue   {:>10.0} tasks/s  (bulk, {} tasks)\nprocessed {:>10.0} tasks/s  ({} agents, concurrency {}, claim batch {}; {:.2} s)\npickup    p50 {:.2} ms  p99 {:.2} ms  ({} samples, idle agents)\n",
+    let backlog = match report.backlog {
+        0 => String::new(),
+        n => format!("; backlog {n}"),
+    };
+    let mut text = format!(
+        "enqueue   {:>10.0} tasks/s  (bulk, {} tasks)\nprocessed {:>10.0} tasks/s  ({} agents, concurrency {}, claim batch {}; {:.2} s{backlog})\n",
         report.enqueue_per_s,
         report.tasks,
         report.processed_per_s,
@@ -230,10 +446,24 @@ pub fn render_text(report: &BenchReport) -> String {
         report.concurrency,
         report.batch,
         report.drain_seconds,
-        report.pickup_p50_ms,
-        report.pickup_p99_ms,
-        report.pickup_samples,
-    )
+    );
+    if let (Some(wal), Some(xids), Some(commits)) = (
+        report.wal_bytes_per_task,
+        report.xids_per_task,
+        report.commits_per_task,
+    ) {
+        let statements = report
+            .statements_per_task
+            .map_or("n/a".to_string(), |s| format!("{s:.2}"));
+        text.push_str(&format!(
+            "per task  {wal:.0} WAL bytes, {xids:.2} xids, {commits:.2} commits, {statements} statements  (drain; WAL and xids server-wide)\n"
+        ));
+    }
+    text.push_str(&format!(
+        "pickup    p50 {:.2} ms  p99 {:.2} ms  ({} samples, idle agents)\n",
+        report.pickup_p50_ms, report.pickup_p99_ms, report.pickup_samples,
+    ));
+    text
 }
 
 #[cfg(test)]
@@ -246,5 +476,48 @@ mod tests {
         assert_eq!(percentile(&v, 0.5), 51.0);
         assert_eq!(percentile(&v, 0.99), 99.0);
         assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    fn report() -> BenchReport {
+        BenchReport {
+            tasks: 1000,
+            backlog: 0,
+            agents: 1,
+            concurrency: 10,
+            batch: 64,
+            enqueue_per_s: 50_000.0,
+            processed_per_s: 4000.0,
+            drain_seconds: 0.25,
+            wal_bytes_per_task: None,
+            xids_per_task: None,
+            commits_per_task: None,
+            statements_per_task: None,
+            pickup_p50_ms: 1.0,
+            pickup_p99_ms: 2.0,
+            pickup_samples: 200,
+        }
+    }
+
+    #[test]
+    fn text_shows_costs_and_backlog_only_when_there_are_some() {
+        let text = render_text(&report());
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(
+            !text.contains("backlog") && !text.contains("per task"),
+            "{text}"
+        );
+        let text = render_text(&BenchReport {
+            backlog: 2000,
+            wal_bytes_per_task: Some(812.4),
+            xids_per_task: Some(1.25),
+            commits_per_task: Some(1.5),
+            ..report()
+        });
+        assert_eq!(text.lines().count(), 4, "{text}");
+        assert!(text.contains("0.25 s; backlog 2000)"), "{text}");
+        assert!(
+            text.contains("per task  812 WAL bytes, 1.25 xids, 1.50 commits, n/a statements"),
+            "{text}"
+        );
     }
 }

@@ -321,13 +321,19 @@ enum Command {
         #[command(flatten)]
         db: DatabaseArgs,
     },
-    /// Measure enqueue, drain throughput and idle pickup latency with the real runtime.
+    /// Measure enqueue, drain throughput, cost per task (PostgreSQL) and idle pickup latency
+    /// with the real runtime.
     Bench {
         #[command(flatten)]
         db: DatabaseArgs,
         /// Tasks to enqueue and drain.
         #[arg(long, default_value_t = 100_000)]
         tasks: u64,
+        /// Tasks queued besides (untimed, before the enqueue): the drain runs on a queue of
+        /// tasks + backlog and is timed until --tasks of them are done. At most 100,000,000.
+        #[arg(long, default_value_t = 0,
+              value_parser = clap::value_parser!(u64).range(0..=bench::MAX_BACKLOG))]
+        backlog: u64,
         /// Agents (each a full runtime with its own pool and heartbeat).
         #[arg(long, default_value_t = bench::DEFAULT_AGENTS)]
         agents: u32,
@@ -424,6 +430,7 @@ async fn dispatch(cli: Cli, matches: &ArgMatches, extend: Option<Extend>) -> Res
         Command::Bench {
             db,
             tasks,
+            backlog,
             agents,
             concurrency,
             batch,
@@ -439,6 +446,7 @@ async fn dispatch(cli: Cli, matches: &ArgMatches, extend: Option<Extend>) -> Res
             let config = BenchConfig {
                 database_url: db.url()?,
                 tasks,
+                backlog,
                 agents,
                 concurrency,
                 batch,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::driver::Driver;
-use super::postgres::{PgStore, PgStoreOptions};
+use super::postgres::{PgStore, PgStoreOptions, ServerCounters};
 #[cfg(feature = "sqlite")]
 use super::sqlite::{SqliteStore, SqliteStoreOptions};
 use super::{Result, Store, StoreError};
@@ -87,6 +87,20 @@ impl AnyStore {
             AnyStore::Postgres(s) => Driver::task_delete_of_type(s, task_type).await,
             #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(s) => Driver::task_delete_of_type(s, task_type).await,
+        }
+    }
+
+    /// The server's counters now, for a tool's cost figures (see [`ServerCounters`]; `backends`
+    /// counts the connections whose `application_name` is LIKE `application_name_like`): for
+    /// the bench. `None` on SQLite, which keeps no such counters.
+    pub async fn server_counters(
+        &self,
+        application_name_like: &str,
+    ) -> Result<Option<ServerCounters>> {
+        match self {
+            AnyStore::Postgres(s) => s.server_counters(application_name_like).await.map(Some),
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(_) => Ok(None),
         }
     }
 

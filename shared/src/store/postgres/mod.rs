@@ -142,6 +142,8 @@ pub(crate) mod sql {
             migrations_table_exists,
             migrations_count_applied,
             task_delete_of_type,
+            server_counters,
+            server_statement_calls,
         );
     }
     pub use names::*;
@@ -322,10 +324,70 @@ impl PgStore {
         self.pool.close().await;
     }
 
+    /// The server's counters now (see [`ServerCounters`]), counting the connections whose
+    /// `application_name` is LIKE `application_name_like`. Takes no transaction id.
+    pub async fn server_counters(&self, application_name_like: &str) -> Result<ServerCounters> {
+        const OP: &str = "server_counters";
+        let (wal_bytes, next_xid, commits, has_statements, backends): (i64, i64, i64, bool, i64) =
+            sqlx::query_as(sql::server_counters)
+                .bind(application_name_like)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(StoreError::db(OP))?;
+        let statements = if has_statements {
+            match sqlx::query_scalar(sql::server_statement_calls)
+                .fetch_one(&self.pool)
+                .await
+            {
+                Ok(calls) => Some(calls),
+                // The view exists but its library is not in shared_preload_libraries.
+                Err(sqlx::Error::Database(e))
+                    if e.code().as_deref() == Some(OBJECT_NOT_IN_PREREQUISITE_STATE) =>
+                {
+                    None
+                }
+                Err(e) => return Err(StoreError::db(OP)(e)),
+            }
+        } else {
+            None
+        };
+        Ok(ServerCounters {
+            wal_bytes,
+            next_xid,
+            commits,
+            statements,
+            backends,
+        })
+    }
+
     /// This database's wake-up: LISTEN on [`NOTIFY_CHANNEL`], on connections of its own.
     pub fn wake_source(&self) -> super::wake::WakeSource {
         super::wake::WakeSource::postgres(self.pool.clone())
     }
+}
+
+/// SQLSTATE `object_not_in_prerequisite_state`: what pg_stat_statements answers when its library
+/// was not preloaded.
+const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+
+/// The server's counters at one moment ([`PgStore::server_counters`]), for the cost per task of
+/// `leasehold-agent bench`: the difference of two readings is the cost of what ran between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerCounters {
+    /// WAL position in bytes (`pg_current_wal_lsn()`): server-wide, every database's writes.
+    pub wal_bytes: i64,
+    /// The next transaction id (`pg_snapshot_xmax(pg_current_snapshot())`, read without taking
+    /// one): server-wide.
+    pub next_xid: i64,
+    /// Transactions committed in this database (`pg_stat_database.xact_commit`), as far as the
+    /// backends have flushed their statistics: a busy backend at most once a second, an idle one
+    /// within 10 s, and every backend as it exits.
+    pub commits: i64,
+    /// Statements run in this database (the sum of `pg_stat_statements.calls`), when that view
+    /// exists here and its library is loaded; `None` otherwise.
+    pub statements: Option<i64>,
+    /// Connected backends whose `application_name` matched the pattern asked for.
+    pub backends: i64,
 }
 
 /// Parses a PostgreSQL URL, refusing other schemes with a clear message.
