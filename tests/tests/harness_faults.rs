@@ -299,8 +299,9 @@ async fn private_cluster_restarts_and_recovers_from_a_crash() {
     assert!(!dir.exists());
 }
 
-/// Marks every ledger task succeeded at epoch 1 by `agent`, as the store would have, with its
-/// attempt row and one logged execution.
+/// Marks every ledger task succeeded at epoch 1 by `agent`, with an attempt row (as the store
+/// wrote it before a task's final attempt moved into its own row; the `task_attempts` view reads
+/// both) and one logged execution.
 async fn succeed_all(pool: &PgPool, agent: &str) {
     sqlx::query(
         "UPDATE tasks SET status = 'succeeded', attempt = 1, lease_owner = $1, lease_epoch = 1, \
@@ -312,7 +313,7 @@ async fn succeed_all(pool: &PgPool, agent: &str) {
     .await
     .unwrap();
     sqlx::query(
-        "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
+        "INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
          SELECT task_id, 1, 1, $1, now() - interval '2 seconds', now(), 'succeeded' FROM test_ledger",
     )
     .bind(agent)
@@ -409,10 +410,10 @@ async fn ledger_checker_accepts_a_clean_run_and_catches_violations() {
     let t = second[0];
     let l = 1501;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DELETE FROM task_attempts WHERE task_id = {t};
+        "DELETE FROM task_attempt_rows WHERE task_id = {t};
          DELETE FROM test_executions WHERE task_id = {t};
          UPDATE tasks SET lease_epoch = 3, lease_owner = 'agent-a#1', attempt = 2 WHERE id = {t};
-         INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, outcome)
+         INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, finished_at, outcome)
          VALUES ({t}, 1, 1, 'agent-b#1', now() - interval '60 s', now() - interval '30 s', 'lease_expired'),
                 ({t}, 3, 2, 'agent-a#1', now() - interval '20 s', now() - interval '10 s', 'succeeded');
          INSERT INTO test_executions (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome)
@@ -431,10 +432,10 @@ async fn ledger_checker_accepts_a_clean_run_and_catches_violations() {
     let d = second[1];
     let dl = 1502;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DELETE FROM task_attempts WHERE task_id = {d};
+        "DELETE FROM task_attempt_rows WHERE task_id = {d};
          DELETE FROM test_executions WHERE task_id = {d};
          UPDATE tasks SET status = 'dead', lease_epoch = 2, attempt = 2 WHERE id = {d};
-         INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, outcome)
+         INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, finished_at, outcome)
          VALUES ({d}, 1, 1, 'agent-a#1', now() - interval '9 s', now() - interval '8 s', 'failed'),
                 ({d}, 2, 2, 'agent-a#1', now() - interval '7 s', now() - interval '6 s', 'failed');
          INSERT INTO test_executions (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome)
@@ -461,11 +462,11 @@ async fn ledger_checker_accepts_a_clean_run_and_catches_violations() {
     expect_caught(
         pool,
         &format!(
-            "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
+            "INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
              VALUES ({s}, 0, 1, 'agent-z#1', now() - interval '1 h', now() - interval '59 min', 'succeeded')"
         ),
         &format!("task {s} has 2 accepted completions"),
-        &format!("DELETE FROM task_attempts WHERE task_id = {s} AND epoch = 0"),
+        &format!("DELETE FROM task_attempt_rows WHERE task_id = {s} AND epoch = 0"),
     )
     .await;
     expect_caught(
@@ -491,9 +492,9 @@ async fn ledger_checker_accepts_a_clean_run_and_catches_violations() {
     .await;
     expect_caught(
         pool,
-        &format!("UPDATE task_attempts SET outcome = 'released' WHERE task_id = {s}"),
+        &format!("UPDATE task_attempt_rows SET outcome = 'released' WHERE task_id = {s}"),
         &format!("task {s} is succeeded but has no accepted attempt row"),
-        &format!("UPDATE task_attempts SET outcome = 'succeeded' WHERE task_id = {s}"),
+        &format!("UPDATE task_attempt_rows SET outcome = 'succeeded' WHERE task_id = {s}"),
     )
     .await;
     expect_caught(
@@ -511,7 +512,7 @@ async fn ledger_checker_accepts_a_clean_run_and_catches_violations() {
         &format!(
             "INSERT INTO tasks (id, task_type, payload, status, attempt, lease_owner, lease_epoch, started_at, finished_at) \
              VALUES ({s}, 'ledger.test', '{{\"ledger_id\": 1503}}', 'succeeded', 1, 'agent-a#1', 1, now() - interval '2 s', now()); \
-             INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
+             INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
              VALUES ({s}, 1, 1, 'agent-a#1', now() - interval '2 s', now(), 'succeeded')"
         ),
     )
@@ -542,22 +543,22 @@ async fn ledger_checker_accepts_a_clean_run_and_catches_violations() {
     expect_caught(
         pool,
         &format!(
-            "UPDATE task_attempts SET finished_at = now() - interval '15 s' WHERE task_id = {t} AND epoch = 1"
+            "UPDATE task_attempt_rows SET finished_at = now() - interval '15 s' WHERE task_id = {t} AND epoch = 1"
         ),
         &format!("task {t}: attempt at epoch 1 (agent-b#1, lease_expired) ended at"),
         &format!(
-            "UPDATE task_attempts SET finished_at = now() - interval '30 s' WHERE task_id = {t} AND epoch = 1"
+            "UPDATE task_attempt_rows SET finished_at = now() - interval '30 s' WHERE task_id = {t} AND epoch = 1"
         ),
     )
     .await;
     expect_caught(
         pool,
         &format!(
-            "INSERT INTO task_attempts (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
+            "INSERT INTO task_attempt_rows (task_id, epoch, attempt, agent, started_at, finished_at, outcome) \
              VALUES ({t}, 4, 3, 'agent-c#1', now(), now(), 'released')"
         ),
         "is outside the epochs 1..3 the task reached",
-        &format!("DELETE FROM task_attempts WHERE task_id = {t} AND epoch = 4"),
+        &format!("DELETE FROM task_attempt_rows WHERE task_id = {t} AND epoch = 4"),
     )
     .await;
     // An execution no attempt explains (epoch 2 was the recovery's fencing bump, never held).
