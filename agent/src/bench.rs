@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use async_trait::async_trait;
-use leasehold_shared::store::postgres::{PgStore, PgStoreOptions, ServerCounters};
+use leasehold_shared::store::postgres::ServerCounters;
 use leasehold_shared::store::{AnyStore, NewTask};
 use leasehold_shared::{Store, TaskType};
 use serde::Serialize;
@@ -145,11 +145,11 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport> {
     let names = Names::new();
     // The enqueues run on a pool of their own, closed before the drain so that its backends'
     // statistics are in before the first reading.
-    let loader = connect(&config.database_url, &names.loader)
+    let loader = AnyStore::connect_named(&config.database_url, 4, &names.loader)
         .await
         .context("connecting to the database")?;
     loader.migrate().await.context("applying migrations")?;
-    let main = connect(&config.database_url, &names.main)
+    let main = AnyStore::connect_named(&config.database_url, 4, &names.main)
         .await
         .context("connecting to the database")?;
     // Unique to this run, and short: the name is stored in every row and leased-index entry.
@@ -164,19 +164,6 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport> {
     let report = result?;
     cleanup?;
     Ok(report)
-}
-
-/// A pool of 4 named `application_name` on PostgreSQL.
-async fn connect(url: &str, application_name: &str) -> Result<AnyStore> {
-    if leasehold_shared::store::is_sqlite_url(url) {
-        return Ok(AnyStore::connect(url, 4).await?);
-    }
-    let options = PgStoreOptions {
-        max_connections: 4,
-        application_name: application_name.to_string(),
-        ..PgStoreOptions::default()
-    };
-    Ok(AnyStore::Postgres(PgStore::connect(url, options).await?))
 }
 
 /// Enqueues `n` tasks in bulk statements; `backlog` reports progress on stderr.
@@ -278,6 +265,29 @@ impl Fleet {
         self.controls.iter().map(|c| c.summary().succeeded).sum()
     }
 
+    /// Waits, looking every `step`, until the agents completed at least `tasks` with success;
+    /// fails when an agent stops meanwhile or `within` passes first.
+    async fn wait_succeeded(
+        &mut self,
+        tasks: u64,
+        within: Option<Duration>,
+        step: Duration,
+    ) -> Result<()> {
+        let waited = Instant::now();
+        while self.succeeded() < tasks {
+            if let Some(within) = within {
+                anyhow::ensure!(
+                    waited.elapsed() < within,
+                    "the agents completed {} of {tasks} tasks within {within:?}",
+                    self.succeeded()
+                );
+            }
+            self.check()?;
+            tokio::time::sleep(step).await;
+        }
+        Ok(())
+    }
+
     /// Fails when an agent stopped (none should before it is told to).
     fn check(&mut self) -> Result<()> {
         if let Some(ended) = self.running.try_join_next() {
@@ -329,10 +339,9 @@ async fn run_phases(
     let agents = Fleet::connect(config, &settings, task_type).await?;
     let started = Instant::now();
     let mut fleet = Fleet::run(agents);
-    while fleet.succeeded() < config.tasks {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        fleet.check()?;
-    }
+    fleet
+        .wait_succeeded(config.tasks, None, Duration::from_millis(5))
+        .await?;
     let drain_seconds = started.elapsed().as_secs_f64();
     let processed_per_s = config.tasks as f64 / drain_seconds;
     let after = main
@@ -363,15 +372,14 @@ async fn run_phases(
     // Fresh agents miss some wake-ups until they have run a little (at --concurrency 10, one
     // pickup in ~100 waited for a poll): run a batch through them first, unsampled.
     enqueue(store.as_ref(), task_type, WARM_UP, false).await?;
-    let waited = Instant::now();
-    while fleet.succeeded() < WARM_UP {
-        anyhow::ensure!(
-            waited.elapsed() < Duration::from_secs(30),
-            "the pickup agents did not run {WARM_UP} tasks within 30 s"
-        );
-        fleet.check()?;
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    fleet
+        .wait_succeeded(
+            WARM_UP,
+            Some(Duration::from_secs(30)),
+            Duration::from_millis(5),
+        )
+        .await
+        .context("warming up the pickup agents")?;
     let mut latencies = Vec::with_capacity(config.latency_samples as usize);
     for _ in 0..config.latency_samples {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -381,15 +389,14 @@ async fn run_phases(
             .await
             .context("enqueue for pickup")?
             .id;
-        let waited = Instant::now();
-        while fleet.succeeded() == before {
-            anyhow::ensure!(
-                waited.elapsed() < Duration::from_secs(10),
-                "no agent ran the pickup task within 10 s"
-            );
-            fleet.check()?;
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        fleet
+            .wait_succeeded(
+                before + 1,
+                Some(Duration::from_secs(10)),
+                Duration::from_millis(1),
+            )
+            .await
+            .context("waiting for the pickup task")?;
         let detail = store
             .task_get(id)
             .await

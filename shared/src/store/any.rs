@@ -23,6 +23,21 @@ impl AnyStore {
     /// Connects to `url` with a pool of `max_connections` (a SQLite file is created when
     /// missing; neither is migrated here).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        Self::connect_named(
+            url,
+            max_connections,
+            &PgStoreOptions::default().application_name,
+        )
+        .await
+    }
+
+    /// [`AnyStore::connect`], with PostgreSQL connections showing `application_name` in
+    /// `pg_stat_activity` (SQLite has no such name).
+    pub async fn connect_named(
+        url: &str,
+        max_connections: u32,
+        application_name: &str,
+    ) -> Result<Self> {
         if super::is_sqlite_url(url) {
             #[cfg(not(feature = "sqlite"))]
             return Err(StoreError::unsupported_url(url));
@@ -43,6 +58,7 @@ impl AnyStore {
                 url,
                 PgStoreOptions {
                     max_connections,
+                    application_name: application_name.to_string(),
                     ..PgStoreOptions::default()
                 },
             )
