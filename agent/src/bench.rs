@@ -11,9 +11,9 @@
 //!    with a no-op handler → `processed_per_s` (`tasks` / `drain_seconds`), from the agents'
 //!    start until the `tasks`-th completion committed (by the agents' own counters). The agents
 //!    are then stopped and, with a backlog, what is left of it deleted (untimed);
-//! 3. **pickup** — fresh agents (warmed up by running 200 tasks, unsampled), idle on an empty
-//!    queue; one task enqueued at a time; the latency is the task's `started_at − available_at`
-//!    in database time → `pickup_p50_ms`, `pickup_p99_ms`.
+//! 3. **pickup** — fresh agents, idle on an empty queue; one task enqueued at a time; the
+//!    latency is the task's `started_at − available_at` in database time → `pickup_p50_ms`,
+//!    `pickup_p99_ms`.
 //!
 //! **Cost per task of the drain** (PostgreSQL only; `None`/null on SQLite), from the server's
 //! counters ([`ServerCounters`]) read before the drain (after the enqueue and backlog, once the
@@ -53,8 +53,6 @@ pub const MAX_BACKLOG: u64 = 100_000_000;
 
 /// Tasks per bulk enqueue statement.
 const CHUNK: u64 = 10_000;
-/// Tasks the pickup agents run (unsampled) before the first sample.
-const WARM_UP: u64 = 200;
 /// A large backlog reports its progress every this many tasks.
 const PROGRESS_EVERY: u64 = 1_000_000;
 
@@ -369,17 +367,6 @@ async fn run_phases(
     // latency comes from the task row (database time), so how often we look does not matter.
     let store = main.store();
     let mut fleet = Fleet::run(Fleet::connect(config, &settings, task_type).await?);
-    // Fresh agents miss some wake-ups until they have run a little (at --concurrency 10, one
-    // pickup in ~100 waited for a poll): run a batch through them first, unsampled.
-    enqueue(store.as_ref(), task_type, WARM_UP, false).await?;
-    fleet
-        .wait_succeeded(
-            WARM_UP,
-            Some(Duration::from_secs(30)),
-            Duration::from_millis(5),
-        )
-        .await
-        .context("warming up the pickup agents")?;
     let mut latencies = Vec::with_capacity(config.latency_samples as usize);
     for _ in 0..config.latency_samples {
         tokio::time::sleep(Duration::from_millis(5)).await;

@@ -221,6 +221,7 @@ impl AgentBuilder {
             metrics: Arc::new(Metrics::new()),
             policies: PolicyCache::default(),
             wake: tokio::sync::Notify::new(),
+            wakes: std::sync::atomic::AtomicU64::new(0),
             finished: tx,
             stats: Stats::default(),
             draining: std::sync::atomic::AtomicBool::new(false),

@@ -103,6 +103,7 @@ impl Claimer {
             let want = u32::try_from(reserved).unwrap_or(u32::MAX);
             // On tokio's clock: the same as the monotonic clock unless a test paused time.
             let claimed_at = now();
+            let wakes_before = core.wakes.load(std::sync::atomic::Ordering::SeqCst);
             // Not raced against `stop`: a claim dropped after its commit would leave rows this
             // agent owns but never runs. It is bounded by claim_timeout.
             let claimed =
@@ -165,6 +166,11 @@ impl Claimer {
             core.update_active();
             if n as u32 >= want {
                 continue; // a full batch: more is probably waiting
+            }
+            if core.wakes.load(std::sync::atomic::Ordering::SeqCst) != wakes_before {
+                // Woken while claiming: the claim may have looked before the task arrived, and
+                // the wake-up may have gone to a worker with no slot to claim with.
+                continue;
             }
             if let Some(check) = &self.idle_check
                 && core.book.len() == 0

@@ -195,6 +195,10 @@ pub(crate) struct Core {
     pub(crate) policies: PolicyCache,
     /// Wakes the claimer: a NOTIFY arrived, a slot freed, the listener reconnected.
     pub(crate) wake: Notify,
+    /// How many wake-ups there were: a claim worker whose claim came back short looks again at
+    /// once when this moved while it claimed (the wake-up may have been taken by a worker that
+    /// had no slot to claim with).
+    pub(crate) wakes: AtomicU64,
     pub(crate) finished: mpsc::UnboundedSender<Finished>,
     pub(crate) stats: Stats,
     pub(crate) draining: AtomicBool,
@@ -219,6 +223,7 @@ impl Core {
 
     /// Wakes every claim worker (and leaves a permit for one that is not waiting yet).
     pub(crate) fn wake_claimers(&self) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
         self.wake.notify_waiters();
         self.wake.notify_one();
     }

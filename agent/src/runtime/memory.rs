@@ -45,6 +45,9 @@ pub(crate) enum Cue {
     Fail,
     /// Never answers (a half-open connection).
     Hang,
+    /// Answers as of the call, the reply arriving this much later (a slow round trip); honoured
+    /// by `task_claim`: a claim that saw the queue before a task arrived.
+    SlowReply(Duration),
 }
 
 /// One call the queue received.
@@ -213,7 +216,8 @@ impl MemoryQueue {
     }
 
     /// Logs the call and plays its cue, if any.
-    async fn enter(&self, op: &'static str, size: usize) -> Result<(), StoreError> {
+    /// Logs the call and plays its cue; returns how long the reply is held back.
+    async fn enter(&self, op: &'static str, size: usize) -> Result<Duration, StoreError> {
         let cue = {
             let mut state = self.lock();
             let at = Instant::now() - self.start;
@@ -221,9 +225,10 @@ impl MemoryQueue {
             state.cues.get_mut(op).and_then(VecDeque::pop_front)
         };
         match cue {
-            None => Ok(()),
+            None => Ok(Duration::ZERO),
             Some(Cue::Fail) => Err(StoreError::timed_out(op)),
             Some(Cue::Hang) => std::future::pending().await,
+            Some(Cue::SlowReply(after)) => Ok(after),
         }
     }
 
@@ -279,7 +284,15 @@ impl ClaimQueue for MemoryQueue {
     /// Takes up to `batch` waiting tasks of the asked types, oldest first: a new attempt under
     /// a new epoch, leased for the TTL. Retry waits are due at once here.
     async fn task_claim(&self, params: ClaimParams) -> Result<ClaimBatch, StoreError> {
-        self.enter("task_claim", params.batch as usize).await?;
+        let reply_after = self.enter("task_claim", params.batch as usize).await?;
+        let batch = self.claim_now(&params);
+        tokio::time::sleep(reply_after).await;
+        Ok(batch)
+    }
+}
+
+impl MemoryQueue {
+    fn claim_now(&self, params: &ClaimParams) -> ClaimBatch {
         let now = Instant::now();
         let mut state = self.lock();
         let mut tasks = Vec::new();
@@ -298,11 +311,11 @@ impl ClaimQueue for MemoryQueue {
             row.lease_until = Some(now + params.lease_ttl);
             tasks.push(self.task(*id, row));
         }
-        Ok(ClaimBatch {
+        ClaimBatch {
             now: self.db_time(now),
             tasks,
             contended: false,
-        })
+        }
     }
 }
 
@@ -631,6 +644,7 @@ pub(crate) fn core(
         metrics: Arc::new(Metrics::new()),
         policies: PolicyCache::default(),
         wake: Notify::new(),
+        wakes: std::sync::atomic::AtomicU64::new(0),
         finished: tx,
         stats: Stats::default(),
         draining: AtomicBool::new(false),

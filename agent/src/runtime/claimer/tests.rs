@@ -174,3 +174,49 @@ async fn stop_ends_it_promptly_while_polling_and_while_paused() {
         );
     }
 }
+
+/// A task enqueued while the only slot is reserved by a claim in flight (whose snapshot is
+/// older than the task): the NOTIFY's wake-up goes to the other worker, which has no slot to
+/// claim with. The worker whose claim came back empty must look again at once, not after the
+/// poll interval.
+#[tokio::test(start_paused = true)]
+async fn a_wake_up_during_a_claim_is_not_lost_to_a_worker_without_slots() {
+    let queue = MemoryQueue::new();
+    let settings = RuntimeSettings {
+        concurrency: 1,
+        claim_workers: 2,
+        poll_interval: Duration::from_secs(5),
+        ..RuntimeSettings::default()
+    };
+    let (handlers, _) = memory::sleepers(Some(Duration::from_secs(60)), false);
+    let (core, _rx) = memory::core(settings, handlers);
+    let claimer = Claimer {
+        core: Arc::clone(&core),
+        queue: Arc::clone(&queue) as Arc<dyn ClaimQueue>,
+        idle_check: None,
+    };
+    // The first claim sees the empty queue and answers 100 ms later.
+    queue.cue(CLAIM, Cue::SlowReply(Duration::from_millis(100)));
+    let stop = CancellationToken::new();
+    let started = Instant::now();
+    let run = tokio::spawn(claimer.run(stop.clone()));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    queue.enqueue("work", 1, 3, None);
+    core.wake_claimers(); // what the NOTIFY of the enqueue does
+    while queue.count(TaskStatus::Running) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never claimed: {:?}",
+            queue.calls(CLAIM)
+        );
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_millis(500),
+        "claimed after {waited:?}, not right after the slow claim answered (poll 5 s): {:?}",
+        queue.calls(CLAIM)
+    );
+    stop.cancel();
+    run.await.unwrap();
+}
