@@ -1,7 +1,10 @@
 -- Many tasks in one statement, from parallel arrays; one result row per input, in input order.
 -- Ids are drawn first so rows without an idempotency key can be matched to their input.
+-- The sequence is looked up and cast to regclass once, in the subquery: written as
+-- nextval(pg_get_serial_sequence(...)) both ran per row, two catalog lookups each, which was a
+-- sixth of a 10,000-row enqueue.
 WITH input AS MATERIALIZED (
-    SELECT nextval(pg_get_serial_sequence('tasks', 'id')) AS id, i.*
+    SELECT nextval((SELECT pg_get_serial_sequence('tasks', 'id')::regclass)) AS id, i.*
     FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], $5::timestamptz[],
                 $6::timestamptz[], $7::bigint[], $8::integer[], $9::text[])
          WITH ORDINALITY AS i(task_type, payload, priority, delay_ms, run_at, deadline_at,
