@@ -260,6 +260,105 @@ async fn a_type_limit_of_one_holds_until_it_is_raised() {
 }
 
 // -------------------------------------------------------------------------------------------
+// types
+// -------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "types", "noop,sleep,fail", &[]).await.unwrap();
+    let o = f.cli.run(&["types"]).await.unwrap();
+    ok(&o);
+    assert_eq!(o.stdout, "no task types\nglobal: unlimited\n");
+
+    // sleep: limit 1, one running, two waiting; noop: paused, two waiting; fail: one dead.
+    ok(&f
+        .cli
+        .run(&["concurrency", "set", "--type", "sleep", "1"])
+        .await
+        .unwrap());
+    ok(&f
+        .cli
+        .run(&["concurrency", "set", "--global", "50"])
+        .await
+        .unwrap());
+    ok(&f.cli.run(&["pause", "noop"]).await.unwrap());
+    for _ in 0..3 {
+        enqueue(&f.cli, "sleep", &json!({"ms": 60_000}))
+            .await
+            .unwrap();
+    }
+    for _ in 0..2 {
+        enqueue(&f.cli, "noop", &json!({})).await.unwrap();
+    }
+    let o = f
+        .cli
+        .run(&["--output", "json", "enqueue", "fail", "--max-attempts", "1"])
+        .await
+        .unwrap();
+    ok(&o);
+    let dead = o.json().unwrap()["id"].as_i64().unwrap();
+    wait_status(&db.pool, dead, "dead").await.unwrap();
+
+    let expected = json!([
+        {"task_type": "fail", "queued": 0, "scheduled": 0, "retrying": 0, "running": 0,
+         "dead": 1, "finished_last_minute": 0, "dead_last_minute": 1, "limit": null,
+         "paused": false, "state": "active"},
+        {"task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0, "running": 0,
+         "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": null,
+         "paused": true, "state": "paused"},
+        {"task_type": "sleep", "queued": 2, "scheduled": 0, "retrying": 0, "running": 1,
+         "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": 1,
+         "paused": false, "state": "at_limit"},
+    ]);
+    // The agent serves counts up to 1 s old.
+    let read = std::sync::Mutex::new(Value::Null);
+    let seen = wait_until("types shows every enqueued task", WAIT, || {
+        let (cli, read, expected) = (&f.cli, &read, &expected);
+        async move {
+            let o = cli.run(&["--output", "json", "types"]).await?;
+            ok(&o);
+            let json = o.json()?;
+            let done = json["types"] == *expected;
+            *read.lock().unwrap() = json;
+            Ok(done)
+        }
+    })
+    .await;
+    let last = read.into_inner().unwrap();
+    assert!(seen.is_ok(), "{seen:?}: {last:#}");
+    assert_eq!(last["global_limit"], 50);
+    assert_eq!(last["global_paused"], false);
+    assert_eq!(last["truncated"], false);
+
+    let o = f.cli.run(&["types"]).await.unwrap();
+    ok(&o);
+    let rows: Vec<Vec<&str>> = o
+        .lines()
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec![
+                "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "DEAD", "DONE/M", "STATE"
+            ],
+            vec!["fail", "0", "0", "0", "0/-", "1", "0", "active"],
+            vec!["noop", "2", "0", "0", "0/-", "0", "0", "paused"],
+            vec!["sleep", "2", "0", "0", "1/1", "0", "0", "at", "limit"],
+            vec!["global:", "limit", "50"],
+        ],
+        "{}",
+        o.describe()
+    );
+    // A read: nothing audited, nothing changed.
+    let audited = audit_len(&db.pool).await.unwrap();
+    ok(&f.cli.run(&["types"]).await.unwrap());
+    assert_eq!(audit_len(&db.pool).await.unwrap(), audited);
+}
+
+// -------------------------------------------------------------------------------------------
 // pause / resume
 // -------------------------------------------------------------------------------------------
 

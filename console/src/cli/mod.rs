@@ -372,6 +372,24 @@ pub enum Command {
     #[command(subcommand)]
     Dlq(DlqCommand),
 
+    /// Task types: waiting, running against their limit, dead, paused
+    ///
+    /// One row per type with waiting, running or dead tasks, a finish in the last minute or a
+    /// policy, by name (counts at most 1 s old, from the database).
+    /// Output (table), then the global limit:
+    ///   TYPE        QUEUED  LATER  RETRY  RUNNING  DEAD  DONE/M  STATE
+    ///   email.send      12      0      3     5/5      1      40  at limit
+    ///   global: limit unlimited
+    /// LATER is queued but not yet due; DONE/M succeeded in the last minute; STATE is paused,
+    /// at limit or active.
+    /// Output (json): {"types":[{"task_type":"email.send","queued":12,"scheduled":0,
+    /// "retrying":3,"running":5,"dead":1,"finished_last_minute":40,"dead_last_minute":0,
+    /// "limit":5,"paused":false,"state":"at_limit"}],"global_limit":null,
+    /// "global_paused":false,"truncated":false,"now":"2026-12-06T12:00:00.000Z"}
+    /// (limits are null when unlimited; truncated: more than the 1,000 types listed).
+    #[command(verbatim_doc_comment)]
+    Types,
+
     /// Change concurrency limits.
     #[command(subcommand)]
     Concurrency(ConcurrencyCommand),

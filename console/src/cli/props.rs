@@ -26,7 +26,7 @@ fn text() -> impl Strategy<Value = String> {
 
 /// Words of the command line: subcommands, flags and values, so clap gets deep.
 fn word() -> impl Strategy<Value = String> {
-    const WORDS: [&str; 36] = [
+    const WORDS: [&str; 37] = [
         "enqueue",
         "tasks",
         "ls",
@@ -39,6 +39,7 @@ fn word() -> impl Strategy<Value = String> {
         "pause",
         "resume",
         "agents",
+        "types",
         "schedules",
         "locks",
         "release",

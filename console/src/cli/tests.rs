@@ -284,6 +284,8 @@ fn small_commands() {
     refused(&["pause"]);
     refused(&["pause", "NOOP"]);
     ok(&["agents", "ls"]);
+    ok(&["types"]);
+    refused(&["types", "extra"]);
     ok(&["drain"]);
     ok(&["watch"]);
     refused(&["watch", "extra"]);

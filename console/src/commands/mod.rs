@@ -21,6 +21,7 @@ pub mod requeue;
 pub mod schedules;
 pub mod shards;
 pub mod tasks;
+pub mod types;
 pub mod wait;
 pub mod watch;
 
@@ -68,6 +69,7 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
             let request = dlq::prepare_requeue(&args, now)?;
             dlq::run_requeue(&Agent::connect(&settings).await?, request, out).await
         }
+        Command::Types => types::run(&Agent::connect(&settings).await?, out).await,
         Command::Concurrency(ConcurrencyCommand::Set(args)) => {
             let request = concurrency::prepare(&args)?;
             concurrency::run(&Agent::connect(&settings).await?, request, out).await

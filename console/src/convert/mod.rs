@@ -14,6 +14,7 @@
 //! values; statuses are their snake_case names.
 
 pub mod agent;
+pub mod overview;
 pub mod resource;
 pub mod schedule;
 pub mod task;

@@ -10,6 +10,7 @@ use super::table::{self, Spec};
 use super::text::untrusted;
 use super::theme::Theme;
 use super::{empty_text, title};
+use crate::convert::overview::TypeState;
 use crate::state::{State, View};
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> usize {
@@ -51,15 +52,13 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         .iter()
         .map(|ty| {
             let limit = ty.limit.map_or_else(|| "-".to_string(), |n| n.to_string());
-            let at_limit = ty.limit.is_some_and(|n| ty.running >= u64::from(n));
             let running = format!("{}/{limit}", ty.running);
-            let (word, style) = if ty.paused {
-                ("paused", theme.warn())
-            } else if at_limit {
-                ("at limit", theme.warn())
-            } else {
-                ("active", theme.dim())
+            let state = TypeState::of(ty);
+            let style = match state {
+                TypeState::Paused | TypeState::AtLimit => theme.warn(),
+                TypeState::Active => theme.dim(),
             };
+            let word = state.word();
             vec![
                 Cell::from(untrusted(&ty.task_type, tw.into())),
                 Cell::from(ty.queued.to_string()),

@@ -1,0 +1,183 @@
+//! Task types from the wire (`leasehold types`, the console's Types view; see the parent module
+//! for conventions).
+
+use leasehold_proto::v1;
+use serde::Serialize;
+
+use super::{Timestamp, WireError, time};
+
+/// What holds a type back, as the table's STATE column and the JSON's `state` say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TypeState {
+    /// Claims of the type are paused (`leasehold resume TYPE`).
+    Paused,
+    /// As many run as its concurrency limit allows.
+    AtLimit,
+    /// Nothing of the type's own holds it back.
+    Active,
+}
+
+impl TypeState {
+    /// The state of a type from its summary: a pause first, then a full limit.
+    pub fn of(t: &v1::TypeSummary) -> Self {
+        if t.paused {
+            Self::Paused
+        } else if t.limit.is_some_and(|n| t.running >= u64::from(n)) {
+            Self::AtLimit
+        } else {
+            Self::Active
+        }
+    }
+
+    /// The word a table shows.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Paused => "paused",
+            Self::AtLimit => "at limit",
+            Self::Active => "active",
+        }
+    }
+}
+
+/// One task type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TypeView {
+    pub task_type: String,
+    /// Queued and due.
+    pub queued: u64,
+    /// Queued, due later.
+    pub scheduled: u64,
+    /// Waiting to retry.
+    pub retrying: u64,
+    /// Running or asked to cancel.
+    pub running: u64,
+    /// In the dead-letter queue.
+    pub dead: u64,
+    /// Succeeded (fully or partially) in the last minute of database time.
+    pub finished_last_minute: u64,
+    /// Dead-lettered in the last minute.
+    pub dead_last_minute: u64,
+    /// Its concurrency limit; `null` when unlimited.
+    pub limit: Option<u32>,
+    pub paused: bool,
+    pub state: TypeState,
+}
+
+impl TypeView {
+    /// Converts one summary; a type without a name breaks the contract.
+    pub fn from_wire(t: &v1::TypeSummary) -> Result<Self, WireError> {
+        if t.task_type.is_empty() {
+            return Err(WireError::MissingField("task type name"));
+        }
+        Ok(Self {
+            task_type: t.task_type.clone(),
+            queued: t.queued,
+            scheduled: t.scheduled,
+            retrying: t.retrying,
+            running: t.running,
+            dead: t.dead,
+            finished_last_minute: t.finished_last_minute,
+            dead_last_minute: t.dead_last_minute,
+            limit: t.limit,
+            paused: t.paused,
+            state: TypeState::of(t),
+        })
+    }
+}
+
+/// `leasehold types`: every type with waiting, running or dead tasks, a finish in the last
+/// minute or a policy, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TypeList {
+    pub types: Vec<TypeView>,
+    /// The global concurrency limit; `null` when unlimited.
+    pub global_limit: Option<u32>,
+    /// Every claim is paused.
+    pub global_paused: bool,
+    /// More types exist than listed (the agent lists the first 1,000 by name).
+    pub truncated: bool,
+    /// Database time of the counts.
+    pub now: Timestamp,
+}
+
+impl TypeList {
+    /// Converts a `GetOverview` reply.
+    pub fn from_wire(r: &v1::GetOverviewResponse) -> Result<Self, WireError> {
+        let mut types = r
+            .types
+            .iter()
+            .map(TypeView::from_wire)
+            .collect::<Result<Vec<_>, _>>()?;
+        types.sort_by(|a, b| a.task_type.cmp(&b.task_type));
+        if let Some(twice) = types.windows(2).find(|w| w[0].task_type == w[1].task_type) {
+            return Err(WireError::Broken(format!(
+                "type {:?} listed twice",
+                twice[0].task_type
+            )));
+        }
+        Ok(Self {
+            types,
+            global_limit: r.global_limit,
+            global_paused: r.global_paused,
+            truncated: r.truncated,
+            now: time("now_ms", r.now_ms)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(name: &str) -> v1::TypeSummary {
+        v1::TypeSummary {
+            task_type: name.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pause_comes_before_a_full_limit() {
+        let mut t = summary("a");
+        assert_eq!(TypeState::of(&t), TypeState::Active);
+        t.limit = Some(2);
+        t.running = 1;
+        assert_eq!(TypeState::of(&t), TypeState::Active);
+        t.running = 2;
+        assert_eq!(TypeState::of(&t), TypeState::AtLimit);
+        t.limit = Some(0);
+        t.running = 0;
+        assert_eq!(TypeState::of(&t), TypeState::AtLimit);
+        t.paused = true;
+        assert_eq!(TypeState::of(&t), TypeState::Paused);
+    }
+
+    #[test]
+    fn the_list_is_by_name_and_refuses_what_breaks_the_contract() {
+        let reply = |types| v1::GetOverviewResponse {
+            types,
+            now_ms: 1_764_588_000_000,
+            ..Default::default()
+        };
+        let list = TypeList::from_wire(&reply(vec![summary("b"), summary("a")]));
+        let names: Vec<String> = list
+            .map(|l| l.types.into_iter().map(|t| t.task_type).collect())
+            .unwrap_or_default();
+        assert_eq!(names, ["a", "b"]);
+        assert!(matches!(
+            TypeList::from_wire(&reply(vec![summary("a"), summary("a")])),
+            Err(WireError::Broken(_))
+        ));
+        assert!(matches!(
+            TypeList::from_wire(&reply(vec![summary("")])),
+            Err(WireError::MissingField(_))
+        ));
+        let mut no_time = reply(vec![]);
+        no_time.now_ms = 0;
+        assert!(matches!(
+            TypeList::from_wire(&no_time),
+            Err(WireError::Time { .. })
+        ));
+    }
+}
