@@ -284,7 +284,7 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
         .unwrap());
     ok(&f.cli.run(&["pause", "noop"]).await.unwrap());
     for _ in 0..3 {
-        enqueue(&f.cli, "sleep", &json!({"ms": 60_000}))
+        enqueue(&f.cli, "sleep", &json!({"ms": 600_000}))
             .await
             .unwrap();
     }
@@ -356,6 +356,7 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
     let audited = audit_len(&db.pool).await.unwrap();
     ok(&f.cli.run(&["types"]).await.unwrap());
     assert_eq!(audit_len(&db.pool).await.unwrap(), audited);
+    db.drop_db().await.unwrap();
 }
 
 // -------------------------------------------------------------------------------------------

@@ -378,10 +378,11 @@ pub enum Command {
     /// policy, by name (counts at most 1 s old, from the database).
     /// Output (table), then the global limit:
     ///   TYPE        QUEUED  LATER  RETRY  RUNNING  DEAD  DONE/M  STATE
-    ///   email.send      12      0      3     5/5      1      40  at limit
-    ///   global: limit unlimited
+    ///   email.send      12      0      3      5/5     1      40  at limit
+    ///   global: unlimited
     /// LATER is queued but not yet due; DONE/M succeeded in the last minute; STATE is paused,
-    /// at limit or active.
+    /// at limit or active, by the type's own policy (a global pause or limit is on the last
+    /// line). The name gives way first on 80 columns, then the state; counts are not cut.
     /// Output (json): {"types":[{"task_type":"email.send","queued":12,"scheduled":0,
     /// "retrying":3,"running":5,"dead":1,"finished_last_minute":40,"dead_last_minute":0,
     /// "limit":5,"paused":false,"state":"at_limit"}],"global_limit":null,

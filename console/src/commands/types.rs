@@ -23,7 +23,8 @@ pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
 
 /// The table of `types`, then one line on the global limit (and one when the list is cut).
 ///
-/// On 80 columns the type name gives way first (down to 12 columns); counts are never cut.
+/// On 80 columns the type name gives way first (down to 4 columns), then the state word (to
+/// 6); a count is cut only when the counts alone no longer fit the line.
 pub fn table(list: &TypeList) -> Vec<String> {
     let mut lines = if list.types.is_empty() {
         vec!["no task types".to_owned()]
@@ -52,14 +53,14 @@ pub fn table(list: &TypeList) -> Vec<String> {
             Column::new(header, w, w).right()
         };
         let mut table = Table::new(vec![
-            Column::new("TYPE", 12, 64),
+            Column::new("TYPE", 4, 64),
             count("QUEUED", 1),
             count("LATER", 2),
             count("RETRY", 3),
             count("RUNNING", 4),
             count("DEAD", 5),
             count("DONE/M", 6),
-            Column::new("STATE", 8, 8),
+            Column::new("STATE", 6, 8),
         ]);
         for row in rows {
             table.row(row);
@@ -77,8 +78,8 @@ pub fn table(list: &TypeList) -> Vec<String> {
     lines.push(format!("global: {limit}{paused}"));
     if list.truncated {
         lines.push(format!(
-            "only the first {} types by name are listed",
-            list.types.len()
+            "only the first {} by name are listed",
+            super::plural(list.types.len() as u64, "type", "types")
         ));
     }
     lines
@@ -127,7 +128,7 @@ mod tests {
             paused: true,
             ..Default::default()
         };
-        let lines = table(&list(vec![huge, busy], Some(10), true));
+        let lines = table(&list(vec![busy, huge], Some(10), true));
         assert_eq!(
             lines[0].split_whitespace().collect::<Vec<_>>(),
             [
@@ -161,11 +162,50 @@ mod tests {
             assert!(lines[2].contains(count), "{count} cut: {}", lines[2]);
         }
         assert!(lines[2].ends_with("paused"), "{}", lines[2]);
+        assert!(lines[2].starts_with("xxx"), "{}", lines[2]);
         assert_eq!(lines[3], "global: limit 10 · every claim paused");
         assert_eq!(lines.len(), 4);
         for line in &lines {
             assert!(width(line) <= WIDTH, "{line}");
             assert!(!line.contains('\u{1b}'), "{line}");
+        }
+    }
+
+    #[test]
+    fn with_wider_counts_the_name_and_the_state_give_way_first() {
+        let t = v1::TypeSummary {
+            task_type: "report.build".into(),
+            queued: 1_234_567_890,
+            scheduled: 123_456_789,
+            retrying: 12_345_678,
+            running: 10_000,
+            dead: 123_456_789,
+            finished_last_minute: 12_345_678,
+            limit: Some(10_000),
+            ..Default::default()
+        };
+        let lines = table(&list(vec![t], None, false));
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            cells[1..6],
+            [
+                "1234567890",
+                "123456789",
+                "12345678",
+                "10000/10000",
+                "123456789"
+            ],
+            "{}",
+            lines[1]
+        );
+        assert!(
+            cells[0].starts_with("rep") && cells[0].ends_with('…'),
+            "{}",
+            lines[1]
+        );
+        assert!(cells.len() >= 7 && cells[6] == "12345678", "{}", lines[1]);
+        for line in &lines {
+            assert!(width(line) <= WIDTH, "{line}");
         }
     }
 
@@ -186,7 +226,7 @@ mod tests {
         cut.truncated = true;
         assert_eq!(
             table(&cut).last().map(String::as_str),
-            Some("only the first 1 types by name are listed")
+            Some("only the first 1 type by name are listed")
         );
     }
 

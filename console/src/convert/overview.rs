@@ -6,7 +6,9 @@ use serde::Serialize;
 
 use super::{Timestamp, WireError, time};
 
-/// What holds a type back, as the table's STATE column and the JSON's `state` say it.
+/// What holds a type back by its own policy, as the table's STATE column and the JSON's
+/// `state` say it. A global pause or a full global limit is not in it: the list says those
+/// once (`global_paused`, `global_limit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TypeState {
@@ -87,7 +89,7 @@ impl TypeView {
 }
 
 /// `leasehold types`: every type with waiting, running or dead tasks, a finish in the last
-/// minute or a policy, by name.
+/// minute or a policy, by name in the database's order (as the agent sent them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TypeList {
     pub types: Vec<TypeView>,
@@ -104,16 +106,16 @@ pub struct TypeList {
 impl TypeList {
     /// Converts a `GetOverview` reply.
     pub fn from_wire(r: &v1::GetOverviewResponse) -> Result<Self, WireError> {
-        let mut types = r
+        let types = r
             .types
             .iter()
             .map(TypeView::from_wire)
             .collect::<Result<Vec<_>, _>>()?;
-        types.sort_by(|a, b| a.task_type.cmp(&b.task_type));
-        if let Some(twice) = types.windows(2).find(|w| w[0].task_type == w[1].task_type) {
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = types.iter().find(|t| !seen.insert(t.task_type.as_str())) {
             return Err(WireError::Broken(format!(
                 "type {:?} listed twice",
-                twice[0].task_type
+                twice.task_type
             )));
         }
         Ok(Self {
@@ -154,7 +156,7 @@ mod tests {
     }
 
     #[test]
-    fn the_list_is_by_name_and_refuses_what_breaks_the_contract() {
+    fn the_list_keeps_the_agents_order_and_refuses_what_breaks_the_contract() {
         let reply = |types| v1::GetOverviewResponse {
             types,
             now_ms: 1_764_588_000_000,
@@ -164,7 +166,7 @@ mod tests {
         let names: Vec<String> = list
             .map(|l| l.types.into_iter().map(|t| t.task_type).collect())
             .unwrap_or_default();
-        assert_eq!(names, ["a", "b"]);
+        assert_eq!(names, ["b", "a"]);
         assert!(matches!(
             TypeList::from_wire(&reply(vec![summary("a"), summary("a")])),
             Err(WireError::Broken(_))
