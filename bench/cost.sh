@@ -12,6 +12,16 @@
 #       EXPLAIN (ANALYZE, BUFFERS, WAL) of the real claim of 500 tasks (task_claim.sql, after
 #       task_claim_lock.sql's planner settings, in BEGIN … ROLLBACK) over SIZES queued tasks.
 #       The agent binary (for `migrate`) comes from $LEASEHOLD_AGENT, default as above.
+#   bench/cost.sh sides [ROUNDS]              (default 3)
+#       What the claim and completion of a task cost if the claimable and leased sets lived in
+#       tables of their own, so both updates of the task row could be HOT (issue 22's candidate
+#       design), against today's schema and statements. Two databases: `today` (the migrations,
+#       the real task_claim.sql / task_complete_many.sql) and `sides` (the same tasks table
+#       without its five status indexes, plus task_ready and task_leases, and the two statements
+#       rewritten for them). Per round and database: 50,000 tasks inserted (WAL per task), then
+#       claimed 500 at a time and completed by one session in a loop (plpgsql, each claim and
+#       each completion its own transaction, synchronous_commit off so the time is CPU):
+#       microseconds and WAL bytes per task. Needs python3 (to rewrite the statements).
 #
 # Both modes run on a private PostgreSQL cluster created here (initdb into a temp dir, as the
 # `postgres` user when run as root, like tests/src/cluster.rs) with durable settings (fsync,
@@ -24,17 +34,22 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PORT=${COST_PORT:-5499}
 die() { echo "cost.sh: $*" >&2; exit 1; }
 
-MODE=cost; if [[ ${1:-} == explain ]]; then MODE=explain; shift; fi
+MODE=cost; if [[ ${1:-} == explain || ${1:-} == sides ]]; then MODE=$1; shift; fi
 if [[ $MODE == cost ]]; then
     AGENT=${1:-$ROOT/target/release/leasehold-agent}
     PEER=${2:-/tmp/gwrs-target/release/gwrs_bench}
     N=${3:-100000}
     [[ -x $PEER ]] || die "peer binary $PEER not found (see /work/shared/bench-peers/gwrs_bench)"
     [[ $N =~ ^[1-9][0-9]*$ ]] || die "TASKS must be a positive integer, not $N"
-else
+elif [[ $MODE == explain ]]; then
     AGENT=${LEASEHOLD_AGENT:-$ROOT/target/release/leasehold-agent}
     SIZES=("$@")
     [[ ${#SIZES[@]} -gt 0 ]] || SIZES=(10000 100000 1000000 10000000)
+else
+    AGENT=${LEASEHOLD_AGENT:-$ROOT/target/release/leasehold-agent}
+    ROUNDS=${1:-3}
+    [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, not $ROUNDS"
+    command -v python3 >/dev/null || die "the sides mode needs python3"
 fi
 [[ -x $AGENT ]] || die "agent binary $AGENT not found (cargo build --release -p leasehold-agent)"
 
@@ -109,6 +124,155 @@ ROLLBACK;"
     done
     printf '\n| queued tasks | walks tasks_claim_idx | execution ms | buffers (top node) |\n|---:|---|---:|---|\n'
     printf '%s\n' "${summary[@]}"
+    exit 0
+fi
+
+# --- sides: today's task row updates against HOT updates with side tables -------------------
+if [[ $MODE == sides ]]; then
+    SQLDIR=$ROOT/shared/src/store/postgres/sql
+    for db in today sides; do
+        new_db "$db"
+        "$AGENT" migrate --database-url "$URL/$db" >/dev/null
+    done
+    q sides -c "DROP INDEX tasks_claim_idx, tasks_dead_idx, tasks_deadline_idx, tasks_finished_idx,
+                           tasks_leased_type_idx" \
+            -c "CREATE TABLE task_ready (id bigint NOT NULL, priority smallint NOT NULL,
+                    available_at timestamptz NOT NULL, task_type text NOT NULL)" \
+            -c "CREATE INDEX task_ready_claim ON task_ready (priority DESC, available_at, id)" \
+            -c "CREATE TABLE task_leases (task_id bigint PRIMARY KEY, task_type text NOT NULL,
+                    lease_owner text NOT NULL, lease_until timestamptz NOT NULL)"
+    # One procedure per database: claim 500, complete them, until nothing is left. The real
+    # statements' $n parameters become plpgsql variables, so each is planned once and cached.
+    python3 - "$SQLDIR" "$DIR" <<'PY'
+import sys
+sqldir, out = sys.argv[1], sys.argv[2]
+def load(name, params):
+    text = "\n".join(line.split("--")[0] for line in open(f"{sqldir}/{name}").read().splitlines())
+    for a, b in params:
+        text = text.replace(a, b)
+    return text
+lock = load("task_claim_lock.sql", [("$1::text[]", "v_types"), ("$1", "v_types")])
+claim = load("task_claim.sql", [("$1", "v_owner"), ("$2::text[]", "v_types"), ("$2", "v_types"),
+    ("$3::bigint", "v_batch"), ("$3", "v_batch"), ("$4", "v_ttl"), ("$5::text[]", "v_locked"),
+    ("$5", "v_locked")])
+complete = load("task_complete_many.sql", [("$10::boolean[]", "v_finished"),
+    ("$1::bigint[]", "v_ids"), ("$2::text[]", "v_owners"), ("$3::bigint[]", "v_epochs"),
+    ("$4::text[]", "v_outcomes"), ("$5::text[]", "v_statuses"), ("$6::timestamptz[]", "v_retry"),
+    ("$7::jsonb[]", "v_errors"), ("$8::boolean[]", "v_setres"), ("$9::jsonb[]", "v_results")])
+claim_sides = """WITH picked AS (
+    SELECT ctid AS tid, id FROM task_ready
+    WHERE available_at <= now() AND task_type = ANY(v_types)
+    ORDER BY priority DESC, available_at, id
+    LIMIT v_batch FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM task_ready r USING picked p WHERE r.ctid = p.tid RETURNING r.id
+), upd AS (
+    UPDATE tasks t
+    SET status = 'running', lease_owner = v_owner, lease_epoch = t.lease_epoch + 1,
+        lease_until = statement_timestamp() + make_interval(secs => v_ttl),
+        heartbeat_at = statement_timestamp(), attempt = t.attempt + 1,
+        started_at = statement_timestamp(), progress = NULL, updated_at = statement_timestamp()
+    FROM gone WHERE t.id = gone.id
+    RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_at, t.timeout_ms,
+              t.attempt, t.max_attempts, t.lease_epoch, t.lease_until, t.idempotency_key, t.result,
+              t.last_error, t.created_at, t.finished_at, statement_timestamp() AS db_now
+), lease AS (
+    INSERT INTO task_leases (task_id, task_type, lease_owner, lease_until)
+    SELECT id, task_type, v_owner, lease_until FROM upd
+)
+SELECT * FROM upd"""
+complete_sides = """WITH input AS (
+    SELECT * FROM unnest(v_ids, v_owners, v_epochs, v_outcomes, v_statuses, v_retry, v_errors,
+                         v_setres, v_results, v_finished)
+        AS i(id, owner, epoch, outcome, status, retry_at, error, set_result, result, finished)
+    ORDER BY 1
+), upd AS (
+    UPDATE tasks t
+    SET status = i.status, available_at = coalesce(i.retry_at, t.available_at),
+        last_error = coalesce(i.error, t.last_error), finished_at = CASE WHEN i.finished THEN now() END,
+        lease_until = NULL, result = CASE WHEN i.set_result THEN i.result ELSE t.result END,
+        final_outcome = CASE WHEN i.finished THEN i.outcome END, updated_at = now()
+    FROM input i
+    WHERE t.id = i.id AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
+      AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
+    RETURNING t.id, t.status
+), del AS (
+    DELETE FROM task_leases l USING upd u WHERE l.task_id = u.id
+)
+SELECT u.id, u.status FROM upd u"""
+planner = ("PERFORM set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), "
+           "set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true);")
+def procedure(db, claim_sql, complete_sql, before_claim):
+    return f"""CREATE PROCEDURE drain() LANGUAGE plpgsql AS $proc$
+DECLARE
+  v_owner text := 'sim#1'; v_types text[] := ARRAY['cost.noop']; v_batch bigint := 500;
+  v_ttl float8 := 30; v_locked text[] := '{{}}';
+  v_ids bigint[]; v_owners text[]; v_epochs bigint[]; v_outcomes text[]; v_statuses text[];
+  v_retry timestamptz[]; v_errors jsonb[]; v_setres boolean[]; v_results jsonb[];
+  v_finished boolean[]; rec1 record; rec2 record; n int;
+BEGIN
+  LOOP
+    {before_claim}
+    v_ids := '{{}}'; v_epochs := '{{}}'; n := 0;
+    FOR rec1 IN {claim_sql} LOOP
+      v_ids := v_ids || rec1.id; v_epochs := v_epochs || rec1.lease_epoch::bigint; n := n + 1;
+    END LOOP;
+    COMMIT;
+    EXIT WHEN n = 0;
+    v_owners := array_fill(v_owner, ARRAY[n]);
+    v_outcomes := array_fill('succeeded'::text, ARRAY[n]); v_statuses := v_outcomes;
+    v_retry := array_fill(NULL::timestamptz, ARRAY[n]); v_errors := array_fill(NULL::jsonb, ARRAY[n]);
+    v_setres := array_fill(true, ARRAY[n]); v_results := array_fill('null'::jsonb, ARRAY[n]);
+    v_finished := array_fill(true, ARRAY[n]);
+    FOR rec2 IN {complete_sql} LOOP NULL; END LOOP;
+    COMMIT;
+  END LOOP;
+END $proc$;
+"""
+open(f"{out}/today.sql", "w").write(procedure("today", claim, complete, f"PERFORM * FROM ({lock}) l;"))
+open(f"{out}/sides.sql", "w").write(procedure("sides", claim_sides, complete_sides, planner))
+PY
+    for db in today sides; do q "$db" -f "$DIR/$db.sql"; done
+    N=50000
+    declare -A rows
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for db in today sides; do
+            ready=""; clear="TRUNCATE tasks;"
+            if [[ $db == sides ]]; then
+                clear="TRUNCATE tasks, task_ready, task_leases;"
+                ready="INSERT INTO task_ready SELECT id, priority, available_at, task_type FROM tasks;"
+            fi
+            row=$(q "$db" <<SQL
+$clear
+SELECT pg_current_wal_lsn() AS e0 \gset
+INSERT INTO tasks (task_type) SELECT 'cost.noop' FROM generate_series(1, $N);
+$ready
+SELECT round((pg_current_wal_lsn() - :'e0'::pg_lsn) / $N.0) AS enq \gset
+VACUUM ANALYZE;
+SELECT pg_current_wal_lsn() AS d0, clock_timestamp() AS t0 \gset
+SET synchronous_commit = off;
+CALL drain();
+SELECT :enq, round(extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) * 1e6 / $N, 2),
+       round((pg_current_wal_lsn() - :'d0'::pg_lsn) / $N.0),
+       (SELECT count(*) FROM tasks WHERE status = 'succeeded'),
+       (SELECT round(100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1)) FROM pg_stat_user_tables
+        WHERE relname = 'tasks');
+SQL
+)
+            read -r enq us wal done hot <<<"$row"
+            [[ $done == "$N" ]] || die "$db round $round: $done of $N tasks succeeded"
+            echo "  round $round, $db: drain $us µs and $wal B of WAL a task (HOT $hot % so far), enqueue $enq B" >&2
+            rows[$db]+="$us $wal $enq"$'\n'
+        done
+    done
+    median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+    printf '\n| per task, median of %s rounds (%s tasks each) | today | side tables | sides / today |\n|---|---:|---:|---:|\n' "$ROUNDS" "$N"
+    for col in 1:"claim + completion, µs (one session, CPU)" 2:"claim + completion, WAL bytes" 3:"insert, WAL bytes (+ task_ready row)"; do
+        i=${col%%:*} label=${col#*:}
+        a=$(cut -d' ' -f"$i" <<<"${rows[today]}" | grep . | median)
+        b=$(cut -d' ' -f"$i" <<<"${rows[sides]}" | grep . | median)
+        printf '| %s | %s | %s | %.2f |\n' "$label" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {print b / a}')"
+    done
     exit 0
 fi
 
