@@ -23,6 +23,9 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
+/// Set by the first execution that crashes the process (`crash_after_return`).
+static CRASHING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 #[derive(Debug, Deserialize)]
 struct LedgerPayload {
     ledger_id: i64,
@@ -104,6 +107,12 @@ impl Handler for Ledger {
         })
         .await?;
         if self.crash_after_return && outcome == "returned" {
+            // One crash: an execution that returns on another worker thread while the first
+            // one is printing waits for the abort instead of logging a second crash (two
+            // lines made T02 count two crashes under load).
+            if CRASHING.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return std::future::pending().await;
+            }
             eprintln!(
                 "leasehold-test-agent: crashing after task {} epoch {} returned, before its completion",
                 ctx.id().0,
