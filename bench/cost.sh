@@ -15,15 +15,18 @@
 #   bench/cost.sh sides [ROUNDS]              (default 3)
 #       What the claim and completion of a task cost if the claimable and leased sets lived in
 #       tables of their own, so both updates of the task row could be HOT (issue 22's candidate
-#       design), against today's schema and statements. Two databases: `today` (the migrations,
-#       the real task_claim.sql / task_complete_many.sql) and `sides` (the same tasks table
-#       without its five status indexes, plus task_ready and task_leases, and the two statements
-#       rewritten for them). Per round and database: 50,000 tasks inserted (WAL per task), then
+#       design), against today's schema and statements. Three databases: `today` (the
+#       migrations, the real task_claim.sql / task_complete_many.sql), `sides` (the same tasks
+#       table without its five status indexes, plus task_ready and task_leases, and the two
+#       statements rewritten for them) and `leases` (only the leased set moves to task_leases;
+#       the claimable and dead sets are indexed by flags only a claim or a dead-lettering
+#       changes). Per round and database: 50,000 tasks inserted (WAL per task), then
 #       claimed 500 at a time and completed by one session in a loop (plpgsql, each claim and
-#       each completion its own transaction, synchronous_commit off so the time is CPU):
-#       microseconds and WAL bytes per task. Needs python3 (to rewrite the statements).
+#       each completion its own transaction, synchronous_commit off): the backend's CPU time
+#       (/proc/PID/schedstat, so run it where the server is local) and WAL bytes per task.
+#       Needs python3 (to rewrite the statements).
 #
-# Both modes run on a private PostgreSQL cluster created here (initdb into a temp dir, as the
+# Every mode runs on a private PostgreSQL cluster created here (initdb into a temp dir, as the
 # `postgres` user when run as root, like tests/src/cluster.rs) with durable settings (fsync,
 # synchronous_commit, full_page_writes on) on 127.0.0.1:$COST_PORT (default 5499), stopped
 # and deleted on exit. Needs initdb/pg_ctl (pg_config --bindir or /usr/lib/postgresql/*/bin),
@@ -130,10 +133,22 @@ fi
 # --- sides: today's task row updates against HOT updates with side tables -------------------
 if [[ $MODE == sides ]]; then
     SQLDIR=$ROOT/shared/src/store/postgres/sql
-    for db in today sides; do
+    for db in today sides leases; do
         new_db "$db"
         "$AGENT" migrate --database-url "$URL/$db" >/dev/null
     done
+    # leases: only the leased set moves out. A flag that only a claim, a retry or a requeue
+    # changes keeps the claimable set in tasks' own index, and a flag that only dead-lettering
+    # changes keeps the dead-letter index; a plain INSERT is still a whole enqueue.
+    q leases -c "DROP INDEX tasks_claim_idx, tasks_dead_idx, tasks_deadline_idx, tasks_finished_idx,
+                            tasks_leased_type_idx" \
+             -c "ALTER TABLE tasks ADD COLUMN claimable boolean NOT NULL DEFAULT true,
+                                   ADD COLUMN dead boolean NOT NULL DEFAULT false" \
+             -c "CREATE INDEX tasks_claim_idx ON tasks (priority DESC, available_at, id) WHERE claimable" \
+             -c "CREATE INDEX tasks_deadline_idx ON tasks (deadline_at) WHERE claimable AND deadline_at IS NOT NULL" \
+             -c "CREATE INDEX tasks_dead_idx ON tasks (id) WHERE dead" \
+             -c "CREATE TABLE task_leases (task_id bigint PRIMARY KEY, task_type text NOT NULL,
+                     lease_owner text NOT NULL, lease_until timestamptz NOT NULL)"
     q sides -c "DROP INDEX tasks_claim_idx, tasks_dead_idx, tasks_deadline_idx, tasks_finished_idx,
                            tasks_leased_type_idx" \
             -c "CREATE TABLE task_ready (id bigint NOT NULL, priority smallint NOT NULL,
@@ -229,19 +244,42 @@ BEGIN
   END LOOP;
 END $proc$;
 """
+claim_leases = """WITH picked AS (
+    SELECT id FROM tasks
+    WHERE claimable AND available_at <= now() AND (deadline_at IS NULL OR deadline_at > now())
+      AND task_type = ANY(v_types)
+    ORDER BY priority DESC, available_at, id
+    LIMIT v_batch FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE tasks t
+    SET claimable = false, status = 'running', lease_owner = v_owner, lease_epoch = t.lease_epoch + 1,
+        lease_until = statement_timestamp() + make_interval(secs => v_ttl),
+        heartbeat_at = statement_timestamp(), attempt = t.attempt + 1,
+        started_at = statement_timestamp(), progress = NULL, updated_at = statement_timestamp()
+    FROM picked WHERE t.id = picked.id
+    RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_at, t.timeout_ms,
+              t.attempt, t.max_attempts, t.lease_epoch, t.lease_until, t.idempotency_key, t.result,
+              t.last_error, t.created_at, t.finished_at, statement_timestamp() AS db_now
+), lease AS (
+    INSERT INTO task_leases (task_id, task_type, lease_owner, lease_until)
+    SELECT id, task_type, v_owner, lease_until FROM upd
+)
+SELECT * FROM upd"""
+open(f"{out}/leases.sql", "w").write(procedure("leases", claim_leases, complete_sides, planner))
 open(f"{out}/today.sql", "w").write(procedure("today", claim, complete, f"PERFORM * FROM ({lock}) l;"))
 open(f"{out}/sides.sql", "w").write(procedure("sides", claim_sides, complete_sides, planner))
 PY
-    for db in today sides; do q "$db" -f "$DIR/$db.sql"; done
+    for db in today sides leases; do q "$db" -f "$DIR/$db.sql"; done
     N=50000
     declare -A rows
     for ((round = 1; round <= ROUNDS; round++)); do
-        for db in today sides; do
+        for db in today sides leases; do
             ready=""; clear="TRUNCATE tasks;"
             if [[ $db == sides ]]; then
                 clear="TRUNCATE tasks, task_ready, task_leases;"
                 ready="INSERT INTO task_ready SELECT id, priority, available_at, task_type FROM tasks;"
             fi
+            [[ $db != leases ]] || clear="TRUNCATE tasks, task_leases;"
             row=$(q "$db" <<SQL
 $clear
 SELECT pg_current_wal_lsn() AS e0 \gset
@@ -249,10 +287,13 @@ INSERT INTO tasks (task_type) SELECT 'cost.noop' FROM generate_series(1, $N);
 $ready
 SELECT round((pg_current_wal_lsn() - :'e0'::pg_lsn) / $N.0) AS enq \gset
 VACUUM ANALYZE;
-SELECT pg_current_wal_lsn() AS d0, clock_timestamp() AS t0 \gset
+SELECT pg_current_wal_lsn() AS d0, pg_backend_pid() AS pid \gset
+\\setenv COST_PID :pid
 SET synchronous_commit = off;
+\\set cpu0 \`awk '{print \$1}' /proc/\$COST_PID/schedstat\`
 CALL drain();
-SELECT :enq, round(extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) * 1e6 / $N, 2),
+\\set cpu1 \`awk '{print \$1}' /proc/\$COST_PID/schedstat\`
+SELECT :enq, round((:cpu1 - :cpu0) / 1000.0 / $N, 2),
        round((pg_current_wal_lsn() - :'d0'::pg_lsn) / $N.0),
        (SELECT count(*) FROM tasks WHERE status = 'succeeded'),
        (SELECT round(100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1)) FROM pg_stat_user_tables
@@ -266,12 +307,14 @@ SQL
         done
     done
     median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-    printf '\n| per task, median of %s rounds (%s tasks each) | today | side tables | sides / today |\n|---|---:|---:|---:|\n' "$ROUNDS" "$N"
-    for col in 1:"claim + completion, µs (one session, CPU)" 2:"claim + completion, WAL bytes" 3:"insert, WAL bytes (+ task_ready row)"; do
+    printf '\n| per task, median of %s rounds (%s tasks each) | today | side tables | leases only | sides / today | leases / today |\n|---|---:|---:|---:|---:|---:|\n' "$ROUNDS" "$N"
+    for col in 1:"claim + completion, µs (one session, CPU)" 2:"claim + completion, WAL bytes" 3:"insert, WAL bytes"; do
         i=${col%%:*} label=${col#*:}
-        a=$(cut -d' ' -f"$i" <<<"${rows[today]}" | grep . | median)
-        b=$(cut -d' ' -f"$i" <<<"${rows[sides]}" | grep . | median)
-        printf '| %s | %s | %s | %.2f |\n' "$label" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {print b / a}')"
+        m=()
+        for db in today sides leases; do m+=("$(cut -d' ' -f"$i" <<<"${rows[$db]}" | grep . | median)"); done
+        printf '| %s | %s | %s | %s | %.2f | %.2f |\n' "$label" "${m[0]}" "${m[1]}" "${m[2]}" \
+            "$(awk -v a="${m[0]}" -v b="${m[1]}" 'BEGIN {print b / a}')" \
+            "$(awk -v a="${m[0]}" -v b="${m[2]}" 'BEGIN {print b / a}')"
     done
     exit 0
 fi
