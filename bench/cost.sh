@@ -174,20 +174,16 @@ complete = load("task_complete_many.sql", [("$10::boolean[]", "v_finished"),
     ("$1::bigint[]", "v_ids"), ("$2::text[]", "v_owners"), ("$3::bigint[]", "v_epochs"),
     ("$4::text[]", "v_outcomes"), ("$5::text[]", "v_statuses"), ("$6::timestamptz[]", "v_retry"),
     ("$7::jsonb[]", "v_errors"), ("$8::boolean[]", "v_setres"), ("$9::jsonb[]", "v_results")])
-claim_sides = """WITH picked AS (
-    SELECT ctid AS tid, id FROM task_ready
-    WHERE available_at <= now() AND task_type = ANY(v_types)
-    ORDER BY priority DESC, available_at, id
-    LIMIT v_batch FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM task_ready r USING picked p WHERE r.ctid = p.tid RETURNING r.id
-), upd AS (
+def claim_tail(extra_set, chosen):
+    """The rest of a side-table claim: the task row updated as today's claim does (HOT when no
+    index reads what it sets) and a lease row inserted; `chosen` is the CTE of picked ids."""
+    return f"""), upd AS (
     UPDATE tasks t
-    SET status = 'running', lease_owner = v_owner, lease_epoch = t.lease_epoch + 1,
+    SET {extra_set}status = 'running', lease_owner = v_owner, lease_epoch = t.lease_epoch + 1,
         lease_until = statement_timestamp() + make_interval(secs => v_ttl),
         heartbeat_at = statement_timestamp(), attempt = t.attempt + 1,
         started_at = statement_timestamp(), progress = NULL, updated_at = statement_timestamp()
-    FROM gone WHERE t.id = gone.id
+    FROM {chosen} WHERE t.id = {chosen}.id
     RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_at, t.timeout_ms,
               t.attempt, t.max_attempts, t.lease_epoch, t.lease_until, t.idempotency_key, t.result,
               t.last_error, t.created_at, t.finished_at, statement_timestamp() AS db_now
@@ -196,6 +192,14 @@ claim_sides = """WITH picked AS (
     SELECT id, task_type, v_owner, lease_until FROM upd
 )
 SELECT * FROM upd"""
+claim_sides = """WITH picked AS (
+    SELECT ctid AS tid, id FROM task_ready
+    WHERE available_at <= now() AND task_type = ANY(v_types)
+    ORDER BY priority DESC, available_at, id
+    LIMIT v_batch FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM task_ready r USING picked p WHERE r.ctid = p.tid RETURNING r.id
+""" + claim_tail("", "gone")
 complete_sides = """WITH input AS (
     SELECT * FROM unnest(v_ids, v_owners, v_epochs, v_outcomes, v_statuses, v_retry, v_errors,
                          v_setres, v_results, v_finished)
@@ -250,21 +254,7 @@ claim_leases = """WITH picked AS (
       AND task_type = ANY(v_types)
     ORDER BY priority DESC, available_at, id
     LIMIT v_batch FOR UPDATE SKIP LOCKED
-), upd AS (
-    UPDATE tasks t
-    SET claimable = false, status = 'running', lease_owner = v_owner, lease_epoch = t.lease_epoch + 1,
-        lease_until = statement_timestamp() + make_interval(secs => v_ttl),
-        heartbeat_at = statement_timestamp(), attempt = t.attempt + 1,
-        started_at = statement_timestamp(), progress = NULL, updated_at = statement_timestamp()
-    FROM picked WHERE t.id = picked.id
-    RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_at, t.timeout_ms,
-              t.attempt, t.max_attempts, t.lease_epoch, t.lease_until, t.idempotency_key, t.result,
-              t.last_error, t.created_at, t.finished_at, statement_timestamp() AS db_now
-), lease AS (
-    INSERT INTO task_leases (task_id, task_type, lease_owner, lease_until)
-    SELECT id, task_type, v_owner, lease_until FROM upd
-)
-SELECT * FROM upd"""
+""" + claim_tail("claimable = false, ", "picked")
 open(f"{out}/leases.sql", "w").write(procedure("leases", claim_leases, complete_sides, planner))
 open(f"{out}/today.sql", "w").write(procedure("today", claim, complete, f"PERFORM * FROM ({lock}) l;"))
 open(f"{out}/sides.sql", "w").write(procedure("sides", claim_sides, complete_sides, planner))
