@@ -32,6 +32,13 @@
 //!   default 100,000 tasks) and, with a backlog, the tasks they finished while stopping, and
 //!   the bench's own reads of the counters (±2).
 //!
+//! - `agent_cpu_us_per_task`: this process's CPU time (user + system, every thread:
+//!   `getrusage`) from the agents' start to the `tasks`-th completion, per task counted then;
+//! - `db_cpu_us_per_task`: the CPU time of the drain agents' backends over the same span (from
+//!   `/proc/PID/schedstat`, so only when the server runs on this host and its processes are
+//!   readable; a backend is recognised by its process name and the database in its title), per
+//!   task. A backend that connected during the drain counts whole; one that exited is missed.
+//!
 //! None of this is inside the timed drain: the clock stops before the first reading.
 
 use std::time::{Duration, Instant};
@@ -89,6 +96,11 @@ pub struct BenchReport {
     pub commits_per_task: Option<f64>,
     /// Statements run in this database per task (needs `pg_stat_statements`).
     pub statements_per_task: Option<f64>,
+    /// CPU time of this process (the agents, every thread) per task of the drain, µs.
+    pub agent_cpu_us_per_task: Option<f64>,
+    /// CPU time of the agents' PostgreSQL backends per task of the drain, µs; `None` unless the
+    /// server runs on this host and its processes can be read.
+    pub db_cpu_us_per_task: Option<f64>,
     pub pickup_p50_ms: f64,
     pub pickup_p99_ms: f64,
     pub pickup_samples: u32,
@@ -335,17 +347,25 @@ async fn run_phases(
         settings.claim_batch = b;
     }
     let agents = Fleet::connect(config, &settings, task_type).await?;
+    let backends_before = main
+        .server_counters(&names.agents)
+        .await
+        .context("reading the server's counters")?
+        .and_then(|c| backends_cpu(&c));
+    let cpu_before = own_cpu();
     let started = Instant::now();
     let mut fleet = Fleet::run(agents);
     fleet
         .wait_succeeded(config.tasks, None, Duration::from_millis(5))
         .await?;
     let drain_seconds = started.elapsed().as_secs_f64();
+    let cpu_after = own_cpu();
     let processed_per_s = config.tasks as f64 / drain_seconds;
     let after = main
         .server_counters(&names.agents)
         .await
         .context("reading the server's counters")?;
+    let backends_after = after.as_ref().and_then(backends_cpu);
     let counted = fleet.succeeded();
     let completed = fleet.stop().await?;
     let stopped = match before {
@@ -358,10 +378,24 @@ async fn run_phases(
             .context("deleting the rest of the backlog")?;
     }
     let per_task =
-        |field: fn(&ServerCounters) -> Option<i64>, to: Option<ServerCounters>, tasks: u64| {
-            let (before, to) = (field(&before?)?, field(&to?)?);
+        |field: fn(&ServerCounters) -> Option<i64>, to: &Option<ServerCounters>, tasks: u64| {
+            let (before, to) = (field(before.as_ref()?)?, field(to.as_ref()?)?);
             Some((to - before) as f64 / tasks as f64)
         };
+    let agent_cpu_us_per_task = match (cpu_before, cpu_after) {
+        (Some(from), Some(to)) => {
+            Some(to.saturating_sub(from).as_secs_f64() * 1e6 / counted as f64)
+        }
+        _ => None,
+    };
+    let db_cpu_us_per_task = backends_after.map(|to| {
+        let from = backends_before.unwrap_or_default();
+        let ns: u64 = to
+            .iter()
+            .map(|(pid, ns)| ns.saturating_sub(from.get(pid).copied().unwrap_or(0)))
+            .sum();
+        ns as f64 / 1e3 / counted as f64
+    });
 
     // 3. Idle pickup: one task at a time, each finished before the next is enqueued; the
     // latency comes from the task row (database time), so how often we look does not matter.
@@ -407,14 +441,50 @@ async fn run_phases(
         enqueue_per_s,
         processed_per_s,
         drain_seconds,
-        wal_bytes_per_task: per_task(|c| Some(c.wal_bytes), after, counted),
-        xids_per_task: per_task(|c| Some(c.next_xid), after, counted),
-        commits_per_task: per_task(|c| Some(c.commits), stopped, completed),
-        statements_per_task: per_task(|c| c.statements, after, counted),
+        wal_bytes_per_task: per_task(|c| Some(c.wal_bytes), &after, counted),
+        xids_per_task: per_task(|c| Some(c.next_xid), &after, counted),
+        commits_per_task: per_task(|c| Some(c.commits), &stopped, completed),
+        statements_per_task: per_task(|c| c.statements, &after, counted),
+        agent_cpu_us_per_task,
+        db_cpu_us_per_task,
         pickup_p50_ms: percentile(&latencies, 0.50),
         pickup_p99_ms: percentile(&latencies, 0.99),
         pickup_samples: config.latency_samples,
     })
+}
+
+/// CPU time this process has used, user and system, every thread (live or ended).
+fn own_cpu() -> Option<Duration> {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let time = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(u64::try_from(t.tv_sec()).ok()?)
+            .checked_add(Duration::from_micros(u64::try_from(t.tv_usec()).ok()?))
+    };
+    time(usage.user_time())?.checked_add(time(usage.system_time())?)
+}
+
+/// Nanoseconds on a CPU of each of `counters`' backends, read from `/proc`: `None` unless every
+/// one is a PostgreSQL process on this host serving this database (its process title names
+/// it) whose scheduler statistics can be read — a server elsewhere gives nothing, not a wrong
+/// figure from a local process that happens to have the same id.
+fn backends_cpu(counters: &ServerCounters) -> Option<std::collections::HashMap<i32, u64>> {
+    let database = format!(" {} ", counters.database);
+    counters
+        .backend_pids
+        .iter()
+        .map(|&pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            let title = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let title = String::from_utf8_lossy(&title);
+            if comm.trim_end() != "postgres" || !title.contains(&database) {
+                return None;
+            }
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+            let on_cpu = stat.split_whitespace().next()?.parse().ok()?;
+            Some((pid, on_cpu))
+        })
+        .collect()
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -453,6 +523,14 @@ pub fn render_text(report: &BenchReport) -> String {
             "per task  {wal:.0} WAL bytes, {xids:.2} xids, {commits:.2} commits, {statements} statements  (drain; WAL and xids server-wide)\n"
         ));
     }
+    if let Some(agent) = report.agent_cpu_us_per_task {
+        let database = report
+            .db_cpu_us_per_task
+            .map_or("n/a".to_string(), |d| format!("{d:.1} µs"));
+        text.push_str(&format!(
+            "cpu/task  agent {agent:.1} µs, database {database}  (drain)\n"
+        ));
+    }
     text.push_str(&format!(
         "pickup    p50 {:.2} ms  p99 {:.2} ms  ({} samples, idle agents)\n",
         report.pickup_p50_ms, report.pickup_p99_ms, report.pickup_samples,
@@ -486,6 +564,8 @@ mod tests {
             xids_per_task: None,
             commits_per_task: None,
             statements_per_task: None,
+            agent_cpu_us_per_task: None,
+            db_cpu_us_per_task: None,
             pickup_p50_ms: 1.0,
             pickup_p99_ms: 2.0,
             pickup_samples: 200,
@@ -513,5 +593,57 @@ mod tests {
             text.contains("per task  812 WAL bytes, 1.25 xids, 1.50 commits, n/a statements"),
             "{text}"
         );
+        let text = render_text(&BenchReport {
+            agent_cpu_us_per_task: Some(6.04),
+            ..report()
+        });
+        assert!(
+            text.contains("cpu/task  agent 6.0 µs, database n/a  (drain)"),
+            "{text}"
+        );
+        let text = render_text(&BenchReport {
+            agent_cpu_us_per_task: Some(6.04),
+            db_cpu_us_per_task: Some(21.47),
+            ..report()
+        });
+        assert!(
+            text.contains("cpu/task  agent 6.0 µs, database 21.5 µs  (drain)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn own_cpu_grows_with_work() {
+        let before = own_cpu().unwrap_or_else(|| panic!("getrusage failed"));
+        let mut x = 0u64;
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let after = own_cpu().unwrap_or_else(|| panic!("getrusage failed"));
+        assert!(
+            after >= before + Duration::from_millis(10),
+            "{before:?} → {after:?}"
+        );
+    }
+
+    #[test]
+    fn backends_are_read_only_when_they_are_local_postgres_processes_of_this_database() {
+        // This test process is not PostgreSQL: its id must not be read as a backend's.
+        let mine = ServerCounters {
+            wal_bytes: 0,
+            next_xid: 0,
+            commits: 0,
+            statements: None,
+            backends: 1,
+            backend_pids: vec![std::process::id() as i32],
+            database: "test".into(),
+        };
+        assert_eq!(backends_cpu(&mine), None);
+        let none = ServerCounters {
+            backend_pids: vec![],
+            ..mine
+        };
+        assert_eq!(backends_cpu(&none), Some(Default::default()));
     }
 }

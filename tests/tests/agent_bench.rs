@@ -76,6 +76,9 @@ async fn a_backlog_is_drained_from_and_the_drain_cost_per_task_reported_on_postg
         assert!(report["statements_per_task"].is_null(), "{report}");
     }
     assert_eq!(report["pickup_samples"], 5, "{report}");
+    // Both sides' CPU, the server being on this host: 300 no-op tasks cost some of each.
+    assert!(figure(&report, "agent_cpu_us_per_task") > 0.0, "{report}");
+    assert!(figure(&report, "db_cpu_us_per_task") > 0.0, "{report}");
     // The backlog was queued for real: 300 + 2000 + 5 pickups inserted, as the
     // table's statistics say once the bench's connections have flushed theirs (on exit).
     wait_until(
@@ -127,11 +130,13 @@ async fn on_sqlite_the_cost_figures_are_null_and_the_backlog_is_cleaned_up() {
     let report = report.expect("a report");
     assert_eq!(report["backlog"], 1000, "{report}");
     assert!(figure(&report, "processed_per_s") > 0.0, "{report}");
+    assert!(figure(&report, "agent_cpu_us_per_task") > 0.0, "{report}");
     for field in [
         "wal_bytes_per_task",
         "xids_per_task",
         "commits_per_task",
         "statements_per_task",
+        "db_cpu_us_per_task",
     ] {
         assert!(
             report.get(field).is_some_and(Value::is_null),

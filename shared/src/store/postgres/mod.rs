@@ -328,12 +328,19 @@ impl PgStore {
     /// `application_name` is LIKE `application_name_like`. Takes no transaction id.
     pub async fn server_counters(&self, application_name_like: &str) -> Result<ServerCounters> {
         const OP: &str = "server_counters";
-        let (wal_bytes, next_xid, commits, has_statements, backends): (i64, i64, i64, bool, i64) =
-            sqlx::query_as(sql::server_counters)
-                .bind(application_name_like)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(StoreError::db(OP))?;
+        let (wal_bytes, next_xid, commits, has_statements, backends, backend_pids, database): (
+            i64,
+            i64,
+            i64,
+            bool,
+            i64,
+            Vec<i32>,
+            String,
+        ) = sqlx::query_as(sql::server_counters)
+            .bind(application_name_like)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?;
         let statements = if has_statements {
             match sqlx::query_scalar(sql::server_statement_calls)
                 .fetch_one(&self.pool)
@@ -357,6 +364,8 @@ impl PgStore {
             commits,
             statements,
             backends,
+            backend_pids,
+            database,
         })
     }
 
@@ -372,7 +381,7 @@ const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
 
 /// The server's counters at one moment ([`PgStore::server_counters`]), for the cost per task of
 /// `leasehold-agent bench`: the difference of two readings is the cost of what ran between them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerCounters {
     /// WAL position in bytes (`pg_current_wal_lsn()`): server-wide, every database's writes.
     pub wal_bytes: i64,
@@ -388,6 +397,10 @@ pub struct ServerCounters {
     pub statements: Option<i64>,
     /// Connected backends whose `application_name` matched the pattern asked for.
     pub backends: i64,
+    /// Their server process ids, in order.
+    pub backend_pids: Vec<i32>,
+    /// This database's name (a backend's process title shows it).
+    pub database: String,
 }
 
 /// Parses a PostgreSQL URL, refusing other schemes with a clear message.
