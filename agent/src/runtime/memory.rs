@@ -215,8 +215,7 @@ impl MemoryQueue {
             .count()
     }
 
-    /// Logs the call and plays its cue, if any.
-    /// Logs the call and plays its cue; returns how long the reply is held back.
+    /// Logs the call and plays its cue, if any; returns how long the reply is held back.
     async fn enter(&self, op: &'static str, size: usize) -> Result<Duration, StoreError> {
         let cue = {
             let mut state = self.lock();

@@ -328,12 +328,11 @@ impl PgStore {
     /// `application_name` is LIKE `application_name_like`. Takes no transaction id.
     pub async fn server_counters(&self, application_name_like: &str) -> Result<ServerCounters> {
         const OP: &str = "server_counters";
-        let (wal_bytes, next_xid, commits, has_statements, backends, backend_pids, database): (
+        let (wal_bytes, next_xid, commits, has_statements, backend_pids, database): (
             i64,
             i64,
             i64,
             bool,
-            i64,
             Vec<i32>,
             String,
         ) = sqlx::query_as(sql::server_counters)
@@ -363,7 +362,7 @@ impl PgStore {
             next_xid,
             commits,
             statements,
-            backends,
+            backends: backend_pids.len() as i64,
             backend_pids,
             database,
         })
