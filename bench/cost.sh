@@ -18,9 +18,12 @@
 #       design), against today's schema and statements. Three databases: `today` (the
 #       migrations, the real task_claim.sql / task_complete_many.sql), `sides` (the same tasks
 #       table without its five status indexes, plus task_ready and task_leases, and the two
-#       statements rewritten for them) and `leases` (only the leased set moves to task_leases;
+#       statements rewritten for them), `leases` (only the leased set moves to task_leases;
 #       the claimable and dead sets are indexed by flags only a claim or a dead-lettering
-#       changes). Per round and database: 50,000 tasks inserted (WAL per task), then
+#       changes), `done` (finished tasks move to tasks_done, partitioned by day: a completion
+#       deletes the row and inserts it there; the claim is today's) and `gen` (the flags are
+#       stored generated columns of status and a statement trigger keeps task_leases, so
+#       today's statements barely change). Per round and database: 50,000 tasks inserted (WAL per task), then
 #       claimed 500 at a time and completed by one session in a loop (plpgsql, each claim and
 #       each completion its own transaction, synchronous_commit off): the backend's CPU time
 #       (/proc/PID/schedstat, so run it where the server is local) and WAL bytes per task.
@@ -30,7 +33,8 @@
 # `postgres` user when run as root, like tests/src/cluster.rs) with durable settings (fsync,
 # synchronous_commit, full_page_writes on) on 127.0.0.1:$COST_PORT (default 5499), stopped
 # and deleted on exit. Needs initdb/pg_ctl (pg_config --bindir or /usr/lib/postgresql/*/bin),
-# psql and pg_stat_statements. COST_DUMP=FILE also writes every statement's figures as CSV.
+# psql and pg_stat_statements. COST_DUMP=FILE also writes every statement's figures as CSV
+# (`blks`: shared buffers hit + read).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -133,7 +137,7 @@ fi
 # --- sides: today's task row updates against HOT updates with side tables -------------------
 if [[ $MODE == sides ]]; then
     SQLDIR=$ROOT/shared/src/store/postgres/sql
-    for db in today sides leases; do
+    for db in today sides leases done gen; do
         new_db "$db"
         "$AGENT" migrate --database-url "$URL/$db" >/dev/null
     done
@@ -156,6 +160,35 @@ if [[ $MODE == sides ]]; then
             -c "CREATE INDEX task_ready_claim ON task_ready (priority DESC, available_at, id)" \
             -c "CREATE TABLE task_leases (task_id bigint PRIMARY KEY, task_type text NOT NULL,
                     lease_owner text NOT NULL, lease_until timestamptz NOT NULL)"
+    # done: finished tasks leave tasks for tasks_done (partitioned by day of finishing): the
+    # claim is today's, a completion deletes the row and inserts its finished version there.
+    q done -c "DROP INDEX tasks_finished_idx" \
+           -c "CREATE TABLE tasks_done (LIKE tasks) PARTITION BY RANGE (finished_at)" \
+           -c "DO \$\$ BEGIN EXECUTE format('CREATE TABLE tasks_done_today PARTITION OF tasks_done FOR VALUES FROM (%L) TO (%L)', date_trunc('day', now()) - interval '1 day', date_trunc('day', now()) + interval '2 day'); END \$\$" \
+           -c "CREATE INDEX tasks_done_id ON tasks_done (id)"
+    # gen: claimable and dead are stored generated columns of status, so every writer keeps them
+    # right and a completion (running -> succeeded changes neither) stays HOT; the leased set is
+    # kept in task_leases by a statement trigger on UPDATE OF status. Statements are today's,
+    # with the claim reading the flag and the leased counts reading task_leases.
+    q gen -c "DROP INDEX tasks_claim_idx, tasks_dead_idx, tasks_deadline_idx, tasks_finished_idx,
+                         tasks_leased_type_idx" \
+          -c "ALTER TABLE tasks ADD COLUMN claimable boolean GENERATED ALWAYS AS (status IN ('queued', 'retry_wait')) STORED,
+                                ADD COLUMN dead boolean GENERATED ALWAYS AS (status = 'dead') STORED" \
+          -c "CREATE INDEX tasks_claim_idx ON tasks (priority DESC, available_at, id) WHERE claimable" \
+          -c "CREATE INDEX tasks_deadline_idx ON tasks (deadline_at) WHERE claimable AND deadline_at IS NOT NULL" \
+          -c "CREATE INDEX tasks_dead_idx ON tasks (id) WHERE dead" \
+          -c "CREATE TABLE task_leases (task_id bigint PRIMARY KEY, task_type text NOT NULL)" \
+          -c "CREATE FUNCTION leasehold_track_leases() RETURNS trigger LANGUAGE plpgsql AS \$\$
+              BEGIN
+                DELETE FROM task_leases WHERE task_id = ANY (ARRAY(
+                    SELECT id FROM new_rows WHERE status NOT IN ('running', 'cancel_requested')));
+                INSERT INTO task_leases (task_id, task_type)
+                SELECT n.id, n.task_type FROM new_rows n WHERE n.status IN ('running', 'cancel_requested')
+                ON CONFLICT (task_id) DO NOTHING;
+                RETURN NULL;
+              END \$\$" \
+          -c "CREATE TRIGGER tasks_track_leases AFTER UPDATE ON tasks
+              REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION leasehold_track_leases()"
     # One procedure per database: claim 500, complete them, until nothing is left. The real
     # statements' $n parameters become plpgsql variables, so each is planned once and cached.
     python3 - "$SQLDIR" "$DIR" <<'PY'
@@ -255,21 +288,46 @@ claim_leases = """WITH picked AS (
     ORDER BY priority DESC, available_at, id
     LIMIT v_batch FOR UPDATE SKIP LOCKED
 """ + claim_tail("claimable = false, ", "picked")
+complete_done = complete.split("upd AS (")[0] + """gone AS (
+    DELETE FROM tasks t USING input i
+    WHERE t.id = i.id AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
+      AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
+    RETURNING t.*, i.status AS new_status, i.outcome, i.set_result, i.result AS new_result
+), moved AS (
+    INSERT INTO tasks_done (id, task_type, payload, priority, status, available_at, deadline_at,
+        timeout_ms, attempt, max_attempts, lease_owner, lease_epoch, lease_until, heartbeat_at,
+        idempotency_key, progress, result, last_error, created_at, started_at, finished_at,
+        updated_at, final_outcome)
+    SELECT id, task_type, payload, priority, new_status, available_at, deadline_at, timeout_ms,
+        attempt, max_attempts, lease_owner, lease_epoch, NULL, heartbeat_at, idempotency_key,
+        progress, CASE WHEN set_result THEN new_result ELSE result END, last_error, created_at,
+        started_at, now(), now(), outcome
+    FROM gone
+)
+SELECT id, new_status FROM gone"""
+open(f"{out}/done.sql", "w").write(procedure("done", claim, complete_done, f"PERFORM * FROM ({lock}) l;"))
+claim_gen = (claim.replace("status IN ('queued', 'retry_wait')", "claimable")
+    .replace("FROM tasks r WHERE r.status IN ('running', 'cancel_requested')", "FROM task_leases r WHERE true")
+    .replace("FROM tasks r\n                   WHERE r.status IN ('running', 'cancel_requested') AND", "FROM task_leases r WHERE"))
+assert "claimable" in claim_gen and claim_gen.count("task_leases") == 2, claim_gen
+open(f"{out}/gen.sql", "w").write(procedure("gen", claim_gen, complete, f"PERFORM * FROM ({lock}) l;"))
 open(f"{out}/leases.sql", "w").write(procedure("leases", claim_leases, complete_sides, planner))
 open(f"{out}/today.sql", "w").write(procedure("today", claim, complete, f"PERFORM * FROM ({lock}) l;"))
 open(f"{out}/sides.sql", "w").write(procedure("sides", claim_sides, complete_sides, planner))
 PY
-    for db in today sides leases; do q "$db" -f "$DIR/$db.sql"; done
+    for db in today sides leases done gen; do q "$db" -f "$DIR/$db.sql"; done
     N=50000
     declare -A rows
     for ((round = 1; round <= ROUNDS; round++)); do
-        for db in today sides leases; do
-            ready=""; clear="TRUNCATE tasks;"
+        for db in today sides leases done gen; do
+            ready=""; clear="TRUNCATE tasks;"; finished=tasks
             if [[ $db == sides ]]; then
                 clear="TRUNCATE tasks, task_ready, task_leases;"
                 ready="INSERT INTO task_ready SELECT id, priority, available_at, task_type FROM tasks;"
             fi
             [[ $db != leases ]] || clear="TRUNCATE tasks, task_leases;"
+            [[ $db != gen ]] || clear="TRUNCATE tasks, task_leases;"
+            [[ $db != done ]] || { clear="TRUNCATE tasks, tasks_done;"; finished=tasks_done; }
             row=$(q "$db" <<SQL
 $clear
 SELECT pg_current_wal_lsn() AS e0 \gset
@@ -285,7 +343,7 @@ CALL drain();
 \\set cpu1 \`awk '{print \$1}' /proc/\$COST_PID/schedstat\`
 SELECT :enq, round((:cpu1 - :cpu0) / 1000.0 / $N, 2),
        round((pg_current_wal_lsn() - :'d0'::pg_lsn) / $N.0),
-       (SELECT count(*) FROM tasks WHERE status = 'succeeded'),
+       (SELECT count(*) FROM $finished WHERE status = 'succeeded'),
        (SELECT round(100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1)) FROM pg_stat_user_tables
         WHERE relname = 'tasks');
 SQL
@@ -297,14 +355,16 @@ SQL
         done
     done
     median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-    printf '\n| per task, median of %s rounds (%s tasks each) | today | side tables | leases only | sides / today | leases / today |\n|---|---:|---:|---:|---:|---:|\n' "$ROUNDS" "$N"
+    printf '\n| per task, median of %s rounds (%s tasks each) | today | side tables | leases only | done table | generated flags | sides / today | leases / today | done / today | gen / today |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n' "$ROUNDS" "$N"
     for col in 1:"claim + completion, µs (one session, CPU)" 2:"claim + completion, WAL bytes" 3:"insert, WAL bytes"; do
         i=${col%%:*} label=${col#*:}
         m=()
-        for db in today sides leases; do m+=("$(cut -d' ' -f"$i" <<<"${rows[$db]}" | grep . | median)"); done
-        printf '| %s | %s | %s | %s | %.2f | %.2f |\n' "$label" "${m[0]}" "${m[1]}" "${m[2]}" \
+        for db in today sides leases done gen; do m+=("$(cut -d' ' -f"$i" <<<"${rows[$db]}" | grep . | median)"); done
+        printf '| %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %.2f |\n' "$label" "${m[0]}" "${m[1]}" "${m[2]}" "${m[3]}" "${m[4]}" \
             "$(awk -v a="${m[0]}" -v b="${m[1]}" 'BEGIN {print b / a}')" \
-            "$(awk -v a="${m[0]}" -v b="${m[2]}" 'BEGIN {print b / a}')"
+            "$(awk -v a="${m[0]}" -v b="${m[2]}" 'BEGIN {print b / a}')" \
+            "$(awk -v a="${m[0]}" -v b="${m[3]}" 'BEGIN {print b / a}')" \
+            "$(awk -v a="${m[0]}" -v b="${m[4]}" 'BEGIN {print b / a}')"
     done
     exit 0
 fi
@@ -327,7 +387,8 @@ ENQ_TX[peer]=0
 q postgres <<'SQL'
 CREATE EXTENSION pg_stat_statements;
 CREATE TABLE stmt (tool text, phase text, toplevel bool, query text, calls numeric, ms numeric,
-                   wal_bytes numeric, wal_records numeric, wal_fpi numeric, rows numeric);
+                   wal_bytes numeric, wal_records numeric, wal_fpi numeric, rows numeric,
+                   blks numeric);
 CREATE TABLE fact (tool text, key text, value numeric);
 CREATE TABLE tbl (tool text, name text, upd numeric, hot numeric, ins numeric, del numeric);
 CREATE FUNCTION fmt(v numeric) RETURNS text LANGUAGE sql  -- 4 decimals below 1, 3 below 10, else 1
@@ -352,9 +413,11 @@ measure() {
 INSERT INTO stmt
 SELECT :'tool', CASE WHEN query ~* :'enq' THEN 'enqueue' WHEN query ~* :'harness' THEN 'harness'
                      ELSE 'drain' END,
-       toplevel, query, calls, total_exec_time::numeric, wal_bytes, wal_records, wal_fpi, rows
+       toplevel, query, calls, total_exec_time::numeric, wal_bytes, wal_records, wal_fpi, rows,
+       blks
 FROM (SELECT btrim(regexp_replace(regexp_replace(query, '--[^\n]*', '', 'g'), '\s+', ' ', 'g')) AS query,
-             toplevel, calls, total_exec_time, wal_bytes, wal_records, wal_fpi, rows
+             toplevel, calls, total_exec_time, wal_bytes, wal_records, wal_fpi, rows,
+             shared_blks_hit + shared_blks_read AS blks
       FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = :'db')) s;
 -- An enqueue in its own transaction brought one BEGIN and one COMMIT each: not the drain's.
 UPDATE stmt d SET calls = d.calls - e.calls, ms = d.ms * (d.calls - e.calls) / d.calls
