@@ -192,6 +192,7 @@ if [[ $MODE == sides ]]; then
     # One procedure per database: claim 500, complete them, until nothing is left. The real
     # statements' $n parameters become plpgsql variables, so each is planned once and cached.
     python3 - "$SQLDIR" "$DIR" <<'PY'
+import re
 import sys
 sqldir, out = sys.argv[1], sys.argv[2]
 def load(name, params):
@@ -306,9 +307,9 @@ complete_done = complete.split("upd AS (")[0] + """gone AS (
 )
 SELECT id, new_status FROM gone"""
 open(f"{out}/done.sql", "w").write(procedure("done", claim, complete_done, f"PERFORM * FROM ({lock}) l;"))
-claim_gen = (claim.replace("status IN ('queued', 'retry_wait')", "claimable")
-    .replace("FROM tasks r WHERE r.status IN ('running', 'cancel_requested')", "FROM task_leases r WHERE true")
-    .replace("FROM tasks r\n                   WHERE r.status IN ('running', 'cancel_requested') AND", "FROM task_leases r WHERE"))
+claim_gen = re.sub(r"FROM tasks r\s+WHERE r\.status IN \('running', 'cancel_requested'\)",
+                   "FROM task_leases r WHERE true",
+                   claim.replace("status IN ('queued', 'retry_wait')", "claimable"))
 assert "claimable" in claim_gen and claim_gen.count("task_leases") == 2, claim_gen
 open(f"{out}/gen.sql", "w").write(procedure("gen", claim_gen, complete, f"PERFORM * FROM ({lock}) l;"))
 open(f"{out}/leases.sql", "w").write(procedure("leases", claim_leases, complete_sides, planner))

@@ -2,7 +2,8 @@
 //!
 //! It claims again at once while claims come back full, and otherwise sleeps until woken: by a
 //! NOTIFY (an enqueue), by a freed slot, or by the jittered poll interval (NOTIFY is a hint,
-//! polling always runs). Woken by a freed slot while nearly full, it waits a moment for more
+//! polling always runs), or — when a rate limit held the claim back — by the moment that
+//! limit lets the next start in. Woken by a freed slot while nearly full, it waits a moment for more
 //! slots so claims stay batched.
 //!
 //! When things fail: a claim that fails or times out pauses claiming with exponential backoff
@@ -180,6 +181,10 @@ impl Claimer {
             }
             let wait = if claim.contended {
                 Duration::from_millis(20)
+            } else if let Some(rate_wait) = claim.rate_wait {
+                // A rate limit's window is full: claim again when its oldest start leaves it
+                // (a millisecond late, so the database's clock has passed it too).
+                (rate_wait + Duration::from_millis(1)).min(core.settings.poll_interval)
             } else {
                 jittered(core.settings.poll_interval)
             };

@@ -314,6 +314,7 @@ impl MemoryQueue {
             now: self.db_time(now),
             tasks,
             contended: false,
+            rate_wait: None,
         }
     }
 }

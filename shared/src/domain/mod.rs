@@ -19,7 +19,7 @@ pub use outcome::{
     AgentState, AuditResult, LeaseOutcome, MemberState, ResourceState, ScheduleAddOutcome,
     UnknownWord,
 };
-pub use policy::{Policy, PolicyPatch, PolicyScope, RetryPolicy};
+pub use policy::{Policy, PolicyPatch, PolicyScope, RateLimit, RetryPolicy};
 pub use schedule::{CronExpr, MissedTicks, Schedule, ScheduleBuilder, ScheduleName};
 pub use status::{TaskAction, TaskStatus, TransitionError};
 pub use task::{Actor, Attempt, AttemptOutcome, Progress, Role, Task, TaskError};

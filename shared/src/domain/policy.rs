@@ -33,6 +33,11 @@ pub const MAX_CONCURRENCY_LIMIT: u32 = 1_000_000;
 pub const MAX_LOCAL_CONCURRENCY: u32 = 100_000;
 /// Longest duration accepted for delays, timeouts and thresholds (7 days).
 pub const MAX_POLICY_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most starts a rate limit may allow per period.
+pub const MAX_RATE_STARTS: u32 = 1_000_000;
+/// Longest period of a rate limit (one day): the stores keep one row per claim that started
+/// tasks within the period.
+pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(24 * 3600);
 
 /// Which policy row: the global one or one task type's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -117,6 +122,89 @@ impl RetryPolicy {
     }
 }
 
+/// A rate limit: at most `starts` task starts (claims) in any window of length `period`,
+/// counted in database time across every agent. The global row's limit counts the starts of
+/// every type; a type's counts its own. Unlike the other fields, a type's rate limit does not
+/// inherit the global one: both apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    pub starts: u32,
+    #[serde(with = "period_ms")]
+    pub period: Duration,
+}
+
+/// A rate limit's period travels and is stored in whole milliseconds.
+mod period_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+impl RateLimit {
+    /// Checks the bounds: 1..=[`MAX_RATE_STARTS`] starts per 1 ms..=[`MAX_RATE_PERIOD`], whole
+    /// milliseconds.
+    pub fn new(starts: u32, period: Duration) -> Result<Self, ValidationError> {
+        if !(1..=MAX_RATE_STARTS).contains(&starts) {
+            return Err(ValidationError::OutOfRange {
+                field: "rate_limit",
+                detail: format!("{starts} starts is not within 1..={MAX_RATE_STARTS}"),
+            });
+        }
+        if period < Duration::from_millis(1) || period > MAX_RATE_PERIOD {
+            return Err(ValidationError::OutOfRange {
+                field: "rate_limit",
+                detail: format!(
+                    "a period of {} is not within 1ms..=24h",
+                    RateLimit::period_text(period)
+                ),
+            });
+        }
+        if !period.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(ValidationError::OutOfRange {
+                field: "rate_limit",
+                detail: "the period must be whole milliseconds".into(),
+            });
+        }
+        Ok(Self { starts, period })
+    }
+
+    /// The period in milliseconds, as stored.
+    pub fn period_ms(&self) -> i64 {
+        i64::try_from(self.period.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// A period in its largest whole unit: `1s`, `1m`, `90s`, `250ms`, `1h`, `1d`.
+    fn period_text(d: Duration) -> String {
+        let ms = d.as_millis();
+        for (unit, size) in [
+            ("d", 86_400_000),
+            ("h", 3_600_000),
+            ("m", 60_000),
+            ("s", 1_000),
+        ] {
+            if ms >= size && ms.is_multiple_of(size) {
+                return format!("{}{unit}", ms / size);
+            }
+        }
+        format!("{ms}ms")
+    }
+}
+
+/// `50/1s`, `1000/1m`: the form `leasehold ratelimit set` takes.
+impl fmt::Display for RateLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.starts, RateLimit::period_text(self.period))
+    }
+}
+
 /// A policy row as stored. For a type row, `None` fields inherit the global row; the global
 /// row always has every retry, timeout and slow field set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,6 +218,9 @@ pub struct Policy {
     pub retry_jitter: Option<f64>,
     pub timeout: Option<Duration>,
     pub slow_threshold: Option<Duration>,
+    /// Starts allowed per period (this scope's own; see [`RateLimit`]).
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl Policy {
@@ -145,6 +236,7 @@ impl Policy {
             retry_jitter: None,
             timeout: None,
             slow_threshold: None,
+            rate_limit: None,
         }
     }
 
@@ -178,6 +270,8 @@ pub struct PolicyPatch {
     pub retry_jitter: Option<Option<f64>>,
     pub timeout: Option<Option<Duration>>,
     pub slow_threshold: Option<Option<Duration>>,
+    #[serde(default)]
+    pub rate_limit: Option<Option<RateLimit>>,
 }
 
 impl PolicyPatch {
@@ -207,6 +301,9 @@ impl PolicyPatch {
         if let Some(v) = self.slow_threshold {
             p.slow_threshold = v;
         }
+        if let Some(v) = self.rate_limit {
+            p.rate_limit = v;
+        }
         p
     }
 
@@ -220,6 +317,9 @@ impl PolicyPatch {
                 field: "max_concurrency",
                 detail: format!("{limit} is above {MAX_CONCURRENCY_LIMIT}"),
             });
+        }
+        if let Some(Some(rate)) = self.rate_limit {
+            RateLimit::new(rate.starts, rate.period)?;
         }
         let durations = [
             ("retry_base", self.retry_base),
@@ -297,6 +397,52 @@ fn humanish(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_limit_prints_its_period_in_the_largest_whole_unit() {
+        let rate = |n, ms| RateLimit::new(n, Duration::from_millis(ms)).map(|r| r.to_string());
+        assert_eq!(rate(50, 1_000).as_deref(), Ok("50/1s"));
+        assert_eq!(rate(1000, 60_000).as_deref(), Ok("1000/1m"));
+        assert_eq!(rate(7, 90_000).as_deref(), Ok("7/90s"));
+        assert_eq!(rate(3, 250).as_deref(), Ok("3/250ms"));
+        assert_eq!(rate(1, 86_400_000).as_deref(), Ok("1/1d"));
+        assert_eq!(rate(2, 7_200_000).as_deref(), Ok("2/2h"));
+    }
+
+    #[test]
+    fn a_rate_limit_out_of_bounds_is_refused_with_its_field() {
+        let refused = |n, d| match RateLimit::new(n, d) {
+            Err(ValidationError::OutOfRange { field, detail }) => format!("{field}: {detail}"),
+            other => panic!("accepted {n}/{d:?}: {other:?}"),
+        };
+        assert_eq!(
+            refused(0, Duration::from_secs(1)),
+            "rate_limit: 0 starts is not within 1..=1000000"
+        );
+        assert!(refused(MAX_RATE_STARTS + 1, Duration::from_secs(1)).contains("1000001"));
+        assert!(refused(1, Duration::ZERO).contains("within 1ms..=24h"));
+        assert!(refused(1, Duration::from_secs(86_401)).contains("24h"));
+        assert!(refused(1, Duration::from_micros(1500)).contains("whole milliseconds"));
+        let patch = PolicyPatch {
+            rate_limit: Some(Some(RateLimit {
+                starts: 0,
+                period: Duration::from_secs(1),
+            })),
+            ..PolicyPatch::default()
+        };
+        assert!(patch.validate(&PolicyScope::Global).is_err());
+    }
+
+    #[test]
+    fn a_rate_limit_travels_as_starts_and_milliseconds() {
+        let rate = RateLimit::new(20, Duration::from_secs(1)).unwrap();
+        let json = serde_json::to_value(rate).unwrap();
+        assert_eq!(json, serde_json::json!({"starts": 20, "period": 1000}));
+        assert_eq!(serde_json::from_value::<RateLimit>(json).unwrap(), rate);
+        // Audit rows written before rate limits existed still decode.
+        let old: PolicyPatch = serde_json::from_value(serde_json::json!({"paused": true})).unwrap();
+        assert_eq!(old.rate_limit, None);
+    }
 
     #[test]
     fn nominal_delay_follows_the_formula_and_caps() {

@@ -10,8 +10,9 @@
 //!   terminal                        → Finished (only)
 //!   cancel_requested                → CancelRequested (only)
 //!   queued | retry_wait             → RetryWait | NotDue, DeadlinePassed, Paused, TypeLimit,
-//!                                     GlobalLimit, NoAgent, BehindHigherPriority (those that apply,
-//!                                     in this order); none apply and due → Claimable
+//!                                     GlobalLimit, RateLimit, GlobalRateLimit, NoAgent,
+//!                                     BehindHigherPriority (those that apply, in this order);
+//!                                     none apply and due → Claimable
 //! ```
 //!
 //! Every time is the database's: absolute times print as RFC 3339 UTC with seconds, relative
@@ -20,7 +21,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::outcomes::{Blocker, BlockerKind};
-use crate::domain::{TaskError, TaskId, TaskStatus, TaskType};
+use crate::domain::{RateLimit, TaskError, TaskId, TaskStatus, TaskType};
 
 /// Most claimable tasks counted ahead of one task; more are reported as "more than" this.
 pub const EXPLAIN_AHEAD_CAP: u64 = 10_000;
@@ -38,6 +39,40 @@ pub(crate) struct LimitUse {
 impl LimitUse {
     fn reached(self) -> bool {
         self.running >= u64::from(self.limit)
+    }
+}
+
+/// A rate limit and the starts its window ending at `now` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RateUse {
+    pub limit: RateLimit,
+    pub used: u64,
+    /// The oldest start in the window (none when it is empty).
+    pub oldest: Option<DateTime<Utc>>,
+}
+
+impl RateUse {
+    fn reached(self) -> bool {
+        self.used >= u64::from(self.limit.starts)
+    }
+
+    /// How long until the oldest start leaves the window (a start is allowed again then).
+    fn next_start_in(self, now: DateTime<Utc>) -> std::time::Duration {
+        let period = chrono::Duration::milliseconds(self.limit.period_ms());
+        let free_at = self.oldest.unwrap_or(now) + period;
+        (free_at - now).to_std().unwrap_or_default()
+    }
+}
+
+/// `120 ms`, `2.5 s`, `4m10s`: a short wait as an operator reads it.
+fn wait_text(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", d.as_secs_f64())
+    } else {
+        span(d.as_secs())
     }
 }
 
@@ -64,6 +99,10 @@ pub(crate) struct ExplainFacts {
     pub type_limit: Option<LimitUse>,
     /// The global limit, when there is one.
     pub global_limit: Option<LimitUse>,
+    /// The type's rate limit, when it has one.
+    pub type_rate: Option<RateUse>,
+    /// The global rate limit, when there is one.
+    pub global_rate: Option<RateUse>,
     /// Some agent in state running with a fresh heartbeat lists the type.
     pub agent_live: bool,
     /// Claimable tasks of the type ahead of this one in claim order, counted up to
@@ -189,6 +228,30 @@ pub(crate) fn blockers(f: &ExplainFacts) -> Vec<Blocker> {
             ),
         );
     }
+    if let Some(rate) = f.type_rate
+        && rate.reached()
+    {
+        push(
+            BlockerKind::RateLimit,
+            format!(
+                "rate limit reached ({}), next start in {} (type {ty})",
+                rate.limit,
+                wait_text(rate.next_start_in(f.now))
+            ),
+        );
+    }
+    if let Some(rate) = f.global_rate
+        && rate.reached()
+    {
+        push(
+            BlockerKind::GlobalRateLimit,
+            format!(
+                "global rate limit reached ({}), next start in {}",
+                rate.limit,
+                wait_text(rate.next_start_in(f.now))
+            ),
+        );
+    }
     if !f.agent_live {
         push(
             BlockerKind::NoAgent,
@@ -297,6 +360,8 @@ mod tests {
             global_paused: false,
             type_limit: None,
             global_limit: None,
+            type_rate: None,
+            global_rate: None,
             agent_live: true,
             ahead: 0,
         }
@@ -388,6 +453,36 @@ mod tests {
             "type limit reached: 3/3 running (type email.send)"
         );
         assert_eq!(b[5].message, "global limit reached: 12/10 running");
+    }
+
+    #[test]
+    fn a_full_rate_window_says_when_the_next_start_is_allowed() {
+        let mut f = facts(TaskStatus::Queued);
+        let rate = |starts, period_ms, used, oldest_ms_ago: Option<i64>| RateUse {
+            limit: RateLimit::new(starts, std::time::Duration::from_millis(period_ms)).unwrap(),
+            used,
+            oldest: oldest_ms_ago.map(|ms| now() - chrono::Duration::milliseconds(ms)),
+        };
+        f.type_rate = Some(rate(50, 1_000, 49, Some(500)));
+        assert_eq!(kinds(&blockers(&f)), ["claimable"], "one start left");
+        f.type_rate = Some(rate(50, 1_000, 50, Some(880)));
+        f.global_rate = Some(rate(1000, 60_000, 1000, Some(57_500)));
+        let b = blockers(&f);
+        assert_eq!(kinds(&b), ["rate_limit", "global_rate_limit"]);
+        assert_eq!(
+            b[0].message,
+            "rate limit reached (50/1s), next start in 120 ms (type email.send)"
+        );
+        assert_eq!(
+            b[1].message,
+            "global rate limit reached (1000/1m), next start in 2.5 s"
+        );
+        // A window emptied since the count (clock read later) says "0 ms", never a negative.
+        f.global_rate = None;
+        f.type_rate = Some(rate(2, 60_000, 2, Some(61_000)));
+        assert!(blockers(&f)[0].message.contains("next start in 0 ms"));
+        f.type_rate = Some(rate(2, 3_600_000, 2, Some(60_000)));
+        assert!(blockers(&f)[0].message.contains("next start in 59m"));
     }
 
     #[test]

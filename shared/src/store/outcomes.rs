@@ -23,6 +23,9 @@ pub struct ClaimBatch {
     pub tasks: Vec<Task>,
     /// A limited scope was being claimed by another claimer and was skipped: claim again soon.
     pub contended: bool,
+    /// A short claim held back by a rate limit: how long until the earliest of its full
+    /// windows lets a start in again (claiming sooner finds nothing more of that scope).
+    pub rate_wait: Option<std::time::Duration>,
 }
 
 /// A holder write that can be fenced.
@@ -252,6 +255,10 @@ pub enum BlockerKind {
     TypeLimit,
     /// The global concurrency limit is reached.
     GlobalLimit,
+    /// Its type's rate limit let in as many starts as it allows in the current window.
+    RateLimit,
+    /// The global rate limit did.
+    GlobalRateLimit,
     /// No live agent serves its type.
     NoAgent,
     /// Claimable tasks of its type come before it in claim order.
@@ -262,7 +269,7 @@ pub enum BlockerKind {
 
 impl BlockerKind {
     /// Every kind, in the order blockers are reported.
-    pub const ALL: [BlockerKind; 11] = [
+    pub const ALL: [BlockerKind; 13] = [
         BlockerKind::Finished,
         BlockerKind::CancelRequested,
         BlockerKind::RetryWait,
@@ -271,6 +278,8 @@ impl BlockerKind {
         BlockerKind::Paused,
         BlockerKind::TypeLimit,
         BlockerKind::GlobalLimit,
+        BlockerKind::RateLimit,
+        BlockerKind::GlobalRateLimit,
         BlockerKind::NoAgent,
         BlockerKind::BehindHigherPriority,
         BlockerKind::Claimable,
@@ -287,6 +296,8 @@ impl BlockerKind {
             BlockerKind::Paused => "paused",
             BlockerKind::TypeLimit => "type_limit",
             BlockerKind::GlobalLimit => "global_limit",
+            BlockerKind::RateLimit => "rate_limit",
+            BlockerKind::GlobalRateLimit => "global_rate_limit",
             BlockerKind::NoAgent => "no_agent",
             BlockerKind::BehindHigherPriority => "behind_higher_priority",
             BlockerKind::Claimable => "claimable",
@@ -329,7 +340,16 @@ pub struct Overview {
     pub truncated: bool,
     pub global_limit: Option<u32>,
     pub global_paused: bool,
+    /// The global rate limit and the starts of every type in its window ending at `now`.
+    pub global_rate: Option<RateFill>,
     pub now: DateTime<Utc>,
+}
+
+/// A rate limit and how many starts its window ending now holds (its fill).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateFill {
+    pub limit: crate::domain::RateLimit,
+    pub used: u64,
 }
 
 /// One task type's counts, limit and pause.
@@ -350,13 +370,19 @@ pub struct TypeCounts {
     pub dead_last_minute: u64,
     pub limit: Option<u32>,
     pub paused: bool,
+    /// Its own rate limit and fill.
+    pub rate: Option<RateFill>,
 }
 
 /// One row of an overview statement, decoded by a store: the global policy (the row named
 /// `*`) or a task type's counts.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum OverviewRow {
-    Global { limit: Option<u32>, paused: bool },
+    Global {
+        limit: Option<u32>,
+        paused: bool,
+        rate: Option<RateFill>,
+    },
     Type(TypeCounts),
 }
 
@@ -372,13 +398,19 @@ impl Overview {
             truncated: false,
             global_limit: None,
             global_paused: false,
+            global_rate: None,
             now,
         };
         for row in rows {
             match row? {
-                OverviewRow::Global { limit, paused } => {
+                OverviewRow::Global {
+                    limit,
+                    paused,
+                    rate,
+                } => {
                     overview.global_limit = limit;
                     overview.global_paused = paused;
+                    overview.global_rate = rate;
                 }
                 OverviewRow::Type(_) if overview.types.len() == OVERVIEW_TYPES_CAP => {
                     overview.truncated = true;

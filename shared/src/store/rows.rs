@@ -21,11 +21,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::domain::{
-    Attempt, AttemptOutcome, LeaseEpoch, Policy, PolicyScope, Progress, Task, TaskError, TaskId,
-    TaskType,
+    Attempt, AttemptOutcome, LeaseEpoch, Policy, PolicyScope, Progress, RateLimit, Task, TaskError,
+    TaskId, TaskType,
 };
+use crate::store::RateFill;
 pub(crate) use crate::store::audit::backend::{Columns, agent_id, status};
-use crate::store::explain::{ExplainFacts, LimitUse};
+use crate::store::explain::{ExplainFacts, LimitUse, RateUse};
 use crate::store::{
     AgentRecord, AuditRecord, OverviewRow, Result, StoreError, TaskPage, TypeCounts,
 };
@@ -213,7 +214,55 @@ pub(crate) fn policy<R: RecordColumns>(row: &R) -> Result<Policy> {
         retry_jitter: row.opt_float("retry_jitter")?,
         timeout: millis(row.opt_int("timeout_ms")?),
         slow_threshold: millis(row.opt_int("slow_ms")?),
+        rate_limit: rate_limit(row.opt_int("rate_starts")?, row.opt_int("rate_period_ms")?)?,
     })
+}
+
+/// A rate limit and its window's use from an explain row: the `type_rate_*` columns or the
+/// `global_rate_*` ones (`starts`, `period_ms`, `used`, `oldest`).
+fn rate_use<R: Columns>(row: &R, global: bool) -> Result<Option<RateUse>> {
+    let [starts, period_ms, used, oldest] = if global {
+        [
+            "global_rate_starts",
+            "global_rate_period_ms",
+            "global_rate_used",
+            "global_rate_oldest",
+        ]
+    } else {
+        [
+            "type_rate_starts",
+            "type_rate_period_ms",
+            "type_rate_used",
+            "type_rate_oldest",
+        ]
+    };
+    let Some(limit) = rate_limit(row.opt_int(starts)?, row.opt_int(period_ms)?)? else {
+        return Ok(None);
+    };
+    Ok(Some(RateUse {
+        limit,
+        used: row.opt_int(used)?.map_or(0, tally),
+        oldest: row.opt_time(oldest)?,
+    }))
+}
+
+/// A stored rate limit: both columns or neither (the tables' CHECK says so too).
+fn rate_limit(starts: Option<i64>, period_ms: Option<i64>) -> Result<Option<RateLimit>> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        what: "policy rate limit",
+        detail,
+    };
+    match (starts, period_ms) {
+        (None, None) => Ok(None),
+        (Some(n), Some(ms)) => {
+            let n = u32::try_from(n).map_err(|_| corrupt(format!("{n} starts")))?;
+            let ms = u64::try_from(ms).map_err(|_| corrupt(format!("a period of {ms} ms")))?;
+            RateLimit::new(n, Duration::from_millis(ms))
+                .map(Some)
+                .map_err(|e| corrupt(e.to_string()))
+        }
+        (n, ms) => Err(corrupt(format!("starts {n:?} with period {ms:?} ms"))),
+    }
 }
 
 /// An `agents` row (with `now` and `leader`).
@@ -264,8 +313,20 @@ pub(crate) fn overview_row<R: Columns>(row: &R) -> Result<OverviewRow> {
     let name = row.text("task_type")?;
     let limit = row.opt_int("max_concurrency")?.map(count);
     let paused = row.flag("paused")?;
+    let rate = rate_limit(row.opt_int("rate_starts")?, row.opt_int("rate_period_ms")?)?
+        .map(|limit| -> Result<RateFill> {
+            Ok(RateFill {
+                limit,
+                used: row.opt_int("rate_used")?.map_or(0, tally),
+            })
+        })
+        .transpose()?;
     if name == "*" {
-        return Ok(OverviewRow::Global { limit, paused });
+        return Ok(OverviewRow::Global {
+            limit,
+            paused,
+            rate,
+        });
     }
     let n = |column| -> Result<u64> { Ok(tally(row.int(column)?)) };
     Ok(OverviewRow::Type(TypeCounts {
@@ -279,6 +340,7 @@ pub(crate) fn overview_row<R: Columns>(row: &R) -> Result<OverviewRow> {
         dead_last_minute: n("dead_last_minute")?,
         limit,
         paused,
+        rate,
     }))
 }
 
@@ -307,6 +369,8 @@ pub(crate) fn explain_facts<R: Columns>(row: &R, now: DateTime<Utc>) -> Result<E
         global_paused: row.flag("global_paused")?,
         type_limit: limit_use("type_limit", "type_running")?,
         global_limit: limit_use("global_limit", "global_running")?,
+        type_rate: rate_use(row, false)?,
+        global_rate: rate_use(row, true)?,
         agent_live: row.flag("agent_live")?,
         ahead: tally(row.int("ahead")?),
     })

@@ -220,6 +220,8 @@ where
         .bind(next.retry_jitter)
         .bind(ms(next.timeout))
         .bind(ms(next.slow_threshold))
+        .bind(next.rate_limit.map(|r| i64::from(r.starts)))
+        .bind(next.rate_limit.map(|r| r.period_ms()))
 }
 
 /// Enqueue and its audit row in one transaction. Order: validation (invalid input writes

@@ -4,8 +4,11 @@
 //! ```text
 //!   BEGIN
 //!   task_claim_lock: policy guard (shared), then pg_try_advisory_xact_lock per limited scope
-//!   task_claim:      count running per locked scope, pick due rows FOR UPDATE SKIP LOCKED,
-//!                    cap per type and globally, set running / owner / epoch+1 / lease_until
+//!   task_claim:      count running and recent starts per locked scope, pick due rows FOR
+//!                    UPDATE SKIP LOCKED, cap per type and globally, set running / owner /
+//!                    epoch+1 / lease_until
+//!   rate_limit_stamp: (rate-limited scopes only) this claim's starts into their ledgers
+//!   rate_limit_wait: (a short claim under a rate limit only) when a start is allowed again
 //!   COMMIT           (locks released; the next claimer of the scope sees these rows counted)
 //! ```
 //!
@@ -34,12 +37,16 @@ pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<Cl
         .await
         .map_err(StoreError::db("task_claim_lock"))?;
     let mut locked = Vec::with_capacity(locked_rows.len());
+    let mut rated = Vec::new();
     let mut contended = false;
     for row in &locked_rows {
         let Some(scope) = get::<Option<String>>(row, "scope")? else {
             continue; // the policy guard, always granted (it may have waited)
         };
         if get::<bool>(row, "locked")? {
+            if get::<Option<bool>>(row, "rated")?.unwrap_or(false) {
+                rated.push(scope.clone());
+            }
             locked.push(scope);
         } else {
             contended = true;
@@ -62,6 +69,44 @@ pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<Cl
             .and_then(|row| row.try_get("now"))
             .map_err(StoreError::db("task_claim"))?,
     };
+    // The rate-limited scopes whose caps the claim applied: their ledgers get this claim's
+    // starts (every type counts for the global scope), in this transaction, under their locks.
+    let stamp: Vec<String> = match rows.first() {
+        Some(row) => get::<Option<Vec<String>>>(row, "rated")?.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    if !stamp.is_empty() {
+        let mut started = vec![0i32; stamp.len()];
+        for row in &rows {
+            let task_type: String = get(row, "task_type")?;
+            for (scope, n) in stamp.iter().zip(started.iter_mut()) {
+                if scope == "*" || *scope == task_type {
+                    *n += 1;
+                }
+            }
+        }
+        sqlx::query(sql::rate_limit_stamp)
+            .bind(&stamp)
+            .bind(now)
+            .bind(&started)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("task_claim"))?;
+    }
+    // Short while a rate limit applies: find out when its window lets the next start in, so
+    // the claimer sleeps that long rather than polling (one more statement, rate limits only;
+    // a limit set after the lock statement read the policies is missed here, and the claimer
+    // polls as usual).
+    let rate_wait = if !rated.is_empty() && (rows.len() as u64) < u64::from(params.batch) {
+        let wait_ms: Option<i64> = sqlx::query_scalar(sql::rate_limit_wait)
+            .bind(&rated)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::db("task_claim"))?;
+        wait_ms.map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(1)))
+    } else {
+        None
+    };
     tx.commit().await.map_err(StoreError::db("task_claim"))?;
     let mut tasks = rows
         .iter()
@@ -72,5 +117,6 @@ pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<Cl
         now,
         tasks,
         contended,
+        rate_wait,
     })
 }

@@ -68,6 +68,8 @@ pub(crate) mod sql {
             task_enqueue_many,
             task_claim_lock,
             task_claim,
+            rate_limit_wait,
+            rate_limit_stamp,
             lease_renew_many,
             task_progress,
             task_complete_read,

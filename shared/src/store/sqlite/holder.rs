@@ -195,6 +195,7 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
             now: rows::time(get(&probe, "now")?, "now")?,
             tasks: Vec::new(),
             contended: false,
+            rate_wait: None,
         });
     }
     let (mut tx, now) = write_tx(pool, OP).await?;
@@ -234,6 +235,31 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         global_cap = global_cap.min(limit.saturating_sub(running_total));
     }
+    // Rate limits of the global scope and of these types: what their windows ending now hold.
+    let wanted = |scope: &str| scope == "*" || names.contains(&scope);
+    let mut rates: Vec<RateWindow> = Vec::new();
+    if policies.iter().any(|p| p.rate_limit.is_some()) && global_cap > 0 {
+        let found = sqlx::query(sql::rate_limit_used)
+            .bind(now)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        for row in &found {
+            let scope: String = get(row, "scope")?;
+            if wanted(&scope) {
+                rates.push(RateWindow::read(row, scope)?);
+            }
+        }
+    }
+    let rate_left = |scope: &str| {
+        rates
+            .iter()
+            .find(|r| r.scope == scope)
+            .map(RateWindow::left)
+    };
+    if let Some(left) = rate_left("*") {
+        global_cap = global_cap.min(left);
+    }
     // Capacity left per open type (None: unlimited); paused and full types are left out.
     let mut type_cap: HashMap<&str, Option<usize>> = HashMap::new();
     for t in &params.task_types {
@@ -241,10 +267,14 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         if policy.is_some_and(|p| p.paused) {
             continue;
         }
-        let cap = policy.and_then(|p| p.max_concurrency).map(|limit| {
+        let running_cap = policy.and_then(|p| p.max_concurrency).map(|limit| {
             let limit = usize::try_from(limit).unwrap_or(usize::MAX);
             limit.saturating_sub(running.get(t.as_str()).copied().unwrap_or(0))
         });
+        let cap = match (running_cap, rate_left(t.as_str())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if cap != Some(0) {
             type_cap.insert(t.as_str(), cap);
         }
@@ -255,6 +285,7 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
             now: now_time,
             tasks: Vec::new(),
             contended: false,
+            rate_wait: rate_wait(&rates, &HashMap::new(), 0, now),
         });
     }
     let open: Vec<&str> = type_cap.keys().copied().collect();
@@ -293,13 +324,103 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
             .map_err(StoreError::db(OP))?;
         claimed.iter().map(task).collect::<Result<Vec<_>>>()?
     };
+    // The ledger: one row per rate-limited scope that started tasks here, and its rows that
+    // left the window go.
+    let mut started: HashMap<&str, usize> = HashMap::new();
+    for t in &tasks {
+        *started.entry(t.task_type.as_str()).or_default() += 1;
+    }
+    for rate in &rates {
+        let n = if rate.scope == "*" {
+            tasks.len()
+        } else {
+            started.get(rate.scope.as_str()).copied().unwrap_or(0)
+        };
+        if n > 0 {
+            sqlx::query(sql::rate_limit_stamp)
+                .bind(&rate.scope)
+                .bind(now)
+                .bind(i64::try_from(n).unwrap_or(i64::MAX))
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db(OP))?;
+        }
+        sqlx::query(sql::rate_limit_prune)
+            .bind(&rate.scope)
+            .bind(now.saturating_sub(rate.period_us))
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+    }
     commit(tx, OP).await?;
+    let rate_wait = if tasks.len() < batch {
+        rate_wait(&rates, &started, tasks.len(), now)
+    } else {
+        None
+    };
     crate::store::lifecycle::claim_order(&mut tasks);
     Ok(ClaimBatch {
         now: now_time,
         tasks,
         contended: false,
+        rate_wait,
     })
+}
+
+/// One rate-limited scope's window ending at the claim's now (µs).
+struct RateWindow {
+    scope: String,
+    starts: usize,
+    period_us: i64,
+    used: usize,
+    /// The oldest start in the window.
+    oldest: Option<i64>,
+}
+
+impl RateWindow {
+    fn read(row: &SqliteRow, scope: String) -> Result<Self> {
+        let period_ms: i64 = get(row, "rate_period_ms")?;
+        Ok(Self {
+            scope,
+            starts: usize::try_from(get::<i64>(row, "rate_starts")?).unwrap_or(0),
+            period_us: period_ms.saturating_mul(1000),
+            used: usize::try_from(get::<i64>(row, "used")?).unwrap_or(usize::MAX),
+            oldest: get(row, "oldest")?,
+        })
+    }
+
+    fn left(&self) -> usize {
+        self.starts.saturating_sub(self.used)
+    }
+}
+
+/// Of the windows full after this claim (which started `started` per type, `total` in all),
+/// how long until the earliest lets a start in again: its oldest start (this claim's, when it
+/// held none) leaves it after the period.
+fn rate_wait(
+    rates: &[RateWindow],
+    started: &HashMap<&str, usize>,
+    total: usize,
+    now: i64,
+) -> Option<std::time::Duration> {
+    rates
+        .iter()
+        .filter(|r| {
+            let n = if r.scope == "*" {
+                total
+            } else {
+                started.get(r.scope.as_str()).copied().unwrap_or(0)
+            };
+            r.used.saturating_add(n) >= r.starts
+        })
+        .map(|r| {
+            let free_at = r.oldest.unwrap_or(now).saturating_add(r.period_us);
+            let us = u64::try_from(free_at.saturating_sub(now))
+                .unwrap_or(0)
+                .max(1000);
+            std::time::Duration::from_micros(us)
+        })
+        .min()
 }
 
 /// The rows of `ids` that `owner` holds at the given epochs (leased, key matching).

@@ -2,30 +2,52 @@
 -- $5: the limited scopes whose advisory locks this transaction holds (task_claim_lock.sql).
 -- A limited scope not in $5 (locked by another claimer, or limited after the lock statement)
 -- gets nothing this round, so no interleaving of claimers can exceed a limit. Running counts
--- are read after the locks were taken, so they include every committed claim of the scope.
+-- and rate-limit ledgers are read after the locks were taken, so they include every committed
+-- claim of the scope.
 -- Lease times use statement_timestamp(): database time at this statement, after the locks.
+-- A rate limit of N per P leaves N minus the starts its ledger (rate_limit_starts) holds
+-- within (now - P, now]; the caller writes the starts taken here to the ledger in the same
+-- transaction (rate_limit_stamp.sql), so a claim without rate limits writes nothing more.
 WITH pol AS (
-    SELECT scope, max_concurrency, paused FROM policies
+    SELECT scope, max_concurrency, paused, rate_starts, rate_period_ms FROM policies
     WHERE scope = '*' OR scope = ANY($2::text[])
+),
+-- Starts each locked rate-limited scope may still make in the window ending now (no rows, and
+-- no ledger read, without rate limits).
+rate AS (
+    SELECT p.scope, p.rate_period_ms,
+           greatest(p.rate_starts - coalesce((
+               SELECT sum(r.n) FROM rate_limit_starts r
+               WHERE r.scope = p.scope
+                 AND r.at > statement_timestamp() - make_interval(secs => p.rate_period_ms / 1000.0)
+           ), 0), 0) AS left_
+    FROM pol p
+    WHERE p.rate_starts IS NOT NULL AND p.scope = ANY($5::text[])
 ),
 global_cap AS (
     SELECT CASE
         WHEN coalesce(g.paused, false) THEN 0
-        WHEN g.max_concurrency IS NULL THEN $3::bigint
+        WHEN g.max_concurrency IS NULL AND g.rate_starts IS NULL THEN $3::bigint
         WHEN NOT ('*' = ANY($5::text[])) THEN 0
-        ELSE least($3::bigint, greatest(g.max_concurrency - (
-            SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested')), 0))
+        ELSE least($3::bigint,
+            CASE WHEN g.max_concurrency IS NOT NULL THEN greatest(g.max_concurrency - (
+                SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested')), 0)
+            END,
+            (SELECT left_ FROM rate WHERE scope = '*'))
     END AS cap
     FROM (SELECT 1) one LEFT JOIN pol g ON g.scope = '*'
 ),
 type_cap AS (
     SELECT t.task_type,
            CASE
-               WHEN p.max_concurrency IS NULL THEN NULL
+               WHEN p.max_concurrency IS NULL AND p.rate_starts IS NULL THEN NULL
                WHEN NOT (t.task_type = ANY($5::text[])) THEN 0
-               ELSE greatest(p.max_concurrency - (
-                   SELECT count(*) FROM tasks r
-                   WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type), 0)
+               ELSE least(
+                   CASE WHEN p.max_concurrency IS NOT NULL THEN greatest(p.max_concurrency - (
+                       SELECT count(*) FROM tasks r
+                       WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type), 0)
+                   END,
+                   (SELECT left_ FROM rate WHERE scope = t.task_type))
            END AS cap
     FROM unnest($2::text[]) AS t(task_type)
     LEFT JOIN pol p ON p.scope = t.task_type
@@ -88,4 +110,8 @@ WHERE t.id = chosen.id
 -- The caller reads these columns by position (rows.rs, claimed_task): keep the order.
 RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_at, t.timeout_ms,
           t.attempt, t.max_attempts, t.lease_epoch, t.lease_until, t.idempotency_key, t.result,
-          t.last_error, t.created_at, t.finished_at, statement_timestamp() AS db_now
+          t.last_error, t.created_at, t.finished_at, statement_timestamp() AS db_now,
+          -- The rate-limited scopes whose caps this claim applied (null: none), which the
+          -- caller stamps with these starts (rate_limit_stamp.sql). Read here, not from the
+          -- lock statement, whose view of the policies may predate a change it waited for.
+          (SELECT array_agg(scope) FROM rate) AS rated

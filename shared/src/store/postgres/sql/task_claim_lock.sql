@@ -3,14 +3,15 @@
 --    claims never block each other on it, but a policy change (which takes it exclusively)
 --    waits for claims in flight, so a limit never starts while a claim that ignored it is
 --    still uncommitted.
--- 2. For each scope with a concurrency limit that this claim touches (global '*' and each
+-- 2. For each scope with a concurrency or rate limit that this claim touches (global '*' and each
 --    requested type), try a transaction-level advisory lock (19528, hashtext(scope)). A scope
 --    whose lock another claimer holds is skipped this round (the claim gives it capacity 0), so
 --    claimers never wait on each other and never deadlock. Unlimited scopes take no lock.
 -- 3. Planner settings for the claim statement, local to this transaction (see below).
 -- This statement's view of the policies may predate a change it waited for in step 1; the
 -- claim statement reads them afresh and gives any limited scope not locked here capacity 0.
--- Returns one row with a null scope (the guard), then one row per limited scope. $1 types.
+-- Returns one row with a null scope (the guard), then one row per limited scope (`rated`: it
+-- has a rate limit). $1 types.
 SELECT NULL::text AS scope,
        (SELECT pg_advisory_xact_lock_shared(19529, 0)) IS NOT NULL
        -- The claim must walk tasks_claim_idx in claim order and stop after the batch. Right
@@ -33,11 +34,13 @@ SELECT NULL::text AS scope,
        -- store never turns it off): it is on disk before its holder starts the handler. A
        -- claim lost in a crash would hand its epoch out again (two executions under one fencing
        -- token and one idempotency key), and a handler's side effects wait for no later write.
-       AS locked
+       AS locked,
+       NULL::boolean AS rated
 UNION ALL
-SELECT scope, pg_try_advisory_xact_lock(19528, hashtext(scope)) AS locked
+SELECT scope, pg_try_advisory_xact_lock(19528, hashtext(scope)) AS locked, rated
 FROM (
-    SELECT scope FROM policies
-    WHERE max_concurrency IS NOT NULL AND (scope = '*' OR scope = ANY($1::text[]))
+    SELECT scope, rate_starts IS NOT NULL AS rated FROM policies
+    WHERE (max_concurrency IS NOT NULL OR rate_starts IS NOT NULL)
+      AND (scope = '*' OR scope = ANY($1::text[]))
     ORDER BY scope
 ) limited

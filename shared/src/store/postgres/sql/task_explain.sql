@@ -23,6 +23,10 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
        CASE WHEN t.waiting AND gp.max_concurrency IS NOT NULL THEN (
            SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested'))
        END AS global_running,
+       tp.rate_starts AS type_rate_starts, tp.rate_period_ms AS type_rate_period_ms,
+       tr.used AS type_rate_used, tr.oldest AS type_rate_oldest,
+       gp.rate_starts AS global_rate_starts, gp.rate_period_ms AS global_rate_period_ms,
+       gr.used AS global_rate_used, gr.oldest AS global_rate_oldest,
        t.waiting AND EXISTS (
            SELECT 1 FROM agents a
            WHERE a.state = 'running'
@@ -46,3 +50,14 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
 FROM t
 LEFT JOIN policies tp ON tp.scope = t.task_type
 LEFT JOIN policies gp ON gp.scope = '*'
+-- The starts in each rate limit's window ending now, and the oldest of them (waiting tasks only).
+LEFT JOIN LATERAL (
+    SELECT sum(r.n) AS used, min(r.at) AS oldest FROM rate_limit_starts r
+    WHERE t.waiting AND r.scope = tp.scope
+      AND r.at > now() - make_interval(secs => tp.rate_period_ms / 1000.0)
+) tr ON tp.rate_starts IS NOT NULL
+LEFT JOIN LATERAL (
+    SELECT sum(r.n) AS used, min(r.at) AS oldest FROM rate_limit_starts r
+    WHERE t.waiting AND r.scope = '*'
+      AND r.at > now() - make_interval(secs => gp.rate_period_ms / 1000.0)
+) gr ON gp.rate_starts IS NOT NULL

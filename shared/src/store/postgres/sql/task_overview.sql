@@ -37,6 +37,12 @@ SELECT n.task_type,
        coalesce(r.died, 0) AS dead_last_minute,
        p.max_concurrency,
        coalesce(p.paused, false) AS paused,
+       p.rate_starts, p.rate_period_ms,
+       CASE WHEN p.rate_starts IS NOT NULL THEN (
+           SELECT coalesce(sum(s.n), 0) FROM rate_limit_starts s
+           WHERE s.scope = n.task_type
+             AND s.at > now() - make_interval(secs => p.rate_period_ms / 1000.0))
+       END AS rate_used,
        now() AS db_now
 FROM names n
 LEFT JOIN live l ON l.task_type = n.task_type

@@ -19,6 +19,24 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
        CASE WHEN t.waiting AND gp.max_concurrency IS NOT NULL THEN (
            SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested'))
        END AS global_running,
+       tp.rate_starts AS type_rate_starts, tp.rate_period_ms AS type_rate_period_ms,
+       CASE WHEN t.waiting AND tp.rate_starts IS NOT NULL THEN (
+           SELECT sum(r.n) FROM rate_limit_starts r
+           WHERE r.scope = tp.scope AND r.at > ?2 - tp.rate_period_ms * 1000)
+       END AS type_rate_used,
+       CASE WHEN t.waiting AND tp.rate_starts IS NOT NULL THEN (
+           SELECT min(r.at) FROM rate_limit_starts r
+           WHERE r.scope = tp.scope AND r.at > ?2 - tp.rate_period_ms * 1000)
+       END AS type_rate_oldest,
+       gp.rate_starts AS global_rate_starts, gp.rate_period_ms AS global_rate_period_ms,
+       CASE WHEN t.waiting AND gp.rate_starts IS NOT NULL THEN (
+           SELECT sum(r.n) FROM rate_limit_starts r
+           WHERE r.scope = '*' AND r.at > ?2 - gp.rate_period_ms * 1000)
+       END AS global_rate_used,
+       CASE WHEN t.waiting AND gp.rate_starts IS NOT NULL THEN (
+           SELECT min(r.at) FROM rate_limit_starts r
+           WHERE r.scope = '*' AND r.at > ?2 - gp.rate_period_ms * 1000)
+       END AS global_rate_oldest,
        t.waiting AND EXISTS (
            SELECT 1 FROM agents a, json_each(a.task_types) j
            WHERE a.state = 'running' AND a.heartbeat_at > ?3 AND j.value = t.task_type)

@@ -27,7 +27,11 @@ SELECT n.task_type,
        coalesce(l.retrying, 0) AS retrying, coalesce(l.running, 0) AS running,
        coalesce(d.dead, 0) AS dead, coalesce(r.finished, 0) AS finished_last_minute,
        coalesce(r.died, 0) AS dead_last_minute, p.max_concurrency,
-       coalesce(p.paused, 0) AS paused
+       coalesce(p.paused, 0) AS paused, p.rate_starts, p.rate_period_ms,
+       CASE WHEN p.rate_starts IS NOT NULL THEN (
+           SELECT coalesce(sum(s.n), 0) FROM rate_limit_starts s
+           WHERE s.scope = n.task_type AND s.at > ?1 - p.rate_period_ms * 1000)
+       END AS rate_used
 FROM names n
 LEFT JOIN live l ON l.task_type = n.task_type
 LEFT JOIN dead d ON d.task_type = n.task_type
