@@ -439,6 +439,139 @@ async fn requeue_dlq_concurrency_pause_resume_drain() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn ratelimit_set_clear_and_ls_print_and_exit_as_documented() {
+    let (addr, fake) = plain().await;
+    let run = |args: Vec<&str>| {
+        let mut all = vec!["--agent", addr.as_str()];
+        all.extend(args);
+        let owned: Vec<String> = all.iter().map(|s| (*s).to_owned()).collect();
+        async move {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            leasehold(&refs, &[]).await
+        }
+    };
+    let o = run(vec!["ratelimit", "set", "email.send", "50/1s"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "rate limit of type email.send: 50/1s (was 20/1s)\n"
+    );
+    let o = run(vec!["ratelimit", "set", "--global", "1000/1m"]).await;
+    assert_eq!(stdout(&o), "global rate limit: 1000/1m (was none)\n");
+    let o = run(vec!["--output", "json", "ratelimit", "clear", "email.send"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        json_lines(&stdout(&o)),
+        [serde_json::json!({
+            "scope": "type",
+            "task_type": "email.send",
+            "limit": null,
+            "previous": {"starts": 20, "period_ms": 1000, "text": "20/1s"}
+        })]
+    );
+    let o = run(vec!["ratelimit", "clear", "--global"]).await;
+    assert_eq!(
+        stdout(&o),
+        "there was no global rate limit (nothing changed)\n"
+    );
+    // What the agent refuses is bad input: exit 2, the agent's words on stderr.
+    let o = run(vec!["ratelimit", "set", "unknown", "5/1s"]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "leasehold: set the rate limit of type unknown: task_type: no agent serves type \
+         unknown (invalid argument)\n"
+    );
+    assert_eq!(stdout(&o), "");
+    let o = run(vec!["ratelimit", "ls"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "SCOPE   TYPE        LIMIT    USED\n\
+         global  -           1000/1m  812/1000\n\
+         type    email.send  50/1s    12/50\n"
+    );
+    let o = run(vec!["--output", "json", "ratelimit", "ls"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v[0]["scope"], "global");
+    assert_eq!(v[1]["task_type"], "email.send");
+    assert_eq!(v[1]["used"], 12);
+    let o = run(vec!["types"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("12/50/1s"), "{out}");
+    assert!(
+        out.ends_with("global: unlimited\nglobal rate limit: 1000/1m, 812 used\n"),
+        "{out}"
+    );
+    let calls = fake.calls();
+    for call in [
+        "set_rate_limit Some(TaskType(\"email.send\")) Some((50, 1000)) clear=false",
+        "set_rate_limit Some(Global(true)) Some((1000, 60000)) clear=false",
+        "set_rate_limit Some(TaskType(\"email.send\")) None clear=true",
+        "set_rate_limit Some(Global(true)) None clear=true",
+    ] {
+        assert!(calls.contains(&call.to_owned()), "{call} not in {calls:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ratelimit_refuses_bad_rates_before_connecting_and_viewers_are_exit_4() {
+    for rate in [
+        "0/1s",
+        "1000001/1s",
+        "50/25h",
+        "50/0s",
+        "50/1500us",
+        "fifty/1s",
+    ] {
+        let o = leasehold(
+            &["--agent", "127.0.0.1:1", "ratelimit", "set", "noop", rate],
+            &[],
+        )
+        .await;
+        assert_eq!(o.status.code(), Some(2), "{rate}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("cannot reach"),
+            "{rate}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{rate}");
+    }
+    let running = Fake::new()
+        .with_token("operator")
+        .start(Transport::Plain)
+        .await;
+    let addr = running.addr.to_string();
+    let o = leasehold(
+        &[
+            "--agent",
+            &addr,
+            "--token",
+            "viewer",
+            "ratelimit",
+            "set",
+            "noop",
+            "5/1s",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(
+        stderr(&o).ends_with("(permission denied)\n"),
+        "{}",
+        stderr(&o)
+    );
+    let o = leasehold(
+        &["--agent", &addr, "--token", "viewer", "ratelimit", "ls"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn schedules_commands_print_and_exit_as_documented() {
     let (addr, fake) = plain().await;
     let run = |args: Vec<&str>| {

@@ -99,6 +99,39 @@ fn types() {
     check("types", || at(View::Types));
 }
 
+/// Narrower than the counts and the rates need whole: the name and the state give way, then
+/// the RATE column goes; every count stays whole. Without any rate limit there is no RATE
+/// column at all.
+#[test]
+fn types_without_room_for_the_rates_leave_the_column_out() {
+    let mut app = at(View::Types);
+    let text = screen(&mut app, 60, 24);
+    let header = text.lines().nth(4).unwrap();
+    assert!(
+        header.contains("RUNNING") && !header.contains("RATE"),
+        "{text}"
+    );
+    for cell in ["1250", "125", "10/-", "4/20", "DONE/M"] {
+        assert!(text.contains(cell), "{cell} cut:\n{text}");
+    }
+    assert!(!text.contains("50/50/1s"), "{text}");
+    insta::assert_snapshot!("types_narrow_60x24", text);
+    let text = screen(&mut app, 80, 24);
+    assert!(text.lines().nth(4).unwrap().contains("RATE"), "{text}");
+
+    let mut app = at(View::Types);
+    let mut overview = app.state.live.overview.clone().unwrap();
+    for t in &mut overview.types {
+        t.rate = None;
+    }
+    overview.global_rate = None;
+    app.on_event(leasehold_console::event::Event::Overview(overview));
+    let text = screen(&mut app, 160, 48);
+    assert!(!text.contains("RATE"), "{text}");
+    assert!(!text.contains("global rate"), "{text}");
+    assert!(!text.contains("rate limited"), "{text}");
+}
+
 #[test]
 fn agents() {
     check("agents", || at(View::Agents));
@@ -294,7 +327,9 @@ fn sort_words(app: &mut App) -> String {
     let text = screen(app, 160, 48);
     let title = text.lines().nth(3).unwrap();
     let at = title.find("sort: ").unwrap() + "sort: ".len();
-    title[at..].split(" ─").next().unwrap().trim().to_string()
+    // The Types view's title goes on with the global rate after a `│`.
+    let words = title[at..].split(" ─").next().unwrap();
+    words.split(" │").next().unwrap().trim().to_string()
 }
 
 fn is_sorted_by<T: Ord + Copy + std::fmt::Debug>(values: &[T], descending: bool) -> bool {

@@ -303,13 +303,13 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
     let expected = json!([
         {"task_type": "fail", "queued": 0, "scheduled": 0, "retrying": 0, "running": 0,
          "dead": 1, "finished_last_minute": 0, "dead_last_minute": 1, "limit": null,
-         "paused": false, "state": "active"},
+         "paused": false, "rate": null, "state": "active"},
         {"task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0, "running": 0,
          "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": null,
-         "paused": true, "state": "paused"},
+         "paused": true, "rate": null, "state": "paused"},
         {"task_type": "sleep", "queued": 2, "scheduled": 0, "retrying": 0, "running": 1,
          "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": 1,
-         "paused": false, "state": "at_limit"},
+         "paused": false, "rate": null, "state": "at_limit"},
     ]);
     // The agent serves counts up to 1 s old.
     let read = std::sync::Mutex::new(Value::Null);
@@ -329,6 +329,7 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
     assert!(seen.is_ok(), "{seen:?}: {last:#}");
     assert_eq!(last["global_limit"], 50);
     assert_eq!(last["global_paused"], false);
+    assert_eq!(last["global_rate"], Value::Null);
     assert_eq!(last["truncated"], false);
 
     let o = f.cli.run(&["types"]).await.unwrap();

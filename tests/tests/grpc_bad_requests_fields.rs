@@ -38,6 +38,7 @@ enum Req {
     Pause(pb::PauseTypeRequest),
     Resume(pb::ResumeTypeRequest),
     SetConcurrency(pb::SetConcurrencyRequest),
+    SetRateLimit(pb::SetRateLimitRequest),
     RequeueDead(pb::RequeueDeadRequest),
     Audit(pb::ListAuditRequest),
 }
@@ -57,6 +58,7 @@ impl Req {
             Req::Pause(r) => c.pause_type(r).await.map(text),
             Req::Resume(r) => c.resume_type(r).await.map(text),
             Req::SetConcurrency(r) => c.set_concurrency(r).await.map(text),
+            Req::SetRateLimit(r) => c.set_rate_limit(r).await.map(text),
             Req::RequeueDead(r) => c.requeue_dead(r).await.map(text),
             Req::Audit(r) => c.list_audit(r).await.map(text),
         }
@@ -99,6 +101,18 @@ fn set_conc(scope: Option<Scope>, limit: u32, unlimited: bool) -> Req {
         scope,
         limit,
         unlimited,
+    })
+}
+
+fn set_rate(
+    scope: Option<pb::set_rate_limit_request::Scope>,
+    limit: Option<(u32, u64)>,
+    clear: bool,
+) -> Req {
+    Req::SetRateLimit(pb::SetRateLimitRequest {
+        scope,
+        limit: limit.map(|(starts, period_ms)| pb::RateLimit { starts, period_ms }),
+        clear,
     })
 }
 
@@ -338,7 +352,7 @@ fn enqueue_cases(_: &Fixture) -> Vec<Case> {
     cases
 }
 
-/// PauseType, ResumeType, SetConcurrency and RequeueDead.
+/// PauseType, ResumeType, SetConcurrency, SetRateLimit and RequeueDead.
 fn policy_cases(_: &Fixture) -> Vec<Case> {
     let long_type = "x".repeat(100);
     let mut cases = Vec::new();
@@ -372,6 +386,43 @@ fn policy_cases(_: &Fixture) -> Vec<Case> {
         bad(set_conc(typed(""), 3, false), "task_type"),
         bad(set_conc(None, 3, false), "scope"),
         bad(set_conc(None, 0, true), "scope"),
+    ]);
+    use pb::set_rate_limit_request::Scope as RateScope;
+    let rate_global = |on| Some(RateScope::Global(on));
+    let rate_typed = |t: &str| Some(RateScope::TaskType(t.into()));
+    cases.extend([
+        bad(set_rate(None, Some((5, 1000)), false), "scope"),
+        bad(
+            set_rate(rate_global(false), Some((5, 1000)), false),
+            "scope",
+        ),
+        bad(set_rate(rate_global(true), None, false), "limit"),
+        bad(set_rate(rate_global(true), Some((5, 1000)), true), "limit"),
+        bad(
+            set_rate(rate_global(true), Some((0, 1000)), false),
+            "rate_limit",
+        ),
+        bad(
+            set_rate(rate_global(true), Some((1_000_001, 1000)), false),
+            "rate_limit",
+        ),
+        bad(
+            set_rate(rate_typed("bad.kind"), Some((5, 0)), false),
+            "rate_limit",
+        ),
+        bad(
+            set_rate(rate_typed("bad.kind"), Some((5, 86_400_001)), false),
+            "rate_limit",
+        ),
+        bad(
+            set_rate(rate_typed("bad.kind"), Some((5, u64::MAX)), false),
+            "rate_limit",
+        ),
+        bad(
+            set_rate(rate_typed("Bad Type"), Some((5, 1000)), false),
+            "task_type",
+        ),
+        bad(set_rate(rate_typed(""), None, true), "task_type"),
     ]);
     type Edit = fn(&mut pb::RequeueDeadRequest);
     let dead = |field, edit: Edit| {
@@ -442,7 +493,8 @@ async fn bad_enqueues_are_refused_by_field_and_store_nothing() {
     run.finish().await;
 }
 
-/// T31: pause and resume of bad type names, concurrency limits out of range or of no scope and
+/// T31: pause and resume of bad type names, concurrency and rate limits out of range or of no
+/// scope and
 /// RequeueDead without a filter or with a bad one are refused naming the field; no policy and
 /// no local limit changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -321,6 +321,28 @@ async fn every_action_refused(
         );
         check("set_concurrency", s, action, target);
     }
+    use pb::set_rate_limit_request::Scope as RateScope;
+    for (scope, target) in [
+        (RateScope::Global(true), "policy:*"),
+        (
+            RateScope::TaskType("email.send".into()),
+            "policy:email.send",
+        ),
+    ] {
+        let s = code_of(
+            client
+                .set_rate_limit(pb::SetRateLimitRequest {
+                    scope: Some(scope),
+                    limit: Some(pb::RateLimit {
+                        starts: 5,
+                        period_ms: 1000,
+                    }),
+                    clear: false,
+                })
+                .await,
+        );
+        check("set_rate_limit", s, "policy_set", target.into());
+    }
     let s = code_of(
         client
             .pause_type(pb::PauseTypeRequest {

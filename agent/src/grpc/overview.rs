@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_proto::v1 as pb;
-use leasehold_shared::store::{Overview, Store, StoreError};
+use leasehold_shared::store::{Overview, RateFill, Store, StoreError};
 use tokio::sync::Mutex;
 
 use super::convert::ms;
@@ -57,11 +57,20 @@ fn to_wire(o: Overview) -> pb::GetOverviewResponse {
                 dead_last_minute: t.dead_last_minute,
                 limit: t.limit,
                 paused: t.paused,
+                rate: t.rate.map(rate_fill),
             })
             .collect(),
         global_limit: o.global_limit,
         global_paused: o.global_paused,
         truncated: o.truncated,
         now_ms: ms(o.now),
+        global_rate: o.global_rate.map(rate_fill),
+    }
+}
+
+fn rate_fill(f: RateFill) -> pb::RateFill {
+    pb::RateFill {
+        limit: Some(super::policy::rate_to_wire(f.limit)),
+        used: f.used,
     }
 }

@@ -1,10 +1,10 @@
-//! The policy RPCs (SetConcurrency, PauseType, ResumeType): operators only. A global or type
+//! The policy RPCs (SetConcurrency, SetRateLimit, PauseType, ResumeType): operators only. A global or type
 //! change goes through the store, which writes its `policy_set` audit row in the same
 //! transaction; this agent's local limit is audited here first, then applied at once.
 
 use leasehold_proto::v1 as pb;
 use leasehold_shared::domain::AuditResult;
-use leasehold_shared::domain::{PolicyPatch, PolicyScope};
+use leasehold_shared::domain::{PolicyPatch, PolicyScope, RateLimit};
 use leasehold_shared::store::{AuditEntry, PolicySetParams};
 use tonic::{Request, Response, Status};
 
@@ -115,6 +115,80 @@ impl Service {
         }))
     }
 
+    pub(super) async fn set_rate_limit_rpc(
+        &self,
+        request: Request<pb::SetRateLimitRequest>,
+    ) -> Result<Response<pb::SetRateLimitResponse>, Status> {
+        use pb::set_rate_limit_request::Scope;
+        let target = match &request.get_ref().scope {
+            Some(Scope::Global(_)) => "policy:*".to_string(),
+            Some(Scope::TaskType(t)) => format!("policy:{t}"),
+            None => "policy:?".to_string(),
+        };
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: POLICY_ACTION,
+                    target,
+                },
+            )
+            .await?;
+        let r = request.into_inner();
+        let scope = match r.scope {
+            None => return Err(Status::invalid_argument("scope: give global or task_type")),
+            Some(Scope::Global(false)) => {
+                return Err(Status::invalid_argument(
+                    "scope: global must be true when given",
+                ));
+            }
+            Some(Scope::Global(true)) => PolicyScope::Global,
+            Some(Scope::TaskType(t)) => PolicyScope::Type(task_type_from_wire("task_type", &t)?),
+        };
+        let limit = match (r.clear, r.limit) {
+            (true, Some(_)) => {
+                return Err(Status::invalid_argument(
+                    "limit: give either a limit or clear, not both",
+                ));
+            }
+            (true, None) => None,
+            (false, None) => {
+                return Err(Status::invalid_argument(
+                    "limit: give starts and period_ms, or clear",
+                ));
+            }
+            (false, Some(l)) => Some(rate_from_wire(&l)?),
+        };
+        let patch = PolicyPatch {
+            rate_limit: Some(limit),
+            ..Default::default()
+        };
+        patch.validate(&scope).map_err(invalid)?;
+        let change = self
+            .core
+            .store
+            .policy_change(PolicySetParams {
+                scope,
+                patch,
+                actor,
+            })
+            .await
+            .map_err(|e| from_store("set_rate_limit", e))?;
+        // Applied either way (as a pause is); a type nobody serves is likely misspelt.
+        let mut warnings = Vec::new();
+        if let PolicyScope::Type(task_type) = &change.after.scope
+            && let Some(w) =
+                crate::runtime::scheduler::unserved_warning(&self.core, task_type).await
+        {
+            warnings.push(w);
+        }
+        Ok(Response::new(pb::SetRateLimitResponse {
+            limit: change.after.rate_limit.map(rate_to_wire),
+            previous: change.before.rate_limit.map(rate_to_wire),
+            warnings,
+        }))
+    }
+
     pub(super) async fn pause_type_rpc(
         &self,
         request: Request<pb::PauseTypeRequest>,
@@ -176,4 +250,17 @@ impl Service {
             .map_err(|e| from_store(action, e))?;
         Ok(change.before.paused != change.after.paused)
     }
+}
+
+/// A rate limit as it travels.
+pub(super) fn rate_to_wire(r: RateLimit) -> pb::RateLimit {
+    pb::RateLimit {
+        starts: r.starts,
+        period_ms: u64::try_from(r.period.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// A rate limit from the wire, within its bounds.
+fn rate_from_wire(r: &pb::RateLimit) -> Result<RateLimit, Status> {
+    RateLimit::new(r.starts, std::time::Duration::from_millis(r.period_ms)).map_err(invalid)
 }

@@ -216,6 +216,13 @@ impl AgentService for Service {
         self.set_concurrency_rpc(request).await
     }
 
+    async fn set_rate_limit(
+        &self,
+        request: Request<pb::SetRateLimitRequest>,
+    ) -> Result<Response<pb::SetRateLimitResponse>, Status> {
+        self.set_rate_limit_rpc(request).await
+    }
+
     async fn pause_type(
         &self,
         request: Request<pb::PauseTypeRequest>,

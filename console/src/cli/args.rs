@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use leasehold_proto::wire::WireEnum;
 use leasehold_shared::TaskStatus;
-use leasehold_shared::domain::AuditResult;
 use leasehold_shared::domain::schedule::MAX_CATCH_UP;
 use leasehold_shared::domain::validate::{MAX_ATTEMPTS_LIMIT, MAX_PAGE_SIZE};
+use leasehold_shared::domain::{AuditResult, RateLimit};
 
 use super::values::{self, Limit, TimeOrDuration};
 use super::{DEFAULT_LIST_LIMIT, DEFAULT_WAIT_INTERVAL};
@@ -277,6 +277,96 @@ pub struct ScopeArgs {
     /// The local limit of the agent named by --agent.
     #[arg(long)]
     pub local: bool,
+}
+
+/// `leasehold ratelimit …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum RatelimitCommand {
+    /// Set a rate limit: at most N task starts in any window of PERIOD, across every agent
+    ///
+    /// Give a task type, or --global for the starts of every type; both apply when both are
+    /// set (a type's rate limit does not inherit the global one). N is 1..=1000000; PERIOD a
+    /// duration of whole milliseconds from 1ms to 24h: 50/1s, 1000/1m, 10/250ms, 5/1h. It
+    /// holds for every agent from its next claim. Operator token needed (exit 4 otherwise).
+    /// Output (table): `rate limit of type email.send: 50/1s (was none)`,
+    /// `global rate limit: 1000/1m (was 500/1m)`; `… (unchanged)` when it was already so.
+    /// Output (json): {"scope":"global"|"type","task_type":"email.send" or null,
+    /// "limit":LIMIT,"previous":LIMIT or null}, LIMIT is {"starts":50,"period_ms":1000,
+    /// "text":"50/1s"}.
+    #[command(
+        verbatim_doc_comment,
+        allow_missing_positional = true,
+        override_usage = "leasehold ratelimit set [OPTIONS] <TYPE> <N/PERIOD>\n       \
+                          leasehold ratelimit set [OPTIONS] --global <N/PERIOD>"
+    )]
+    Set(RatelimitSetArgs),
+
+    /// Remove a rate limit: a task type's, or with --global the global one
+    ///
+    /// Output (table): `rate limit of type email.send cleared (was 50/1s)`, `global rate
+    /// limit cleared (was 1000/1m)`, or `type email.send had no rate limit (nothing
+    /// changed)`.
+    /// Output (json): as `ratelimit set`, with "limit":null.
+    #[command(
+        verbatim_doc_comment,
+        override_usage = "leasehold ratelimit clear [OPTIONS] <TYPE>\n       \
+                          leasehold ratelimit clear [OPTIONS] --global"
+    )]
+    Clear(RatelimitClearArgs),
+
+    /// List the rate limits in force and how full their current window is
+    ///
+    /// The global rate limit first, then every task type with one, by name (from the same
+    /// overview as `leasehold types`, at most 1 s old).
+    /// Output (table):
+    ///   SCOPE   TYPE        LIMIT    USED
+    ///   global  -           1000/1m  812/1000
+    ///   type    email.send  50/1s    12/50
+    /// USED is the starts in the window ending now, of those allowed; `no rate limits` when
+    /// there are none.
+    /// Output (json): one line, an array of {"scope":"global"|"type","task_type":"email.send"
+    /// or null,"limit":LIMIT,"used":12,"full":false}, LIMIT as in `ratelimit set`; [] when
+    /// there are none.
+    #[command(verbatim_doc_comment)]
+    Ls,
+}
+
+/// `leasehold ratelimit set`.
+#[derive(Debug, Clone, Args)]
+pub struct RatelimitSetArgs {
+    /// The task type whose rate limit to set.
+    #[arg(
+        value_name = "TYPE",
+        value_parser = values::task_type,
+        required_unless_present = "global",
+        conflicts_with = "global"
+    )]
+    pub task_type: Option<String>,
+
+    /// At most N starts per PERIOD: 50/1s, 1000/1m, 10/250ms, 5/1h.
+    #[arg(value_name = "N/PERIOD", value_parser = values::rate)]
+    pub rate: RateLimit,
+
+    /// The global rate limit: the starts of every type count against it.
+    #[arg(long)]
+    pub global: bool,
+}
+
+/// `leasehold ratelimit clear`.
+#[derive(Debug, Clone, Args)]
+pub struct RatelimitClearArgs {
+    /// The task type whose rate limit to remove.
+    #[arg(
+        value_name = "TYPE",
+        value_parser = values::task_type,
+        required_unless_present = "global",
+        conflicts_with = "global"
+    )]
+    pub task_type: Option<String>,
+
+    /// The global rate limit.
+    #[arg(long)]
+    pub global: bool,
 }
 
 /// A task type argument.

@@ -13,9 +13,9 @@ pub mod values;
 pub use args::{
     AgentsCommand, AuditCommand, AuditLsArgs, CancelArgs, ConcurrencyCommand, ConcurrencySetArgs,
     DlqCommand, DlqLsArgs, DlqRequeueArgs, EnqueueArgs, IdsArgs, ListFilter, LockNameArgs,
-    LocksCommand, Missed, ScheduleAddArgs, ScheduleNameArgs, SchedulesCommand, ScopeArgs,
-    ShardsCommand, ShardsCreateArgs, ShardsLsArgs, ShowArgs, TasksCommand, TasksLsArgs, TypeArgs,
-    WaitArgs,
+    LocksCommand, Missed, RatelimitClearArgs, RatelimitCommand, RatelimitSetArgs, ScheduleAddArgs,
+    ScheduleNameArgs, SchedulesCommand, ScopeArgs, ShardsCommand, ShardsCreateArgs, ShardsLsArgs,
+    ShowArgs, TasksCommand, TasksLsArgs, TypeArgs, WaitArgs,
 };
 pub use demo::{
     DEFAULT_DEMO_AGENTS, DEFAULT_HEADLESS_DURATION, DemoArgs, MAX_DEMO_AGENTS, MAX_DEMO_DURATION,
@@ -372,28 +372,42 @@ pub enum Command {
     #[command(subcommand)]
     Dlq(DlqCommand),
 
-    /// Task types: waiting, running against their limit, dead, paused
+    /// Task types: waiting, running against their limit, rate, dead, paused
     ///
     /// One row per type with waiting, running or dead tasks, a finish in the last minute or a
     /// policy, by name (counts at most 1 s old, from the database).
-    /// Output (table), then the global limit:
-    ///   TYPE        QUEUED  LATER  RETRY  RUNNING  DEAD  DONE/M  STATE
-    ///   email.send      12      0      3      5/5     1      40  at limit
+    /// Output (table), then the global limit, and the global rate limit when there is one:
+    ///   TYPE        QUEUED  LATER  RETRY  RUNNING      RATE  DEAD  DONE/M  STATE
+    ///   email.send      12      0      3      5/5  12/50/1s     1      40  at limit
+    ///   noop             0      0      0      0/-         -     0       0  active
     ///   global: unlimited
-    /// LATER is queued but not yet due; DONE/M succeeded in the last minute; STATE is paused,
-    /// at limit or active, by the type's own policy (a global pause or limit is on the last
-    /// line). The name gives way first on 80 columns, then the state; counts are not cut.
+    ///   global rate limit: 1000/1m, 812 used
+    /// LATER is queued but not yet due; RATE (only when some type has a rate limit) is the
+    /// starts in the type's rate window ending now over its rate limit as `ratelimit set`
+    /// takes it (12 of 50/1s; `-`: none); DONE/M succeeded in the last minute; STATE is
+    /// paused, at limit, rate limited (its rate window is full) or active, by the type's own
+    /// policy (a global pause, limit or rate is on the last lines; `· rate limited` ends the
+    /// global rate line when its window is full). The name gives way first on 80 columns,
+    /// then the state; if the rates still do not fit whole, the RATE column is left out and a
+    /// line says so (`ratelimit ls` and JSON have them); counts are not cut.
     /// Output (json): {"types":[{"task_type":"email.send","queued":12,"scheduled":0,
     /// "retrying":3,"running":5,"dead":1,"finished_last_minute":40,"dead_last_minute":0,
-    /// "limit":5,"paused":false,"state":"at_limit"}],"global_limit":null,
-    /// "global_paused":false,"truncated":false,"now":"2026-12-06T12:00:00.000Z"}
-    /// (limits are null when unlimited; truncated: more than the 1,000 types listed).
+    /// "limit":5,"paused":false,"rate":{"starts":50,"period_ms":1000,"used":12},
+    /// "state":"at_limit"}],"global_limit":null,"global_paused":false,
+    /// "global_rate":{"starts":1000,"period_ms":60000,"used":812},"truncated":false,
+    /// "now":"2026-12-06T12:00:00.000Z"} (limits are null when unlimited, rates null when
+    /// none; state is paused, at_limit, rate_limited or active; truncated: more than the
+    /// 1,000 types listed).
     #[command(verbatim_doc_comment)]
     Types,
 
     /// Change concurrency limits.
     #[command(subcommand)]
     Concurrency(ConcurrencyCommand),
+
+    /// Rate limits: at most N task starts per period, global or per type, across every agent.
+    #[command(subcommand)]
+    Ratelimit(RatelimitCommand),
 
     /// Stop claiming tasks of a type on every agent; running ones finish
     ///

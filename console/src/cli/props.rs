@@ -26,7 +26,7 @@ fn text() -> impl Strategy<Value = String> {
 
 /// Words of the command line: subcommands, flags and values, so clap gets deep.
 fn word() -> impl Strategy<Value = String> {
-    const WORDS: [&str; 37] = [
+    const WORDS: [&str; 41] = [
         "enqueue",
         "tasks",
         "ls",
@@ -40,6 +40,10 @@ fn word() -> impl Strategy<Value = String> {
         "resume",
         "agents",
         "types",
+        "ratelimit",
+        "clear",
+        "--global",
+        "50/1s",
         "schedules",
         "locks",
         "release",
@@ -141,6 +145,22 @@ proptest! {
             Err(_) => prop_assert!(n > values::MAX_CONCURRENCY_LIMIT),
         }
         let _ = values::limit(&s);
+    }
+
+    #[test]
+    fn rates_round_trip_and_never_panic(starts in 1u32..=1_000_000, ms in 1u64..=86_400_000, s in text()) {
+        let limit = leasehold_shared::domain::RateLimit::new(starts, Duration::from_millis(ms)).unwrap();
+        prop_assert_eq!(values::rate(&limit.to_string()).unwrap(), limit);
+        let written = format!("{starts}/{}", humantime::format_duration(Duration::from_millis(ms)));
+        prop_assert_eq!(values::rate(&written).unwrap(), limit);
+        match values::rate(&s) {
+            Ok(r) => prop_assert!((1..=1_000_000).contains(&r.starts)),
+            Err(message) => {
+                prop_assert!(!message.is_empty());
+                prop_assert!(!message.contains('\u{1b}'), "quoted inert: {message:?}");
+            }
+        }
+        let _ = values::rate(&format!("{starts}/{s}"));
     }
 
     #[test]

@@ -278,6 +278,75 @@ fn concurrency_set_needs_exactly_one_scope() {
 }
 
 #[test]
+fn ratelimit_set_takes_a_type_or_global_and_a_rate() {
+    let cli = ok(&["ratelimit", "set", "email.send", "50/1s"]);
+    let Some(Command::Ratelimit(RatelimitCommand::Set(a))) = cli.command else {
+        panic!("ratelimit set expected");
+    };
+    assert_eq!(a.task_type.as_deref(), Some("email.send"));
+    assert!(!a.global);
+    assert_eq!((a.rate.starts, a.rate.period), (50, Duration::from_secs(1)));
+    for args in [
+        &["ratelimit", "set", "--global", "1000/1m"][..],
+        &["ratelimit", "set", "1000/1m", "--global"],
+    ] {
+        let cli = ok(args);
+        let Some(Command::Ratelimit(RatelimitCommand::Set(a))) = cli.command else {
+            panic!("ratelimit set expected");
+        };
+        assert_eq!(a.task_type, None, "{args:?}");
+        assert!(a.global);
+        assert_eq!(a.rate.to_string(), "1000/1m");
+    }
+    ok(&["ratelimit", "set", "noop", "10/250ms", "--output", "json"]);
+    // Neither scope, both, no rate, a bad type, a rate out of bounds, an extra word.
+    refused(&["ratelimit", "set", "50/1s"]);
+    refused(&["ratelimit", "set", "--global", "email.send", "50/1s"]);
+    refused(&["ratelimit", "set", "email.send"]);
+    refused(&["ratelimit", "set", "--global"]);
+    refused(&["ratelimit", "set", "Email", "50/1s"]);
+    refused(&["ratelimit", "set", "email.send", "50/1s", "extra"]);
+    for (rate, says) in [
+        ("0/1s", "starts: 0"),
+        ("1000001/1s", "starts: 1000001 is above 1000000"),
+        ("50/0ms", "below 1ms"),
+        ("50/25h", "above 24h"),
+        ("50/1500us", "whole number of milliseconds"),
+        ("50/soon", "period \"soon\""),
+        ("50", "expected N/PERIOD"),
+    ] {
+        let e = refused(&["ratelimit", "set", "email.send", rate]).to_string();
+        assert!(e.contains(says), "{rate}: {e}");
+        assert!(e.contains("<N/PERIOD>"), "{rate}: names the argument: {e}");
+    }
+}
+
+#[test]
+fn ratelimit_clear_and_ls() {
+    let cli = ok(&["ratelimit", "clear", "email.send"]);
+    let Some(Command::Ratelimit(RatelimitCommand::Clear(a))) = cli.command else {
+        panic!("ratelimit clear expected");
+    };
+    assert_eq!(a.task_type.as_deref(), Some("email.send"));
+    assert!(!a.global);
+    let cli = ok(&["ratelimit", "clear", "--global"]);
+    let Some(Command::Ratelimit(RatelimitCommand::Clear(a))) = cli.command else {
+        panic!("ratelimit clear expected");
+    };
+    assert!(a.global && a.task_type.is_none());
+    refused(&["ratelimit", "clear"]);
+    refused(&["ratelimit", "clear", "--global", "email.send"]);
+    refused(&["ratelimit", "clear", "email.send", "50/1s"]);
+    let cli = ok(&["ratelimit", "ls", "--output", "json"]);
+    assert!(matches!(
+        cli.command,
+        Some(Command::Ratelimit(RatelimitCommand::Ls))
+    ));
+    refused(&["ratelimit", "ls", "extra"]);
+    refused(&["ratelimit"]);
+}
+
+#[test]
 fn small_commands() {
     ok(&["pause", "noop"]);
     ok(&["resume", "noop"]);

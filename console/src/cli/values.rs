@@ -1,6 +1,6 @@
-//! Parsers of flag values: durations, times, limits, task types, keys, lock and shard group
-//! names and shard counts (names checked as the agent checks them, so bad input costs no
-//! call). Each returns a message naming what was wrong; clap prints it with the flag's name
+//! Parsers of flag values: durations, times, limits, rate limits, task types, keys, lock and
+//! shard group names and shard counts (names checked as the agent checks them, so bad input
+//! costs no call). Each returns a message naming what was wrong; clap prints it with the flag's name
 //! and exits 2.
 //!
 //! Durations are humantime's (`250ms`, `10s`, `5m`, `1h 30m`); times are RFC 3339
@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use leasehold_shared::TaskType;
-use leasehold_shared::domain::ScheduleName;
+use leasehold_shared::domain::policy::{MAX_RATE_PERIOD, MAX_RATE_STARTS};
 use leasehold_shared::domain::validate::MAX_IDEMPOTENCY_KEY_LEN;
+use leasehold_shared::domain::{RateLimit, ScheduleName};
 use leasehold_shared::store::resources::{
     GroupName, LockName, MAX_GROUP_NAME_LEN as MAX_SHARD_GROUP_LEN, MAX_LOCK_NAME_LEN,
     MAX_SHARDS as MAX_SHARD_COUNT, check_shard_count,
@@ -198,6 +199,61 @@ pub fn limit(s: &str) -> Result<Limit, String> {
     Ok(Limit::Max(n))
 }
 
+/// What `ratelimit set` takes, said in every refusal.
+const RATE_FORM: &str = "N/PERIOD such as 50/1s, 1000/1m, 10/250ms or 5/1h";
+
+/// A rate limit `N/PERIOD`: at most N starts (1..=[`MAX_RATE_STARTS`]) in any window of
+/// PERIOD, a humantime duration of whole milliseconds from 1ms to 24h (`50/1s`, `1000/1m`,
+/// `10/250ms`, `5/1h`; a bare unit counts one of it: `50/s` is `50/1s`). The bounds are the
+/// agent's ([`RateLimit::new`]); a refusal names the part that is wrong.
+pub fn rate(s: &str) -> Result<RateLimit, String> {
+    let Some((n, period)) = s.trim().split_once('/') else {
+        return Err(format!("expected {RATE_FORM}"));
+    };
+    let (n, period) = (n.trim(), period.trim());
+    let starts = n.parse::<u64>().map_err(|_| {
+        format!(
+            "starts {}: expected a whole number from 1 to {MAX_RATE_STARTS} before the / \
+             ({RATE_FORM})",
+            quoted(n)
+        )
+    })?;
+    if starts == 0 {
+        return Err(format!(
+            "starts: 0 is not within 1..={MAX_RATE_STARTS} (to stop a type, pause it)"
+        ));
+    }
+    let starts = u32::try_from(starts)
+        .ok()
+        .filter(|s| *s <= MAX_RATE_STARTS)
+        .ok_or_else(|| format!("starts: {starts} is above {MAX_RATE_STARTS}"))?;
+    let bare_unit = !period.is_empty() && period.chars().all(|c| c.is_ascii_alphabetic());
+    let parsed = if bare_unit {
+        humantime::parse_duration(&format!("1{period}"))
+    } else {
+        humantime::parse_duration(period)
+    };
+    let period = parsed.map_err(|e| {
+        format!(
+            "period {}: {e} (expected a duration such as 250ms, 1s, 1m or 1h)",
+            quoted(period)
+        )
+    })?;
+    let shown = humantime::format_duration(period);
+    if period < Duration::from_millis(1) {
+        return Err(format!("period: {shown} is below 1ms"));
+    }
+    if period > MAX_RATE_PERIOD {
+        return Err(format!("period: {shown} is above 24h"));
+    }
+    if !period.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(format!(
+            "period: {shown} is not a whole number of milliseconds"
+        ));
+    }
+    RateLimit::new(starts, period).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +358,65 @@ mod tests {
         for bad in ["0", "4097", "-1", "eight", "", "1.5"] {
             assert!(shard_count(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn rates_parse_as_starts_per_period() {
+        let ok = |s: &str| rate(s).map(|r| (r.starts, r.period.as_millis(), r.to_string()));
+        assert_eq!(ok("50/1s"), Ok((50, 1_000, "50/1s".into())));
+        assert_eq!(ok("1000/1m"), Ok((1000, 60_000, "1000/1m".into())));
+        assert_eq!(ok("10/250ms"), Ok((10, 250, "10/250ms".into())));
+        assert_eq!(ok("5/1h"), Ok((5, 3_600_000, "5/1h".into())));
+        assert_eq!(ok(" 7 / 90s "), Ok((7, 90_000, "7/90s".into())));
+        assert_eq!(ok("50/s"), Ok((50, 1_000, "50/1s".into())));
+        assert_eq!(ok("1/1m 30s"), Ok((1, 90_000, "1/90s".into())));
+        // The bounds themselves.
+        assert_eq!(ok("1/1ms"), Ok((1, 1, "1/1ms".into())));
+        assert_eq!(
+            ok("1000000/24h"),
+            Ok((1_000_000, 86_400_000, "1000000/1d".into()))
+        );
+    }
+
+    #[test]
+    fn bad_rates_are_refused_naming_the_bad_part() {
+        let err = |s: &str| match rate(s) {
+            Ok(r) => panic!("{s:?} accepted as {r}"),
+            Err(e) => e,
+        };
+        for (input, says) in [
+            ("50", "expected N/PERIOD"),
+            ("", "expected N/PERIOD"),
+            ("50 per second", "expected N/PERIOD"),
+            ("0/1s", "starts: 0 is not within 1..=1000000"),
+            ("1000001/1s", "starts: 1000001 is above 1000000"),
+            (
+                "99999999999999999999/1s",
+                "starts \"99999999999999999999\": expected a whole number",
+            ),
+            ("-1/1s", "starts \"-1\": expected a whole number"),
+            ("1.5/1s", "starts \"1.5\": expected"),
+            ("/1s", "starts \"\": expected"),
+            ("fifty/1s", "starts \"fifty\""),
+            ("50/", "period \"\":"),
+            ("50/soon", "period \"soon\":"),
+            ("50/10", "period \"10\":"),
+            ("50/1s/2", "period \"1s/2\":"),
+            ("50/0s", "period: 0s is below 1ms"),
+            ("50/500us", "period: 500us is below 1ms"),
+            ("50/25h", "period: 1day 1h is above 24h"),
+            ("50/2d", "is above 24h"),
+            (
+                "50/1500us",
+                "period: 1ms 500us is not a whole number of milliseconds",
+            ),
+        ] {
+            let e = err(input);
+            assert!(e.contains(says), "{input:?}: {e}");
+        }
+        // Untrusted text comes back inert.
+        assert!(!err("\u{1b}[2J/1s").contains('\u{1b}'));
+        assert!(!err("1/\u{1b}[2J").contains('\u{1b}'));
     }
 
     #[test]

@@ -332,6 +332,32 @@ impl Agent {
         .await
     }
 
+    /// SetRateLimit; an agent older than rate limits says so.
+    pub async fn set_rate_limit(
+        &self,
+        r: v1::SetRateLimitRequest,
+    ) -> Result<v1::SetRateLimitResponse> {
+        let verb = if r.clear { "clear" } else { "set" };
+        let what = match &r.scope {
+            Some(v1::set_rate_limit_request::Scope::TaskType(t)) => {
+                format!("{verb} the rate limit of type {t}")
+            }
+            _ => format!("{verb} the global rate limit"),
+        };
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.set_rate_limit(r).await
+            })
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::Unimplemented,
+                "this agent is older than rate limits; upgrade it",
+            )
+        })
+    }
+
     pub async fn pause_type(&self, task_type: String) -> Result<v1::PauseTypeResponse> {
         let what = format!("pause type {task_type}");
         let r = v1::PauseTypeRequest { task_type };

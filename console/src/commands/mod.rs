@@ -17,6 +17,7 @@ pub mod dlq;
 pub mod enqueue;
 pub mod locks;
 pub mod pause;
+pub mod ratelimit;
 pub mod requeue;
 pub mod schedules;
 pub mod shards;
@@ -29,7 +30,7 @@ use chrono::Utc;
 
 use crate::cli::{
     AgentsCommand, AuditCommand, Command, ConcurrencyCommand, DlqCommand, GlobalArgs, LocksCommand,
-    SchedulesCommand, ShardsCommand, TasksCommand,
+    RatelimitCommand, SchedulesCommand, ShardsCommand, TasksCommand,
 };
 use crate::client::{self, Agent};
 use crate::error::Result;
@@ -73,6 +74,17 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
         Command::Concurrency(ConcurrencyCommand::Set(args)) => {
             let request = concurrency::prepare(&args)?;
             concurrency::run(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Ratelimit(RatelimitCommand::Set(args)) => {
+            let request = ratelimit::prepare_set(&args)?;
+            ratelimit::run_set(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Ratelimit(RatelimitCommand::Clear(args)) => {
+            let request = ratelimit::prepare_clear(&args)?;
+            ratelimit::run_set(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Ratelimit(RatelimitCommand::Ls) => {
+            ratelimit::run_ls(&Agent::connect(&settings).await?, out).await
         }
         Command::Pause(args) => {
             pause::run_pause(&Agent::connect(&settings).await?, args.task_type, out).await

@@ -1,6 +1,7 @@
 //! `leasehold types` (GetOverview): one row per task type — waiting, running against its limit,
-//! dead, paused — then the global limit. The same counts as the console's Types view, at most
-//! `OVERVIEW_MAX_AGE` (1 s) old, read by the agent from the database.
+//! starts against its rate limit, dead, paused — then the global limit and rate limit. The
+//! same counts as the console's Types view, at most `OVERVIEW_MAX_AGE` (1 s) old, read by the
+//! agent from the database.
 
 use crate::client::Agent;
 use crate::convert::overview::TypeList;
@@ -21,51 +22,19 @@ pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
     Ok(exit::OK)
 }
 
-/// The table of `types`, then one line on the global limit (and one when the list is cut).
+/// The table of `types`, then one line on the global limit, one on the global rate limit
+/// when there is one (and one when the list is cut).
 ///
-/// On 80 columns the type name gives way first (down to 4 columns), then the state word (to
-/// 6); a count is cut only when the counts alone no longer fit the line.
+/// The RATE column is there when some type has a rate limit. On 80 columns the type name gives
+/// way first (down to 4 columns), then the state word (to 6). A rate is never cut (`12/50/…`
+/// would mislead): when the RATE column still does not fit whole, it is the last-but-one thing
+/// to give way and is left out entirely, with a line saying where the rates are. A count is
+/// cut only when the counts alone no longer fit the line.
 pub fn table(list: &TypeList) -> Vec<String> {
     let mut lines = if list.types.is_empty() {
         vec!["no task types".to_owned()]
     } else {
-        let rows: Vec<Vec<String>> = list
-            .types
-            .iter()
-            .map(|t| {
-                let limit = t.limit.map_or_else(|| "-".to_owned(), |n| n.to_string());
-                vec![
-                    t.task_type.clone(),
-                    t.queued.to_string(),
-                    t.scheduled.to_string(),
-                    t.retrying.to_string(),
-                    format!("{}/{limit}", t.running),
-                    t.dead.to_string(),
-                    t.finished_last_minute.to_string(),
-                    t.state.word().to_owned(),
-                ]
-            })
-            .collect();
-        // A count is as wide as its widest cell: only the name gives way.
-        let count = |header: &'static str, i: usize| {
-            let widest = rows.iter().map(|r| r[i].len()).max().unwrap_or(0);
-            let w = widest.max(header.len());
-            Column::new(header, w, w).right()
-        };
-        let mut table = Table::new(vec![
-            Column::new("TYPE", 4, 64),
-            count("QUEUED", 1),
-            count("LATER", 2),
-            count("RETRY", 3),
-            count("RUNNING", 4),
-            count("DEAD", 5),
-            count("DONE/M", 6),
-            Column::new("STATE", 6, 8),
-        ]);
-        for row in rows {
-            table.row(row);
-        }
-        table.render(WIDTH)
+        type_table(list)
     };
     let limit = list
         .global_limit
@@ -76,12 +45,90 @@ pub fn table(list: &TypeList) -> Vec<String> {
         ""
     };
     lines.push(format!("global: {limit}{paused}"));
+    if let Some(rate) = &list.global_rate {
+        let full = if rate.full() { " · rate limited" } else { "" };
+        lines.push(format!(
+            "global rate limit: {}, {} used{full}",
+            rate.limit(),
+            rate.used
+        ));
+    }
     if list.truncated {
         lines.push(format!(
             "only the first {} by name are listed",
             super::plural(list.types.len() as u64, "type", "types")
         ));
     }
+    lines
+}
+
+/// Where the RATE column is: the cells of each row and the column list.
+const RATE: usize = 5;
+
+fn type_table(list: &TypeList) -> Vec<String> {
+    let rows: Vec<Vec<String>> = list
+        .types
+        .iter()
+        .map(|t| {
+            let limit = t.limit.map_or_else(|| "-".to_owned(), |n| n.to_string());
+            let rate = t.rate.as_ref().map_or_else(|| "-".to_owned(), |r| r.text());
+            vec![
+                t.task_type.clone(),
+                t.queued.to_string(),
+                t.scheduled.to_string(),
+                t.retrying.to_string(),
+                format!("{}/{limit}", t.running),
+                rate,
+                t.dead.to_string(),
+                t.finished_last_minute.to_string(),
+                t.state.word().to_owned(),
+            ]
+        })
+        .collect();
+    // A count or a rate is as wide as its widest cell: only the name and the state give way.
+    let whole = |header: &'static str, i: usize| {
+        let widest = rows.iter().map(|r| r[i].len()).max().unwrap_or(0);
+        let w = widest.max(header.len());
+        Column::new(header, w, w).right()
+    };
+    let columns = vec![
+        Column::new("TYPE", 4, 64),
+        whole("QUEUED", 1),
+        whole("LATER", 2),
+        whole("RETRY", 3),
+        whole("RUNNING", 4),
+        whole("RATE", RATE),
+        whole("DEAD", 6),
+        whole("DONE/M", 7),
+        Column::new("STATE", 6, 12),
+    ];
+    let table = |with_rate: bool| {
+        let mut columns = columns.clone();
+        if !with_rate {
+            columns.remove(RATE);
+        }
+        let mut table = Table::new(columns);
+        for row in &rows {
+            let mut row = row.clone();
+            if !with_rate {
+                row.remove(RATE);
+            }
+            table.row(row);
+        }
+        table
+    };
+    if !list.types.iter().any(|t| t.rate.is_some()) {
+        return table(false).render(WIDTH);
+    }
+    let with_rate = table(true);
+    if with_rate.min_width() <= WIDTH {
+        return with_rate.render(WIDTH);
+    }
+    // The rates do not fit whole beside the counts: the column goes, the counts stay.
+    let mut lines = table(false).render(WIDTH);
+    lines.push(
+        "RATE left out to fit 80 columns; `leasehold ratelimit ls` lists the rates".to_owned(),
+    );
     lines
 }
 
@@ -93,14 +140,31 @@ mod tests {
     use crate::output::text::width;
 
     fn list(types: Vec<v1::TypeSummary>, global_limit: Option<u32>, paused: bool) -> TypeList {
+        rated(types, global_limit, paused, None)
+    }
+
+    fn rated(
+        types: Vec<v1::TypeSummary>,
+        global_limit: Option<u32>,
+        paused: bool,
+        global_rate: Option<v1::RateFill>,
+    ) -> TypeList {
         TypeList::from_wire(&v1::GetOverviewResponse {
             types,
             global_limit,
             global_paused: paused,
             truncated: false,
             now_ms: 1_764_588_000_000,
+            global_rate,
         })
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn fill(starts: u32, period_ms: u64, used: u64) -> Option<v1::RateFill> {
+        Some(v1::RateFill {
+            limit: Some(v1::RateLimit { starts, period_ms }),
+            used,
+        })
     }
 
     #[test]
@@ -116,6 +180,7 @@ mod tests {
             dead_last_minute: 0,
             limit: Some(5),
             paused: false,
+            rate: None,
         };
         let huge = v1::TypeSummary {
             task_type: format!("{}\u{1b}[2J", "x".repeat(70)),
@@ -209,6 +274,122 @@ mod tests {
         }
     }
 
+    fn typed(
+        name: &str,
+        queued: u64,
+        running: u64,
+        limit: Option<u32>,
+        rate: Option<v1::RateFill>,
+    ) -> v1::TypeSummary {
+        v1::TypeSummary {
+            task_type: name.into(),
+            queued,
+            running,
+            limit,
+            rate,
+            finished_last_minute: 40,
+            ..Default::default()
+        }
+    }
+
+    /// Ordinary counts and rates on 80 columns: every column whole.
+    #[test]
+    fn the_rate_column_fits_80_columns_beside_ordinary_counts() {
+        let lines = table(&rated(
+            vec![
+                typed("email.send", 12, 5, Some(5), fill(50, 1_000, 12)),
+                typed("noop", 0, 0, None, None),
+                typed("sms", 3, 1, None, fill(5, 3_600_000, 5)),
+            ],
+            None,
+            false,
+            fill(10_000, 60_000, 1_017),
+        ));
+        assert_eq!(
+            lines,
+            [
+                "TYPE        QUEUED  LATER  RETRY  RUNNING      RATE  DEAD  DONE/M  STATE",
+                "email.send      12      0      0      5/5  12/50/1s     0      40  at limit",
+                "noop             0      0      0      0/-         -     0      40  active",
+                "sms              3      0      0      1/-    5/5/1h     0      40  rate limited",
+                "global: unlimited",
+                "global rate limit: 10000/1m, 1017 used",
+            ]
+        );
+        for line in &lines {
+            assert!(width(line) <= WIDTH, "{} columns: {line}", width(line));
+        }
+    }
+
+    /// Busier types on 80 columns: the name gives way first, then the state word; the rates
+    /// and the counts stay whole.
+    #[test]
+    fn the_name_and_the_state_give_way_before_a_rate() {
+        let lines = table(&rated(
+            vec![
+                typed("email.send", 1_200, 5, Some(20), fill(50, 1_000, 12)),
+                typed("report.nightly", 30, 2, None, fill(5, 3_600_000, 5)),
+                typed(
+                    "webhook.deliver",
+                    88_000,
+                    100,
+                    Some(100),
+                    fill(1000, 60_000, 1000),
+                ),
+            ],
+            Some(500),
+            false,
+            None,
+        ));
+        assert_eq!(
+            lines,
+            [
+                "TYPE       QUEUED  LATER  RETRY  RUNNING          RATE  DEAD  DONE/M  STATE",
+                "email.se…    1200      0      0     5/20      12/50/1s     0      40  active",
+                "report.n…      30      0      0      2/-        5/5/1h     0      40  rate limi…",
+                "webhook.…   88000      0      0  100/100  1000/1000/1m     0      40  at limit",
+                "global: limit 500",
+            ]
+        );
+        for line in &lines {
+            assert!(width(line) <= WIDTH, "{} columns: {line}", width(line));
+        }
+    }
+
+    /// Counts so wide that the rates no longer fit whole: the RATE column goes (and a line
+    /// says where the rates are); the counts stay whole.
+    #[test]
+    fn rates_too_wide_beside_huge_counts_leave_the_column_out() {
+        let t = v1::TypeSummary {
+            task_type: "report.build".into(),
+            queued: 1_234_567_890,
+            scheduled: 123_456_789,
+            retrying: 12_345_678,
+            running: 10_000,
+            dead: 123_456_789,
+            finished_last_minute: 12_345_678,
+            limit: Some(10_000),
+            rate: fill(1_000_000, 86_400_000, 999_999),
+            ..Default::default()
+        };
+        let lines = table(&rated(vec![t], None, false, fill(7, 90_000, 7)));
+        assert!(!lines[0].contains("RATE"), "{}", lines[0]);
+        for count in ["1234567890", "123456789", "12345678", "10000/10000"] {
+            assert!(lines[1].contains(count), "{count} cut: {}", lines[1]);
+        }
+        assert_eq!(
+            lines[2..],
+            [
+                "RATE left out to fit 80 columns; `leasehold ratelimit ls` lists the rates",
+                "global: unlimited",
+                "global rate limit: 7/90s, 7 used · rate limited",
+            ]
+        );
+        for line in &lines {
+            assert!(width(line) <= WIDTH, "{line}");
+        }
+    }
+
     #[test]
     fn no_types_and_a_cut_list_say_so() {
         assert_eq!(
@@ -231,6 +412,31 @@ mod tests {
     }
 
     #[test]
+    fn json_gives_each_rate_and_the_global_one_with_its_fill() {
+        let l = rated(
+            vec![v1::TypeSummary {
+                task_type: "email.send".into(),
+                running: 1,
+                rate: fill(50, 1_000, 50),
+                ..Default::default()
+            }],
+            None,
+            false,
+            fill(1000, 60_000, 812),
+        );
+        let json = serde_json::to_value(&l).unwrap_or_default();
+        assert_eq!(
+            json["types"][0]["rate"],
+            serde_json::json!({"starts": 50, "period_ms": 1000, "used": 50})
+        );
+        assert_eq!(json["types"][0]["state"], "rate_limited");
+        assert_eq!(
+            json["global_rate"],
+            serde_json::json!({"starts": 1000, "period_ms": 60000, "used": 812})
+        );
+    }
+
+    #[test]
     fn json_names_every_count_and_says_unlimited_with_null() {
         let l = list(
             vec![v1::TypeSummary {
@@ -249,10 +455,11 @@ mod tests {
                 "types": [{
                     "task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0,
                     "running": 1, "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0,
-                    "limit": null, "paused": false, "state": "active"
+                    "limit": null, "paused": false, "rate": null, "state": "active"
                 }],
                 "global_limit": null,
                 "global_paused": false,
+                "global_rate": null,
                 "truncated": false,
                 "now": "2025-12-01T11:20:00.000Z"
             })

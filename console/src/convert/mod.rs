@@ -15,6 +15,7 @@
 
 pub mod agent;
 pub mod overview;
+pub mod rate;
 pub mod resource;
 pub mod schedule;
 pub mod task;

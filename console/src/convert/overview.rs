@@ -4,11 +4,12 @@
 use leasehold_proto::v1;
 use serde::Serialize;
 
+use super::rate::FillView;
 use super::{Timestamp, WireError, time};
 
 /// What holds a type back by its own policy, as the table's STATE column and the JSON's
-/// `state` say it. A global pause or a full global limit is not in it: the list says those
-/// once (`global_paused`, `global_limit`).
+/// `state` say it. A global pause, a full global limit or a full global rate window is not in
+/// it: the list says those once (`global_paused`, `global_limit`, `global_rate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TypeState {
@@ -16,17 +17,29 @@ pub enum TypeState {
     Paused,
     /// As many run as its concurrency limit allows.
     AtLimit,
+    /// Its rate window holds as many starts as its rate limit allows: nothing more of it
+    /// starts until the window moves on.
+    RateLimited,
     /// Nothing of the type's own holds it back.
     Active,
 }
 
 impl TypeState {
-    /// The state of a type from its summary: a pause first, then a full limit.
+    /// The state of a type from its summary: a pause first, then a full limit, then a full
+    /// rate window (a rate the wire breaks counts as none here; [`TypeView::from_wire`]
+    /// refuses it).
     pub fn of(t: &v1::TypeSummary) -> Self {
         if t.paused {
             Self::Paused
         } else if t.limit.is_some_and(|n| t.running >= u64::from(n)) {
             Self::AtLimit
+        } else if t
+            .rate
+            .as_ref()
+            .and_then(|f| FillView::from_wire(f).ok())
+            .is_some_and(|f| f.full())
+        {
+            Self::RateLimited
         } else {
             Self::Active
         }
@@ -37,6 +50,7 @@ impl TypeState {
         match self {
             Self::Paused => "paused",
             Self::AtLimit => "at limit",
+            Self::RateLimited => "rate limited",
             Self::Active => "active",
         }
     }
@@ -63,6 +77,8 @@ pub struct TypeView {
     /// Its concurrency limit; `null` when unlimited.
     pub limit: Option<u32>,
     pub paused: bool,
+    /// Its own rate limit and the starts of its current window; `null` when it has none.
+    pub rate: Option<FillView>,
     pub state: TypeState,
 }
 
@@ -83,6 +99,7 @@ impl TypeView {
             dead_last_minute: t.dead_last_minute,
             limit: t.limit,
             paused: t.paused,
+            rate: t.rate.as_ref().map(FillView::from_wire).transpose()?,
             state: TypeState::of(t),
         })
     }
@@ -97,6 +114,9 @@ pub struct TypeList {
     pub global_limit: Option<u32>,
     /// Every claim is paused.
     pub global_paused: bool,
+    /// The global rate limit (starts of every type) and its current window; `null` when
+    /// there is none.
+    pub global_rate: Option<FillView>,
     /// More types exist than listed (the agent lists the first 1,000 by name).
     pub truncated: bool,
     /// Database time of the counts.
@@ -122,6 +142,11 @@ impl TypeList {
             types,
             global_limit: r.global_limit,
             global_paused: r.global_paused,
+            global_rate: r
+                .global_rate
+                .as_ref()
+                .map(FillView::from_wire)
+                .transpose()?,
             truncated: r.truncated,
             now: time("now_ms", r.now_ms)?,
         })
@@ -153,6 +178,74 @@ mod tests {
         assert_eq!(TypeState::of(&t), TypeState::AtLimit);
         t.paused = true;
         assert_eq!(TypeState::of(&t), TypeState::Paused);
+    }
+
+    fn fill(starts: u32, used: u64) -> v1::RateFill {
+        v1::RateFill {
+            limit: Some(v1::RateLimit {
+                starts,
+                period_ms: 1_000,
+            }),
+            used,
+        }
+    }
+
+    #[test]
+    fn a_full_rate_window_comes_after_a_pause_and_a_full_limit() {
+        let mut t = summary("a");
+        t.rate = Some(fill(50, 49));
+        assert_eq!(TypeState::of(&t), TypeState::Active);
+        t.rate = Some(fill(50, 50));
+        assert_eq!(TypeState::of(&t), TypeState::RateLimited);
+        assert_eq!(TypeState::RateLimited.word(), "rate limited");
+        t.limit = Some(1);
+        t.running = 1;
+        assert_eq!(TypeState::of(&t), TypeState::AtLimit);
+        t.paused = true;
+        assert_eq!(TypeState::of(&t), TypeState::Paused);
+        // A broken rate holds nothing back here; the list refuses it.
+        let mut broken = summary("b");
+        broken.rate = Some(v1::RateFill {
+            limit: None,
+            used: 9,
+        });
+        assert_eq!(TypeState::of(&broken), TypeState::Active);
+        assert_eq!(
+            TypeView::from_wire(&broken),
+            Err(WireError::MissingField("rate limit"))
+        );
+        assert_eq!(
+            serde_json::to_value(TypeState::RateLimited).ok(),
+            Some(serde_json::json!("rate_limited"))
+        );
+    }
+
+    #[test]
+    fn the_global_rate_is_read_and_a_broken_one_refused() {
+        let mut reply = v1::GetOverviewResponse {
+            global_rate: Some(fill(1000, 812)),
+            now_ms: 1_764_588_000_000,
+            ..Default::default()
+        };
+        let list = TypeList::from_wire(&reply).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            list.global_rate.map(|f| f.text()).as_deref(),
+            Some("812/1000/1s")
+        );
+        reply.global_rate = Some(v1::RateFill {
+            limit: Some(v1::RateLimit {
+                starts: 0,
+                period_ms: 1_000,
+            }),
+            used: 0,
+        });
+        assert!(matches!(
+            TypeList::from_wire(&reply),
+            Err(WireError::OutOfRange {
+                field: "starts",
+                ..
+            })
+        ));
     }
 
     #[test]

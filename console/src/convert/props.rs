@@ -22,6 +22,8 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FileDescriptorSet};
 
 use super::agent::{AgentList, LeaderView};
+use super::overview::TypeList;
+use super::rate::{FillView, RateView};
 use super::resource::{GroupList, GroupShards, GroupView, LockList, LockView};
 use super::schedule::{ScheduleList, ScheduleView};
 use super::task::{TaskDetail, TaskPage, TaskView};
@@ -277,6 +279,9 @@ proptest! {
         check(GroupShards::from_wire(encoded("ListShardsResponse", &t)))?;
         check(ScheduleView::from_wire(encoded("Schedule", &t)))?;
         check(ScheduleList::from_wire(encoded("ListSchedulesResponse", &t)))?;
+        check(TypeList::from_wire(&encoded("GetOverviewResponse", &t)))?;
+        check(RateView::from_wire(&encoded("RateLimit", &t)))?;
+        check(FillView::from_wire(&encoded("RateFill", &t)))?;
         check(watch::lines(encoded("WatchUpdate", &t)))?;
     }
 

@@ -73,6 +73,13 @@ impl Table {
         self.rows.push(cells);
     }
 
+    /// The narrowest line this table renders without cutting a column below its minimum:
+    /// the minimums and the gaps. A caller whose columns do not fit can leave one out first.
+    pub fn min_width(&self) -> usize {
+        self.columns.iter().map(|c| c.min).sum::<usize>()
+            + GAP * self.columns.len().saturating_sub(1)
+    }
+
     /// True when no row was added.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
@@ -225,6 +232,12 @@ mod tests {
         for line in t.render(WIDTH) {
             assert!(width(&line) <= WIDTH);
         }
+    }
+
+    #[test]
+    fn the_minimum_width_is_the_minimums_and_the_gaps() {
+        assert_eq!(sample().min_width(), 2 + 4 + 10 + 2 * GAP);
+        assert_eq!(Table::new(vec![]).min_width(), 0);
     }
 
     #[test]

@@ -1,17 +1,42 @@
-//! View 5: task types — queued, scheduled, retrying, running against the limit, dead, paused,
-//! and the last minute's rate — from the agent's cached overview.
+//! View 5: task types — queued, scheduled, retrying, running against the limit, starts against
+//! the rate limit, dead, paused, and the last minute's rate — from the agent's cached
+//! overview; the global rate limit and its fill ride in the title.
+//!
+//! Columns are as wide as their text; counts and rates are never cut. The RATE column is there
+//! when some type has a rate limit. When the columns do not fit, the name gives way first,
+//! then the state word; if the counts and the rates still do not fit whole, the RATE column is
+//! left out (the last-but-one to give way, as in `leasehold types`: `12/50/…` would mislead),
+//! and the counts stay.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::text::Span;
 use ratatui::widgets::Cell;
 
-use super::table::{self, Spec};
+use leasehold_proto::v1 as pb;
+
+use super::table::{self, Fit, Spec};
 use super::text::untrusted;
 use super::theme::Theme;
 use super::{empty_text, title};
 use crate::convert::overview::TypeState;
+use crate::convert::rate::FillView;
 use crate::state::{State, View};
+
+/// A rate cell: `12/50/1s` (12 started of 50/1s), `-` without a rate limit, `?` for one the wire breaks; and
+/// whether its window is full.
+fn rate_cell(fill: Option<&pb::RateFill>) -> (String, bool) {
+    match fill.map(FillView::from_wire) {
+        None => ("-".to_string(), false),
+        Some(Ok(f)) => (f.text(), f.full()),
+        Some(Err(_)) => ("?".to_string(), false),
+    }
+}
+
+/// A column as wide as its widest cell, never cut.
+fn whole<S: AsRef<str>>(header: &str, cells: impl IntoIterator<Item = S>) -> Fit {
+    Fit::fixed(Fit::of(header, cells, 1, u16::MAX).natural)
+}
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> usize {
     let data = state.data();
@@ -22,22 +47,70 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         .as_deref()
         .and_then(|k| rows.iter().position(|r| r.task_type == k));
     let wide = area.width >= 120;
-    let tw: u16 = if wide { 32 } else { 16 };
+    let names: Vec<String> = rows.iter().map(|ty| untrusted(&ty.task_type, 64)).collect();
+    let counts: Vec<[String; 6]> = rows
+        .iter()
+        .map(|ty| {
+            let limit = ty.limit.map_or_else(|| "-".to_string(), |n| n.to_string());
+            [
+                ty.queued.to_string(),
+                ty.scheduled.to_string(),
+                ty.retrying.to_string(),
+                format!("{}/{limit}", ty.running),
+                ty.dead.to_string(),
+                ty.finished_last_minute.to_string(),
+            ]
+        })
+        .collect();
+    let rates: Vec<(String, bool)> = rows.iter().map(|ty| rate_cell(ty.rate.as_ref())).collect();
+    let states: Vec<TypeState> = rows.iter().map(|ty| TypeState::of(ty)).collect();
+    let count = |header: &str, i: usize| whole(header, counts.iter().map(|c| c[i].as_str()));
+    let mut fits = vec![
+        Fit::of("TYPE", &names, 8, if wide { 32 } else { 16 }),
+        count("QUEUED", 0),
+        count("LATER", 1),
+        count("RETRY", 2),
+        count("RUNNING", 3),
+        whole("RATE", rates.iter().map(|r| r.0.as_str())),
+        count("DEAD", 4),
+        count("DONE/M", 5),
+        Fit::of("STATE", states.iter().map(|s| s.word()), 6, 12),
+    ];
+    let mut header = vec![
+        "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "RATE", "DEAD", "DONE/M", "STATE",
+    ];
+    // The RATE column is there when some type has a rate limit (all of them, not only those
+    // the filter leaves, so it does not come and go while typing), and when it fits whole
+    // beside the counts with the name and the state at their narrowest (the mark column and
+    // one-column gaps counted as `table::fit` counts them).
+    let any_rate = data
+        .overview
+        .iter()
+        .flat_map(|o| o.types.iter())
+        .any(|ty| ty.rate.is_some());
+    let least: u32 = fits.iter().map(|f| u32::from(f.min) + 1).sum();
+    let show_rate = any_rate && least <= u32::from(area.width);
+    if !show_rate {
+        fits.remove(RATE);
+        header.remove(RATE);
+    }
+    let flex = fits.len() - 1;
+    let widths = table::fit(area.width, &fits, flex);
+    let mut title = title(state, View::Types, rows.len(), theme);
+    if let Some(global) = data.overview.as_ref().and_then(|o| o.global_rate.as_ref()) {
+        let (text, full) = rate_cell(Some(global));
+        let style = if full { theme.warn() } else { theme.dim() };
+        title
+            .spans
+            .push(Span::styled(theme.sep().trim_start(), theme.dim()));
+        title
+            .spans
+            .push(Span::styled(format!("global rate {text} "), style));
+    }
     let spec = Spec {
-        title: title(state, View::Types, rows.len(), theme),
-        header: vec![
-            "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "DEAD", "DONE/M", "STATE",
-        ],
-        widths: vec![
-            Constraint::Length(tw),
-            Constraint::Length(7),
-            Constraint::Length(6),
-            Constraint::Length(6),
-            Constraint::Length(11),
-            Constraint::Length(6),
-            Constraint::Length(6),
-            Constraint::Min(6),
-        ],
+        title,
+        header,
+        widths: widths.iter().map(|w| Constraint::Length(*w)).collect(),
         total: rows.len(),
         offset: t.offset,
         selected,
@@ -48,33 +121,49 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         },
     };
     let range = table::visible(&spec, area);
-    let cells = rows[range.clone()]
-        .iter()
-        .map(|ty| {
-            let limit = ty.limit.map_or_else(|| "-".to_string(), |n| n.to_string());
-            let running = format!("{}/{limit}", ty.running);
-            let state = TypeState::of(ty);
+    let cells = range
+        .clone()
+        .map(|i| {
+            let ty = rows[i];
+            let state = states[i];
             let style = match state {
-                TypeState::Paused | TypeState::AtLimit => theme.warn(),
+                TypeState::Paused | TypeState::AtLimit | TypeState::RateLimited => theme.warn(),
                 TypeState::Active => theme.dim(),
             };
-            let word = state.word();
-            vec![
-                Cell::from(untrusted(&ty.task_type, tw.into())),
-                Cell::from(ty.queued.to_string()),
-                Cell::from(ty.scheduled.to_string()),
-                Cell::from(ty.retrying.to_string()),
+            let [queued, later, retry, running, dead, done] = counts[i].clone();
+            let mut row = vec![
+                Cell::from(untrusted(&names[i], usize::from(widths[0]))),
+                Cell::from(queued),
+                Cell::from(later),
+                Cell::from(retry),
                 Cell::from(running),
-                Cell::from(if ty.dead > 0 {
-                    Span::styled(ty.dead.to_string(), theme.error())
+            ];
+            if show_rate {
+                let (text, full) = rates[i].clone();
+                row.push(Cell::from(if full {
+                    Span::styled(text, theme.warn())
                 } else {
-                    Span::raw("0")
+                    Span::raw(text)
+                }));
+            }
+            row.extend([
+                Cell::from(if ty.dead > 0 {
+                    Span::styled(dead, theme.error())
+                } else {
+                    Span::raw(dead)
                 }),
-                Cell::from(ty.finished_last_minute.to_string()),
-                Cell::from(Span::styled(word, style)),
-            ]
+                Cell::from(done),
+                Cell::from(Span::styled(
+                    untrusted(state.word(), usize::from(widths[flex])),
+                    style,
+                )),
+            ]);
+            row
         })
         .collect();
     table::draw(frame, area, theme, spec, cells, range);
     table::page_rows(area)
 }
+
+/// Where the RATE column is among the columns.
+const RATE: usize = 5;

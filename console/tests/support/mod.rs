@@ -12,6 +12,9 @@
 //! group: `orders` (4 shards: three owned, one free; two members); creating `orders` with 4
 //! is a no-op, with another count FAILED_PRECONDITION; any other group is created; listing
 //! another group's shards is NOT_FOUND.
+//! Canned overview: types `email.send` (rate limit 50/1s, 12 used) and `noop` (none), global
+//! rate limit 1000/1m (812 used). SetRateLimit answers with the limit asked for; the previous
+//! limit of `email.send` is 20/1s, of anything else none; type `unknown` is INVALID_ARGUMENT.
 //! Tokens: when a token is configured, `operator` may do everything, `viewer` only reads.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -408,7 +411,25 @@ impl AgentService for Fake {
         request: Request<v1::GetOverviewRequest>,
     ) -> Result<Response<v1::GetOverviewResponse>, Status> {
         self.record(&request, "get_overview".into(), false)?;
+        let fill = |starts, period_ms, used| v1::RateFill {
+            limit: Some(v1::RateLimit { starts, period_ms }),
+            used,
+        };
         Ok(Response::new(v1::GetOverviewResponse {
+            types: vec![
+                v1::TypeSummary {
+                    task_type: "email.send".into(),
+                    queued: 12,
+                    running: 3,
+                    rate: Some(fill(50, 1_000, 12)),
+                    ..Default::default()
+                },
+                v1::TypeSummary {
+                    task_type: "noop".into(),
+                    ..Default::default()
+                },
+            ],
+            global_rate: Some(fill(1000, 60_000, 812)),
             now_ms: NOW_MS,
             ..Default::default()
         }))
@@ -523,6 +544,41 @@ impl AgentService for Fake {
         Ok(Response::new(v1::SetConcurrencyResponse {
             limit: (!r.unlimited).then_some(r.limit),
             previous: None,
+        }))
+    }
+
+    async fn set_rate_limit(
+        &self,
+        request: Request<v1::SetRateLimitRequest>,
+    ) -> Result<Response<v1::SetRateLimitResponse>, Status> {
+        use v1::set_rate_limit_request::Scope;
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!(
+                "set_rate_limit {:?} {:?} clear={}",
+                r.scope,
+                r.limit.map(|l| (l.starts, l.period_ms)),
+                r.clear
+            ),
+            true,
+        )?;
+        let previous = match &r.scope {
+            Some(Scope::TaskType(t)) if t == "unknown" => {
+                return Err(Status::invalid_argument(
+                    "task_type: no agent serves type unknown",
+                ));
+            }
+            Some(Scope::TaskType(t)) if t == "email.send" => Some(v1::RateLimit {
+                starts: 20,
+                period_ms: 1_000,
+            }),
+            _ => None,
+        };
+        Ok(Response::new(v1::SetRateLimitResponse {
+            limit: r.limit,
+            previous,
+            warnings: Vec::new(),
         }))
     }
 
