@@ -96,6 +96,11 @@ async fn three_agents_start_no_more_than_twenty_a_second() {
         holders.len() >= 2,
         "one agent started everything: {holders:?}"
     );
+    eprintln!(
+        "ledger: fullest second {fullest} starts, long-run {rate:.2}/s over {span_s:.2} s, \
+         {} agents started tasks",
+        holders.len()
+    );
 
     // Lifted: the rest of a new batch starts at once.
     let o = a.cli.run(&["ratelimit", "clear", "noop"]).await.unwrap();

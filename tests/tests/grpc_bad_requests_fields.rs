@@ -400,23 +400,23 @@ fn policy_cases(_: &Fixture) -> Vec<Case> {
         bad(set_rate(rate_global(true), Some((5, 1000)), true), "limit"),
         bad(
             set_rate(rate_global(true), Some((0, 1000)), false),
-            "rate_limit",
+            "limit.starts",
         ),
         bad(
             set_rate(rate_global(true), Some((1_000_001, 1000)), false),
-            "rate_limit",
+            "limit.starts",
         ),
         bad(
             set_rate(rate_typed("bad.kind"), Some((5, 0)), false),
-            "rate_limit",
+            "limit.period_ms",
         ),
         bad(
             set_rate(rate_typed("bad.kind"), Some((5, 86_400_001)), false),
-            "rate_limit",
+            "limit.period_ms",
         ),
         bad(
             set_rate(rate_typed("bad.kind"), Some((5, u64::MAX)), false),
-            "rate_limit",
+            "limit.period_ms",
         ),
         bad(
             set_rate(rate_typed("Bad Type"), Some((5, 1000)), false),

@@ -260,7 +260,21 @@ pub(super) fn rate_to_wire(r: RateLimit) -> pb::RateLimit {
     }
 }
 
-/// A rate limit from the wire, within its bounds.
+/// A rate limit from the wire, within its bounds; a refusal names the wire field.
 fn rate_from_wire(r: &pb::RateLimit) -> Result<RateLimit, Status> {
+    use leasehold_shared::domain::policy::{MAX_RATE_PERIOD, MAX_RATE_STARTS};
+    if !(1..=MAX_RATE_STARTS).contains(&r.starts) {
+        return Err(Status::invalid_argument(format!(
+            "limit.starts: {} is not within 1..={MAX_RATE_STARTS}",
+            r.starts
+        )));
+    }
+    let max_ms = u64::try_from(MAX_RATE_PERIOD.as_millis()).unwrap_or(u64::MAX);
+    if !(1..=max_ms).contains(&r.period_ms) {
+        return Err(Status::invalid_argument(format!(
+            "limit.period_ms: {} is not within 1..={max_ms}",
+            r.period_ms
+        )));
+    }
     RateLimit::new(r.starts, std::time::Duration::from_millis(r.period_ms)).map_err(invalid)
 }

@@ -182,9 +182,12 @@ impl Claimer {
             let wait = if claim.contended {
                 Duration::from_millis(20)
             } else if let Some(rate_wait) = claim.rate_wait {
-                // A rate limit's window is full: claim again when its oldest start leaves it
-                // (a millisecond late, so the database's clock has passed it too).
-                (rate_wait + Duration::from_millis(1)).min(core.settings.poll_interval)
+                // A rate limit's window is full: claim again when enough of its oldest starts
+                // have left it (a millisecond late, so the database's clock has passed it too,
+                // and up to 5 ms more so agents that were told the same do not all claim at
+                // once and find the scope's lock taken).
+                let spread = Duration::from_micros(fastrand::u64(0..5_000));
+                (rate_wait + Duration::from_millis(1) + spread).min(core.settings.poll_interval)
             } else {
                 jittered(core.settings.poll_interval)
             };

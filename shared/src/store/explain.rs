@@ -47,8 +47,9 @@ impl LimitUse {
 pub(crate) struct RateUse {
     pub limit: RateLimit,
     pub used: u64,
-    /// The oldest start in the window (none when it is empty).
-    pub oldest: Option<DateTime<Utc>>,
+    /// When the window is full: the time of the start whose leaving the window lets one more
+    /// in (the oldest at which the starts so far, oldest first, reach `used - limit + 1`).
+    pub frees_at: Option<DateTime<Utc>>,
 }
 
 impl RateUse {
@@ -56,20 +57,20 @@ impl RateUse {
         self.used >= u64::from(self.limit.starts)
     }
 
-    /// How long until the oldest start leaves the window (a start is allowed again then).
+    /// How long until enough starts leave the window for one more to be allowed.
     fn next_start_in(self, now: DateTime<Utc>) -> std::time::Duration {
         let period = chrono::Duration::milliseconds(self.limit.period_ms());
-        let free_at = self.oldest.unwrap_or(now) + period;
+        let free_at = self.frees_at.unwrap_or(now) + period;
         (free_at - now).to_std().unwrap_or_default()
     }
 }
 
-/// `120 ms`, `2.5 s`, `4m10s`: a short wait as an operator reads it.
+/// `120 ms`, `2.5 s`, `60.0 s`, `4m10s`: a short wait as an operator reads it.
 fn wait_text(d: std::time::Duration) -> String {
     let ms = d.as_millis();
     if ms < 1_000 {
         format!("{ms} ms")
-    } else if ms < 60_000 {
+    } else if ms <= 60_000 {
         format!("{:.1} s", d.as_secs_f64())
     } else {
         span(d.as_secs())
@@ -458,10 +459,10 @@ mod tests {
     #[test]
     fn a_full_rate_window_says_when_the_next_start_is_allowed() {
         let mut f = facts(TaskStatus::Queued);
-        let rate = |starts, period_ms, used, oldest_ms_ago: Option<i64>| RateUse {
+        let rate = |starts, period_ms, used, frees_ms_ago: Option<i64>| RateUse {
             limit: RateLimit::new(starts, std::time::Duration::from_millis(period_ms)).unwrap(),
             used,
-            oldest: oldest_ms_ago.map(|ms| now() - chrono::Duration::milliseconds(ms)),
+            frees_at: frees_ms_ago.map(|ms| now() - chrono::Duration::milliseconds(ms)),
         };
         f.type_rate = Some(rate(50, 1_000, 49, Some(500)));
         assert_eq!(kinds(&blockers(&f)), ["claimable"], "one start left");
@@ -522,6 +523,8 @@ mod tests {
                 "paused",
                 "type_limit",
                 "global_limit",
+                "rate_limit",
+                "global_rate_limit",
                 "no_agent",
                 "behind_higher_priority",
                 "claimable"

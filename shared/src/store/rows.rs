@@ -219,21 +219,21 @@ pub(crate) fn policy<R: RecordColumns>(row: &R) -> Result<Policy> {
 }
 
 /// A rate limit and its window's use from an explain row: the `type_rate_*` columns or the
-/// `global_rate_*` ones (`starts`, `period_ms`, `used`, `oldest`).
+/// `global_rate_*` ones (`starts`, `period_ms`, `used`, `frees_at`).
 fn rate_use<R: Columns>(row: &R, global: bool) -> Result<Option<RateUse>> {
-    let [starts, period_ms, used, oldest] = if global {
+    let [starts, period_ms, used, frees_at] = if global {
         [
             "global_rate_starts",
             "global_rate_period_ms",
             "global_rate_used",
-            "global_rate_oldest",
+            "global_rate_frees_at",
         ]
     } else {
         [
             "type_rate_starts",
             "type_rate_period_ms",
             "type_rate_used",
-            "type_rate_oldest",
+            "type_rate_frees_at",
         ]
     };
     let Some(limit) = rate_limit(row.opt_int(starts)?, row.opt_int(period_ms)?)? else {
@@ -242,7 +242,7 @@ fn rate_use<R: Columns>(row: &R, global: bool) -> Result<Option<RateUse>> {
     Ok(Some(RateUse {
         limit,
         used: row.opt_int(used)?.map_or(0, tally),
-        oldest: row.opt_time(oldest)?,
+        frees_at: row.opt_time(frees_at)?,
     }))
 }
 

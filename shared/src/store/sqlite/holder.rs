@@ -11,7 +11,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 use super::rows::{self, get, micros, span, status, task};
 use super::{commit, json_list, sql, write_tx};
-use crate::domain::{InputLimits, LeaseEpoch, Policy, PolicyScope, TaskId, TaskStatus};
+use crate::domain::{InputLimits, LeaseEpoch, Policy, PolicyScope, RateLimit, TaskId, TaskStatus};
 use crate::store::lifecycle;
 use crate::store::params::{ValidTask, validate_bulk};
 use crate::store::{
@@ -236,18 +236,31 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         global_cap = global_cap.min(limit.saturating_sub(running_total));
     }
     // Rate limits of the global scope and of these types: what their windows ending now hold.
-    let wanted = |scope: &str| scope == "*" || names.contains(&scope);
-    let mut rates: Vec<RateWindow> = Vec::new();
-    if policies.iter().any(|p| p.rate_limit.is_some()) && global_cap > 0 {
+    // Claims of types without one (and no global one) read no ledger.
+    let mut rates: Vec<RateWindow> = policies
+        .iter()
+        .filter(|p| p.scope == PolicyScope::Global || names.contains(&p.scope.key()))
+        .filter_map(|p| {
+            p.rate_limit.map(|limit| RateWindow {
+                scope: p.scope.key().to_string(),
+                limit,
+                used: 0,
+            })
+        })
+        .collect();
+    if !rates.is_empty() && global_cap > 0 {
+        let scopes: Vec<&str> = rates.iter().map(|r| r.scope.as_str()).collect();
         let found = sqlx::query(sql::rate_limit_used)
             .bind(now)
+            .bind(json_list(&scopes)?)
             .fetch_all(&mut *tx)
             .await
             .map_err(StoreError::db(OP))?;
         for row in &found {
             let scope: String = get(row, "scope")?;
-            if wanted(&scope) {
-                rates.push(RateWindow::read(row, scope)?);
+            let used = usize::try_from(get::<i64>(row, "used")?).unwrap_or(usize::MAX);
+            if let Some(rate) = rates.iter_mut().find(|r| r.scope == scope) {
+                rate.used = used;
             }
         }
     }
@@ -280,12 +293,13 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         }
     }
     if global_cap == 0 || type_cap.is_empty() {
+        let rate_wait = rate_wait(&mut tx, &rates, &HashMap::new(), 0, now).await?;
         commit(tx, OP).await?;
         return Ok(ClaimBatch {
             now: now_time,
             tasks: Vec::new(),
             contended: false,
-            rate_wait: rate_wait(&rates, &HashMap::new(), 0, now),
+            rate_wait,
         });
     }
     let open: Vec<&str> = type_cap.keys().copied().collect();
@@ -347,17 +361,17 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         }
         sqlx::query(sql::rate_limit_prune)
             .bind(&rate.scope)
-            .bind(now.saturating_sub(rate.period_us))
+            .bind(now.saturating_sub(rate.period_us()))
             .execute(&mut *tx)
             .await
             .map_err(StoreError::db(OP))?;
     }
-    commit(tx, OP).await?;
     let rate_wait = if tasks.len() < batch {
-        rate_wait(&rates, &started, tasks.len(), now)
+        rate_wait(&mut tx, &rates, &started, tasks.len(), now).await?
     } else {
         None
     };
+    commit(tx, OP).await?;
     crate::store::lifecycle::claim_order(&mut tasks);
     Ok(ClaimBatch {
         now: now_time,
@@ -367,43 +381,37 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
     })
 }
 
-/// One rate-limited scope's window ending at the claim's now (µs).
+/// One rate-limited scope's window ending at the claim's now: its limit and the starts its
+/// ledger holds there.
 struct RateWindow {
     scope: String,
-    starts: usize,
-    period_us: i64,
+    limit: RateLimit,
     used: usize,
-    /// The oldest start in the window.
-    oldest: Option<i64>,
 }
 
 impl RateWindow {
-    fn read(row: &SqliteRow, scope: String) -> Result<Self> {
-        let period_ms: i64 = get(row, "rate_period_ms")?;
-        Ok(Self {
-            scope,
-            starts: usize::try_from(get::<i64>(row, "rate_starts")?).unwrap_or(0),
-            period_us: period_ms.saturating_mul(1000),
-            used: usize::try_from(get::<i64>(row, "used")?).unwrap_or(usize::MAX),
-            oldest: get(row, "oldest")?,
-        })
+    fn left(&self) -> usize {
+        usize::try_from(self.limit.starts)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(self.used)
     }
 
-    fn left(&self) -> usize {
-        self.starts.saturating_sub(self.used)
+    fn period_us(&self) -> i64 {
+        self.limit.period_ms().saturating_mul(1000)
     }
 }
 
 /// Of the windows full after this claim (which started `started` per type, `total` in all),
-/// how long until the earliest lets a start in again: its oldest start (this claim's, when it
-/// held none) leaves it after the period.
-fn rate_wait(
+/// how long until the earliest lets a start in again: read from their ledgers (this claim's
+/// starts included), in the claim's transaction. `None` when none is full.
+async fn rate_wait(
+    tx: &mut SqliteConnection,
     rates: &[RateWindow],
     started: &HashMap<&str, usize>,
     total: usize,
     now: i64,
-) -> Option<std::time::Duration> {
-    rates
+) -> Result<Option<std::time::Duration>> {
+    let full: Vec<&str> = rates
         .iter()
         .filter(|r| {
             let n = if r.scope == "*" {
@@ -411,16 +419,23 @@ fn rate_wait(
             } else {
                 started.get(r.scope.as_str()).copied().unwrap_or(0)
             };
-            r.used.saturating_add(n) >= r.starts
+            r.used.saturating_add(n) >= usize::try_from(r.limit.starts).unwrap_or(usize::MAX)
         })
-        .map(|r| {
-            let free_at = r.oldest.unwrap_or(now).saturating_add(r.period_us);
-            let us = u64::try_from(free_at.saturating_sub(now))
-                .unwrap_or(0)
-                .max(1000);
-            std::time::Duration::from_micros(us)
-        })
-        .min()
+        .map(|r| r.scope.as_str())
+        .collect();
+    if full.is_empty() {
+        return Ok(None);
+    }
+    let wait_us: Option<i64> = sqlx::query_scalar(sql::rate_limit_wait)
+        .bind(now)
+        .bind(json_list(&full)?)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::db("task_claim"))?;
+    Ok(
+        wait_us
+            .map(|us| std::time::Duration::from_micros(u64::try_from(us).unwrap_or(0).max(1000))),
+    )
 }
 
 /// The rows of `ids` that `owner` holds at the given epochs (leased, key matching).

@@ -82,6 +82,7 @@ pub(crate) mod sql {
             rate_limit_used,
             rate_limit_stamp,
             rate_limit_prune,
+            rate_limit_wait,
             task_claim_candidates,
             task_claim,
             lease_list_held,

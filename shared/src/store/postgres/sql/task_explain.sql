@@ -24,9 +24,9 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
            SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested'))
        END AS global_running,
        tp.rate_starts AS type_rate_starts, tp.rate_period_ms AS type_rate_period_ms,
-       tr.used AS type_rate_used, tr.oldest AS type_rate_oldest,
+       tr.used AS type_rate_used, tr.frees_at AS type_rate_frees_at,
        gp.rate_starts AS global_rate_starts, gp.rate_period_ms AS global_rate_period_ms,
-       gr.used AS global_rate_used, gr.oldest AS global_rate_oldest,
+       gr.used AS global_rate_used, gr.frees_at AS global_rate_frees_at,
        t.waiting AND EXISTS (
            SELECT 1 FROM agents a
            WHERE a.state = 'running'
@@ -50,14 +50,26 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
 FROM t
 LEFT JOIN policies tp ON tp.scope = t.task_type
 LEFT JOIN policies gp ON gp.scope = '*'
--- The starts in each rate limit's window ending now, and the oldest of them (waiting tasks only).
+-- The starts in each rate limit's window ending now, and the start whose leaving the window lets
+-- one more in: the oldest at which the starts so far (oldest first) reach used - limit + 1
+-- (waiting tasks only; null when the window is not full).
 LEFT JOIN LATERAL (
-    SELECT sum(r.n) AS used, min(r.at) AS oldest FROM rate_limit_starts r
-    WHERE t.waiting AND r.scope = tp.scope
-      AND r.at > now() - make_interval(secs => tp.rate_period_ms / 1000.0)
+    SELECT max(w.used) AS used, min(w.at) FILTER (WHERE w.cum >= w.used - tp.rate_starts + 1) AS frees_at
+    FROM (
+        SELECT r.at, sum(r.n) OVER (ORDER BY r.at ROWS UNBOUNDED PRECEDING) AS cum,
+               sum(r.n) OVER () AS used
+        FROM rate_limit_starts r
+        WHERE t.waiting AND r.scope = tp.scope
+          AND r.at > now() - make_interval(secs => tp.rate_period_ms / 1000.0)
+    ) w
 ) tr ON tp.rate_starts IS NOT NULL
 LEFT JOIN LATERAL (
-    SELECT sum(r.n) AS used, min(r.at) AS oldest FROM rate_limit_starts r
-    WHERE t.waiting AND r.scope = '*'
-      AND r.at > now() - make_interval(secs => gp.rate_period_ms / 1000.0)
+    SELECT max(w.used) AS used, min(w.at) FILTER (WHERE w.cum >= w.used - gp.rate_starts + 1) AS frees_at
+    FROM (
+        SELECT r.at, sum(r.n) OVER (ORDER BY r.at ROWS UNBOUNDED PRECEDING) AS cum,
+               sum(r.n) OVER () AS used
+        FROM rate_limit_starts r
+        WHERE t.waiting AND r.scope = '*'
+          AND r.at > now() - make_interval(secs => gp.rate_period_ms / 1000.0)
+    ) w
 ) gr ON gp.rate_starts IS NOT NULL

@@ -5,7 +5,17 @@ WITH t AS (
     SELECT id, task_type, status, priority, available_at, deadline_at, attempt, max_attempts,
            lease_owner, last_error, coalesce(finished_at, updated_at) AS finished_at,
            status IN ('queued', 'retry_wait') AS waiting
-    FROM tasks WHERE id = ?1)
+    FROM tasks WHERE id = ?1),
+-- The rate-limit ledgers of the task's type and the global scope within their windows ending
+-- now, each start with the starts up to it (oldest first) and the window's total: the start
+-- whose leaving lets one more in is the oldest whose running total reaches used - limit + 1.
+led AS (
+    SELECT r.scope, r.at,
+           sum(r.n) OVER (PARTITION BY r.scope ORDER BY r.at ROWS UNBOUNDED PRECEDING) AS cum,
+           sum(r.n) OVER (PARTITION BY r.scope) AS used
+    FROM rate_limit_starts r JOIN policies p ON p.scope = r.scope
+    WHERE p.rate_starts IS NOT NULL AND r.at > ?2 - p.rate_period_ms * 1000
+      AND (r.scope = '*' OR r.scope = (SELECT task_type FROM t)))
 SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.max_attempts,
        t.lease_owner, t.last_error, t.finished_at,
        coalesce(tp.paused, 0) AS type_paused,
@@ -21,22 +31,20 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
        END AS global_running,
        tp.rate_starts AS type_rate_starts, tp.rate_period_ms AS type_rate_period_ms,
        CASE WHEN t.waiting AND tp.rate_starts IS NOT NULL THEN (
-           SELECT sum(r.n) FROM rate_limit_starts r
-           WHERE r.scope = tp.scope AND r.at > ?2 - tp.rate_period_ms * 1000)
+           SELECT max(l.used) FROM led l WHERE l.scope = tp.scope)
        END AS type_rate_used,
        CASE WHEN t.waiting AND tp.rate_starts IS NOT NULL THEN (
-           SELECT min(r.at) FROM rate_limit_starts r
-           WHERE r.scope = tp.scope AND r.at > ?2 - tp.rate_period_ms * 1000)
-       END AS type_rate_oldest,
+           SELECT min(l.at) FROM led l
+           WHERE l.scope = tp.scope AND l.cum >= l.used - tp.rate_starts + 1)
+       END AS type_rate_frees_at,
        gp.rate_starts AS global_rate_starts, gp.rate_period_ms AS global_rate_period_ms,
        CASE WHEN t.waiting AND gp.rate_starts IS NOT NULL THEN (
-           SELECT sum(r.n) FROM rate_limit_starts r
-           WHERE r.scope = '*' AND r.at > ?2 - gp.rate_period_ms * 1000)
+           SELECT max(l.used) FROM led l WHERE l.scope = '*')
        END AS global_rate_used,
        CASE WHEN t.waiting AND gp.rate_starts IS NOT NULL THEN (
-           SELECT min(r.at) FROM rate_limit_starts r
-           WHERE r.scope = '*' AND r.at > ?2 - gp.rate_period_ms * 1000)
-       END AS global_rate_oldest,
+           SELECT min(l.at) FROM led l
+           WHERE l.scope = '*' AND l.cum >= l.used - gp.rate_starts + 1)
+       END AS global_rate_frees_at,
        t.waiting AND EXISTS (
            SELECT 1 FROM agents a, json_each(a.task_types) j
            WHERE a.state = 'running' AND a.heartbeat_at > ?3 AND j.value = t.task_type)
