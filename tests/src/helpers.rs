@@ -1,11 +1,13 @@
 //! Small constructors the store tests share: a task type from a literal, claim parameters, a
 //! lease key. They panic with a clear message on a malformed literal, which in a test is the
 //! right failure.
-#![allow(clippy::expect_used)]
+#![allow(clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
-use leasehold_shared::store::{ClaimParams, CompleteParams, Completion};
+use leasehold_shared::Store;
+use leasehold_shared::domain::Task;
+use leasehold_shared::store::{ClaimParams, CompleteOutcome, CompleteParams, Completion};
 
 use crate::factory::FACTORY_OWNER;
 use leasehold_shared::{AgentId, LeaseEpoch, LeaseKey, TaskId, TaskType};
@@ -48,4 +50,33 @@ pub fn by_factory(id: i64, epoch: i64, completion: Completion) -> CompleteParams
         key: key(id, FACTORY_OWNER, epoch),
         completion,
     }
+}
+
+/// Completes every task of a claim as succeeded under `owner`, asserting each completion
+/// applied.
+pub async fn complete_all(store: &dyn Store, owner: &str, tasks: &[Task]) {
+    if tasks.is_empty() {
+        return;
+    }
+    let batch = tasks
+        .iter()
+        .map(|t| CompleteParams {
+            key: LeaseKey {
+                id: t.id,
+                owner: agent(owner),
+                epoch: t.lease_epoch,
+            },
+            completion: Completion::Succeeded { result: None },
+        })
+        .collect();
+    let outcomes = store
+        .task_complete_many(batch)
+        .await
+        .expect("completing a claimed batch");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, CompleteOutcome::Applied { .. })),
+        "a completion of a held task did not apply: {outcomes:?}"
+    );
 }

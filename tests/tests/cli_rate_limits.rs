@@ -24,6 +24,23 @@ async fn starts(pool: &sqlx::PgPool) -> Vec<(i64, String)> {
     .unwrap()
 }
 
+/// Waits until `want` tasks of type `noop` have succeeded.
+async fn wait_succeeded(db: &TestDb, what: &str, want: i64, within: Duration) {
+    wait_until(what, within, || {
+        let pool = db.pool.clone();
+        async move {
+            let done: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM tasks WHERE task_type = 'noop' AND status = 'succeeded'",
+            )
+            .fetch_one(&pool)
+            .await?;
+            Ok(done == want)
+        }
+    })
+    .await
+    .unwrap();
+}
+
 /// The most starts in any window `[t, t + 1 s)` of the sorted start times (µs).
 fn fullest_second(starts: &[i64]) -> usize {
     let mut best = 0;
@@ -57,23 +74,13 @@ async fn three_agents_start_no_more_than_twenty_a_second() {
     .execute(&db.pool)
     .await
     .unwrap();
-    wait_until(
+    wait_succeeded(
+        &db,
         "400 noops succeed at 20 a second",
+        TASKS,
         Duration::from_secs(60),
-        || {
-            let pool = db.pool.clone();
-            async move {
-                let done: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM tasks WHERE task_type = 'noop' AND status = 'succeeded'",
-                )
-                .fetch_one(&pool)
-                .await?;
-                Ok(done == TASKS)
-            }
-        },
     )
-    .await
-    .unwrap();
+    .await;
 
     let ledger = starts(&db.pool).await;
     assert_eq!(ledger.len(), TASKS as usize, "one attempt per task");
@@ -110,23 +117,13 @@ async fn three_agents_start_no_more_than_twenty_a_second() {
         .execute(&db.pool)
         .await
         .unwrap();
-    wait_until(
+    wait_succeeded(
+        &db,
         "100 more noops succeed without the limit",
+        TASKS + 100,
         Duration::from_secs(20),
-        || {
-            let pool = db.pool.clone();
-            async move {
-                let done: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM tasks WHERE task_type = 'noop' AND status = 'succeeded'",
-                )
-                .fetch_one(&pool)
-                .await?;
-                Ok(done == TASKS + 100)
-            }
-        },
     )
-    .await
-    .unwrap();
+    .await;
     let all = starts(&db.pool).await;
     let late: Vec<i64> = all
         .iter()

@@ -9,32 +9,12 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use leasehold_shared::domain::{PolicyPatch, PolicyScope};
-use leasehold_shared::store::{CompleteParams, Completion, NewTask, PolicySetParams};
-use leasehold_shared::{Actor, AgentId, LeaseKey, Store};
-use leasehold_tests::helpers::{claim, tt};
+use leasehold_shared::store::{NewTask, PolicySetParams};
+use leasehold_shared::{Actor, Store};
+use leasehold_tests::helpers::{claim, complete_all, tt};
 use leasehold_tests::{StoreDb, TaskSpec, TestDb, conformance, insert_task};
 use serde_json::json;
 use sqlx::Row;
-
-async fn complete_all(store: &dyn Store, owner: &str, tasks: &[leasehold_shared::domain::Task]) {
-    let batch = tasks
-        .iter()
-        .map(|t| CompleteParams {
-            key: LeaseKey {
-                id: t.id,
-                owner: AgentId::new(owner).unwrap(),
-                epoch: t.lease_epoch,
-            },
-            completion: Completion::Succeeded { result: None },
-        })
-        .collect();
-    let outcomes = store.task_complete_many(batch).await.unwrap();
-    assert!(
-        outcomes
-            .iter()
-            .all(|o| matches!(o, leasehold_shared::store::CompleteOutcome::Applied { .. }))
-    );
-}
 
 async fn set_policy(store: &dyn Store, scope: PolicyScope, patch: PolicyPatch) {
     store

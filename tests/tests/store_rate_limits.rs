@@ -8,11 +8,9 @@
 use std::time::{Duration, Instant};
 
 use leasehold_shared::domain::{PolicyPatch, PolicyScope, RateLimit};
-use leasehold_shared::store::{
-    BlockerKind, CompleteParams, Completion, ExplainParams, NewTask, PolicySetParams,
-};
-use leasehold_shared::{Actor, AgentId, LeaseKey, Store};
-use leasehold_tests::helpers::{claim, tt};
+use leasehold_shared::store::{BlockerKind, ExplainParams, NewTask, PolicySetParams};
+use leasehold_shared::{Actor, Store, TaskId};
+use leasehold_tests::helpers::{claim, complete_all, tt};
 use leasehold_tests::{StoreDb, conformance};
 use serde_json::json;
 
@@ -34,22 +32,26 @@ async fn set_rate(store: &dyn Store, scope: PolicyScope, limit: Option<RateLimit
         .unwrap();
 }
 
-async fn complete_all(store: &dyn Store, owner: &str, tasks: &[leasehold_shared::domain::Task]) {
-    if tasks.is_empty() {
-        return;
-    }
-    let batch = tasks
-        .iter()
-        .map(|t| CompleteParams {
-            key: LeaseKey {
-                id: t.id,
-                owner: AgentId::new(owner).unwrap(),
-                epoch: t.lease_epoch,
-            },
-            completion: Completion::Succeeded { result: None },
+/// The seconds of a type's rate-limit reason, `rate limit reached (LIMIT), next start in N s
+/// (type TYPE)`, for task `id` (panics when it has none or another form).
+async fn next_start_secs(store: &dyn Store, id: TaskId, limit: &str, task_type: &str) -> f64 {
+    let blockers = store
+        .task_explain(ExplainParams {
+            id,
+            agent_stale_after: Duration::from_secs(30),
         })
-        .collect();
-    store.task_complete_many(batch).await.unwrap();
+        .await
+        .unwrap();
+    let message = &blockers
+        .iter()
+        .find(|b| b.kind == BlockerKind::RateLimit)
+        .unwrap_or_else(|| panic!("no rate-limit reason in {blockers:?}"))
+        .message;
+    message
+        .strip_prefix(&format!("rate limit reached ({limit}), next start in "))
+        .and_then(|rest| rest.strip_suffix(&format!(" s (type {task_type})")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{message}"))
 }
 
 /// The most starts in any window `[t, t + period)` of the sorted start times (µs).
@@ -209,6 +211,11 @@ async fn a_full_window_explains_itself_and_shows_its_fill(db: StoreDb) {
     assert!(again.rate_wait.is_some());
 
     let third = ids[2].id;
+    let seconds = next_start_secs(&*store, third, "2/1m", "rl.slow").await;
+    assert!(
+        (55.0..=60.0).contains(&seconds),
+        "next start in {seconds} s"
+    );
     let blockers = store
         .task_explain(ExplainParams {
             id: third,
@@ -216,17 +223,6 @@ async fn a_full_window_explains_itself_and_shows_its_fill(db: StoreDb) {
         })
         .await
         .unwrap();
-    let rate_blocker = blockers
-        .iter()
-        .find(|b| b.kind == BlockerKind::RateLimit)
-        .unwrap_or_else(|| panic!("no rate-limit reason in {blockers:?}"));
-    let seconds: f64 = rate_blocker
-        .message
-        .strip_prefix("rate limit reached (2/1m), next start in ")
-        .and_then(|rest| rest.strip_suffix(" s (type rl.slow)"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{}", rate_blocker.message));
-    assert!((55.0..=60.0).contains(&seconds), "{}", rate_blocker.message);
     assert!(
         !blockers
             .iter()
@@ -369,24 +365,8 @@ async fn a_lowered_limit_waits_for_enough_starts_to_leave_not_only_the_oldest(db
         wait > Duration::from_millis(59_000),
         "next start in {wait:?}"
     );
-    let blockers = store
-        .task_explain(ExplainParams {
-            id: ids[5].id,
-            agent_stale_after: Duration::from_secs(30),
-        })
-        .await
-        .unwrap();
-    let message = &blockers
-        .iter()
-        .find(|b| b.kind == BlockerKind::RateLimit)
-        .unwrap_or_else(|| panic!("no rate-limit reason in {blockers:?}"))
-        .message;
-    let seconds: f64 = message
-        .strip_prefix("rate limit reached (3/1m), next start in ")
-        .and_then(|rest| rest.strip_suffix(" s (type rl.low)"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{message}"));
-    assert!(seconds > 59.0, "{message}");
+    let seconds = next_start_secs(&*store, ids[5].id, "3/1m", "rl.low").await;
+    assert!(seconds > 59.0, "next start in {seconds} s");
     db.drop_db().await.unwrap();
 }
 
