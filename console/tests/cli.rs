@@ -572,6 +572,148 @@ async fn ratelimit_refuses_bad_rates_before_connecting_and_viewers_are_exit_4() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn shed_set_and_clear_print_and_exit_as_documented() {
+    let (addr, fake) = plain().await;
+    let run = |args: Vec<&str>| {
+        let mut all = vec!["--agent", addr.as_str()];
+        all.extend(args);
+        let owned: Vec<String> = all.iter().map(|s| (*s).to_owned()).collect();
+        async move {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            leasehold(&refs, &[]).await
+        }
+    };
+    let o = run(vec!["shed", "set", "noop", "30s"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "type noop sheds tasks waiting over 30s (was never)\n"
+    );
+    assert_eq!(stderr(&o), "");
+    let o = run(vec!["shed", "set", "email.send", "5m"]).await;
+    assert_eq!(
+        stdout(&o),
+        "type email.send sheds tasks waiting over 5m (was 1m)\n"
+    );
+    let o = run(vec!["shed", "set", "email.send", "60s"]).await;
+    assert_eq!(
+        stdout(&o),
+        "type email.send sheds tasks waiting over 1m (unchanged)\n"
+    );
+    let o = run(vec!["shed", "clear", "email.send"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "type email.send no longer sheds (was 1m)\n");
+    let o = run(vec!["shed", "clear", "noop"]).await;
+    assert_eq!(stdout(&o), "type noop did not shed (nothing changed)\n");
+    let o = run(vec!["--output", "json", "shed", "set", "email.send", "30s"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        json_lines(&stdout(&o)),
+        [serde_json::json!({
+            "task_type": "email.send",
+            "shed_after_ms": 30000,
+            "previous_ms": 60000
+        })]
+    );
+    let o = run(vec!["--output", "json", "shed", "clear", "noop"]).await;
+    assert_eq!(
+        json_lines(&stdout(&o)),
+        [serde_json::json!({"task_type": "noop", "shed_after_ms": null, "previous_ms": null})]
+    );
+    // A warning goes to stderr in both modes; stdout stays the result.
+    let o = run(vec!["shed", "set", "lonely", "1h"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "type lonely sheds tasks waiting over 1h (was never)\n"
+    );
+    assert_eq!(
+        stderr(&o),
+        "leasehold: warning: no live agent handles type lonely\n"
+    );
+    let o = run(vec!["--output", "json", "shed", "set", "lonely", "1h"]).await;
+    assert_eq!(json_lines(&stdout(&o))[0]["shed_after_ms"], 3_600_000);
+    assert_eq!(
+        stderr(&o),
+        "leasehold: warning: no live agent handles type lonely\n"
+    );
+    // What the agent refuses is bad input: exit 2, the agent's words on stderr.
+    let o = run(vec!["shed", "set", "unknown", "30s"]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "leasehold: set load shedding of type unknown: task_type: no agent serves type \
+         unknown (invalid argument)\n"
+    );
+    assert_eq!(stdout(&o), "");
+    // `types` shows the shedding: the count and the duration, and the JSON both.
+    let o = run(vec!["types"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].contains("SHED/M"), "{out}");
+    assert!(lines[1].contains("4 >30s"), "{out}");
+    assert!(
+        lines[2].starts_with("noop") && lines[2].contains(" - "),
+        "{out}"
+    );
+    let o = run(vec!["--output", "json", "types"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["types"][0]["shed_after_ms"], 30_000);
+    assert_eq!(v["types"][0]["shed_last_minute"], 4);
+    assert_eq!(v["types"][1]["shed_after_ms"], serde_json::Value::Null);
+    assert_eq!(v["types"][1]["shed_last_minute"], 0);
+    let calls = fake.calls();
+    for call in [
+        "set_shed_after noop 30000 clear=false",
+        "set_shed_after email.send 300000 clear=false",
+        "set_shed_after email.send 0 clear=true",
+        "set_shed_after noop 0 clear=true",
+        "set_shed_after lonely 3600000 clear=false",
+    ] {
+        assert!(calls.contains(&call.to_owned()), "{call} not in {calls:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shed_refuses_bad_durations_before_connecting_and_viewers_are_exit_4() {
+    for after in ["0s", "0", "500us", "1500us", "8d", "30", "soon"] {
+        let o = leasehold(
+            &["--agent", "127.0.0.1:1", "shed", "set", "noop", after],
+            &[],
+        )
+        .await;
+        assert_eq!(o.status.code(), Some(2), "{after}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("cannot reach"),
+            "{after}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{after}");
+    }
+    let running = Fake::new()
+        .with_token("operator")
+        .start(Transport::Plain)
+        .await;
+    let addr = running.addr.to_string();
+    for args in [
+        &["shed", "set", "noop", "30s"][..],
+        &["shed", "clear", "noop"],
+    ] {
+        let mut all = vec!["--agent", addr.as_str(), "--token", "viewer"];
+        all.extend_from_slice(args);
+        let o = leasehold(&all, &[]).await;
+        assert_eq!(o.status.code(), Some(4), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).ends_with("(permission denied)\n"),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{args:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn schedules_commands_print_and_exit_as_documented() {
     let (addr, fake) = plain().await;
     let run = |args: Vec<&str>| {

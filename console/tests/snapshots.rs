@@ -132,6 +132,48 @@ fn types_without_room_for_the_rates_leave_the_column_out() {
     assert!(!text.contains("rate limited"), "{text}");
 }
 
+/// A shedding type (`mail`: over 5m, 6 shed in the last minute) brings the SHED/M column;
+/// narrower, RATE gives way first, then SHED/M, and the counts stay whole. Without any
+/// shedding there is no SHED/M column; a type that no longer sheds but shed in the last
+/// minute keeps its count.
+#[test]
+fn types_show_shedding_and_it_gives_way_after_the_rates() {
+    let mut app = at(View::Types);
+    let header = |text: &str| text.lines().nth(4).unwrap().to_string();
+    let text = screen(&mut app, 80, 24);
+    assert!(header(&text).contains("RATE"), "{text}");
+    assert!(header(&text).contains("SHED/M"), "{text}");
+    assert!(text.contains("6 >5m"), "{text}");
+    let text = screen(&mut app, 70, 24);
+    assert!(
+        !header(&text).contains("RATE") && header(&text).contains("SHED/M"),
+        "{text}"
+    );
+    for cell in ["1250", "125", "10/-", "4/20", "6 >5m"] {
+        assert!(text.contains(cell), "{cell} cut:\n{text}");
+    }
+    insta::assert_snapshot!("types_shed_without_rate_70x24", text);
+    let text = screen(&mut app, 60, 24);
+    assert!(!header(&text).contains("SHED/M"), "{text}");
+    assert!(!text.contains(">5m"), "{text}");
+
+    let mut overview = app.state.live.overview.clone().unwrap();
+    for t in &mut overview.types {
+        t.shed_after_ms = None;
+    }
+    app.on_event(leasehold_console::event::Event::Overview(overview.clone()));
+    let text = screen(&mut app, 160, 48);
+    assert!(header(&text).contains("SHED/M"), "{text}");
+    let mail = text.lines().find(|l| l.contains(" mail ")).unwrap();
+    assert!(mail.contains(" 6 ") && !mail.contains('>'), "{mail}");
+    for t in &mut overview.types {
+        t.shed_last_minute = 0;
+    }
+    app.on_event(leasehold_console::event::Event::Overview(overview));
+    let text = screen(&mut app, 160, 48);
+    assert!(!text.contains("SHED"), "{text}");
+}
+
 #[test]
 fn agents() {
     check("agents", || at(View::Agents));

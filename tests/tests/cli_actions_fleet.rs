@@ -303,13 +303,16 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
     let expected = json!([
         {"task_type": "fail", "queued": 0, "scheduled": 0, "retrying": 0, "running": 0,
          "dead": 1, "finished_last_minute": 0, "dead_last_minute": 1, "limit": null,
-         "paused": false, "rate": null, "state": "active"},
+         "paused": false, "rate": null, "shed_after_ms": null, "shed_last_minute": 0,
+         "state": "active"},
         {"task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0, "running": 0,
          "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": null,
-         "paused": true, "rate": null, "state": "paused"},
+         "paused": true, "rate": null, "shed_after_ms": null, "shed_last_minute": 0,
+         "state": "paused"},
         {"task_type": "sleep", "queued": 2, "scheduled": 0, "retrying": 0, "running": 1,
          "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": 1,
-         "paused": false, "rate": null, "state": "at_limit"},
+         "paused": false, "rate": null, "shed_after_ms": null, "shed_last_minute": 0,
+         "state": "at_limit"},
     ]);
     // The agent serves counts up to 1 s old.
     let read = std::sync::Mutex::new(Value::Null);

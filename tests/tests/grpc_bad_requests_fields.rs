@@ -39,6 +39,7 @@ enum Req {
     Resume(pb::ResumeTypeRequest),
     SetConcurrency(pb::SetConcurrencyRequest),
     SetRateLimit(pb::SetRateLimitRequest),
+    SetShedAfter(pb::SetShedAfterRequest),
     RequeueDead(pb::RequeueDeadRequest),
     Audit(pb::ListAuditRequest),
 }
@@ -59,6 +60,7 @@ impl Req {
             Req::Resume(r) => c.resume_type(r).await.map(text),
             Req::SetConcurrency(r) => c.set_concurrency(r).await.map(text),
             Req::SetRateLimit(r) => c.set_rate_limit(r).await.map(text),
+            Req::SetShedAfter(r) => c.set_shed_after(r).await.map(text),
             Req::RequeueDead(r) => c.requeue_dead(r).await.map(text),
             Req::Audit(r) => c.list_audit(r).await.map(text),
         }
@@ -352,7 +354,7 @@ fn enqueue_cases(_: &Fixture) -> Vec<Case> {
     cases
 }
 
-/// PauseType, ResumeType, SetConcurrency, SetRateLimit and RequeueDead.
+/// PauseType, ResumeType, SetConcurrency, SetRateLimit, SetShedAfter and RequeueDead.
 fn policy_cases(_: &Fixture) -> Vec<Case> {
     let long_type = "x".repeat(100);
     let mut cases = Vec::new();
@@ -423,6 +425,21 @@ fn policy_cases(_: &Fixture) -> Vec<Case> {
             "task_type",
         ),
         bad(set_rate(rate_typed(""), None, true), "task_type"),
+    ]);
+    let shed = |task_type: &str, shed_after_ms, clear| {
+        Req::SetShedAfter(pb::SetShedAfterRequest {
+            task_type: task_type.into(),
+            shed_after_ms,
+            clear,
+        })
+    };
+    cases.extend([
+        bad(shed("bad.kind", 0, false), "shed_after_ms"),
+        bad(shed("bad.kind", 604_800_001, false), "shed_after_ms"),
+        bad(shed("bad.kind", u64::MAX, false), "shed_after_ms"),
+        bad(shed("bad.kind", 5_000, true), "shed_after_ms"),
+        bad(shed("Bad Type", 5_000, false), "task_type"),
+        bad(shed("", 0, true), "task_type"),
     ]);
     type Edit = fn(&mut pb::RequeueDeadRequest);
     let dead = |field, edit: Edit| {

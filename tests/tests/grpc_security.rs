@@ -345,6 +345,21 @@ async fn every_action_refused(
     }
     let s = code_of(
         client
+            .set_shed_after(pb::SetShedAfterRequest {
+                task_type: "email.send".into(),
+                shed_after_ms: 30_000,
+                clear: false,
+            })
+            .await,
+    );
+    check(
+        "set_shed_after",
+        s,
+        "policy_set",
+        "policy:email.send".into(),
+    );
+    let s = code_of(
+        client
             .pause_type(pb::PauseTypeRequest {
                 task_type: "email.send".into(),
             })

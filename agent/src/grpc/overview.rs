@@ -58,6 +58,10 @@ fn to_wire(o: Overview) -> pb::GetOverviewResponse {
                 limit: t.limit,
                 paused: t.paused,
                 rate: t.rate.map(rate_fill),
+                shed_after_ms: t
+                    .shed_after
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                shed_last_minute: t.shed_last_minute,
             })
             .collect(),
         global_limit: o.global_limit,

@@ -1,4 +1,5 @@
-//! The policy RPCs (SetConcurrency, SetRateLimit, PauseType, ResumeType): operators only. A global or type
+//! The policy RPCs (SetConcurrency, SetRateLimit, SetShedAfter, PauseType, ResumeType):
+//! operators only. A global or type
 //! change goes through the store, which writes its `policy_set` audit row in the same
 //! transaction; this agent's local limit is audited here first, then applied at once.
 
@@ -189,6 +190,66 @@ impl Service {
         }))
     }
 
+    pub(super) async fn set_shed_after_rpc(
+        &self,
+        request: Request<pb::SetShedAfterRequest>,
+    ) -> Result<Response<pb::SetShedAfterResponse>, Status> {
+        let target = format!("policy:{}", request.get_ref().task_type);
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: POLICY_ACTION,
+                    target,
+                },
+            )
+            .await?;
+        let r = request.into_inner();
+        let scope = PolicyScope::Type(task_type_from_wire("task_type", &r.task_type)?);
+        let shed_after = match (r.clear, r.shed_after_ms) {
+            (true, 0) => None,
+            (true, _) => {
+                return Err(Status::invalid_argument(
+                    "shed_after_ms: give either a duration or clear, not both",
+                ));
+            }
+            (false, ms) if !(1..=MAX_POLICY_MS).contains(&ms) => {
+                return Err(Status::invalid_argument(format!(
+                    "shed_after_ms: {ms} is not within 1..={MAX_POLICY_MS} (7 days)"
+                )));
+            }
+            (false, ms) => Some(std::time::Duration::from_millis(ms)),
+        };
+        let patch = PolicyPatch {
+            shed_after: Some(shed_after),
+            ..Default::default()
+        };
+        patch.validate(&scope).map_err(invalid)?;
+        let change = self
+            .core
+            .store
+            .policy_change(PolicySetParams {
+                scope,
+                patch,
+                actor,
+            })
+            .await
+            .map_err(|e| from_store("set_shed_after", e))?;
+        let mut warnings = Vec::new();
+        if let PolicyScope::Type(task_type) = &change.after.scope
+            && let Some(w) =
+                crate::runtime::scheduler::unserved_warning(&self.core, task_type).await
+        {
+            warnings.push(w);
+        }
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Ok(Response::new(pb::SetShedAfterResponse {
+            shed_after_ms: change.after.shed_after.map(ms),
+            previous_ms: change.before.shed_after.map(ms),
+            warnings,
+        }))
+    }
+
     pub(super) async fn pause_type_rpc(
         &self,
         request: Request<pb::PauseTypeRequest>,
@@ -251,6 +312,9 @@ impl Service {
         Ok(change.before.paused != change.after.paused)
     }
 }
+
+/// Longest `shed_after` accepted, in milliseconds (7 days, as every policy duration).
+const MAX_POLICY_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// A rate limit as it travels.
 pub(super) fn rate_to_wire(r: RateLimit) -> pb::RateLimit {

@@ -223,6 +223,13 @@ impl AgentService for Service {
         self.set_rate_limit_rpc(request).await
     }
 
+    async fn set_shed_after(
+        &self,
+        request: Request<pb::SetShedAfterRequest>,
+    ) -> Result<Response<pb::SetShedAfterResponse>, Status> {
+        self.set_shed_after_rpc(request).await
+    }
+
     async fn pause_type(
         &self,
         request: Request<pb::PauseTypeRequest>,

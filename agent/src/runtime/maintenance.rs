@@ -1,5 +1,6 @@
 //! The maintenance service: leader election, and — while this agent leads — recovery of
-//! expired leases, deadline expiry, retention and dead-lettering of unserved types.
+//! expired leases, deadline expiry, load shedding, retention and dead-lettering of unserved
+//! types.
 //!
 //! ```text
 //!   follower ──elect (leader lease expired + grace)──▶ leader ──renew each tick──▶ leader
@@ -9,6 +10,7 @@
 //!   leader tick: recover leases past lease_until + grace (at most `recovery_per_tick`;
 //!                none for one TTL after a forward jump of the database clock)
 //!                dead-letter waiting tasks past their deadline
+//!                cancel (reason `shed`) waiting tasks past their type's shed_after (at most 1,000)
 //!                every minute (or every unserved_after / 2): delete finished tasks past retention
 //!                and resource lease history older than a day; dead-letter tasks whose
 //!                type no live agent serves (after `unserved_after`)
@@ -32,7 +34,7 @@ use chrono::{DateTime, Utc};
 use leasehold_shared::TaskStatus;
 use leasehold_shared::store::{
     ExpireDeadlinesParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal,
-    PurgeParams, RecoverParams, UnservedParams,
+    PurgeParams, RecoverParams, ShedParams, UnservedParams,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -99,6 +101,7 @@ impl Maintenance {
             if leading.is_some() {
                 bounded("recovery")(tokio::time::timeout(limit, self.recover(&clock)).await);
                 bounded("deadlines")(tokio::time::timeout(limit, self.expire_deadlines()).await);
+                bounded("shedding")(tokio::time::timeout(limit, self.shed()).await);
                 if last_housekeeping.is_none_or(|at| {
                     now().saturating_duration_since(at) >= self.housekeeping_every()
                 }) {
@@ -291,6 +294,24 @@ impl Maintenance {
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "deadline expiry failed"),
+        }
+    }
+
+    /// Load shedding: waiting tasks of shedding types past their `shed_after` are cancelled
+    /// (reason `shed`), counted by type.
+    async fn shed(&self) {
+        match self.queue.task_shed(ShedParams { limit: BATCH }).await {
+            Ok(shed) if !shed.is_empty() => {
+                for (_, task_type) in &shed {
+                    self.core.metrics.shed(task_type.as_str());
+                }
+                tracing::info!(
+                    tasks = shed.len(),
+                    "cancelled waiting tasks past their type's shed_after (load shedding)"
+                );
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "load shedding failed"),
         }
     }
 

@@ -20,7 +20,7 @@ use leasehold_shared::store::{
     AnyStore, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, Completion,
     ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
     LeaderRenewal, PurgeParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams,
-    RenewOutcome, RenewParams, RenewedLease, UnservedParams,
+    RenewOutcome, RenewParams, RenewedLease, ShedParams, UnservedParams,
 };
 use leasehold_shared::{
     AgentId, InputLimits, LeaseEpoch, Store, StoreError, TaskId, TaskStatus, TaskType,
@@ -565,6 +565,12 @@ impl MaintenanceQueue for MemoryQueue {
         _params: ExpireDeadlinesParams,
     ) -> Result<Vec<TaskId>, StoreError> {
         self.enter("task_expire_deadlines", 0).await?;
+        Ok(Vec::new())
+    }
+
+    /// The queue has no policies: no type sheds.
+    async fn task_shed(&self, _params: ShedParams) -> Result<Vec<(TaskId, TaskType)>, StoreError> {
+        self.enter("task_shed", 0).await?;
         Ok(Vec::new())
     }
 

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use leasehold_shared::store::{
     ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, ExpireDeadlinesParams, HolderWrite,
     LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, PurgeParams, RecoverParams,
-    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, UnservedParams,
+    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, ShedParams,
+    UnservedParams,
 };
 use leasehold_shared::{AgentId, Store, StoreError, TaskId, TaskType};
 
@@ -80,6 +81,7 @@ pub(crate) trait MaintenanceQueue: Send + Sync {
         &self,
         params: ExpireDeadlinesParams,
     ) -> Result<Vec<TaskId>, StoreError>;
+    async fn task_shed(&self, params: ShedParams) -> Result<Vec<(TaskId, TaskType)>, StoreError>;
     async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64, StoreError>;
     async fn task_dead_letter_unserved(
         &self,
@@ -180,6 +182,10 @@ impl MaintenanceQueue for StoreQueue {
         params: ExpireDeadlinesParams,
     ) -> Result<Vec<TaskId>, StoreError> {
         self.0.task_expire_deadlines(params).await
+    }
+
+    async fn task_shed(&self, params: ShedParams) -> Result<Vec<(TaskId, TaskType)>, StoreError> {
+        self.0.task_shed(params).await
     }
 
     async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64, StoreError> {

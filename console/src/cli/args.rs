@@ -369,6 +369,43 @@ pub struct RatelimitClearArgs {
     pub global: bool,
 }
 
+/// `leasehold shed …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ShedCommand {
+    /// Shed a type's late tasks: a waiting task overdue by more than DURATION is cancelled
+    ///
+    /// Its waiting tasks (queued or retrying) due longer than DURATION ago are cancelled with
+    /// reason `shed` by the leader instead of run late; they are counted (SHED/M in `leasehold
+    /// types`). DURATION is whole milliseconds from 1ms to 7 days: 30s, 5m, 1h, 1h 30m.
+    /// Operator token needed (exit 4 otherwise).
+    /// Output (table): `type email.send sheds tasks waiting over 30s (was never)`,
+    /// `… over 1m (was 30s)`, `… over 30s (unchanged)` when it was already so.
+    /// Output (json): {"task_type":"email.send","shed_after_ms":30000,"previous_ms":null}
+    /// (previous_ms null: it did not shed).
+    #[command(verbatim_doc_comment)]
+    Set(ShedSetArgs),
+
+    /// Stop shedding a type: its late tasks wait and run again
+    ///
+    /// Output (table): `type email.send no longer sheds (was 30s)`, or `type email.send did
+    /// not shed (nothing changed)`.
+    /// Output (json): as `shed set`, with "shed_after_ms":null.
+    #[command(verbatim_doc_comment)]
+    Clear(TypeArgs),
+}
+
+/// `leasehold shed set`.
+#[derive(Debug, Clone, Args)]
+pub struct ShedSetArgs {
+    /// The task type to shed.
+    #[arg(value_name = "TYPE", value_parser = values::task_type)]
+    pub task_type: String,
+
+    /// How overdue a waiting task may be before it is shed: 30s, 5m, 1h (1ms..=7 days).
+    #[arg(value_name = "DURATION", value_parser = values::shed_after)]
+    pub after: Duration,
+}
+
 /// A task type argument.
 #[derive(Debug, Clone, Args)]
 pub struct TypeArgs {

@@ -15,7 +15,7 @@ pub use args::{
     DlqCommand, DlqLsArgs, DlqRequeueArgs, EnqueueArgs, IdsArgs, ListFilter, LockNameArgs,
     LocksCommand, Missed, RatelimitClearArgs, RatelimitCommand, RatelimitSetArgs, ScheduleAddArgs,
     ScheduleNameArgs, SchedulesCommand, ScopeArgs, ShardsCommand, ShardsCreateArgs, ShardsLsArgs,
-    ShowArgs, TasksCommand, TasksLsArgs, TypeArgs, WaitArgs,
+    ShedCommand, ShedSetArgs, ShowArgs, TasksCommand, TasksLsArgs, TypeArgs, WaitArgs,
 };
 pub use demo::{
     DEFAULT_DEMO_AGENTS, DEFAULT_HEADLESS_DURATION, DemoArgs, MAX_DEMO_AGENTS, MAX_DEMO_DURATION,
@@ -372,32 +372,35 @@ pub enum Command {
     #[command(subcommand)]
     Dlq(DlqCommand),
 
-    /// Task types: waiting, running against their limit, rate, dead, paused
+    /// Task types: waiting, running against their limit, rate, dead, shed, paused
     ///
     /// One row per type with waiting, running or dead tasks, a finish in the last minute or a
     /// policy, by name (counts at most 1 s old, from the database).
     /// Output (table), then the global limit, and the global rate limit when there is one:
-    ///   TYPE        QUEUED  LATER  RETRY  RUNNING      RATE  DEAD  DONE/M  STATE
-    ///   email.send      12      0      3      5/5  12/50/1s     1      40  at limit
-    ///   noop             0      0      0      0/-         -     0       0  active
+    ///   TYPE        QUEUED  LATER  RETRY  RUNNING      RATE  DEAD  DONE/M  SHED/M  STATE
+    ///   email.send      12      0      3      5/5  12/50/1s     1      40  4 >30s  at limit
+    ///   noop             0      0      0      0/-         -     0       0       -  active
     ///   global: unlimited
     ///   global rate limit: 1000/1m, 812 used
     /// LATER is queued but not yet due; RATE (only when some type has a rate limit) is the
     /// starts in the type's rate window ending now over its rate limit as `ratelimit set`
-    /// takes it (12 of 50/1s; `-`: none); DONE/M succeeded in the last minute; STATE is
-    /// paused, at limit, rate limited (its rate window is full) or active, by the type's own
-    /// policy (a global pause, limit or rate is on the last lines; `· rate limited` ends the
-    /// global rate line when its window is full). The name gives way first on 80 columns,
-    /// then the state; if the rates still do not fit whole, the RATE column is left out and a
-    /// line says so (`ratelimit ls` and JSON have them); counts are not cut.
+    /// takes it (12 of 50/1s; `-`: none); DONE/M succeeded in the last minute; SHED/M (only
+    /// when some type sheds or shed in the last minute) is the tasks shed in the last minute
+    /// and, for a type that sheds, `>` its shed-after duration as `shed set` takes it (`-`:
+    /// does not shed, none shed); STATE is paused, at limit, rate limited (its rate window is
+    /// full) or active, by the type's own policy (a global pause, limit or rate is on the last
+    /// lines; `· rate limited` ends the global rate line when its window is full). The name
+    /// gives way first on 80 columns, then the state; if the optional columns still do not fit
+    /// whole, RATE is left out, then SHED/M, and a line says so (`ratelimit ls` and JSON have
+    /// them); counts are not cut.
     /// Output (json): {"types":[{"task_type":"email.send","queued":12,"scheduled":0,
     /// "retrying":3,"running":5,"dead":1,"finished_last_minute":40,"dead_last_minute":0,
     /// "limit":5,"paused":false,"rate":{"starts":50,"period_ms":1000,"used":12},
-    /// "state":"at_limit"}],"global_limit":null,"global_paused":false,
-    /// "global_rate":{"starts":1000,"period_ms":60000,"used":812},"truncated":false,
-    /// "now":"2026-12-06T12:00:00.000Z"} (limits are null when unlimited, rates null when
-    /// none; state is paused, at_limit, rate_limited or active; truncated: more than the
-    /// 1,000 types listed).
+    /// "shed_after_ms":30000,"shed_last_minute":4,"state":"at_limit"}],"global_limit":null,
+    /// "global_paused":false,"global_rate":{"starts":1000,"period_ms":60000,"used":812},
+    /// "truncated":false,"now":"2026-12-06T12:00:00.000Z"} (limits are null when unlimited,
+    /// rates null when none, shed_after_ms null when the type does not shed; state is paused,
+    /// at_limit, rate_limited or active; truncated: more than the 1,000 types listed).
     #[command(verbatim_doc_comment)]
     Types,
 
@@ -408,6 +411,10 @@ pub enum Command {
     /// Rate limits: at most N task starts per period, global or per type, across every agent.
     #[command(subcommand)]
     Ratelimit(RatelimitCommand),
+
+    /// Load shedding: cancel a type's waiting tasks that are overdue by more than a duration.
+    #[command(subcommand)]
+    Shed(ShedCommand),
 
     /// Stop claiming tasks of a type on every agent; running ones finish
     ///

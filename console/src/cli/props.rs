@@ -26,7 +26,7 @@ fn text() -> impl Strategy<Value = String> {
 
 /// Words of the command line: subcommands, flags and values, so clap gets deep.
 fn word() -> impl Strategy<Value = String> {
-    const WORDS: [&str; 41] = [
+    const WORDS: [&str; 43] = [
         "enqueue",
         "tasks",
         "ls",
@@ -44,6 +44,8 @@ fn word() -> impl Strategy<Value = String> {
         "clear",
         "--global",
         "50/1s",
+        "shed",
+        "30s",
         "schedules",
         "locks",
         "release",

@@ -347,6 +347,46 @@ fn ratelimit_clear_and_ls() {
 }
 
 #[test]
+fn shed_set_takes_a_type_and_a_duration_and_clear_a_type() {
+    let cli = ok(&["shed", "set", "email.send", "30s"]);
+    let Some(Command::Shed(ShedCommand::Set(a))) = cli.command else {
+        panic!("shed set expected");
+    };
+    assert_eq!(a.task_type, "email.send");
+    assert_eq!(a.after, Duration::from_secs(30));
+    let cli = ok(&["shed", "set", "noop", "1h 30m", "--output", "json"]);
+    let Some(Command::Shed(ShedCommand::Set(a))) = cli.command else {
+        panic!("shed set expected");
+    };
+    assert_eq!(a.after, Duration::from_secs(5_400));
+    let cli = ok(&["shed", "clear", "email.send"]);
+    let Some(Command::Shed(ShedCommand::Clear(a))) = cli.command else {
+        panic!("shed clear expected");
+    };
+    assert_eq!(a.task_type, "email.send");
+    // No type, no duration, a bad type, an extra word, no subcommand.
+    refused(&["shed", "set", "30s"]);
+    refused(&["shed", "set", "email.send"]);
+    refused(&["shed", "set", "Email", "30s"]);
+    refused(&["shed", "set", "email.send", "30s", "extra"]);
+    refused(&["shed", "clear"]);
+    refused(&["shed", "clear", "email.send", "30s"]);
+    refused(&["shed"]);
+    for (after, says) in [
+        ("0s", "must be more than 0"),
+        ("500us", "below 1ms"),
+        ("1500us", "whole number of milliseconds"),
+        ("8d", "above 7 days"),
+        ("30", "expected a duration"),
+        ("soon", "expected a duration"),
+    ] {
+        let e = refused(&["shed", "set", "email.send", after]).to_string();
+        assert!(e.contains(says), "{after}: {e}");
+        assert!(e.contains("<DURATION>"), "{after}: names the argument: {e}");
+    }
+}
+
+#[test]
 fn small_commands() {
     ok(&["pause", "noop"]);
     ok(&["resume", "noop"]);

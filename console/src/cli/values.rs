@@ -1,5 +1,5 @@
-//! Parsers of flag values: durations, times, limits, rate limits, task types, keys, lock and
-//! shard group names and shard counts (names checked as the agent checks them, so bad input
+//! Parsers of flag values: durations, times, limits, rate limits, shed-after durations, task
+//! types, keys, lock and shard group names and shard counts (names checked as the agent checks them, so bad input
 //! costs no call). Each returns a message naming what was wrong; clap prints it with the flag's name
 //! and exits 2.
 //!
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use leasehold_shared::TaskType;
-use leasehold_shared::domain::policy::{MAX_RATE_PERIOD, MAX_RATE_STARTS};
+use leasehold_shared::domain::policy::{MAX_POLICY_DURATION, MAX_RATE_PERIOD, MAX_RATE_STARTS};
 use leasehold_shared::domain::validate::MAX_IDEMPOTENCY_KEY_LEN;
 use leasehold_shared::domain::{RateLimit, ScheduleName};
 use leasehold_shared::store::resources::{
@@ -254,6 +254,32 @@ pub fn rate(s: &str) -> Result<RateLimit, String> {
     RateLimit::new(starts, period).map_err(|e| e.to_string())
 }
 
+/// How long a waiting task may be overdue before `shed set` has it shed: a humantime duration
+/// of whole milliseconds from 1ms to 7 days (`30s`, `5m`, `1h`, `1h 30m`), the agent's bounds.
+/// A refusal says the duration as it was understood.
+pub fn shed_after(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| {
+        format!(
+            "{}: {e} (expected a duration such as 30s, 5m or 1h)",
+            quoted(s.trim())
+        )
+    })?;
+    let shown = humantime::format_duration(d);
+    if d.is_zero() {
+        return Err("0s: must be more than 0 (to stop shedding, `shed clear TYPE`)".to_owned());
+    }
+    if d < Duration::from_millis(1) {
+        return Err(format!("{shown} is below 1ms"));
+    }
+    if d > MAX_POLICY_DURATION {
+        return Err(format!("{shown} is above 7 days"));
+    }
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(format!("{shown} is not a whole number of milliseconds"));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +443,43 @@ mod tests {
         // Untrusted text comes back inert.
         assert!(!err("\u{1b}[2J/1s").contains('\u{1b}'));
         assert!(!err("1/\u{1b}[2J").contains('\u{1b}'));
+    }
+
+    #[test]
+    fn shed_after_takes_a_duration_from_1ms_to_7_days() {
+        let ms = |s: &str| shed_after(s).map(|d| d.as_millis());
+        assert_eq!(ms("30s"), Ok(30_000));
+        assert_eq!(ms("5m"), Ok(300_000));
+        assert_eq!(ms(" 1h "), Ok(3_600_000));
+        assert_eq!(ms("1h 30m"), Ok(5_400_000));
+        assert_eq!(ms("1ms"), Ok(1));
+        assert_eq!(ms("7d"), Ok(604_800_000));
+        assert_eq!(ms("168h"), Ok(604_800_000));
+    }
+
+    #[test]
+    fn bad_shed_after_durations_are_refused_saying_why() {
+        let err = |s: &str| match shed_after(s) {
+            Ok(d) => panic!("{s:?} accepted as {d:?}"),
+            Err(e) => e,
+        };
+        for (input, says) in [
+            ("0s", "must be more than 0"),
+            ("0", "must be more than 0"),
+            ("500us", "500us is below 1ms"),
+            ("1ns", "is below 1ms"),
+            ("1500us", "1ms 500us is not a whole number of milliseconds"),
+            ("7d 1ms", "is above 7 days"),
+            ("8d", "8days is above 7 days"),
+            ("30", "\"30\": "),
+            ("soon", "\"soon\": "),
+            ("", "expected a duration such as 30s"),
+            ("-5s", "\"-5s\""),
+        ] {
+            let e = err(input);
+            assert!(e.contains(says), "{input:?}: {e}");
+        }
+        assert!(!err("\u{1b}[2J").contains('\u{1b}'));
     }
 
     #[test]

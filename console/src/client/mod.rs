@@ -358,6 +358,30 @@ impl Agent {
         })
     }
 
+    /// SetShedAfter; an agent older than load shedding says so.
+    pub async fn set_shed_after(
+        &self,
+        r: v1::SetShedAfterRequest,
+    ) -> Result<v1::SetShedAfterResponse> {
+        let what = if r.clear {
+            format!("stop shedding type {}", r.task_type)
+        } else {
+            format!("set load shedding of type {}", r.task_type)
+        };
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.set_shed_after(r).await
+            })
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::Unimplemented,
+                "this agent is older than load shedding; upgrade it",
+            )
+        })
+    }
+
     pub async fn pause_type(&self, task_type: String) -> Result<v1::PauseTypeResponse> {
         let what = format!("pause type {task_type}");
         let r = v1::PauseTypeRequest { task_type };

@@ -21,6 +21,7 @@ pub mod ratelimit;
 pub mod requeue;
 pub mod schedules;
 pub mod shards;
+pub mod shed;
 pub mod tasks;
 pub mod types;
 pub mod wait;
@@ -30,7 +31,7 @@ use chrono::Utc;
 
 use crate::cli::{
     AgentsCommand, AuditCommand, Command, ConcurrencyCommand, DlqCommand, GlobalArgs, LocksCommand,
-    RatelimitCommand, SchedulesCommand, ShardsCommand, TasksCommand,
+    RatelimitCommand, SchedulesCommand, ShardsCommand, ShedCommand, TasksCommand,
 };
 use crate::client::{self, Agent};
 use crate::error::Result;
@@ -85,6 +86,14 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
         }
         Command::Ratelimit(RatelimitCommand::Ls) => {
             ratelimit::run_ls(&Agent::connect(&settings).await?, out).await
+        }
+        Command::Shed(ShedCommand::Set(args)) => {
+            let request = shed::prepare_set(&args);
+            shed::run(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Shed(ShedCommand::Clear(args)) => {
+            let request = shed::prepare_clear(&args);
+            shed::run(&Agent::connect(&settings).await?, request, out).await
         }
         Command::Pause(args) => {
             pause::run_pause(&Agent::connect(&settings).await?, args.task_type, out).await

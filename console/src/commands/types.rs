@@ -1,10 +1,11 @@
 //! `leasehold types` (GetOverview): one row per task type — waiting, running against its limit,
-//! starts against its rate limit, dead, paused — then the global limit and rate limit. The
+//! starts against its rate limit, dead, shed, paused — then the global limit and rate limit. The
 //! same counts as the console's Types view, at most `OVERVIEW_MAX_AGE` (1 s) old, read by the
 //! agent from the database.
 
 use crate::client::Agent;
-use crate::convert::overview::TypeList;
+use crate::convert::overview::{TypeList, TypeView};
+use crate::convert::shed::after_text;
 use crate::error::{Error, Result};
 use crate::exit;
 use crate::output::Out;
@@ -25,11 +26,11 @@ pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
 /// The table of `types`, then one line on the global limit, one on the global rate limit
 /// when there is one (and one when the list is cut).
 ///
-/// The RATE column is there when some type has a rate limit. On 80 columns the type name gives
-/// way first (down to 4 columns), then the state word (to 6). A rate is never cut (`12/50/…`
-/// would mislead): when the RATE column still does not fit whole, it is the last-but-one thing
-/// to give way and is left out entirely, with a line saying where the rates are. A count is
-/// cut only when the counts alone no longer fit the line.
+/// The RATE column is there when some type has a rate limit, the SHED/M column when some type
+/// sheds. On 80 columns the type name gives way first (down to 4 columns), then the state word
+/// (to 6). A rate or a shed cell is never cut (`12/50/…` would mislead): when they still do
+/// not fit whole, RATE and then SHED/M are left out entirely, each with a line saying where it
+/// is. A count is cut only when the counts alone no longer fit the line.
 pub fn table(list: &TypeList) -> Vec<String> {
     let mut lines = if list.types.is_empty() {
         vec!["no task types".to_owned()]
@@ -62,8 +63,19 @@ pub fn table(list: &TypeList) -> Vec<String> {
     lines
 }
 
-/// Where the RATE column is: the cells of each row and the column list.
+/// Where the optional columns are: the cells of each row and the column list.
 const RATE: usize = 5;
+const SHED: usize = 8;
+
+/// A SHED/M cell: the tasks shed in the last minute, then `>` the shed-after duration of a
+/// type that sheds (`4 >30s`); `-` when it neither sheds nor shed.
+fn shed_cell(t: &TypeView) -> String {
+    match (t.shed_after_ms, t.shed_last_minute) {
+        (Some(ms), n) => format!("{n} >{}", after_text(ms)),
+        (None, 0) => "-".to_owned(),
+        (None, n) => n.to_string(),
+    }
+}
 
 fn type_table(list: &TypeList) -> Vec<String> {
     let rows: Vec<Vec<String>> = list
@@ -81,11 +93,13 @@ fn type_table(list: &TypeList) -> Vec<String> {
                 rate,
                 t.dead.to_string(),
                 t.finished_last_minute.to_string(),
+                shed_cell(t),
                 t.state.word().to_owned(),
             ]
         })
         .collect();
-    // A count or a rate is as wide as its widest cell: only the name and the state give way.
+    // A count, a rate or a shed cell is as wide as its widest cell: only the name and the
+    // state give way.
     let whole = |header: &'static str, i: usize| {
         let widest = rows.iter().map(|r| r[i].len()).max().unwrap_or(0);
         let w = widest.max(header.len());
@@ -100,369 +114,51 @@ fn type_table(list: &TypeList) -> Vec<String> {
         whole("RATE", RATE),
         whole("DEAD", 6),
         whole("DONE/M", 7),
+        whole("SHED/M", SHED),
         Column::new("STATE", 6, 12),
     ];
-    let table = |with_rate: bool| {
-        let mut columns = columns.clone();
-        if !with_rate {
-            columns.remove(RATE);
-        }
-        let mut table = Table::new(columns);
+    // The table with the optional columns asked for; the others left out whole.
+    let table = |with_rate: bool, with_shed: bool| {
+        let keep = |i: usize| (i != RATE || with_rate) && (i != SHED || with_shed);
+        let pick = |cells: &[String]| -> Vec<String> {
+            let kept = cells.iter().enumerate().filter(|(i, _)| keep(*i));
+            kept.map(|(_, c)| c.clone()).collect()
+        };
+        let kept = columns.iter().enumerate().filter(|(i, _)| keep(*i));
+        let mut table = Table::new(kept.map(|(_, c)| c.clone()).collect());
         for row in &rows {
-            let mut row = row.clone();
-            if !with_rate {
-                row.remove(RATE);
-            }
-            table.row(row);
+            table.row(pick(row));
         }
         table
     };
-    if !list.types.iter().any(|t| t.rate.is_some()) {
-        return table(false).render(WIDTH);
+    // RATE is there when some type has a rate limit; SHED/M when some type sheds or shed in
+    // the last minute (a type just cleared still shows what it shed).
+    let mut with_rate = list.types.iter().any(|t| t.rate.is_some());
+    let mut with_shed = list
+        .types
+        .iter()
+        .any(|t| t.shed_after_ms.is_some() || t.shed_last_minute > 0);
+    // Give-way order on 80 columns: the name (down to 4), then the state word (to 6), both in
+    // `Table::render`; then, when the optional columns still do not fit whole beside the
+    // counts, RATE is left out whole (`ratelimit ls` has it), then SHED/M (the JSON has it),
+    // each with a line saying so; only then would a count be cut.
+    let mut notes = Vec::new();
+    if with_rate && table(with_rate, with_shed).min_width() > WIDTH {
+        with_rate = false;
+        notes.push(
+            "RATE left out to fit 80 columns; `leasehold ratelimit ls` lists the rates".to_owned(),
+        );
     }
-    let with_rate = table(true);
-    if with_rate.min_width() <= WIDTH {
-        return with_rate.render(WIDTH);
+    if with_shed && table(with_rate, with_shed).min_width() > WIDTH {
+        with_shed = false;
+        notes.push(
+            "SHED/M left out to fit 80 columns; `leasehold types --output json` has it".to_owned(),
+        );
     }
-    // The rates do not fit whole beside the counts: the column goes, the counts stay.
-    let mut lines = table(false).render(WIDTH);
-    lines.push(
-        "RATE left out to fit 80 columns; `leasehold ratelimit ls` lists the rates".to_owned(),
-    );
+    let mut lines = table(with_rate, with_shed).render(WIDTH);
+    lines.extend(notes);
     lines
 }
 
 #[cfg(test)]
-mod tests {
-    use leasehold_proto::v1;
-
-    use super::*;
-    use crate::output::text::width;
-
-    fn list(types: Vec<v1::TypeSummary>, global_limit: Option<u32>, paused: bool) -> TypeList {
-        rated(types, global_limit, paused, None)
-    }
-
-    fn rated(
-        types: Vec<v1::TypeSummary>,
-        global_limit: Option<u32>,
-        paused: bool,
-        global_rate: Option<v1::RateFill>,
-    ) -> TypeList {
-        TypeList::from_wire(&v1::GetOverviewResponse {
-            types,
-            global_limit,
-            global_paused: paused,
-            truncated: false,
-            now_ms: 1_764_588_000_000,
-            global_rate,
-        })
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn fill(starts: u32, period_ms: u64, used: u64) -> Option<v1::RateFill> {
-        Some(v1::RateFill {
-            limit: Some(v1::RateLimit { starts, period_ms }),
-            used,
-        })
-    }
-
-    #[test]
-    fn the_table_fits_80_columns_and_never_cuts_a_count() {
-        let busy = v1::TypeSummary {
-            task_type: "email.send".into(),
-            queued: 12,
-            scheduled: 0,
-            retrying: 3,
-            running: 5,
-            dead: 1,
-            finished_last_minute: 40,
-            dead_last_minute: 0,
-            limit: Some(5),
-            paused: false,
-            rate: None,
-        };
-        let huge = v1::TypeSummary {
-            task_type: format!("{}\u{1b}[2J", "x".repeat(70)),
-            queued: 123_456_789,
-            scheduled: 9_876_543,
-            retrying: 1_000_000,
-            running: 100_000,
-            dead: 99_999_999,
-            finished_last_minute: 1_234_567,
-            paused: true,
-            ..Default::default()
-        };
-        let lines = table(&list(vec![busy, huge], Some(10), true));
-        assert_eq!(
-            lines[0].split_whitespace().collect::<Vec<_>>(),
-            [
-                "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "DEAD", "DONE/M", "STATE"
-            ]
-        );
-        assert_eq!(
-            lines[1].split_whitespace().collect::<Vec<_>>(),
-            [
-                "email.send",
-                "12",
-                "0",
-                "3",
-                "5/5",
-                "1",
-                "40",
-                "at",
-                "limit"
-            ],
-            "{}",
-            lines[1]
-        );
-        for count in [
-            "123456789",
-            "9876543",
-            "1000000",
-            "100000/-",
-            "99999999",
-            "1234567",
-        ] {
-            assert!(lines[2].contains(count), "{count} cut: {}", lines[2]);
-        }
-        assert!(lines[2].ends_with("paused"), "{}", lines[2]);
-        assert!(lines[2].starts_with("xxx"), "{}", lines[2]);
-        assert_eq!(lines[3], "global: limit 10 · every claim paused");
-        assert_eq!(lines.len(), 4);
-        for line in &lines {
-            assert!(width(line) <= WIDTH, "{line}");
-            assert!(!line.contains('\u{1b}'), "{line}");
-        }
-    }
-
-    #[test]
-    fn with_wider_counts_the_name_and_the_state_give_way_first() {
-        let t = v1::TypeSummary {
-            task_type: "report.build".into(),
-            queued: 1_234_567_890,
-            scheduled: 123_456_789,
-            retrying: 12_345_678,
-            running: 10_000,
-            dead: 123_456_789,
-            finished_last_minute: 12_345_678,
-            limit: Some(10_000),
-            ..Default::default()
-        };
-        let lines = table(&list(vec![t], None, false));
-        let cells: Vec<&str> = lines[1].split_whitespace().collect();
-        assert_eq!(
-            cells[1..6],
-            [
-                "1234567890",
-                "123456789",
-                "12345678",
-                "10000/10000",
-                "123456789"
-            ],
-            "{}",
-            lines[1]
-        );
-        assert!(
-            cells[0].starts_with("rep") && cells[0].ends_with('…'),
-            "{}",
-            lines[1]
-        );
-        assert!(cells.len() >= 7 && cells[6] == "12345678", "{}", lines[1]);
-        for line in &lines {
-            assert!(width(line) <= WIDTH, "{line}");
-        }
-    }
-
-    fn typed(
-        name: &str,
-        queued: u64,
-        running: u64,
-        limit: Option<u32>,
-        rate: Option<v1::RateFill>,
-    ) -> v1::TypeSummary {
-        v1::TypeSummary {
-            task_type: name.into(),
-            queued,
-            running,
-            limit,
-            rate,
-            finished_last_minute: 40,
-            ..Default::default()
-        }
-    }
-
-    /// Ordinary counts and rates on 80 columns: every column whole.
-    #[test]
-    fn the_rate_column_fits_80_columns_beside_ordinary_counts() {
-        let lines = table(&rated(
-            vec![
-                typed("email.send", 12, 5, Some(5), fill(50, 1_000, 12)),
-                typed("noop", 0, 0, None, None),
-                typed("sms", 3, 1, None, fill(5, 3_600_000, 5)),
-            ],
-            None,
-            false,
-            fill(10_000, 60_000, 1_017),
-        ));
-        assert_eq!(
-            lines,
-            [
-                "TYPE        QUEUED  LATER  RETRY  RUNNING      RATE  DEAD  DONE/M  STATE",
-                "email.send      12      0      0      5/5  12/50/1s     0      40  at limit",
-                "noop             0      0      0      0/-         -     0      40  active",
-                "sms              3      0      0      1/-    5/5/1h     0      40  rate limited",
-                "global: unlimited",
-                "global rate limit: 10000/1m, 1017 used",
-            ]
-        );
-        for line in &lines {
-            assert!(width(line) <= WIDTH, "{} columns: {line}", width(line));
-        }
-    }
-
-    /// Busier types on 80 columns: the name gives way first, then the state word; the rates
-    /// and the counts stay whole.
-    #[test]
-    fn the_name_and_the_state_give_way_before_a_rate() {
-        let lines = table(&rated(
-            vec![
-                typed("email.send", 1_200, 5, Some(20), fill(50, 1_000, 12)),
-                typed("report.nightly", 30, 2, None, fill(5, 3_600_000, 5)),
-                typed(
-                    "webhook.deliver",
-                    88_000,
-                    100,
-                    Some(100),
-                    fill(1000, 60_000, 1000),
-                ),
-            ],
-            Some(500),
-            false,
-            None,
-        ));
-        assert_eq!(
-            lines,
-            [
-                "TYPE       QUEUED  LATER  RETRY  RUNNING          RATE  DEAD  DONE/M  STATE",
-                "email.se…    1200      0      0     5/20      12/50/1s     0      40  active",
-                "report.n…      30      0      0      2/-        5/5/1h     0      40  rate limi…",
-                "webhook.…   88000      0      0  100/100  1000/1000/1m     0      40  at limit",
-                "global: limit 500",
-            ]
-        );
-        for line in &lines {
-            assert!(width(line) <= WIDTH, "{} columns: {line}", width(line));
-        }
-    }
-
-    /// Counts so wide that the rates no longer fit whole: the RATE column goes (and a line
-    /// says where the rates are); the counts stay whole.
-    #[test]
-    fn rates_too_wide_beside_huge_counts_leave_the_column_out() {
-        let t = v1::TypeSummary {
-            task_type: "report.build".into(),
-            queued: 1_234_567_890,
-            scheduled: 123_456_789,
-            retrying: 12_345_678,
-            running: 10_000,
-            dead: 123_456_789,
-            finished_last_minute: 12_345_678,
-            limit: Some(10_000),
-            rate: fill(1_000_000, 86_400_000, 999_999),
-            ..Default::default()
-        };
-        let lines = table(&rated(vec![t], None, false, fill(7, 90_000, 7)));
-        assert!(!lines[0].contains("RATE"), "{}", lines[0]);
-        for count in ["1234567890", "123456789", "12345678", "10000/10000"] {
-            assert!(lines[1].contains(count), "{count} cut: {}", lines[1]);
-        }
-        assert_eq!(
-            lines[2..],
-            [
-                "RATE left out to fit 80 columns; `leasehold ratelimit ls` lists the rates",
-                "global: unlimited",
-                "global rate limit: 7/90s, 7 used · rate limited",
-            ]
-        );
-        for line in &lines {
-            assert!(width(line) <= WIDTH, "{line}");
-        }
-    }
-
-    #[test]
-    fn no_types_and_a_cut_list_say_so() {
-        assert_eq!(
-            table(&list(vec![], None, false)),
-            ["no task types", "global: unlimited"]
-        );
-        let mut cut = list(
-            vec![v1::TypeSummary {
-                task_type: "a".into(),
-                ..Default::default()
-            }],
-            None,
-            false,
-        );
-        cut.truncated = true;
-        assert_eq!(
-            table(&cut).last().map(String::as_str),
-            Some("only the first 1 type by name are listed")
-        );
-    }
-
-    #[test]
-    fn json_gives_each_rate_and_the_global_one_with_its_fill() {
-        let l = rated(
-            vec![v1::TypeSummary {
-                task_type: "email.send".into(),
-                running: 1,
-                rate: fill(50, 1_000, 50),
-                ..Default::default()
-            }],
-            None,
-            false,
-            fill(1000, 60_000, 812),
-        );
-        let json = serde_json::to_value(&l).unwrap_or_default();
-        assert_eq!(
-            json["types"][0]["rate"],
-            serde_json::json!({"starts": 50, "period_ms": 1000, "used": 50})
-        );
-        assert_eq!(json["types"][0]["state"], "rate_limited");
-        assert_eq!(
-            json["global_rate"],
-            serde_json::json!({"starts": 1000, "period_ms": 60000, "used": 812})
-        );
-    }
-
-    #[test]
-    fn json_names_every_count_and_says_unlimited_with_null() {
-        let l = list(
-            vec![v1::TypeSummary {
-                task_type: "noop".into(),
-                queued: 2,
-                running: 1,
-                ..Default::default()
-            }],
-            None,
-            false,
-        );
-        let json = serde_json::to_value(&l).unwrap_or_default();
-        assert_eq!(
-            json,
-            serde_json::json!({
-                "types": [{
-                    "task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0,
-                    "running": 1, "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0,
-                    "limit": null, "paused": false, "rate": null, "state": "active"
-                }],
-                "global_limit": null,
-                "global_paused": false,
-                "global_rate": null,
-                "truncated": false,
-                "now": "2025-12-01T11:20:00.000Z"
-            })
-        );
-    }
-}
+mod tests;

@@ -18,6 +18,7 @@ pub mod overview;
 pub mod rate;
 pub mod resource;
 pub mod schedule;
+pub mod shed;
 pub mod task;
 pub mod watch;
 

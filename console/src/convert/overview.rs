@@ -5,6 +5,7 @@ use leasehold_proto::v1;
 use serde::Serialize;
 
 use super::rate::FillView;
+use super::shed::shed_after_opt;
 use super::{Timestamp, WireError, time};
 
 /// What holds a type back by its own policy, as the table's STATE column and the JSON's
@@ -79,6 +80,11 @@ pub struct TypeView {
     pub paused: bool,
     /// Its own rate limit and the starts of its current window; `null` when it has none.
     pub rate: Option<FillView>,
+    /// Load shedding: waiting tasks overdue by more than this are cancelled (reason `shed`);
+    /// `null` when the type does not shed.
+    pub shed_after_ms: Option<u64>,
+    /// Tasks shed in the last minute of database time.
+    pub shed_last_minute: u64,
     pub state: TypeState,
 }
 
@@ -100,6 +106,8 @@ impl TypeView {
             limit: t.limit,
             paused: t.paused,
             rate: t.rate.as_ref().map(FillView::from_wire).transpose()?,
+            shed_after_ms: shed_after_opt("shed_after_ms", t.shed_after_ms)?,
+            shed_last_minute: t.shed_last_minute,
             state: TypeState::of(t),
         })
     }
@@ -218,6 +226,25 @@ mod tests {
             serde_json::to_value(TypeState::RateLimited).ok(),
             Some(serde_json::json!("rate_limited"))
         );
+    }
+
+    #[test]
+    fn shedding_is_read_and_a_setting_out_of_bounds_refused() {
+        let mut t = summary("a");
+        t.shed_after_ms = Some(30_000);
+        t.shed_last_minute = 4;
+        let v = TypeView::from_wire(&t).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.shed_after_ms, v.shed_last_minute), (Some(30_000), 4));
+        // Shedding is no state of its own.
+        assert_eq!(v.state, TypeState::Active);
+        t.shed_after_ms = Some(0);
+        assert!(matches!(
+            TypeView::from_wire(&t),
+            Err(WireError::OutOfRange {
+                field: "shed_after_ms",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! View 5: task types — queued, scheduled, retrying, running against the limit, starts against
-//! the rate limit, dead, paused, and the last minute's rate — from the agent's cached
+//! the rate limit, dead, shed, paused, and the last minute's rate — from the agent's cached
 //! overview; the global rate limit and its fill ride in the title.
 //!
-//! Columns are as wide as their text; counts and rates are never cut. The RATE column is there
-//! when some type has a rate limit. When the columns do not fit, the name gives way first,
-//! then the state word; if the counts and the rates still do not fit whole, the RATE column is
-//! left out (the last-but-one to give way, as in `leasehold types`: `12/50/…` would mislead),
-//! and the counts stay.
+//! Columns are as wide as their text; counts, rates and shed cells are never cut. The RATE
+//! column is there when some type has a rate limit, the SHED/M column (shed in the last
+//! minute, `>` the shed-after duration: `4 >30s`) when some type sheds or shed in the last
+//! minute. When the columns do not fit, the name gives way first, then the state word; if the
+//! counts and the optional columns still do not fit whole, RATE is left out, then SHED/M (as
+//! in `leasehold types`: `12/50/…` would mislead), and the counts stay.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
@@ -21,6 +22,7 @@ use super::theme::Theme;
 use super::{empty_text, title};
 use crate::convert::overview::TypeState;
 use crate::convert::rate::FillView;
+use crate::convert::shed::{after_text, shed_after_ms};
 use crate::state::{State, View};
 
 /// A rate cell: `12/50/1s` (12 started of 50/1s), `-` without a rate limit, `?` for one the wire breaks; and
@@ -31,6 +33,23 @@ fn rate_cell(fill: Option<&pb::RateFill>) -> (String, bool) {
         Some(Ok(f)) => (f.text(), f.full()),
         Some(Err(_)) => ("?".to_string(), false),
     }
+}
+
+/// A SHED/M cell: shed in the last minute, then `>` the shed-after duration of a type that
+/// sheds (`4 >30s`), `-` when it neither sheds nor shed, `?` for a setting the wire breaks;
+/// and whether any was shed.
+fn shed_cell(ty: &pb::TypeSummary) -> (String, bool) {
+    let n = ty.shed_last_minute;
+    let text = match ty
+        .shed_after_ms
+        .map(|ms| shed_after_ms("shed_after_ms", ms))
+    {
+        None if n == 0 => "-".to_string(),
+        None => n.to_string(),
+        Some(Ok(ms)) => format!("{n} >{}", after_text(ms)),
+        Some(Err(_)) => format!("{n} >?"),
+    };
+    (text, n > 0)
 }
 
 /// A column as wide as its widest cell, never cut.
@@ -63,6 +82,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         })
         .collect();
     let rates: Vec<(String, bool)> = rows.iter().map(|ty| rate_cell(ty.rate.as_ref())).collect();
+    let sheds: Vec<(String, bool)> = rows.iter().map(|ty| shed_cell(ty)).collect();
     let states: Vec<TypeState> = rows.iter().map(|ty| TypeState::of(ty)).collect();
     let count = |header: &str, i: usize| whole(header, counts.iter().map(|c| c[i].as_str()));
     let mut fits = vec![
@@ -74,22 +94,36 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         whole("RATE", rates.iter().map(|r| r.0.as_str())),
         count("DEAD", 4),
         count("DONE/M", 5),
+        whole("SHED/M", sheds.iter().map(|r| r.0.as_str())),
         Fit::of("STATE", states.iter().map(|s| s.word()), 6, 12),
     ];
     let mut header = vec![
-        "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "RATE", "DEAD", "DONE/M", "STATE",
+        "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "RATE", "DEAD", "DONE/M", "SHED/M", "STATE",
     ];
-    // The RATE column is there when some type has a rate limit (all of them, not only those
-    // the filter leaves, so it does not come and go while typing), and when it fits whole
-    // beside the counts with the name and the state at their narrowest (the mark column and
-    // one-column gaps counted as `table::fit` counts them).
-    let any_rate = data
-        .overview
-        .iter()
-        .flat_map(|o| o.types.iter())
-        .any(|ty| ty.rate.is_some());
-    let least: u32 = fits.iter().map(|f| u32::from(f.min) + 1).sum();
-    let show_rate = any_rate && least <= u32::from(area.width);
+    // RATE is there when some type has a rate limit, SHED/M when some type sheds or shed in
+    // the last minute (all of them, not only those the filter leaves, so a column does not
+    // come and go while typing), and when it fits whole beside the counts with the name and
+    // the state at their narrowest (the mark column and one-column gaps counted as
+    // `table::fit` counts them): RATE gives way first, then SHED/M.
+    let types = || data.overview.iter().flat_map(|o| o.types.iter());
+    let mut show_rate = types().any(|ty| ty.rate.is_some());
+    let mut show_shed = types().any(|ty| ty.shed_after_ms.is_some() || ty.shed_last_minute > 0);
+    let least = |rate: bool, shed: bool| -> u32 {
+        let left_out = |i: usize| (i == RATE && !rate) || (i == SHED && !shed);
+        let kept = fits.iter().enumerate().filter(|(i, _)| !left_out(*i));
+        kept.map(|(_, f)| u32::from(f.min) + 1).sum()
+    };
+    if show_rate && least(show_rate, show_shed) > u32::from(area.width) {
+        show_rate = false;
+    }
+    if show_shed && least(show_rate, show_shed) > u32::from(area.width) {
+        show_shed = false;
+    }
+    // SHED comes after RATE: remove it first so RATE's index holds.
+    if !show_shed {
+        fits.remove(SHED);
+        header.remove(SHED);
+    }
     if !show_rate {
         fits.remove(RATE);
         header.remove(RATE);
@@ -153,11 +187,19 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
                     Span::raw(dead)
                 }),
                 Cell::from(done),
-                Cell::from(Span::styled(
-                    untrusted(state.word(), usize::from(widths[flex])),
-                    style,
-                )),
             ]);
+            if show_shed {
+                let (text, any) = sheds[i].clone();
+                row.push(Cell::from(if any {
+                    Span::styled(text, theme.warn())
+                } else {
+                    Span::raw(text)
+                }));
+            }
+            row.push(Cell::from(Span::styled(
+                untrusted(state.word(), usize::from(widths[flex])),
+                style,
+            )));
             row
         })
         .collect();
@@ -165,5 +207,6 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
     table::page_rows(area)
 }
 
-/// Where the RATE column is among the columns.
+/// Where the optional columns are among the columns (before any is left out).
 const RATE: usize = 5;
+const SHED: usize = 8;

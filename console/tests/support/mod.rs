@@ -15,6 +15,9 @@
 //! Canned overview: types `email.send` (rate limit 50/1s, 12 used) and `noop` (none), global
 //! rate limit 1000/1m (812 used). SetRateLimit answers with the limit asked for; the previous
 //! limit of `email.send` is 20/1s, of anything else none; type `unknown` is INVALID_ARGUMENT.
+//! `email.send` also sheds after 30s (4 shed in the last minute). SetShedAfter answers with
+//! the setting asked for; the previous one of `email.send` is 1m, of anything else none; type
+//! `unknown` is INVALID_ARGUMENT, type `lonely` comes with a warning.
 //! Tokens: when a token is configured, `operator` may do everything, `viewer` only reads.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -422,6 +425,8 @@ impl AgentService for Fake {
                     queued: 12,
                     running: 3,
                     rate: Some(fill(50, 1_000, 12)),
+                    shed_after_ms: Some(30_000),
+                    shed_last_minute: 4,
                     ..Default::default()
                 },
                 v1::TypeSummary {
@@ -579,6 +584,40 @@ impl AgentService for Fake {
             limit: r.limit,
             previous,
             warnings: Vec::new(),
+        }))
+    }
+
+    async fn set_shed_after(
+        &self,
+        request: Request<v1::SetShedAfterRequest>,
+    ) -> Result<Response<v1::SetShedAfterResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!(
+                "set_shed_after {} {} clear={}",
+                r.task_type, r.shed_after_ms, r.clear
+            ),
+            true,
+        )?;
+        let previous_ms = match r.task_type.as_str() {
+            "unknown" => {
+                return Err(Status::invalid_argument(
+                    "task_type: no agent serves type unknown",
+                ));
+            }
+            "email.send" => Some(60_000),
+            _ => None,
+        };
+        let warnings = if r.task_type == "lonely" {
+            vec!["no live agent handles type lonely".to_owned()]
+        } else {
+            vec![]
+        };
+        Ok(Response::new(v1::SetShedAfterResponse {
+            shed_after_ms: (!r.clear).then_some(r.shed_after_ms),
+            previous_ms,
+            warnings,
         }))
     }
 

@@ -221,6 +221,10 @@ pub struct Policy {
     /// Starts allowed per period (this scope's own; see [`RateLimit`]).
     #[serde(default)]
     pub rate_limit: Option<RateLimit>,
+    /// Load shedding (task types only, not inherited): a waiting task due longer ago than this
+    /// is cancelled with reason `shed` instead of run late.
+    #[serde(default)]
+    pub shed_after: Option<Duration>,
 }
 
 impl Policy {
@@ -237,6 +241,7 @@ impl Policy {
             timeout: None,
             slow_threshold: None,
             rate_limit: None,
+            shed_after: None,
         }
     }
 
@@ -272,6 +277,8 @@ pub struct PolicyPatch {
     pub slow_threshold: Option<Option<Duration>>,
     #[serde(default)]
     pub rate_limit: Option<Option<RateLimit>>,
+    #[serde(default)]
+    pub shed_after: Option<Option<Duration>>,
 }
 
 impl PolicyPatch {
@@ -304,6 +311,9 @@ impl PolicyPatch {
         if let Some(v) = self.rate_limit {
             p.rate_limit = v;
         }
+        if let Some(v) = self.shed_after {
+            p.shed_after = v;
+        }
         p
     }
 
@@ -320,6 +330,27 @@ impl PolicyPatch {
         }
         if let Some(Some(rate)) = self.rate_limit {
             RateLimit::new(rate.starts, rate.period)?;
+        }
+        if let Some(Some(d)) = self.shed_after {
+            if *scope == PolicyScope::Global {
+                return Err(ValidationError::OutOfRange {
+                    field: "shed_after",
+                    detail: "only a task type sheds its waiting tasks, not the global policy"
+                        .into(),
+                });
+            }
+            if d < Duration::from_millis(1) || d > MAX_POLICY_DURATION {
+                return Err(ValidationError::OutOfRange {
+                    field: "shed_after",
+                    detail: format!("{} ms is not within 1 ms..=7 days", d.as_millis()),
+                });
+            }
+            if !d.subsec_nanos().is_multiple_of(1_000_000) {
+                return Err(ValidationError::OutOfRange {
+                    field: "shed_after",
+                    detail: "must be whole milliseconds".into(),
+                });
+            }
         }
         let durations = [
             ("retry_base", self.retry_base),

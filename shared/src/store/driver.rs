@@ -48,8 +48,9 @@ use super::{
     ExplainParams, HolderWrite, IdleReport, IdleReportParams, LeaderElectParams, LeaderOutcome,
     LeaderRenewParams, LeaderRenewal, NewTask, Overview, PolicyChange, PolicySetParams,
     ProgressParams, PurgeParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams,
-    RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, Store,
-    StoreError, SuspectLease, SuspectParams, TaskDetail, TaskListParams, TaskPage, UnservedParams,
+    RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result,
+    ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskDetail, TaskListParams,
+    TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -78,6 +79,7 @@ pub trait Driver: Send + Sync + 'static {
 
     async fn lease_recover_expired(&self, params: &RecoverParams) -> Result<Vec<Recovered>>;
     async fn task_expire_deadlines(&self, params: &ExpireDeadlinesParams) -> Result<Vec<TaskId>>;
+    async fn task_shed(&self, params: &ShedParams) -> Result<Vec<(TaskId, TaskType)>>;
     async fn task_purge_finished(&self, params: &PurgeParams) -> Result<u64>;
     async fn task_dead_letter_unserved(
         &self,
@@ -250,6 +252,11 @@ impl<D: Driver> Store for D {
     async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>> {
         params.validate()?;
         Driver::task_expire_deadlines(self, &params).await
+    }
+
+    async fn task_shed(&self, params: ShedParams) -> Result<Vec<(TaskId, TaskType)>> {
+        params.validate()?;
+        Driver::task_shed(self, &params).await
     }
 
     async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64> {

@@ -130,9 +130,16 @@ pub(crate) fn blockers(f: &ExplainFacts) -> Vec<Blocker> {
             return out;
         }
         TaskStatus::Cancelled => {
+            // Load shedding cancels with code `shed` and says why; an operator's cancel has none.
+            let why = f
+                .last_error
+                .as_ref()
+                .filter(|e| e.code == "shed")
+                .map(|e| format!(" by load shedding ({})", e.message.trim()))
+                .unwrap_or_default();
             push(
                 BlockerKind::Finished,
-                format!("cancelled at {}; {requeue}", at(f.finished_at, f.now)),
+                format!("cancelled at {}{why}; {requeue}", at(f.finished_at, f.now)),
             );
             return out;
         }
@@ -454,6 +461,28 @@ mod tests {
             "type limit reached: 3/3 running (type email.send)"
         );
         assert_eq!(b[5].message, "global limit reached: 12/10 running");
+    }
+
+    #[test]
+    fn a_shed_task_says_it_was_shed_and_why() {
+        let mut f = facts(TaskStatus::Cancelled);
+        f.last_error = Some(TaskError {
+            code: "shed".into(),
+            message: "waited 45.2 s past its due time; type email.send sheds after 30 s".into(),
+            retryable: false,
+            trace_id: None,
+        });
+        assert_eq!(
+            blockers(&f)[0].message,
+            "cancelled at 2026-12-01T10:00:00Z (now) by load shedding (waited 45.2 s past its \
+             due time; type email.send sheds after 30 s); requeue it to run again (leasehold \
+             requeue 42)"
+        );
+        f.last_error = Some(TaskError::permanent("other", "not a shed"));
+        assert_eq!(
+            blockers(&f)[0].message,
+            "cancelled at 2026-12-01T10:00:00Z (now); requeue it to run again (leasehold requeue 42)"
+        );
     }
 
     #[test]

@@ -124,6 +124,9 @@ pub trait Store: Send + Sync + 'static {
     async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>>;
     /// Dead-letter waiting tasks whose deadline passed.
     async fn task_expire_deadlines(&self, params: ExpireDeadlinesParams) -> Result<Vec<TaskId>>;
+    /// Cancel (reason `shed`) waiting tasks of shedding types that became due longer ago than
+    /// their type's `shed_after`; returns them with their types.
+    async fn task_shed(&self, params: ShedParams) -> Result<Vec<(TaskId, TaskType)>>;
     /// Delete finished tasks past retention; returns how many went.
     async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64>;
     /// Dead-letter waiting tasks whose type no live agent serves (code `unknown_type`).

@@ -372,6 +372,10 @@ pub struct TypeCounts {
     pub paused: bool,
     /// Its own rate limit and fill.
     pub rate: Option<RateFill>,
+    /// Load shedding: waiting tasks due longer ago than this are cancelled (reason `shed`).
+    pub shed_after: Option<std::time::Duration>,
+    /// Tasks shed in the last 60 s.
+    pub shed_last_minute: u64,
 }
 
 /// One row of an overview statement, decoded by a store: the global policy (the row named

@@ -382,6 +382,18 @@ impl ExpireDeadlinesParams {
     }
 }
 
+/// Load shedding: cancel up to `limit` waiting tasks of shedding types (reason `shed`).
+#[derive(Debug, Clone, Copy)]
+pub struct ShedParams {
+    pub limit: u32,
+}
+
+impl ShedParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_range("limit", self.limit, 1..=MAX_CLAIM_BATCH).map(drop)
+    }
+}
+
 /// List leases whose last renewal is older than `threshold`.
 /// Longest retention accepted.
 pub const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);

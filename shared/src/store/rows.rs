@@ -215,6 +215,7 @@ pub(crate) fn policy<R: RecordColumns>(row: &R) -> Result<Policy> {
         timeout: millis(row.opt_int("timeout_ms")?),
         slow_threshold: millis(row.opt_int("slow_ms")?),
         rate_limit: rate_limit(row.opt_int("rate_starts")?, row.opt_int("rate_period_ms")?)?,
+        shed_after: millis(row.opt_int("shed_after_ms")?),
     })
 }
 
@@ -341,6 +342,8 @@ pub(crate) fn overview_row<R: Columns>(row: &R) -> Result<OverviewRow> {
         limit,
         paused,
         rate,
+        shed_after: millis(row.opt_int("shed_after_ms")?),
+        shed_last_minute: n("shed_last_minute")?,
     }))
 }
 

@@ -82,6 +82,7 @@ pub struct Metrics {
     ticks: Family<TickLabel, Counter>,
     timeouts: Family<TypeLabel, Counter>,
     slow: Family<TypeLabel, Counter>,
+    shed: Family<TypeLabel, Counter>,
     database_up: Gauge,
     leader: Gauge,
     by_type: RwLock<HashMap<String, Arc<TypeSeries>>>,
@@ -119,6 +120,7 @@ impl Metrics {
             ticks: Family::default(),
             timeouts: Family::default(),
             slow: Family::default(),
+            shed: Family::default(),
             database_up: Gauge::default(),
             leader: Gauge::default(),
             by_type: RwLock::default(),
@@ -205,6 +207,12 @@ impl Metrics {
             "slow_tasks",
             "Executions flagged slow, by type",
             m.slow.clone(),
+        );
+        registry.register(
+            "tasks_shed",
+            "Waiting tasks this agent cancelled as leader by load shedding (their type's \
+             shed_after passed), by type",
+            m.shed.clone(),
         );
         registry.register(
             "database_up",
@@ -360,6 +368,14 @@ impl Metrics {
 
     pub(crate) fn timeout(&self, task_type: &str) {
         self.timeouts
+            .get_or_create(&TypeLabel {
+                task_type: task_type.to_string(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn shed(&self, task_type: &str) {
+        self.shed
             .get_or_create(&TypeLabel {
                 task_type: task_type.to_string(),
             })

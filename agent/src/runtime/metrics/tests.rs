@@ -26,6 +26,8 @@ fn encodes_every_family_with_labels() {
     m.renewal(false);
     m.database(true);
     m.clock_jump("forward");
+    m.shed("digest");
+    m.shed("digest");
     let text = m.encode();
     for name in [
         "leasehold_active_tasks",
@@ -39,6 +41,7 @@ fn encodes_every_family_with_labels() {
         "leasehold_database_up 1",
         "leasehold_database_clock_jumps_total{direction=\"forward\"} 1",
         "leasehold_database_clock_jumps_total{direction=\"backward\"} 0",
+        "leasehold_tasks_shed_total{task_type=\"digest\"} 2",
     ] {
         assert!(text.contains(name), "{name} missing from\n{text}");
     }

@@ -222,6 +222,7 @@ where
         .bind(ms(next.slow_threshold))
         .bind(next.rate_limit.map(|r| i64::from(r.starts)))
         .bind(next.rate_limit.map(|r| r.period_ms()))
+        .bind(ms(next.shed_after))
 }
 
 /// Enqueue and its audit row in one transaction. Order: validation (invalid input writes

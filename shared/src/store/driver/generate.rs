@@ -73,6 +73,9 @@ macro_rules! impl_driver {
                 ) -> Result<Vec<TaskId>> {
                     ops::task_expire_deadlines(&self.pool, p).await
                 }
+                async fn task_shed(&self, p: &ShedParams) -> Result<Vec<(TaskId, TaskType)>> {
+                    ops::task_shed(&self.pool, p).await
+                }
                 async fn task_purge_finished(&self, p: &PurgeParams) -> Result<u64> {
                     ops::task_purge_finished(&self.pool, p).await
                 }

@@ -120,6 +120,7 @@ mod ops {
         task_requeue_dead(p),
         lease_recover_expired(p),
         task_expire_deadlines(p),
+        task_shed(p),
         task_purge_finished(p),
         task_dead_letter_unserved(p),
         task_count_claimable(p),

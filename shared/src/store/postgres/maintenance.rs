@@ -17,6 +17,7 @@ use sqlx::types::Json;
 use super::rows::{agent_id, get, status, task_type};
 use super::{secs, sql};
 use crate::domain::{LeaseEpoch, TaskId, TaskType};
+use crate::store::ShedParams;
 use crate::store::lifecycle;
 use crate::store::{
     ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
@@ -110,6 +111,25 @@ pub(super) async fn task_expire_deadlines(
         .map_err(StoreError::db("task_expire_deadlines"))?;
     rows.iter()
         .map(|row| get::<i64>(row, "id").map(TaskId))
+        .collect()
+}
+
+pub(super) async fn task_shed(
+    pool: &PgPool,
+    params: &ShedParams,
+) -> Result<Vec<(TaskId, TaskType)>> {
+    let rows = sqlx::query(sql::task_shed)
+        .bind(i64::from(params.limit))
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db("task_shed"))?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                TaskId(get::<i64>(row, "id")?),
+                task_type(get::<String>(row, "task_type")?)?,
+            ))
+        })
         .collect()
 }
 

@@ -85,6 +85,7 @@ pub(crate) mod sql {
             lease_list_expired,
             lease_recover_expired,
             task_expire_deadlines,
+            task_shed,
             task_purge_finished,
             task_dead_letter_unserved,
             task_count_claimable,

@@ -13,7 +13,9 @@ use sqlx::SqlitePool;
 
 use super::rows::{self, agent_id, get, span, status, task_type};
 use super::{commit, json_list, read_tx, sql, write_tx};
+use crate::domain::PolicyScope;
 use crate::domain::{LeaseEpoch, TaskId, TaskType};
+use crate::store::ShedParams;
 use crate::store::lifecycle;
 use crate::store::{
     ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
@@ -189,6 +191,59 @@ pub(super) async fn task_dead_letter_unserved(
         let message = format!("no running agent handles task type {name}");
         dead_letter(&mut tx, id, "unknown_type", message, now, OP).await?;
         out.push((TaskId(id), task_type(name)?));
+    }
+    commit(tx, OP).await?;
+    Ok(out)
+}
+
+pub(super) async fn task_shed(
+    pool: &SqlitePool,
+    params: &ShedParams,
+) -> Result<Vec<(TaskId, TaskType)>> {
+    const OP: &str = "task_shed";
+    // Without a shedding type, a read and no write lock (the leader asks every tick).
+    let sheds = |rows: &[sqlx::sqlite::SqliteRow]| -> Result<Vec<(String, std::time::Duration)>> {
+        let mut out = Vec::new();
+        for row in rows {
+            let policy = rows::policy(row)?;
+            if let (PolicyScope::Type(t), Some(after)) = (&policy.scope, policy.shed_after) {
+                out.push((t.as_str().to_string(), after));
+            }
+        }
+        Ok(out)
+    };
+    let read = sqlx::query(sql::policy_list)
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db(OP))?;
+    if sheds(&read)?.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let policies = sqlx::query(sql::policy_list)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let mut out = Vec::new();
+    for (name, after) in sheds(&policies)? {
+        let left = usize::try_from(params.limit)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(out.len());
+        if left == 0 {
+            break;
+        }
+        let shed = sqlx::query(sql::task_shed)
+            .bind(&name)
+            .bind(now.saturating_sub(span(after)))
+            .bind(i64::try_from(left).unwrap_or(i64::MAX))
+            .bind(i64::try_from(after.as_millis()).unwrap_or(i64::MAX))
+            .bind(now)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        for row in &shed {
+            out.push((TaskId(get(row, "id")?), task_type(get(row, "task_type")?)?));
+        }
     }
     commit(tx, OP).await?;
     Ok(out)

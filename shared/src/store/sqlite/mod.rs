@@ -79,6 +79,7 @@ pub(crate) mod sql {
             task_enqueue_many,
             task_claim_probe,
             task_count_running,
+            task_shed,
             rate_limit_used,
             rate_limit_stamp,
             rate_limit_prune,

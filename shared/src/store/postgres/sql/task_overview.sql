@@ -16,7 +16,8 @@ WITH live AS (
 ), recent AS (
     SELECT task_type,
            count(*) FILTER (WHERE status IN ('succeeded', 'partially_succeeded')) AS finished,
-           count(*) FILTER (WHERE status = 'dead') AS died
+           count(*) FILTER (WHERE status = 'dead') AS died,
+           count(*) FILTER (WHERE status = 'cancelled' AND last_error->>'code' = 'shed') AS shed
     FROM tasks
     WHERE status IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead')
       AND finished_at >= now() - interval '60 seconds'
@@ -35,9 +36,10 @@ SELECT n.task_type,
        coalesce(d.dead, 0) AS dead,
        coalesce(r.finished, 0) AS finished_last_minute,
        coalesce(r.died, 0) AS dead_last_minute,
+       coalesce(r.shed, 0) AS shed_last_minute,
        p.max_concurrency,
        coalesce(p.paused, false) AS paused,
-       p.rate_starts, p.rate_period_ms,
+       p.rate_starts, p.rate_period_ms, p.shed_after_ms,
        CASE WHEN p.rate_starts IS NOT NULL THEN (
            SELECT coalesce(sum(s.n), 0) FROM rate_limit_starts s
            WHERE s.scope = n.task_type

@@ -13,7 +13,8 @@ WITH live AS (
 ), recent AS (
     SELECT task_type,
            sum(status IN ('succeeded', 'partially_succeeded')) AS finished,
-           sum(status = 'dead') AS died
+           sum(status = 'dead') AS died,
+           sum(status = 'cancelled' AND json_extract(last_error, '$.code') = 'shed') AS shed
     FROM tasks
     WHERE status IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead')
       AND finished_at >= ?2
@@ -26,7 +27,8 @@ SELECT n.task_type,
        coalesce(l.queued, 0) AS queued, coalesce(l.scheduled, 0) AS scheduled,
        coalesce(l.retrying, 0) AS retrying, coalesce(l.running, 0) AS running,
        coalesce(d.dead, 0) AS dead, coalesce(r.finished, 0) AS finished_last_minute,
-       coalesce(r.died, 0) AS dead_last_minute, p.max_concurrency,
+       coalesce(r.died, 0) AS dead_last_minute, coalesce(r.shed, 0) AS shed_last_minute,
+       p.max_concurrency, p.shed_after_ms,
        coalesce(p.paused, 0) AS paused, p.rate_starts, p.rate_period_ms,
        CASE WHEN p.rate_starts IS NOT NULL THEN (
            SELECT coalesce(sum(s.n), 0) FROM rate_limit_starts s
