@@ -49,6 +49,9 @@ GRANT SELECT, INSERT, DELETE ON task_attempt_rows TO leasehold_agent;
 GRANT SELECT ON task_attempts TO leasehold_agent;
 -- Policies: read at each claim; `concurrency set`, `pause`, `resume` upsert them.
 GRANT SELECT, INSERT, UPDATE ON policies TO leasehold_agent;
+-- Rate limits: claims read each limited scope's ledger, add their starts and prune what left
+-- the window.
+GRANT SELECT, INSERT, DELETE ON rate_limit_starts TO leasehold_agent;
 -- The agent registry: register, heartbeat, mark stopped.
 GRANT SELECT, INSERT, UPDATE ON agents TO leasehold_agent;
 -- The leader lease: elect, renew, resign (fenced by term).

@@ -1,8 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! `deploy/postgres/agent-role.sql` (issue 19): an admin migrates a fresh database and creates
 //! the `leasehold_agent` role with it; a real agent connected as that role enqueues, claims,
-//! completes, cancels, dead-letters (the leader's deadline pass), requeues, pauses and resumes
-//! without a permission error; and the role can add audit rows but can neither UPDATE, DELETE
+//! completes, cancels, dead-letters (the leader's deadline pass), requeues, pauses and resumes,
+//! claims under a rate limit and sheds without a permission error; and the role can add audit rows but can neither UPDATE, DELETE
 //! nor TRUNCATE them.
 
 use std::time::Duration;
@@ -109,6 +109,26 @@ async fn an_agent_runs_as_leasehold_agent_and_cannot_rewrite_the_audit_log() {
         ])
         .await
         .unwrap());
+    // A rate limit: claims of noop now read, stamp and prune its ledger as the role.
+    ok(&cli
+        .run(&["--output", "json", "ratelimit", "set", "noop", "1000/1s"])
+        .await
+        .unwrap());
+    let limited = enqueue(&["noop"]).await;
+    wait_status(&db, limited, "succeeded").await;
+    let stamped: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM rate_limit_starts WHERE scope = 'noop'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(stamped, 1, "the claim wrote its start to the ledger");
+    // Load shedding: the leader cancels an overdue task of a shedding type as the role.
+    ok(&cli
+        .run(&["--output", "json", "shed", "set", "unserved.type", "1s"])
+        .await
+        .unwrap());
+    let shed = enqueue(&["unserved.type"]).await;
+    wait_status(&db, shed, "cancelled").await;
     // The audit log, read through the agent.
     let page = ok(&cli.run(&["--output", "json", "audit", "ls"]).await.unwrap());
     assert!(page["entries"].as_array().unwrap().len() >= 6, "{page:#}");
