@@ -164,25 +164,9 @@ impl Service {
             rate_limit: Some(limit),
             ..Default::default()
         };
-        patch.validate(&scope).map_err(invalid)?;
-        let change = self
-            .core
-            .store
-            .policy_change(PolicySetParams {
-                scope,
-                patch,
-                actor,
-            })
-            .await
-            .map_err(|e| from_store("set_rate_limit", e))?;
-        // Applied either way (as a pause is); a type nobody serves is likely misspelt.
-        let mut warnings = Vec::new();
-        if let PolicyScope::Type(task_type) = &change.after.scope
-            && let Some(w) =
-                crate::runtime::scheduler::unserved_warning(&self.core, task_type).await
-        {
-            warnings.push(w);
-        }
+        let (change, warnings) = self
+            .change_policy(scope, patch, actor, "set_rate_limit")
+            .await?;
         Ok(Response::new(pb::SetRateLimitResponse {
             limit: change.after.rate_limit.map(rate_to_wire),
             previous: change.before.rate_limit.map(rate_to_wire),
@@ -224,6 +208,27 @@ impl Service {
             shed_after: Some(shed_after),
             ..Default::default()
         };
+        let (change, warnings) = self
+            .change_policy(scope, patch, actor, "set_shed_after")
+            .await?;
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Ok(Response::new(pb::SetShedAfterResponse {
+            shed_after_ms: change.after.shed_after.map(ms),
+            previous_ms: change.before.shed_after.map(ms),
+            warnings,
+        }))
+    }
+
+    /// Validates and applies one policy change (audited by the store as `policy_set`); with
+    /// the warning that no live agent serves the type, when that is so (applied either way, as
+    /// a pause is: a type nobody serves is likely misspelt).
+    async fn change_policy(
+        &self,
+        scope: PolicyScope,
+        patch: PolicyPatch,
+        actor: leasehold_shared::Actor,
+        op: &'static str,
+    ) -> Result<(leasehold_shared::store::PolicyChange, Vec<String>), Status> {
         patch.validate(&scope).map_err(invalid)?;
         let change = self
             .core
@@ -234,7 +239,7 @@ impl Service {
                 actor,
             })
             .await
-            .map_err(|e| from_store("set_shed_after", e))?;
+            .map_err(|e| from_store(op, e))?;
         let mut warnings = Vec::new();
         if let PolicyScope::Type(task_type) = &change.after.scope
             && let Some(w) =
@@ -242,12 +247,7 @@ impl Service {
         {
             warnings.push(w);
         }
-        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        Ok(Response::new(pb::SetShedAfterResponse {
-            shed_after_ms: change.after.shed_after.map(ms),
-            previous_ms: change.before.shed_after.map(ms),
-            warnings,
-        }))
+        Ok((change, warnings))
     }
 
     pub(super) async fn pause_type_rpc(

@@ -32,17 +32,7 @@ pub fn shed_after_opt(field: &'static str, ms: Option<u64>) -> Result<Option<u64
 /// A duration in its largest whole unit, as `shed set` takes it: `30s`, `5m`, `90s`, `1h`,
 /// `7d`, `1500ms`. One word, so it fits a table cell.
 pub fn after_text(ms: u64) -> String {
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
-        if ms >= size && ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
+    leasehold_shared::domain::policy::duration_text(std::time::Duration::from_millis(ms))
 }
 
 #[cfg(test)]

@@ -181,21 +181,26 @@ impl RateLimit {
         i64::try_from(self.period.as_millis()).unwrap_or(i64::MAX)
     }
 
-    /// A period in its largest whole unit: `1s`, `1m`, `90s`, `250ms`, `1h`, `1d`.
     fn period_text(d: Duration) -> String {
-        let ms = d.as_millis();
-        for (unit, size) in [
-            ("d", 86_400_000),
-            ("h", 3_600_000),
-            ("m", 60_000),
-            ("s", 1_000),
-        ] {
-            if ms >= size && ms.is_multiple_of(size) {
-                return format!("{}{unit}", ms / size);
-            }
-        }
-        format!("{ms}ms")
+        duration_text(d)
     }
+}
+
+/// A duration in its largest whole unit, one word: `1s`, `1m`, `90s`, `250ms`, `1h`, `1d` (a
+/// rate limit's period, a `shed_after`).
+pub fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
 }
 
 /// `50/1s`, `1000/1m`: the form `leasehold ratelimit set` takes.
