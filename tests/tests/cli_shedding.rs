@@ -4,8 +4,6 @@
 //! overdue and leaves the fresh ones; `leasehold types --output json` counts them; `tasks
 //! show` says why; the change is audited; `shed clear` stops it.
 
-use std::time::Duration;
-
 use leasehold_tests::calls::cli::{WAIT, local, ok, start};
 use leasehold_tests::{TestDb, audit_rows, wait_until};
 use serde_json::Value;
@@ -25,10 +23,12 @@ async fn late(pool: &sqlx::PgPool) -> Vec<(i64, String, Option<String>)> {
 async fn a_shedding_type_loses_its_overdue_waiting_tasks_and_keeps_the_fresh_ones() {
     let db = TestDb::new().await.unwrap();
     let f = start(&db, "shed", "noop", &[]).await.unwrap();
-    // No agent serves `late`: its tasks wait. Three became due two minutes ago, two just now.
+    // No agent serves `late`: its tasks wait. Three became due two minutes ago; two are due in
+    // an hour (never overdue while the test runs, however slow the machine).
     sqlx::query(
         "INSERT INTO tasks (task_type, available_at) \
-         SELECT 'late', now() - CASE WHEN g <= 3 THEN interval '2 minutes' ELSE interval '0' END \
+         SELECT 'late', now() + CASE WHEN g <= 3 THEN interval '-2 minutes' \
+                                     ELSE interval '1 hour' END \
          FROM generate_series(1, 5) g",
     )
     .execute(&db.pool)
@@ -80,7 +80,7 @@ async fn a_shedding_type_loses_its_overdue_waiting_tasks_and_keeps_the_fresh_one
         .clone();
     assert_eq!(row["shed_after_ms"], 30_000);
     assert_eq!(row["shed_last_minute"], 3);
-    assert_eq!(row["queued"], 2);
+    assert_eq!(row["scheduled"], 2);
 
     let shed_id = rows[0].0.to_string();
     let o = f.cli.run(&["tasks", "show", &shed_id]).await.unwrap();
@@ -90,12 +90,36 @@ async fn a_shedding_type_loses_its_overdue_waiting_tasks_and_keeps_the_fresh_one
     let o = f.cli.run(&["shed", "clear", "late"]).await.unwrap();
     assert_eq!(o.code, Some(0), "{}", o.describe());
     assert_eq!(o.stdout, "type late no longer sheds (was 30s)\n");
-    // Cleared: tasks overdue since then stay queued.
-    sqlx::query("UPDATE tasks SET available_at = now() - interval '2 minutes' WHERE task_type = 'late' AND status = 'queued'")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Cleared: tasks overdue since then stay queued — while the leader goes on shedding another
+    // type, so a tick is known to have run since.
+    sqlx::query(
+        "UPDATE tasks SET available_at = now() - interval '2 minutes' \
+         WHERE task_type = 'late' AND status = 'queued'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let o = f.cli.run(&["shed", "set", "later", "1s"]).await.unwrap();
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    sqlx::query(
+        "INSERT INTO tasks (task_type, available_at) VALUES ('later', now() - interval '1 minute')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    wait_until("the other type's overdue task is shed", WAIT, || {
+        let pool = db.pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM tasks WHERE task_type = 'later' AND status = 'cancelled'",
+            )
+            .fetch_one(&pool)
+            .await?;
+            Ok(n == 1)
+        }
+    })
+    .await
+    .unwrap();
     assert_eq!(
         late(&db.pool)
             .await
@@ -115,6 +139,7 @@ async fn a_shedding_type_loses_its_overdue_waiting_tasks_and_keeps_the_fresh_one
         vec![
             local("policy_set", "policy:late", "applied"),
             local("policy_set", "policy:late", "applied"),
+            local("policy_set", "policy:later", "applied"),
         ]
     );
     db.drop_db().await.unwrap();

@@ -41,6 +41,8 @@ conformance!(overdue_waiting_tasks_of_a_shedding_type_are_cancelled_and_nothing_
 async fn overdue_waiting_tasks_of_a_shedding_type_are_cancelled_and_nothing_else(db: StoreDb) {
     let store = db.store();
     set_shed(&*store, "sh.a", Some(Duration::from_secs(30))).await;
+    // Another shedding type with a longer shed_after: its task two minutes overdue stays.
+    set_shed(&*store, "sh.slow", Some(Duration::from_secs(600))).await;
     let mut overdue = BTreeSet::new();
     for (status, priority) in [
         ("queued", 5),
@@ -64,6 +66,9 @@ async fn overdue_waiting_tasks_of_a_shedding_type_are_cancelled_and_nothing_else
         db.insert_task(waiting("sh.b", "queued", 120.0, 0))
             .await
             .unwrap(), // sh.b does not shed
+        db.insert_task(waiting("sh.slow", "queued", 120.0, 0))
+            .await
+            .unwrap(), // sh.slow sheds after 10 minutes
         db.insert_task(TaskSpec {
             lease_ttl_secs: Some(3600.0),
             ..waiting("sh.a", "running", 120.0, 0)
@@ -114,7 +119,8 @@ async fn overdue_waiting_tasks_of_a_shedding_type_are_cancelled_and_nothing_else
     assert_eq!(blockers[0].kind, BlockerKind::Finished);
     let message = &blockers[0].message;
     assert!(
-        message.contains("by load shedding (waited 12") && message.contains("sheds after 30"),
+        message.contains("by load shedding (waited 12")
+            && message.contains("; type sh.a sheds after 30 s)"),
         "{message}"
     );
 

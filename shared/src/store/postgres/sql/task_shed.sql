@@ -36,9 +36,12 @@ due AS (
     WHERE p.priority IS NOT NULL
     LIMIT $1
 ),
+-- Re-checked on the locked row: a task claimed and released, recovered or failed into
+-- retry_wait since the walk above read it is waiting again but due anew, and stays.
 locked AS (
     SELECT t.id, due.shed_after_ms FROM tasks t JOIN due ON due.id = t.id
     WHERE t.status IN ('queued', 'retry_wait')
+      AND t.available_at <= now() - make_interval(secs => due.shed_after_ms / 1000.0)
     FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE tasks t
@@ -47,10 +50,11 @@ SET status = 'cancelled',
         'code', 'shed',
         'message', format('waited %s s past its due time; type %s sheds after %s s',
                           round(extract(epoch FROM now() - t.available_at)::numeric, 1),
-                          t.task_type, round(l.shed_after_ms / 1000.0, 3)),
+                          t.task_type, trim_scale(round(l.shed_after_ms / 1000.0, 3))),
         'retryable', false),
     finished_at = now(),
     updated_at = now()
 FROM locked l
 WHERE t.id = l.id AND t.status IN ('queued', 'retry_wait')
+  AND t.available_at <= now() - make_interval(secs => l.shed_after_ms / 1000.0)
 RETURNING t.id, t.task_type

@@ -6,7 +6,7 @@ SET status = 'cancelled',
     last_error = json_object(
         'code', 'shed',
         'message', printf('waited %.1f s past its due time; type %s sheds after %s s',
-                          (?5 - available_at) / 1000000.0, task_type, ?4 / 1000.0),
+                          (?5 - available_at) / 1000000.0, task_type, printf('%g', ?4 / 1000.0)),
         'retryable', json('false')),
     finished_at = ?5,
     updated_at = ?5
