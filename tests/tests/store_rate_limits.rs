@@ -32,6 +32,16 @@ async fn set_rate(store: &dyn Store, scope: PolicyScope, limit: Option<RateLimit
         .unwrap();
 }
 
+/// How many tasks one claim of `owner` over `types` (at most `batch`) started.
+async fn started(store: &dyn Store, owner: &str, types: &[&str], batch: u32) -> usize {
+    store
+        .task_claim(claim(owner, types, batch))
+        .await
+        .unwrap()
+        .tasks
+        .len()
+}
+
 /// The seconds of a type's rate-limit reason, `rate limit reached (LIMIT), next start in N s
 /// (type TYPE)`, for task `id` (panics when it has none or another form).
 async fn next_start_secs(store: &dyn Store, id: TaskId, limit: &str, task_type: &str) -> f64 {
@@ -262,23 +272,8 @@ async fn a_changed_or_cleared_limit_applies_at_the_next_claim(db: StoreDb) {
         )
         .await
         .unwrap();
-    assert_eq!(
-        store
-            .task_claim(claim("w#1", &["rl.c"], 5))
-            .await
-            .unwrap()
-            .tasks
-            .len(),
-        1
-    );
-    assert!(
-        store
-            .task_claim(claim("w#1", &["rl.c"], 5))
-            .await
-            .unwrap()
-            .tasks
-            .is_empty()
-    );
+    assert_eq!(started(&*store, "w#1", &["rl.c"], 5).await, 1);
+    assert!(started(&*store, "w#1", &["rl.c"], 5).await == 0);
     // Raised: the start already made counts against the new limit too.
     set_rate(
         &*store,
@@ -286,23 +281,8 @@ async fn a_changed_or_cleared_limit_applies_at_the_next_claim(db: StoreDb) {
         Some(rate(3, 3_600_000)),
     )
     .await;
-    assert_eq!(
-        store
-            .task_claim(claim("w#1", &["rl.c"], 5))
-            .await
-            .unwrap()
-            .tasks
-            .len(),
-        2
-    );
-    assert!(
-        store
-            .task_claim(claim("w#1", &["rl.c"], 5))
-            .await
-            .unwrap()
-            .tasks
-            .is_empty()
-    );
+    assert_eq!(started(&*store, "w#1", &["rl.c"], 5).await, 2);
+    assert!(started(&*store, "w#1", &["rl.c"], 5).await == 0);
     // Cleared: no wait, no cap.
     set_rate(&*store, PolicyScope::Type(tt("rl.c")), None).await;
     let open = store.task_claim(claim("w#1", &["rl.c"], 5)).await.unwrap();
@@ -333,25 +313,9 @@ async fn a_lowered_limit_waits_for_enough_starts_to_leave_not_only_the_oldest(db
         .await
         .unwrap();
     // One start, then four more 1.5 s later: the ledger holds 1 then 4.
-    assert_eq!(
-        store
-            .task_claim(claim("w#1", &["rl.low"], 1))
-            .await
-            .unwrap()
-            .tasks
-            .len(),
-        1
-    );
+    assert_eq!(started(&*store, "w#1", &["rl.low"], 1).await, 1);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert_eq!(
-        store
-            .task_claim(claim("w#1", &["rl.low"], 4))
-            .await
-            .unwrap()
-            .tasks
-            .len(),
-        4
-    );
+    assert_eq!(started(&*store, "w#1", &["rl.low"], 4).await, 4);
     // Lowered to 3: 5 used, so 3 starts must leave before one more is allowed — the batch of
     // four, not the single oldest start (which would say about 58.5 s).
     set_rate(&*store, scope.clone(), Some(rate(3, 60_000))).await;
