@@ -559,6 +559,7 @@ async fn a_bulk_enqueue_reads_the_sequence_once_per_row_and_its_name_once() {
     .bind(vec![None::<i64>; ROWS])
     .bind(vec![25i32; ROWS])
     .bind(vec![None::<String>; ROWS])
+    .bind(vec![None::<String>; ROWS])
     .fetch_one(&mut *tx)
     .await
     .unwrap();
@@ -619,6 +620,9 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
             .unwrap();
             sqlx::query(lock_sql)
                 .bind(vec!["big.a", "big.b"])
+                .bind(Vec::<String>::new())
+                .bind(Vec::<String>::new())
+                .bind(100i32)
                 .fetch_all(&mut *tx)
                 .await
                 .unwrap();
@@ -627,6 +631,8 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
                 .bind(vec!["big.a", "big.b"])
                 .bind(100i64)
                 .bind(30.0f64)
+                .bind(Vec::<String>::new())
+                .bind(Vec::<String>::new())
                 .bind(Vec::<String>::new())
                 .fetch_one(&mut *tx)
                 .await
@@ -851,14 +857,17 @@ async fn claim_ranking_runs(db: &TestDb, types: Vec<&str>, batch: i64) -> (i64, 
     let mut tx = db.pool.begin().await.unwrap();
     let locked: Vec<String> = sqlx::query(lock_sql)
         .bind(types.clone())
+        .bind(Vec::<String>::new())
+        .bind(Vec::<String>::new())
+        .bind(i32::try_from(batch).unwrap())
         .fetch_all(&mut *tx)
         .await
         .unwrap()
         .iter()
         .filter_map(|row| {
             let scope: Option<String> = row.get("scope");
-            let locked: bool = row.get("locked");
-            scope.filter(|_| locked)
+            let locked: Option<bool> = row.get("locked");
+            scope.filter(|_| locked == Some(true))
         })
         .collect();
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -869,6 +878,8 @@ async fn claim_ranking_runs(db: &TestDb, types: Vec<&str>, batch: i64) -> (i64, 
     .bind(batch)
     .bind(30.0f64)
     .bind(locked)
+    .bind(Vec::<String>::new())
+    .bind(Vec::<String>::new())
     .fetch_one(&mut *tx)
     .await
     .unwrap();

@@ -249,6 +249,7 @@ impl MemoryQueue {
             lease_until: row.lease_until.map(|u| self.db_time(u)),
             heartbeat_at: Some(now),
             idempotency_key: None,
+            concurrency_key: None,
             progress: None,
             result: None,
             last_error: None,

@@ -230,6 +230,10 @@ pub struct Policy {
     /// is cancelled with reason `shed` instead of run late.
     #[serde(default)]
     pub shed_after: Option<Duration>,
+    /// Per-key concurrency (task types only, not inherited): at most this many running tasks
+    /// of one concurrency key of the type. Tasks without a key are not limited by it.
+    #[serde(default)]
+    pub per_key_concurrency: Option<u32>,
 }
 
 impl Policy {
@@ -247,6 +251,7 @@ impl Policy {
             slow_threshold: None,
             rate_limit: None,
             shed_after: None,
+            per_key_concurrency: None,
         }
     }
 
@@ -284,6 +289,8 @@ pub struct PolicyPatch {
     pub rate_limit: Option<Option<RateLimit>>,
     #[serde(default)]
     pub shed_after: Option<Option<Duration>>,
+    #[serde(default)]
+    pub per_key_concurrency: Option<Option<u32>>,
 }
 
 impl PolicyPatch {
@@ -319,6 +326,9 @@ impl PolicyPatch {
         if let Some(v) = self.shed_after {
             p.shed_after = v;
         }
+        if let Some(v) = self.per_key_concurrency {
+            p.per_key_concurrency = v;
+        }
         p
     }
 
@@ -332,6 +342,20 @@ impl PolicyPatch {
                 field: "max_concurrency",
                 detail: format!("{limit} is above {MAX_CONCURRENCY_LIMIT}"),
             });
+        }
+        if let Some(Some(limit)) = self.per_key_concurrency {
+            if *scope == PolicyScope::Global {
+                return Err(ValidationError::OutOfRange {
+                    field: "per_key_concurrency",
+                    detail: "a per-key limit belongs to a task type, not the global policy".into(),
+                });
+            }
+            if !(1..=MAX_CONCURRENCY_LIMIT).contains(&limit) {
+                return Err(ValidationError::OutOfRange {
+                    field: "per_key_concurrency",
+                    detail: format!("{limit} is not within 1..={MAX_CONCURRENCY_LIMIT}"),
+                });
+            }
         }
         if let Some(Some(rate)) = self.rate_limit {
             RateLimit::new(rate.starts, rate.period)?;

@@ -27,6 +27,10 @@ pub struct Task {
     pub lease_until: Option<DateTime<Utc>>,
     pub heartbeat_at: Option<DateTime<Utc>>,
     pub idempotency_key: Option<String>,
+    /// Tasks of one type sharing a key run at most the type's per-key limit at a time, and
+    /// keys take turns (see `Policy::per_key_concurrency`).
+    #[serde(default)]
+    pub concurrency_key: Option<String>,
     pub progress: Option<Progress>,
     pub result: Option<serde_json::Value>,
     pub last_error: Option<TaskError>,

@@ -12,6 +12,8 @@ pub const HARD_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// Longest idempotency key, in bytes.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+/// Longest concurrency key, in bytes.
+pub const MAX_CONCURRENCY_KEY_LEN: usize = 200;
 /// Most attempts a task may be given.
 pub const MAX_ATTEMPTS_LIMIT: i32 = 1000;
 /// Longest per-attempt timeout (7 days).
@@ -192,6 +194,17 @@ pub fn check_idempotency_key(key: &str) -> Result<(), ValidationError> {
         return Err(ValidationError::Invalid {
             field: "idempotency_key",
             detail: format!("must be 1-{MAX_IDEMPOTENCY_KEY_LEN} bytes without control characters"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks a concurrency key: 1-200 bytes, no control characters.
+pub fn check_concurrency_key(key: &str) -> Result<(), ValidationError> {
+    if key.is_empty() || key.len() > MAX_CONCURRENCY_KEY_LEN || key.chars().any(char::is_control) {
+        return Err(ValidationError::Invalid {
+            field: "concurrency_key",
+            detail: format!("must be 1-{MAX_CONCURRENCY_KEY_LEN} bytes without control characters"),
         });
     }
     Ok(())

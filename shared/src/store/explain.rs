@@ -10,7 +10,7 @@
 //!   terminal                        → Finished (only)
 //!   cancel_requested                → CancelRequested (only)
 //!   queued | retry_wait             → RetryWait | NotDue, DeadlinePassed, Paused, TypeLimit,
-//!                                     GlobalLimit, RateLimit, GlobalRateLimit, NoAgent,
+//!                                     KeyLimit, GlobalLimit, RateLimit, GlobalRateLimit, NoAgent,
 //!                                     BehindHigherPriority (those that apply, in this order);
 //!                                     none apply and due → Claimable
 //! ```
@@ -98,6 +98,10 @@ pub(crate) struct ExplainFacts {
     pub global_paused: bool,
     /// The type's limit, when it has one.
     pub type_limit: Option<LimitUse>,
+    /// The task's concurrency key, when it has one.
+    pub concurrency_key: Option<String>,
+    /// The type's per-key limit and the running tasks of this task's key (keyed tasks only).
+    pub key_limit: Option<LimitUse>,
     /// The global limit, when there is one.
     pub global_limit: Option<LimitUse>,
     /// The type's rate limit, when it has one.
@@ -106,7 +110,8 @@ pub(crate) struct ExplainFacts {
     pub global_rate: Option<RateUse>,
     /// Some agent in state running with a fresh heartbeat lists the type.
     pub agent_live: bool,
-    /// Claimable tasks of the type ahead of this one in claim order, counted up to
+    /// Claimable tasks of the type ahead of this one in claim order (of its key, for a keyed
+    /// task; keyless ones for a keyless task), counted up to
     /// [`EXPLAIN_AHEAD_CAP`] + 1 (0 unless this task is due).
     pub ahead: u64,
 }
@@ -225,6 +230,17 @@ pub(crate) fn blockers(f: &ExplainFacts) -> Vec<Blocker> {
             ),
         );
     }
+    if let (Some(used), Some(key)) = (f.key_limit, &f.concurrency_key)
+        && used.reached()
+    {
+        push(
+            BlockerKind::KeyLimit,
+            format!(
+                "per-key limit reached: {}/{} running with key {key:?} (type {ty})",
+                used.running, used.limit
+            ),
+        );
+    }
     if let Some(used) = f.global_limit
         && used.reached()
     {
@@ -274,9 +290,13 @@ pub(crate) fn blockers(f: &ExplainFacts) -> Vec<Blocker> {
         } else {
             format!("{} tasks", f.ahead)
         };
+        let queue = match &f.concurrency_key {
+            Some(key) => format!("key {key:?} of type {ty}"),
+            None => format!("type {ty}"),
+        };
         push(
             BlockerKind::BehindHigherPriority,
-            format!("waiting behind {count} of higher priority or earlier due time (type {ty})"),
+            format!("waiting behind {count} of higher priority or earlier due time ({queue})"),
         );
     }
     if due && out.is_empty() {
@@ -367,6 +387,8 @@ mod tests {
             type_paused: false,
             global_paused: false,
             type_limit: None,
+            concurrency_key: None,
+            key_limit: None,
             global_limit: None,
             type_rate: None,
             global_rate: None,
@@ -530,6 +552,32 @@ mod tests {
         assert!(b[0].message.contains("more than 10000 tasks"));
         f.ahead = 1;
         assert!(blockers(&f)[0].message.contains("behind 1 task of"));
+        // A keyed task waits behind its key's tasks, and under its key's limit.
+        f.concurrency_key = Some("acme".into());
+        assert!(
+            blockers(&f)[0]
+                .message
+                .ends_with("(key \"acme\" of type email.send)"),
+            "{:?}",
+            blockers(&f)
+        );
+        f.ahead = 0;
+        f.key_limit = Some(LimitUse {
+            limit: 1,
+            running: 1,
+        });
+        let b = blockers(&f);
+        assert_eq!(kinds(&b), ["key_limit"]);
+        assert_eq!(
+            b[0].message,
+            "per-key limit reached: 1/1 running with key \"acme\" (type email.send)"
+        );
+        f.concurrency_key = None;
+        assert_eq!(
+            kinds(&blockers(&f)),
+            ["claimable"],
+            "a keyless task has no key limit"
+        );
         let mut later = facts(TaskStatus::Queued);
         later.available_at = now() + chrono::Duration::hours(2);
         assert_eq!(
@@ -551,6 +599,7 @@ mod tests {
                 "deadline_passed",
                 "paused",
                 "type_limit",
+                "key_limit",
                 "global_limit",
                 "rate_limit",
                 "global_rate_limit",

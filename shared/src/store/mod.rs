@@ -36,6 +36,7 @@ mod driver;
 mod error;
 pub mod explain;
 pub mod idle;
+mod key_cursors;
 pub mod lifecycle;
 pub mod outcomes;
 pub mod params;
@@ -55,6 +56,7 @@ use chrono::{DateTime, Utc};
 pub use any::AnyStore;
 pub use error::{NOT_MIGRATED, Result, StoreError, error_sentence, redact_url};
 pub use idle::{IdleGroup, IdleReport, IdleReportParams};
+pub use key_cursors::KeyCursors;
 pub use outcomes::*;
 pub use wake::{WakeError, WakeEvent, WakeKind, WakeSource, WakeSubscription};
 

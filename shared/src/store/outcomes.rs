@@ -253,6 +253,8 @@ pub enum BlockerKind {
     Paused,
     /// Its type's concurrency limit is reached.
     TypeLimit,
+    /// Its type's per-key limit is reached for its concurrency key.
+    KeyLimit,
     /// The global concurrency limit is reached.
     GlobalLimit,
     /// Its type's rate limit let in as many starts as it allows in the current window.
@@ -269,7 +271,7 @@ pub enum BlockerKind {
 
 impl BlockerKind {
     /// Every kind, in the order blockers are reported.
-    pub const ALL: [BlockerKind; 13] = [
+    pub const ALL: [BlockerKind; 14] = [
         BlockerKind::Finished,
         BlockerKind::CancelRequested,
         BlockerKind::RetryWait,
@@ -277,6 +279,7 @@ impl BlockerKind {
         BlockerKind::DeadlinePassed,
         BlockerKind::Paused,
         BlockerKind::TypeLimit,
+        BlockerKind::KeyLimit,
         BlockerKind::GlobalLimit,
         BlockerKind::RateLimit,
         BlockerKind::GlobalRateLimit,
@@ -295,6 +298,7 @@ impl BlockerKind {
             BlockerKind::DeadlinePassed => "deadline_passed",
             BlockerKind::Paused => "paused",
             BlockerKind::TypeLimit => "type_limit",
+            BlockerKind::KeyLimit => "key_limit",
             BlockerKind::GlobalLimit => "global_limit",
             BlockerKind::RateLimit => "rate_limit",
             BlockerKind::GlobalRateLimit => "global_rate_limit",
@@ -376,6 +380,8 @@ pub struct TypeCounts {
     pub shed_after: Option<std::time::Duration>,
     /// Tasks shed in the last 60 s.
     pub shed_last_minute: u64,
+    /// The per-key limit: running tasks allowed per concurrency key.
+    pub per_key_limit: Option<u32>,
 }
 
 /// One row of an overview statement, decoded by a store: the global policy (the row named

@@ -10,7 +10,8 @@ use crate::domain::policy::{DEFAULT_MAX_ATTEMPTS, MAX_POLICY_DURATION};
 use crate::domain::task::MAX_ERROR_CODE_LEN;
 use crate::domain::validate::{
     MAX_ATTEMPTS_LIMIT, MAX_BULK_ENQUEUE, MAX_CLAIM_BATCH, MAX_DELAY_MS, MAX_PAGE_SIZE,
-    MAX_TIMEOUT_MS, check_idempotency_key, check_range, check_result, payload_text,
+    MAX_TIMEOUT_MS, check_concurrency_key, check_idempotency_key, check_range, check_result,
+    payload_text,
 };
 use crate::domain::{
     Actor, AgentId, AgentState, AuditResult, InputLimits, LeaseEpoch, LeaseKey, PolicyPatch,
@@ -36,6 +37,10 @@ pub struct NewTask {
     pub max_attempts: i32,
     /// Enqueueing the same key again returns the existing task.
     pub idempotency_key: Option<String>,
+    /// The task's concurrency key (a tenant, an account): keys of a type take turns, and a
+    /// type's per-key limit caps the running tasks of each key.
+    #[serde(default)]
+    pub concurrency_key: Option<String>,
 }
 
 impl NewTask {
@@ -51,6 +56,7 @@ impl NewTask {
             timeout: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             idempotency_key: None,
+            concurrency_key: None,
         }
     }
 
@@ -89,12 +95,20 @@ impl NewTask {
         self
     }
 
+    pub fn with_concurrency_key(mut self, key: impl Into<String>) -> Self {
+        self.concurrency_key = Some(key.into());
+        self
+    }
+
     /// Checks every field and returns the values as bound to the insert statement.
     pub fn validate(&self, limits: &InputLimits) -> Result<ValidTask, ValidationError> {
         let payload = payload_text(&self.payload, limits)?;
         check_range("max_attempts", self.max_attempts, 1..=MAX_ATTEMPTS_LIMIT)?;
         if let Some(key) = &self.idempotency_key {
             check_idempotency_key(key)?;
+        }
+        if let Some(key) = &self.concurrency_key {
+            check_concurrency_key(key)?;
         }
         if self.delay.is_some() && self.run_at.is_some() {
             return Err(ValidationError::Invalid {
@@ -141,6 +155,7 @@ impl NewTask {
             timeout_ms,
             max_attempts: self.max_attempts,
             idempotency_key: self.idempotency_key.clone(),
+            concurrency_key: self.concurrency_key.clone(),
         })
     }
 }
@@ -157,6 +172,7 @@ pub struct ValidTask {
     pub timeout_ms: Option<i64>,
     pub max_attempts: i32,
     pub idempotency_key: Option<String>,
+    pub concurrency_key: Option<String>,
 }
 
 /// Validates a bulk enqueue: its size and every task.

@@ -157,6 +157,7 @@ pub(crate) fn task<R: Columns>(row: &R) -> Result<Task> {
         lease_until: row.opt_time("lease_until")?,
         heartbeat_at: row.opt_time("heartbeat_at")?,
         idempotency_key: row.opt_text("idempotency_key")?,
+        concurrency_key: row.opt_text("concurrency_key")?,
         progress: parse::<Progress>(row.json("progress")?, "task progress")?,
         result: row.json("result")?,
         last_error: parse::<TaskError>(row.json("last_error")?, "task error")?,
@@ -216,6 +217,7 @@ pub(crate) fn policy<R: RecordColumns>(row: &R) -> Result<Policy> {
         slow_threshold: millis(row.opt_int("slow_ms")?),
         rate_limit: rate_limit(row.opt_int("rate_starts")?, row.opt_int("rate_period_ms")?)?,
         shed_after: millis(row.opt_int("shed_after_ms")?),
+        per_key_concurrency: row.opt_int("per_key_concurrency")?.map(count),
     })
 }
 
@@ -344,6 +346,7 @@ pub(crate) fn overview_row<R: Columns>(row: &R) -> Result<OverviewRow> {
         rate,
         shed_after: millis(row.opt_int("shed_after_ms")?),
         shed_last_minute: n("shed_last_minute")?,
+        per_key_limit: row.opt_int("per_key_concurrency")?.map(count),
     }))
 }
 
@@ -371,6 +374,8 @@ pub(crate) fn explain_facts<R: Columns>(row: &R, now: DateTime<Utc>) -> Result<E
         type_paused: row.flag("type_paused")?,
         global_paused: row.flag("global_paused")?,
         type_limit: limit_use("type_limit", "type_running")?,
+        concurrency_key: row.opt_text("concurrency_key")?,
+        key_limit: limit_use("key_limit", "key_running")?,
         global_limit: limit_use("global_limit", "global_running")?,
         type_rate: rate_use(row, false)?,
         global_rate: rate_use(row, true)?,

@@ -213,4 +213,29 @@ impl StoreDb {
             .context("reading the attempt ledger"),
         }
     }
+
+    /// `(task type, concurrency key, started, finished)` of every attempt of a task with a
+    /// concurrency key, in microseconds of database time: the ledger a per-key limit checks.
+    pub async fn keyed_attempt_intervals(&self) -> anyhow::Result<Vec<(String, String, i64, i64)>> {
+        match &self.conn {
+            Conn::Pg(db) => sqlx::query_as(
+                "SELECT t.task_type::text, t.concurrency_key,
+                        (extract(epoch FROM a.started_at) * 1e6)::bigint,
+                        (extract(epoch FROM a.finished_at) * 1e6)::bigint
+                 FROM task_attempts a JOIN tasks t ON t.id = a.task_id
+                 WHERE t.concurrency_key IS NOT NULL",
+            )
+            .fetch_all(&db.pool)
+            .await
+            .context("reading the keyed attempt ledger"),
+            Conn::Sqlite(db) => sqlx::query_as(
+                "SELECT t.task_type, t.concurrency_key, a.started_at, a.finished_at
+                 FROM task_attempts a JOIN tasks t ON t.id = a.task_id
+                 WHERE t.concurrency_key IS NOT NULL",
+            )
+            .fetch_all(db.pool())
+            .await
+            .context("reading the keyed attempt ledger"),
+        }
+    }
 }

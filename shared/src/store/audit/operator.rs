@@ -212,7 +212,7 @@ where
     let ms = |d: Option<std::time::Duration>| d.map(duration_ms);
     query
         .bind(key)
-        .bind(next.max_concurrency.map(limit))
+        .bind(next.max_concurrency.map(&limit))
         .bind(next.paused)
         .bind(ms(next.retry_base))
         .bind(next.retry_multiplier)
@@ -223,6 +223,7 @@ where
         .bind(next.rate_limit.map(|r| i64::from(r.starts)))
         .bind(next.rate_limit.map(|r| r.period_ms()))
         .bind(ms(next.shed_after))
+        .bind(next.per_key_concurrency.map(limit))
 }
 
 /// Enqueue and its audit row in one transaction. Order: validation (invalid input writes

@@ -3,8 +3,8 @@
 //! every backend. A backend only lists, in its `ops` module, which function runs which
 //! operation (renaming where its area file names it otherwise).
 
-/// Implements [`Driver`](super::Driver) for a backend store `$store` with fields `pool` and
-/// `limits`, whose module has an `ops` module holding, under each operation's name, a function
+/// Implements [`Driver`](super::Driver) for a backend store `$store` with fields `pool`,
+/// `limits` and `key_cursors`, whose module has an `ops` module holding, under each operation's name, a function
 /// taking the pool first (and, for enqueues and schedule firing, the limits last), plus
 /// `ops::wake(&pool)`.
 macro_rules! impl_driver {
@@ -38,7 +38,7 @@ macro_rules! impl_driver {
                     ops::task_enqueue_many(&self.pool, tasks, &self.limits).await
                 }
                 async fn task_claim(&self, p: &ClaimParams) -> Result<ClaimBatch> {
-                    ops::task_claim(&self.pool, p).await
+                    ops::task_claim(&self.pool, p, &self.key_cursors).await
                 }
                 async fn lease_renew_many(&self, p: &RenewParams) -> Result<RenewOutcome> {
                     ops::lease_renew_many(&self.pool, p).await

@@ -31,12 +31,14 @@ impl Log {
 struct Fake {
     pool: Log,
     limits: InputLimits,
+    key_cursors: crate::store::KeyCursors,
 }
 
 fn fake() -> Fake {
     Fake {
         pool: Log::default(),
         limits: InputLimits::default(),
+        key_cursors: Default::default(),
     }
 }
 
@@ -112,7 +114,6 @@ mod ops {
         migrations_applied,
     );
     never!(
-        task_claim(p),
         lease_renew_many(p),
         task_progress(p),
         task_complete_many(p),
@@ -154,6 +155,7 @@ mod ops {
     );
     never!(
         task_enqueue(p, l),
+        task_claim(p, c),
         task_enqueue_audited(p, l),
         task_enqueue_many(p, l),
         leader_resign(p, t),

@@ -3,8 +3,10 @@
 //!
 //! ```text
 //!   BEGIN
-//!   task_claim_lock: policy guard (shared), then pg_try_advisory_xact_lock per limited scope
-//!   task_claim:      count running and recent starts per locked scope, pick due rows FOR
+//!   task_claim_lock: policy guard (shared), then pg_try_advisory_xact_lock per limited scope,
+//!                    then the concurrency keys to visit (round-robin from this store's cursor)
+//!   task_claim:      count running and recent starts per locked scope and running tasks per
+//!                    visited key, pick due rows (keyless ones and each key's first) FOR
 //!                    UPDATE SKIP LOCKED, cap per type and globally, set running / owner /
 //!                    epoch+1 / lease_until
 //!   rate_limit_stamp: (rate-limited scopes only) this claim's starts into their ledgers
@@ -22,27 +24,40 @@ use sqlx::{PgPool, Row};
 
 use super::rows::{claimed_task, get};
 use super::{secs, sql};
-use crate::store::{ClaimBatch, ClaimParams, Result, StoreError};
+use crate::store::{ClaimBatch, ClaimParams, KeyCursors, Result, StoreError};
 
-pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<ClaimBatch> {
+pub(super) async fn task_claim(
+    pool: &PgPool,
+    params: &ClaimParams,
+    cursors: &KeyCursors,
+) -> Result<ClaimBatch> {
     params.validate()?;
     let types: Vec<&str> = params.task_types.iter().map(|t| t.as_str()).collect();
+    let (cursor_types, cursor_keys) = cursors.of(&types);
     let mut tx = pool
         .begin_with(super::BEGIN_READ_COMMITTED)
         .await
         .map_err(StoreError::db("task_claim"))?;
     let locked_rows = sqlx::query(sql::task_claim_lock)
         .bind(&types)
+        .bind(&cursor_types)
+        .bind(&cursor_keys)
+        .bind(i32::try_from(params.batch).unwrap_or(i32::MAX))
         .fetch_all(&mut *tx)
         .await
         .map_err(StoreError::db("task_claim_lock"))?;
     let mut locked = Vec::with_capacity(locked_rows.len());
     let mut rated = Vec::new();
     let mut contended = false;
+    let mut walk: Vec<(i32, String, String)> = Vec::new();
     for row in &locked_rows {
         let Some(scope) = get::<Option<String>>(row, "scope")? else {
             continue; // the policy guard, always granted (it may have waited)
         };
+        if let Some(key) = get::<Option<String>>(row, "walk_key")? {
+            walk.push((get::<i32>(row, "walk_pos")?, scope, key));
+            continue;
+        }
         if get::<bool>(row, "locked")? {
             if get::<Option<bool>>(row, "rated")?.unwrap_or(false) {
                 rated.push(scope.clone());
@@ -52,12 +67,20 @@ pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<Cl
             contended = true;
         }
     }
+    walk.sort_unstable_by_key(|(pos, _, _)| *pos);
+    let walk: Vec<(&str, &str)> = walk
+        .iter()
+        .map(|(_, t, k)| (t.as_str(), k.as_str()))
+        .collect();
+    let (walk_types, walk_keys): (Vec<&str>, Vec<&str>) = walk.iter().copied().unzip();
     let rows = sqlx::query(sql::task_claim)
         .bind(params.owner.as_str())
         .bind(&types)
         .bind(i64::from(params.batch))
         .bind(secs(params.lease_ttl))
         .bind(&locked)
+        .bind(&walk_types)
+        .bind(&walk_keys)
         .fetch_all(&mut *tx)
         .await
         .map_err(StoreError::db("task_claim"))?;
@@ -112,6 +135,7 @@ pub(super) async fn task_claim(pool: &PgPool, params: &ClaimParams) -> Result<Cl
         .iter()
         .map(|row| claimed_task(row, &params.owner, now))
         .collect::<Result<Vec<_>>>()?;
+    cursors.advance(&types, &walk, &tasks);
     crate::store::lifecycle::claim_order(&mut tasks);
     Ok(ClaimBatch {
         now,

@@ -61,6 +61,7 @@ pub(super) async fn enqueue_valid<'e, E: PgExecutor<'e>>(
         .bind(v.timeout_ms)
         .bind(v.max_attempts)
         .bind(&v.idempotency_key)
+        .bind(&v.concurrency_key)
         .fetch_optional(executor)
         .await
         .map_err(StoreError::db("task_enqueue"))?;
@@ -143,6 +144,7 @@ async fn enqueue_many_valid<'e, E: PgExecutor<'e>>(
     let mut timeouts = Vec::with_capacity(n);
     let mut max_attempts = Vec::with_capacity(n);
     let mut keys = Vec::with_capacity(n);
+    let mut concurrency_keys = Vec::with_capacity(n);
     for v in valid {
         types.push(v.task_type.as_str());
         payloads.push(v.payload.as_str());
@@ -153,6 +155,7 @@ async fn enqueue_many_valid<'e, E: PgExecutor<'e>>(
         timeouts.push(v.timeout_ms);
         max_attempts.push(v.max_attempts);
         keys.push(v.idempotency_key.as_deref());
+        concurrency_keys.push(v.concurrency_key.as_deref());
     }
     let rows = sqlx::query(sql::task_enqueue_many)
         .bind(types)
@@ -164,6 +167,7 @@ async fn enqueue_many_valid<'e, E: PgExecutor<'e>>(
         .bind(timeouts)
         .bind(max_attempts)
         .bind(keys)
+        .bind(concurrency_keys)
         .fetch_all(executor)
         .await
         .map_err(StoreError::db("task_enqueue_many"))?;

@@ -239,6 +239,9 @@ impl Default for PgStoreOptions {
 pub struct PgStore {
     pool: PgPool,
     limits: InputLimits,
+    /// Where this store's claims stand in each type's round of concurrency keys (shared by
+    /// clones, so by every claimer of an agent).
+    key_cursors: std::sync::Arc<crate::store::KeyCursors>,
 }
 
 impl PgStore {
@@ -302,7 +305,11 @@ impl PgStore {
     /// Wraps an existing pool. Its connections should use READ COMMITTED (the server default)
     /// for single statements; transactions the store opens set it themselves.
     pub fn from_pool(pool: PgPool, limits: InputLimits) -> Self {
-        Self { pool, limits }
+        Self {
+            pool,
+            limits,
+            key_cursors: Default::default(),
+        }
     }
 
     /// The pool, for callers that enqueue inside their own transactions.

@@ -58,6 +58,7 @@ pub(super) fn claimed_task(row: &PgRow, owner: &AgentId, db_now: DateTime<Utc>) 
         lease_until: get_at(row, 10, "lease_until")?,
         heartbeat_at: Some(db_now),
         idempotency_key: get_at(row, 11, "idempotency_key")?,
+        concurrency_key: get_at(row, 18, "concurrency_key")?,
         progress: None,
         result: get_at::<Option<Json<serde_json::Value>>>(row, 12, "result")?.map(|Json(v)| v),
         last_error: parse::<TaskError>(

@@ -12,6 +12,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 use super::rows::{self, get, micros, span, status, task};
 use super::{commit, json_list, sql, write_tx};
 use crate::domain::{InputLimits, LeaseEpoch, Policy, PolicyScope, RateLimit, TaskId, TaskStatus};
+use crate::store::KeyCursors;
 use crate::store::lifecycle;
 use crate::store::params::{ValidTask, validate_bulk};
 use crate::store::{
@@ -78,6 +79,7 @@ async fn insert_many(
                 v.deadline.map(micros),
                 v.timeout_ms,
                 v.max_attempts,
+                v.concurrency_key,
             ])
         })
         .collect();
@@ -144,6 +146,7 @@ pub(super) async fn enqueue_valid(
         .bind(v.max_attempts)
         .bind(&v.idempotency_key)
         .bind(now)
+        .bind(&v.concurrency_key)
         .fetch_optional(&mut *tx)
         .await
         .map_err(StoreError::db("task_enqueue"))?;
@@ -179,7 +182,11 @@ async fn policies(tx: &mut SqliteConnection, op: &'static str) -> Result<Vec<Pol
 
 /// Claim (DESIGN §4 order, §5 limits). The write lock serialises claimers, so the running
 /// counts read here include every committed claim and none can commit before this one.
-pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Result<ClaimBatch> {
+pub(super) async fn task_claim(
+    pool: &SqlitePool,
+    params: &ClaimParams,
+    cursors: &KeyCursors,
+) -> Result<ClaimBatch> {
     params.validate()?;
     const OP: &str = "task_claim";
     // The file watcher wakes claimers on every commit to the file: when nothing of these types
@@ -310,19 +317,32 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         .fetch_all(&mut *tx)
         .await
         .map_err(StoreError::db(OP))?;
-    let mut chosen = Vec::with_capacity(candidates.len());
+    let mut offered = Vec::with_capacity(candidates.len());
     for row in &candidates {
+        offered.push(Offer::of(row, 1)?);
+    }
+    let walk = offer_keyed(&mut tx, &open, &policies, batch, now, cursors, &mut offered).await?;
+    // Claim order, but among equal priorities the first task of every key (a keyless task is a
+    // key of its own) before the second of any, so keys share the batch.
+    offered.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.key_rank.cmp(&b.key_rank))
+            .then(a.available_at.cmp(&b.available_at))
+            .then(a.id.cmp(&b.id))
+    });
+    let mut chosen = Vec::with_capacity(offered.len());
+    for offer in &offered {
         if chosen.len() >= global_cap {
             break;
         }
-        let task_type: String = get(row, "task_type")?;
-        if let Some(cap) = type_cap.get_mut(task_type.as_str()) {
+        if let Some(cap) = type_cap.get_mut(offer.task_type.as_str()) {
             match cap {
                 Some(0) => continue,
                 Some(left) => *left -= 1,
                 None => {}
             }
-            chosen.push(get::<i64>(row, "id")?);
+            chosen.push(offer.id);
         }
     }
     let mut tasks = if chosen.is_empty() {
@@ -372,6 +392,8 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         None
     };
     commit(tx, OP).await?;
+    let walked: Vec<(&str, &str)> = walk.iter().map(|(t, k)| (t.as_str(), k.as_str())).collect();
+    cursors.advance(&names, &walked, &tasks);
     crate::store::lifecycle::claim_order(&mut tasks);
     Ok(ClaimBatch {
         now: now_time,
@@ -379,6 +401,145 @@ pub(super) async fn task_claim(pool: &SqlitePool, params: &ClaimParams) -> Resul
         contended: false,
         rate_wait,
     })
+}
+
+/// A waiting task a claim may start: a keyless candidate (rank 1) or one of a key's first.
+struct Offer {
+    id: i64,
+    task_type: String,
+    priority: i64,
+    available_at: i64,
+    /// Its place among the offered tasks of its key (1: the key's first).
+    key_rank: usize,
+}
+
+impl Offer {
+    fn of(row: &sqlx::sqlite::SqliteRow, key_rank: usize) -> Result<Self> {
+        Ok(Self {
+            id: get(row, "id")?,
+            task_type: get(row, "task_type")?,
+            priority: get(row, "priority")?,
+            available_at: get(row, "available_at")?,
+            key_rank,
+        })
+    }
+}
+
+/// The tasks with a concurrency key that a claim may start, added to `offered`: for each open
+/// type, the keys of its round (store/key_cursors.rs) from the key after the cursor, wrapping
+/// round to the first, at most the batch plus the type's running keyed tasks plus a few keys;
+/// each key offers its first due tasks, at most its share of the batch and, under a per-key
+/// limit, at most the limit minus its running tasks (the write lock makes the count exact).
+/// Returns the keys visited (type, key), in order.
+async fn offer_keyed(
+    tx: &mut SqliteConnection,
+    open: &[&str],
+    policies: &[Policy],
+    batch: usize,
+    now: i64,
+    cursors: &KeyCursors,
+    offered: &mut Vec<Offer>,
+) -> Result<Vec<(String, String)>> {
+    const OP: &str = "task_claim";
+    let per_key = |t: &str| {
+        policies
+            .iter()
+            .find(|p| p.scope.key() == t)
+            .and_then(|p| p.per_key_concurrency)
+    };
+    // Running tasks per key, read only when a per-key limit applies (without one no key is
+    // ever full).
+    let mut running: HashMap<(String, String), usize> = HashMap::new();
+    let limited: Vec<&str> = open
+        .iter()
+        .copied()
+        .filter(|t| per_key(t).is_some())
+        .collect();
+    let counts = if limited.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query(sql::task_count_running_keys)
+            .bind(json_list(&limited)?)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?
+    };
+    for row in &counts {
+        let n = usize::try_from(get::<i64>(row, "n")?).unwrap_or(0);
+        running.insert((get(row, "task_type")?, get(row, "concurrency_key")?), n);
+    }
+    let mut walked = Vec::new();
+    for t in open {
+        let cursor = cursors.get(t).unwrap_or_default();
+        let running_keyed: usize = running
+            .iter()
+            .filter(|((rt, _), _)| rt == t)
+            .map(|(_, n)| *n)
+            .sum();
+        let budget = (batch + running_keyed + 8).min(1000);
+        let walk = |after: String, upto: Option<String>, limit: usize| {
+            sqlx::query_scalar::<_, String>(sql::task_key_walk)
+                .bind(*t)
+                .bind(after)
+                .bind(upto)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        };
+        let mut keys = walk(cursor.clone(), None, budget)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        if keys.len() < budget && !cursor.is_empty() {
+            let wrapped = walk(String::new(), Some(cursor), budget - keys.len())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(StoreError::db(OP))?;
+            keys.extend(wrapped);
+        }
+        if keys.is_empty() {
+            continue;
+        }
+        let share = batch.div_ceil(keys.len());
+        let mut groups: Vec<Vec<Offer>> = Vec::new();
+        for key in keys {
+            let cap = match per_key(t) {
+                None => share,
+                Some(limit) => {
+                    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+                    let busy = running
+                        .get(&(t.to_string(), key.clone()))
+                        .copied()
+                        .unwrap_or(0);
+                    share.min(limit.saturating_sub(busy))
+                }
+            };
+            if cap > 0 {
+                let heads = sqlx::query(sql::task_key_heads)
+                    .bind(*t)
+                    .bind(&key)
+                    .bind(now)
+                    .bind(i64::try_from(cap).unwrap_or(i64::MAX))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(StoreError::db(OP))?;
+                let group = heads
+                    .iter()
+                    .enumerate()
+                    .map(|(rank, row)| Offer::of(row, rank + 1))
+                    .collect::<Result<Vec<_>>>()?;
+                if !group.is_empty() {
+                    groups.push(group);
+                }
+            }
+            walked.push((t.to_string(), key));
+        }
+        // As many keys as the batch: those whose first task has the highest priority, among
+        // equals the first in the round (a stable sort keeps the round's order). The walk visits
+        // a few more keys than the batch in case some have nothing due, and the keys it visited
+        // but did not need come first next round.
+        groups.sort_by_key(|g| std::cmp::Reverse(g.first().map_or(i64::MIN, |o| o.priority)));
+        offered.extend(groups.into_iter().take(batch).flatten());
+    }
+    Ok(walked)
 }
 
 /// One rate-limited scope's window ending at the claim's now: its limit and the starts its

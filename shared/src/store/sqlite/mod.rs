@@ -85,6 +85,9 @@ pub(crate) mod sql {
             rate_limit_prune,
             rate_limit_wait,
             task_claim_candidates,
+            task_key_walk,
+            task_key_heads,
+            task_count_running_keys,
             task_claim,
             lease_list_held,
             lease_renew_many,
@@ -217,6 +220,8 @@ impl Default for SqliteStoreOptions {
 pub struct SqliteStore {
     pool: SqlitePool,
     limits: InputLimits,
+    /// Where this store's claims stand in each type's round of concurrency keys.
+    key_cursors: std::sync::Arc<crate::store::KeyCursors>,
 }
 
 pub use super::is_sqlite_url;
@@ -264,6 +269,7 @@ impl SqliteStore {
         Ok(Self {
             pool,
             limits: options.limits,
+            key_cursors: Default::default(),
         })
     }
 

@@ -1,5 +1,6 @@
 SELECT scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms, retry_jitter,
-       timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms
+       timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms,
+       per_key_concurrency
 FROM policies
 WHERE scope = $1
 FOR UPDATE

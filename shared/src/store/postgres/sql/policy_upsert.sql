@@ -1,10 +1,11 @@
 -- Write a whole policy row: $1 scope, $2 max concurrency, $3 paused, $4 retry base ms,
 -- $5 retry multiplier, $6 retry max ms, $7 retry jitter, $8 timeout ms, $9 slow ms, $10 rate
--- limit starts, $11 rate limit period ms (both null: no rate limit), $12 shed after ms.
+-- limit starts, $11 rate limit period ms (both null: no rate limit), $12 shed after ms, $13 per-key
+-- concurrency.
 INSERT INTO policies AS p (scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms,
                            retry_jitter, timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms,
-                           updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now())
+                           per_key_concurrency, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, now())
 ON CONFLICT (scope) DO UPDATE
 SET max_concurrency = EXCLUDED.max_concurrency,
     paused = EXCLUDED.paused,
@@ -17,6 +18,8 @@ SET max_concurrency = EXCLUDED.max_concurrency,
     rate_starts = EXCLUDED.rate_starts,
     rate_period_ms = EXCLUDED.rate_period_ms,
     shed_after_ms = EXCLUDED.shed_after_ms,
+    per_key_concurrency = EXCLUDED.per_key_concurrency,
     updated_at = now()
 RETURNING scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms, retry_jitter,
-          timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms
+          timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms,
+          per_key_concurrency

@@ -1,5 +1,10 @@
 -- Claim up to $3 due tasks of types $2 for owner $1 with a lease of $4 seconds.
 -- $5: the limited scopes whose advisory locks this transaction holds (task_claim_lock.sql).
+-- $6, $7: the concurrency keys to visit (type, key), in the order the lock statement walked
+-- them. Keyless tasks come from tasks_claim_idx as always; each visited key offers its first
+-- due tasks (claim order), at most its per-key limit minus its running tasks and at most its
+-- share of the batch. Among equal priorities the first task of every key (a keyless task is a
+-- key of its own) comes before the second of any, so keys share the batch.
 -- A limited scope not in $5 (locked by another claimer, or limited after the lock statement)
 -- gets nothing this round, so no interleaving of claimers can exceed a limit. Running counts
 -- and rate-limit ledgers are read after the locks were taken, so they include every committed
@@ -9,7 +14,7 @@
 -- within (now - P, now]; the caller writes the starts taken here to the ledger in the same
 -- transaction (rate_limit_stamp.sql), so a claim without rate limits writes nothing more.
 WITH pol AS (
-    SELECT scope, max_concurrency, paused, rate_starts, rate_period_ms FROM policies
+    SELECT scope, max_concurrency, paused, rate_starts, rate_period_ms, per_key_concurrency FROM policies
     WHERE scope = '*' OR scope = ANY($2::text[])
 ),
 -- Starts each locked rate-limited scope may still make in the window ending now (no rows, and
@@ -63,21 +68,77 @@ candidates AS (
       AND available_at <= now()
       AND (deadline_at IS NULL OR deadline_at > now())
       AND task_type = ANY((SELECT types FROM open_types)::text[])
+      AND concurrency_key IS NULL
     ORDER BY priority DESC, available_at, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
+),
+walked AS (
+    SELECT w.task_type, w.concurrency_key, w.pos,
+           count(*) OVER (PARTITION BY w.task_type) AS keys
+    FROM unnest($6::text[], $7::text[]) WITH ORDINALITY AS w(task_type, concurrency_key, pos)
+),
+key_caps AS (
+    SELECT w.task_type, w.concurrency_key, w.pos,
+           least(ceil($3::numeric / w.keys)::bigint,
+                 CASE WHEN p.per_key_concurrency IS NULL THEN $3::bigint
+                      -- A per-key limit is exact only under the type's lock.
+                      WHEN NOT (w.task_type = ANY($5::text[])) THEN 0
+                      ELSE greatest(p.per_key_concurrency - (
+                          SELECT count(*) FROM tasks r
+                          WHERE r.status IN ('running', 'cancel_requested')
+                            AND r.task_type = w.task_type
+                            AND r.concurrency_key = w.concurrency_key), 0)
+                 END) AS cap
+    FROM walked w
+    JOIN type_cap tc ON tc.task_type = w.task_type AND (tc.cap IS NULL OR tc.cap > 0)
+    LEFT JOIN pol p ON p.scope = w.task_type
+),
+offered AS (
+    SELECT h.id, h.task_type, h.priority, h.available_at, k.pos,
+           row_number() OVER (PARTITION BY k.task_type, k.concurrency_key
+                              ORDER BY h.priority DESC, h.available_at, h.id) AS key_rank,
+           max(h.priority) OVER (PARTITION BY k.task_type, k.concurrency_key) AS top
+    FROM key_caps k
+    CROSS JOIN LATERAL (
+        SELECT c.id, c.task_type, c.priority, c.available_at
+        FROM tasks c
+        WHERE c.task_type = k.task_type AND c.concurrency_key = k.concurrency_key
+          AND c.status IN ('queued', 'retry_wait')
+          AND c.available_at <= now()
+          AND (c.deadline_at IS NULL OR c.deadline_at > now())
+        ORDER BY c.priority DESC, c.available_at, c.id
+        LIMIT k.cap
+        FOR UPDATE SKIP LOCKED
+    ) h
+    WHERE k.cap > 0
+),
+-- Of each type, as many keys as the batch: those whose first task has the highest priority,
+-- among equals the first in the round. The walk visits a few more keys than the batch in case
+-- some have nothing due, and the keys it visited but did not need come first next round.
+keyed AS (
+    SELECT o.id, o.task_type, o.priority, o.available_at, o.key_rank
+    FROM (SELECT o.*, dense_rank() OVER (PARTITION BY o.task_type ORDER BY o.top DESC, o.pos) AS key_ord
+          FROM offered o) o
+    WHERE o.key_ord <= $3
 ),
 -- Without a type cap and with the global cap at or above the batch, every candidate is taken
 -- as it is: the ranking below (a sort, a window and a join per batch) runs only when a cap
 -- can cut the batch. The branch not taken is skipped by a one-time filter.
 uncapped AS (
     SELECT NOT EXISTS (SELECT 1 FROM type_cap WHERE cap IS NOT NULL)
-           AND (SELECT cap FROM global_cap) >= $3::bigint AS yes
+           AND (SELECT cap FROM global_cap) >= $3::bigint
+           AND cardinality($6::text[]) = 0 AS yes
 ),
 ranked AS (
-    SELECT c.id, c.task_type, c.priority, c.available_at,
-           row_number() OVER (PARTITION BY c.task_type ORDER BY c.priority DESC, c.available_at, c.id) AS type_rank
-    FROM candidates c
+    SELECT c.id, c.task_type, c.priority, c.available_at, c.key_rank,
+           row_number() OVER (PARTITION BY c.task_type
+                              ORDER BY c.priority DESC, c.key_rank, c.available_at, c.id) AS type_rank
+    FROM (
+        SELECT id, task_type, priority, available_at, 1::bigint AS key_rank FROM candidates
+        UNION ALL
+        SELECT id, task_type, priority, available_at, key_rank FROM keyed
+    ) c
 ),
 within_type AS (
     SELECT r.* FROM ranked r JOIN type_cap tc ON tc.task_type = r.task_type
@@ -88,7 +149,7 @@ chosen AS (
     UNION ALL
     SELECT id FROM (
         SELECT id FROM within_type
-        ORDER BY priority DESC, available_at, id
+        ORDER BY priority DESC, key_rank, available_at, id
         LIMIT (SELECT cap FROM global_cap)
     ) capped
     WHERE NOT (SELECT yes FROM uncapped)
@@ -114,4 +175,5 @@ RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_a
           -- The rate-limited scopes whose caps this claim applied (null: none), which the
           -- caller stamps with these starts (rate_limit_stamp.sql). Read here, not from the
           -- lock statement, whose view of the policies may predate a change it waited for.
-          (SELECT array_agg(scope) FROM rate) AS rated
+          (SELECT array_agg(scope) FROM rate) AS rated,
+          t.concurrency_key

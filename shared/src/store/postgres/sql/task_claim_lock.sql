@@ -10,8 +10,69 @@
 -- 3. Planner settings for the claim statement, local to this transaction (see below).
 -- This statement's view of the policies may predate a change it waited for in step 1; the
 -- claim statement reads them afresh and gives any limited scope not locked here capacity 0.
+-- 4. The keys to visit (tasks with a concurrency key): for each type, a skip scan of
+--    tasks_claim_key_idx from the key after the claimer's cursor for that type, one index
+--    descent per key, wrapping round to the first key; at most the batch plus the type's
+--    running keyed tasks (keys that may be full) plus a few keys per claim. Keys take turns
+--    this way, so a key with a long backlog never holds back the keys after it. Which tasks
+--    of these keys start is decided by the claim statement, from its own snapshot.
 -- Returns one row with a null scope (the guard), then one row per limited scope (`rated`: it
--- has a rate limit). $1 types.
+-- has a rate limit), then one row per key visited (`walk_key`, in `walk_pos` order).
+-- $1 types, $2 and $3 the claimer's cursors (a type, the last key it served), $4 batch.
+WITH RECURSIVE cur AS (
+    SELECT t.task_type, coalesce(c.after, '') AS after,
+           least($4::int + 8 + (
+               SELECT count(*) FROM tasks r
+               WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type
+                 AND r.concurrency_key IS NOT NULL)::int, 1000) AS budget
+    FROM unnest($1::text[]) AS t(task_type)
+    LEFT JOIN unnest($2::text[], $3::text[]) AS c(task_type, after) ON c.task_type = t.task_type
+),
+-- From the cursor to the last key.
+fwd(task_type, k, n, budget) AS (
+    SELECT c.task_type, f.k, 1, c.budget
+    FROM cur c
+    CROSS JOIN LATERAL (
+        SELECT t.concurrency_key AS k FROM tasks t
+        WHERE t.task_type = c.task_type AND t.status IN ('queued', 'retry_wait')
+          AND t.concurrency_key > c.after
+        ORDER BY t.concurrency_key LIMIT 1
+    ) f
+    UNION ALL
+    SELECT w.task_type, nx.k, w.n + 1, w.budget
+    FROM fwd w
+    CROSS JOIN LATERAL (
+        SELECT t.concurrency_key AS k FROM tasks t
+        WHERE t.task_type = w.task_type AND t.status IN ('queued', 'retry_wait')
+          AND t.concurrency_key > w.k
+        ORDER BY t.concurrency_key LIMIT 1
+    ) nx
+    WHERE w.n < w.budget
+),
+-- Round again from the first key up to the cursor's, with what is left of the budget.
+back(task_type, k, n, budget, after) AS (
+    SELECT c.task_type, f.k, 1,
+           c.budget - coalesce((SELECT max(w.n) FROM fwd w WHERE w.task_type = c.task_type), 0)::int,
+           c.after
+    FROM cur c
+    CROSS JOIN LATERAL (
+        SELECT t.concurrency_key AS k FROM tasks t
+        WHERE t.task_type = c.task_type AND t.status IN ('queued', 'retry_wait')
+          AND t.concurrency_key > ''
+        ORDER BY t.concurrency_key LIMIT 1
+    ) f
+    WHERE c.after <> '' AND f.k <= c.after
+    UNION ALL
+    SELECT w.task_type, nx.k, w.n + 1, w.budget, w.after
+    FROM back w
+    CROSS JOIN LATERAL (
+        SELECT t.concurrency_key AS k FROM tasks t
+        WHERE t.task_type = w.task_type AND t.status IN ('queued', 'retry_wait')
+          AND t.concurrency_key > w.k
+        ORDER BY t.concurrency_key LIMIT 1
+    ) nx
+    WHERE w.n < w.budget AND nx.k <= w.after
+)
 SELECT NULL::text AS scope,
        (SELECT pg_advisory_xact_lock_shared(19529, 0)) IS NOT NULL
        -- The claim must walk tasks_claim_idx in claim order and stop after the batch. Right
@@ -35,12 +96,16 @@ SELECT NULL::text AS scope,
        -- claim lost in a crash would hand its epoch out again (two executions under one fencing
        -- token and one idempotency key), and a handler's side effects wait for no later write.
        AS locked,
-       NULL::boolean AS rated
+       NULL::boolean AS rated, NULL::text AS walk_key, NULL::int AS walk_pos
 UNION ALL
-SELECT scope, pg_try_advisory_xact_lock(19528, hashtext(scope)) AS locked, rated
+SELECT scope, pg_try_advisory_xact_lock(19528, hashtext(scope)) AS locked, rated, NULL, NULL
 FROM (
     SELECT scope, rate_starts IS NOT NULL AS rated FROM policies
-    WHERE (max_concurrency IS NOT NULL OR rate_starts IS NOT NULL)
+    WHERE (max_concurrency IS NOT NULL OR rate_starts IS NOT NULL OR per_key_concurrency IS NOT NULL)
       AND (scope = '*' OR scope = ANY($1::text[]))
     ORDER BY scope
 ) limited
+UNION ALL
+SELECT task_type, NULL, NULL, k, n FROM fwd
+UNION ALL
+SELECT task_type, NULL, NULL, k, 1000000 + n FROM back

@@ -1,10 +1,10 @@
 -- One task. $1 type, $2 payload text, $3 priority, $4 delay ms, $5 run_at, $6 deadline,
--- $7 timeout ms, $8 max attempts, $9 idempotency key.
+-- $7 timeout ms, $8 max attempts, $9 idempotency key, $10 concurrency key.
 -- A known idempotency key returns the existing row with created = false.
 WITH ins AS (
     INSERT INTO tasks (task_type, payload, priority, available_at, deadline_at, timeout_ms,
-                       max_attempts, idempotency_key)
-    VALUES ($1, $2::jsonb, $3, coalesce($5, now() + make_interval(secs => $4 / 1000.0)), $6, $7, $8, $9)
+                       max_attempts, idempotency_key, concurrency_key)
+    VALUES ($1, $2::jsonb, $3, coalesce($5, now() + make_interval(secs => $4 / 1000.0)), $6, $7, $8, $9, $10)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )

@@ -6,16 +6,16 @@
 WITH input AS MATERIALIZED (
     SELECT nextval((SELECT pg_get_serial_sequence('tasks', 'id')::regclass)) AS id, i.*
     FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], $5::timestamptz[],
-                $6::timestamptz[], $7::bigint[], $8::integer[], $9::text[])
+                $6::timestamptz[], $7::bigint[], $8::integer[], $9::text[], $10::text[])
          WITH ORDINALITY AS i(task_type, payload, priority, delay_ms, run_at, deadline_at,
-                              timeout_ms, max_attempts, idempotency_key, ord)
+                              timeout_ms, max_attempts, idempotency_key, concurrency_key, ord)
 ),
 ins AS (
     INSERT INTO tasks (id, task_type, payload, priority, available_at, deadline_at, timeout_ms,
-                       max_attempts, idempotency_key)
+                       max_attempts, idempotency_key, concurrency_key)
     SELECT id, task_type, payload::jsonb, priority,
            coalesce(run_at, now() + make_interval(secs => delay_ms / 1000.0)),
-           deadline_at, timeout_ms, max_attempts, idempotency_key
+           deadline_at, timeout_ms, max_attempts, idempotency_key, concurrency_key
     FROM input
     -- Key order, so two batches sharing keys lock them in the same order and never deadlock.
     ORDER BY idempotency_key, ord

@@ -6,7 +6,7 @@
 WITH t AS (
     SELECT id, task_type, status, priority, available_at, deadline_at, attempt, max_attempts,
            lease_owner, last_error, coalesce(finished_at, updated_at) AS finished_at,
-           status IN ('queued', 'retry_wait') AS waiting
+           concurrency_key, status IN ('queued', 'retry_wait') AS waiting
     FROM tasks
     WHERE id = $1
 )
@@ -19,6 +19,13 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
            SELECT count(*) FROM tasks r
            WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type)
        END AS type_running,
+       t.concurrency_key,
+       CASE WHEN t.concurrency_key IS NOT NULL THEN tp.per_key_concurrency END AS key_limit,
+       CASE WHEN t.waiting AND tp.per_key_concurrency IS NOT NULL AND t.concurrency_key IS NOT NULL THEN (
+           SELECT count(*) FROM tasks r
+           WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type
+             AND r.concurrency_key = t.concurrency_key)
+       END AS key_running,
        gp.max_concurrency AS global_limit,
        CASE WHEN t.waiting AND gp.max_concurrency IS NOT NULL THEN (
            SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested'))
@@ -32,15 +39,29 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
            WHERE a.state = 'running'
              AND a.heartbeat_at > now() - make_interval(secs => $2)
              AND t.task_type = ANY(a.task_types)) AS agent_live,
-       CASE WHEN t.waiting AND t.available_at <= now() THEN (
+       -- Keyless tasks queue with the keyless ones, a keyed task behind its key's.
+       CASE WHEN t.waiting AND t.available_at <= now() AND t.concurrency_key IS NULL THEN (
            SELECT count(*) FROM (
                SELECT 1 FROM tasks c
                WHERE c.status IN ('queued', 'retry_wait')
-                 AND c.task_type = t.task_type
+                 AND c.task_type = t.task_type AND c.concurrency_key IS NULL
                  AND c.available_at <= now()
                  AND (c.deadline_at IS NULL OR c.deadline_at > now())
                  -- Claim order is priority DESC, available_at, id: the first condition bounds the
                  -- walk of tasks_claim_idx, the second is the exact "comes before".
+                 AND c.priority >= t.priority
+                 AND (c.priority > t.priority
+                      OR (c.available_at, c.id) < (t.available_at, t.id))
+               LIMIT $3
+           ) ahead)
+       WHEN t.waiting AND t.available_at <= now() THEN (
+           SELECT count(*) FROM (
+               SELECT 1 FROM tasks c
+               WHERE c.status IN ('queued', 'retry_wait')
+                 AND c.task_type = t.task_type AND c.concurrency_key = t.concurrency_key
+                 AND c.available_at <= now()
+                 AND (c.deadline_at IS NULL OR c.deadline_at > now())
+                 -- The same order within the key (tasks_claim_key_idx).
                  AND c.priority >= t.priority
                  AND (c.priority > t.priority
                       OR (c.available_at, c.id) < (t.available_at, t.id))

@@ -8,8 +8,17 @@ WITH live AS (
            count(*) FILTER (WHERE status = 'queued' AND available_at > now()) AS scheduled,
            count(*) FILTER (WHERE status = 'retry_wait') AS retrying,
            count(*) FILTER (WHERE status IN ('running', 'cancel_requested')) AS running
-    FROM tasks
-    WHERE status IN ('queued', 'retry_wait', 'running', 'cancel_requested')
+    -- One branch per index: keyless waiting, keyed waiting, leased.
+    FROM (
+        SELECT task_type, status, available_at FROM tasks
+        WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NULL
+        UNION ALL
+        SELECT task_type, status, available_at FROM tasks
+        WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NOT NULL
+        UNION ALL
+        SELECT task_type, status, available_at FROM tasks
+        WHERE status IN ('running', 'cancel_requested')
+    ) w
     GROUP BY task_type
 ), dead AS (
     SELECT task_type, count(*) AS dead FROM tasks WHERE status = 'dead' GROUP BY task_type
@@ -39,7 +48,7 @@ SELECT n.task_type,
        coalesce(r.shed, 0) AS shed_last_minute,
        p.max_concurrency,
        coalesce(p.paused, false) AS paused,
-       p.rate_starts, p.rate_period_ms, p.shed_after_ms,
+       p.rate_starts, p.rate_period_ms, p.shed_after_ms, p.per_key_concurrency,
        CASE WHEN p.rate_starts IS NOT NULL THEN (
            SELECT coalesce(sum(s.n), 0) FROM rate_limit_starts s
            WHERE s.scope = n.task_type

@@ -1,8 +1,10 @@
 -- Load shedding: cancel, with reason `shed`, up to $1 waiting tasks (queued, retry_wait) of the
 -- types whose policy sets shed_after_ms and that became due longer ago than that (database
--- time). tasks_claim_idx is walked one priority at a time (a skip scan over the priorities in
--- use), each from its oldest due time up to the latest cutoff, so only overdue waiting tasks
--- are read. Without a shedding type nothing is read. Returns the shed tasks and their types.
+-- time). Keyless tasks: tasks_claim_idx is walked one priority at a time (a skip scan over the
+-- priorities in use), each from its oldest due time up to the latest cutoff, so only overdue
+-- waiting tasks are read. Tasks with a concurrency key: tasks_claim_key_idx is read over each
+-- shedding type's keys, its due times checked in the index. Without a shedding type nothing is
+-- read. Returns the shed tasks and their types.
 WITH RECURSIVE shed AS (
     SELECT scope AS task_type, shed_after_ms FROM policies
     WHERE shed_after_ms IS NOT NULL AND scope <> '*'
@@ -12,11 +14,13 @@ cutoff AS (
 ),
 prio AS (
     (SELECT priority FROM tasks
-     WHERE status IN ('queued', 'retry_wait') AND EXISTS (SELECT 1 FROM shed)
+     WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NULL
+       AND EXISTS (SELECT 1 FROM shed)
      ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT t.priority FROM tasks t
-            WHERE t.status IN ('queued', 'retry_wait') AND t.priority < p.priority
+            WHERE t.status IN ('queued', 'retry_wait') AND t.concurrency_key IS NULL
+              AND t.priority < p.priority
             ORDER BY t.priority DESC LIMIT 1)
     FROM prio p
     WHERE p.priority IS NOT NULL
@@ -27,13 +31,24 @@ due AS (
     CROSS JOIN LATERAL (
         SELECT t.id, s.shed_after_ms
         FROM tasks t JOIN shed s ON s.task_type = t.task_type
-        WHERE t.status IN ('queued', 'retry_wait') AND t.priority = p.priority
+        WHERE t.status IN ('queued', 'retry_wait') AND t.concurrency_key IS NULL
+          AND t.priority = p.priority
           AND t.available_at <= (SELECT at FROM cutoff)
           AND t.available_at <= now() - make_interval(secs => s.shed_after_ms / 1000.0)
         ORDER BY t.available_at, t.id
         LIMIT $1
     ) c
     WHERE p.priority IS NOT NULL
+    UNION ALL
+    SELECT k.id, s.shed_after_ms
+    FROM shed s
+    CROSS JOIN LATERAL (
+        SELECT t.id FROM tasks t
+        WHERE t.task_type = s.task_type AND t.status IN ('queued', 'retry_wait')
+          AND t.concurrency_key IS NOT NULL
+          AND t.available_at <= now() - make_interval(secs => s.shed_after_ms / 1000.0)
+        LIMIT $1
+    ) k
     LIMIT $1
 ),
 -- Re-checked on the locked row: a task claimed and released, recovered or failed into

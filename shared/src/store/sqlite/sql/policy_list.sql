@@ -1,5 +1,6 @@
 -- Every policy row, the global one ('*') first, then by scope. No parameters.
 SELECT scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms,
-       retry_jitter, timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms
+       retry_jitter, timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms,
+       per_key_concurrency
 FROM policies
 ORDER BY scope = '*' DESC, scope

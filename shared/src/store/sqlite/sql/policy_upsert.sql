@@ -1,17 +1,19 @@
 -- Write a whole policy row: ?1 scope, ?2 max concurrency, ?3 paused, ?4 retry base ms,
 -- ?5 retry multiplier, ?6 retry max ms, ?7 retry jitter, ?8 timeout ms, ?9 slow ms, ?10 rate
 -- limit starts, ?11 rate limit period ms (both null: no rate limit), ?12 shed after ms,
--- ?13 now.
+-- ?13 per-key concurrency, ?14 now.
 INSERT INTO policies (scope, max_concurrency, paused, retry_base_ms, retry_multiplier,
                       retry_max_ms, retry_jitter, timeout_ms, slow_ms, rate_starts, rate_period_ms,
-                      shed_after_ms, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                      shed_after_ms, per_key_concurrency, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
 ON CONFLICT (scope) DO UPDATE SET max_concurrency = excluded.max_concurrency,
     paused = excluded.paused, retry_base_ms = excluded.retry_base_ms,
     retry_multiplier = excluded.retry_multiplier, retry_max_ms = excluded.retry_max_ms,
     retry_jitter = excluded.retry_jitter, timeout_ms = excluded.timeout_ms,
     slow_ms = excluded.slow_ms, rate_starts = excluded.rate_starts,
     rate_period_ms = excluded.rate_period_ms, shed_after_ms = excluded.shed_after_ms,
+    per_key_concurrency = excluded.per_key_concurrency,
     updated_at = excluded.updated_at
 RETURNING scope, max_concurrency, paused, retry_base_ms, retry_multiplier,
-          retry_max_ms, retry_jitter, timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms
+          retry_max_ms, retry_jitter, timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms,
+          per_key_concurrency

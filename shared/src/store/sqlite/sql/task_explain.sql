@@ -4,7 +4,7 @@
 WITH t AS (
     SELECT id, task_type, status, priority, available_at, deadline_at, attempt, max_attempts,
            lease_owner, last_error, coalesce(finished_at, updated_at) AS finished_at,
-           status IN ('queued', 'retry_wait') AS waiting
+           concurrency_key, status IN ('queued', 'retry_wait') AS waiting
     FROM tasks WHERE id = ?1),
 -- The rate-limit ledgers of the task's type and the global scope within their windows ending
 -- now, each start with the starts up to it (oldest first) and the window's total: the start
@@ -25,6 +25,13 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
            SELECT count(*) FROM tasks r
            WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type)
        END AS type_running,
+       t.concurrency_key,
+       CASE WHEN t.concurrency_key IS NOT NULL THEN tp.per_key_concurrency END AS key_limit,
+       CASE WHEN t.waiting AND tp.per_key_concurrency IS NOT NULL AND t.concurrency_key IS NOT NULL THEN (
+           SELECT count(*) FROM tasks r
+           WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type
+             AND r.concurrency_key = t.concurrency_key)
+       END AS key_running,
        gp.max_concurrency AS global_limit,
        CASE WHEN t.waiting AND gp.max_concurrency IS NOT NULL THEN (
            SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested'))
@@ -49,11 +56,24 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
            SELECT 1 FROM agents a, json_each(a.task_types) j
            WHERE a.state = 'running' AND a.heartbeat_at > ?3 AND j.value = t.task_type)
            AS agent_live,
-       CASE WHEN t.waiting AND t.available_at <= ?2 THEN (
+       -- Keyless tasks queue with the keyless ones, a keyed task behind its key's.
+       CASE WHEN t.waiting AND t.available_at <= ?2 AND t.concurrency_key IS NULL THEN (
            SELECT count(*) FROM (
                SELECT 1 FROM tasks c
                WHERE c.status IN ('queued', 'retry_wait')
-                 AND c.task_type = t.task_type
+                 AND c.task_type = t.task_type AND c.concurrency_key IS NULL
+                 AND c.available_at <= ?2
+                 AND (c.deadline_at IS NULL OR c.deadline_at > ?2)
+                 AND c.priority >= t.priority
+                 AND (c.priority > t.priority
+                      OR c.available_at < t.available_at
+                      OR (c.available_at = t.available_at AND c.id < t.id))
+               LIMIT ?4))
+       WHEN t.waiting AND t.available_at <= ?2 THEN (
+           SELECT count(*) FROM (
+               SELECT 1 FROM tasks c
+               WHERE c.status IN ('queued', 'retry_wait')
+                 AND c.task_type = t.task_type AND c.concurrency_key = t.concurrency_key
                  AND c.available_at <= ?2
                  AND (c.deadline_at IS NULL OR c.deadline_at > ?2)
                  AND c.priority >= t.priority

@@ -28,7 +28,7 @@ SELECT n.task_type,
        coalesce(l.retrying, 0) AS retrying, coalesce(l.running, 0) AS running,
        coalesce(d.dead, 0) AS dead, coalesce(r.finished, 0) AS finished_last_minute,
        coalesce(r.died, 0) AS dead_last_minute, coalesce(r.shed, 0) AS shed_last_minute,
-       p.max_concurrency, p.shed_after_ms,
+       p.max_concurrency, p.shed_after_ms, p.per_key_concurrency,
        coalesce(p.paused, 0) AS paused, p.rate_starts, p.rate_period_ms,
        CASE WHEN p.rate_starts IS NOT NULL THEN (
            SELECT coalesce(sum(s.n), 0) FROM rate_limit_starts s
