@@ -66,6 +66,15 @@ pub enum LifecycleEvent {
         epoch: LeaseEpoch,
         reason: &'static str,
     },
+    /// The leader moved a type's circuit breaker: opened it after `failures` failures (or after
+    /// a failed half-open try), half-opened it after its cooldown, or closed it after a
+    /// successful try.
+    Breaker {
+        task_type: TaskType,
+        from: leasehold_shared::domain::BreakerState,
+        to: leasehold_shared::domain::BreakerState,
+        failures: Option<u64>,
+    },
     /// The leader recovered a batch of expired leases.
     RecoveryBatch {
         tasks: Vec<(TaskId, AgentId, LeaseEpoch, TaskStatus)>,

@@ -11,6 +11,8 @@
 //!                none for one TTL after a forward jump of the database clock)
 //!                dead-letter waiting tasks past their deadline
 //!                cancel (reason `shed`) waiting tasks past their type's shed_after (at most 1,000)
+//!                move circuit breakers (open after N failures within D, half-open after the
+//!                cooldown, closed or reopened by the half-open try), each move audited
 //!                every minute (or every unserved_after / 2): delete finished tasks past retention
 //!                and resource lease history older than a day; dead-letter tasks whose
 //!                type no live agent serves (after `unserved_after`)
@@ -33,8 +35,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use leasehold_shared::TaskStatus;
 use leasehold_shared::store::{
-    ExpireDeadlinesParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal,
-    PurgeParams, RecoverParams, ShedParams, UnservedParams,
+    BreakerTickParams, ExpireDeadlinesParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
+    LeaderRenewal, PurgeParams, RecoverParams, ShedParams, UnservedParams,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -102,6 +104,7 @@ impl Maintenance {
                 bounded("recovery")(tokio::time::timeout(limit, self.recover(&clock)).await);
                 bounded("deadlines")(tokio::time::timeout(limit, self.expire_deadlines()).await);
                 bounded("shedding")(tokio::time::timeout(limit, self.shed()).await);
+                bounded("breakers")(tokio::time::timeout(limit, self.breakers()).await);
                 if last_housekeeping.is_none_or(|at| {
                     now().saturating_duration_since(at) >= self.housekeeping_every()
                 }) {
@@ -312,6 +315,37 @@ impl Maintenance {
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "load shedding failed"),
+        }
+    }
+
+    /// Circuit breakers: each move is audited by the store as this agent's action, counted,
+    /// logged and sent to the listeners.
+    async fn breakers(&self) {
+        let params = BreakerTickParams {
+            agent: self.core.id.clone(),
+        };
+        match self.queue.breaker_tick(params).await {
+            Ok(moves) => {
+                for moved in moves {
+                    self.core
+                        .metrics
+                        .breaker(moved.task_type.as_str(), moved.to.as_str());
+                    tracing::warn!(
+                        task_type = %moved.task_type,
+                        from = moved.from.as_str(),
+                        to = moved.to.as_str(),
+                        failures = moved.failures,
+                        "circuit breaker moved"
+                    );
+                    self.core.listeners.emit(LifecycleEvent::Breaker {
+                        task_type: moved.task_type,
+                        from: moved.from,
+                        to: moved.to,
+                        failures: moved.failures,
+                    });
+                }
+            }
+            Err(error) => tracing::warn!(%error, "circuit breaker tick failed"),
         }
     }
 

@@ -17,10 +17,11 @@ use chrono::{DateTime, TimeZone, Utc};
 use leasehold_shared::domain::Task;
 use leasehold_shared::store::postgres::PgStore;
 use leasehold_shared::store::{
-    AnyStore, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, Completion,
-    ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
-    LeaderRenewal, PurgeParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams,
-    RenewOutcome, RenewParams, RenewedLease, ShedParams, UnservedParams,
+    AnyStore, BreakerTickParams, BreakerTransition, ClaimBatch, ClaimParams, CompleteOutcome,
+    CompleteParams, Completion, ExpireDeadlinesParams, HolderWrite, LeaderElectParams,
+    LeaderOutcome, LeaderRenewParams, LeaderRenewal, PurgeParams, RecoverParams, Recovered,
+    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RenewedLease, ShedParams,
+    UnservedParams,
 };
 use leasehold_shared::{
     AgentId, InputLimits, LeaseEpoch, Store, StoreError, TaskId, TaskStatus, TaskType,
@@ -572,6 +573,15 @@ impl MaintenanceQueue for MemoryQueue {
     /// The queue has no policies: no type sheds.
     async fn task_shed(&self, _params: ShedParams) -> Result<Vec<(TaskId, TaskType)>, StoreError> {
         self.enter("task_shed", 0).await?;
+        Ok(Vec::new())
+    }
+
+    /// The queue has no policies: no breaker moves.
+    async fn breaker_tick(
+        &self,
+        _params: BreakerTickParams,
+    ) -> Result<Vec<BreakerTransition>, StoreError> {
+        self.enter("breaker_tick", 0).await?;
         Ok(Vec::new())
     }
 

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_shared::store::{
-    ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, ExpireDeadlinesParams, HolderWrite,
-    LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, PurgeParams, RecoverParams,
-    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, ShedParams,
-    UnservedParams,
+    BreakerTickParams, BreakerTransition, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams,
+    ExpireDeadlinesParams, HolderWrite, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
+    LeaderRenewal, PurgeParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams,
+    RenewOutcome, RenewParams, ShedParams, UnservedParams,
 };
 use leasehold_shared::{AgentId, Store, StoreError, TaskId, TaskType};
 
@@ -82,6 +82,10 @@ pub(crate) trait MaintenanceQueue: Send + Sync {
         params: ExpireDeadlinesParams,
     ) -> Result<Vec<TaskId>, StoreError>;
     async fn task_shed(&self, params: ShedParams) -> Result<Vec<(TaskId, TaskType)>, StoreError>;
+    async fn breaker_tick(
+        &self,
+        params: BreakerTickParams,
+    ) -> Result<Vec<BreakerTransition>, StoreError>;
     async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64, StoreError>;
     async fn task_dead_letter_unserved(
         &self,
@@ -186,6 +190,13 @@ impl MaintenanceQueue for StoreQueue {
 
     async fn task_shed(&self, params: ShedParams) -> Result<Vec<(TaskId, TaskType)>, StoreError> {
         self.0.task_shed(params).await
+    }
+
+    async fn breaker_tick(
+        &self,
+        params: BreakerTickParams,
+    ) -> Result<Vec<BreakerTransition>, StoreError> {
+        self.0.breaker_tick(params).await
     }
 
     async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64, StoreError> {

@@ -16,10 +16,10 @@ mod decode_props;
 
 pub use ids::{AgentId, LeaseEpoch, LeaseKey, TaskId, TaskType};
 pub use outcome::{
-    AgentState, AuditResult, LeaseOutcome, MemberState, ResourceState, ScheduleAddOutcome,
-    UnknownWord,
+    AgentState, AuditResult, BreakerState, LeaseOutcome, MemberState, ResourceState,
+    ScheduleAddOutcome, UnknownWord,
 };
-pub use policy::{Policy, PolicyPatch, PolicyScope, RateLimit, RetryPolicy};
+pub use policy::{BreakerPolicy, Policy, PolicyPatch, PolicyScope, RateLimit, RetryPolicy};
 pub use schedule::{CronExpr, MissedTicks, Schedule, ScheduleBuilder, ScheduleName};
 pub use status::{TaskAction, TaskStatus, TransitionError};
 pub use task::{Actor, Attempt, AttemptOutcome, Progress, Role, Task, TaskError};

@@ -123,6 +123,20 @@ word_enum! {
 }
 
 word_enum! {
+    /// Where a task type's circuit breaker stands.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum BreakerState: "breaker state" {
+        /// Tasks run; failures are counted.
+        Closed = "closed",
+        /// Too many failures: the type is not claimed until the cooldown ends.
+        Open = "open",
+        /// After the cooldown: one task at a time tries.
+        HalfOpen = "half_open",
+    }
+}
+
+word_enum! {
     /// How a shard group member reads at a moment.
     pub enum MemberState: "member state" {
         Live = "live",

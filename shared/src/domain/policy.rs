@@ -181,7 +181,7 @@ impl RateLimit {
         i64::try_from(self.period.as_millis()).unwrap_or(i64::MAX)
     }
 
-    fn period_text(d: Duration) -> String {
+    pub fn period_text(d: Duration) -> String {
         duration_text(d)
     }
 }
@@ -210,6 +210,83 @@ impl fmt::Display for RateLimit {
     }
 }
 
+/// A circuit breaker of a task type: after `failures` failed attempts within `within`, the type
+/// is not claimed for `cooldown`; then one task at a time tries (half-open): a success closes
+/// the breaker, a failure opens it again. The leader agent moves breakers and audits each move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BreakerPolicy {
+    pub failures: u32,
+    #[serde(with = "period_ms")]
+    pub within: Duration,
+    #[serde(with = "period_ms")]
+    pub cooldown: Duration,
+}
+
+/// Most failures a breaker may wait for.
+pub const MAX_BREAKER_FAILURES: u32 = 1_000_000;
+/// Longest failure window of a breaker (one day).
+pub const MAX_BREAKER_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+impl BreakerPolicy {
+    /// Checks the bounds: 1..=1,000,000 failures within 1 ms..=24 h, a cooldown of 1 ms..=7
+    /// days, whole milliseconds.
+    pub fn new(
+        failures: u32,
+        within: Duration,
+        cooldown: Duration,
+    ) -> Result<Self, ValidationError> {
+        let out = |detail: String| ValidationError::OutOfRange {
+            field: "breaker",
+            detail,
+        };
+        if !(1..=MAX_BREAKER_FAILURES).contains(&failures) {
+            return Err(out(format!(
+                "{failures} failures is not within 1..={MAX_BREAKER_FAILURES}"
+            )));
+        }
+        for (what, d, max, max_text) in [
+            ("window", within, MAX_BREAKER_WINDOW, "24h"),
+            ("cooldown", cooldown, MAX_POLICY_DURATION, "7 days"),
+        ] {
+            if d < Duration::from_millis(1) || d > max {
+                return Err(out(format!(
+                    "a {what} of {} is not within 1ms..={max_text}",
+                    RateLimit::period_text(d)
+                )));
+            }
+            if !d.subsec_nanos().is_multiple_of(1_000_000) {
+                return Err(out(format!("the {what} must be whole milliseconds")));
+            }
+        }
+        Ok(Self {
+            failures,
+            within,
+            cooldown,
+        })
+    }
+
+    pub fn within_ms(&self) -> i64 {
+        i64::try_from(self.within.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    pub fn cooldown_ms(&self) -> i64 {
+        i64::try_from(self.cooldown.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// `5 failures within 1m, cooldown 30s`.
+impl fmt::Display for BreakerPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} failures within {}, cooldown {}",
+            self.failures,
+            RateLimit::period_text(self.within),
+            RateLimit::period_text(self.cooldown)
+        )
+    }
+}
+
 /// A policy row as stored. For a type row, `None` fields inherit the global row; the global
 /// row always has every retry, timeout and slow field set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,6 +311,9 @@ pub struct Policy {
     /// of one concurrency key of the type. Tasks without a key are not limited by it.
     #[serde(default)]
     pub per_key_concurrency: Option<u32>,
+    /// Circuit breaker (task types only, not inherited).
+    #[serde(default)]
+    pub breaker: Option<BreakerPolicy>,
 }
 
 impl Policy {
@@ -252,6 +332,7 @@ impl Policy {
             rate_limit: None,
             shed_after: None,
             per_key_concurrency: None,
+            breaker: None,
         }
     }
 
@@ -291,6 +372,8 @@ pub struct PolicyPatch {
     pub shed_after: Option<Option<Duration>>,
     #[serde(default)]
     pub per_key_concurrency: Option<Option<u32>>,
+    #[serde(default)]
+    pub breaker: Option<Option<BreakerPolicy>>,
 }
 
 impl PolicyPatch {
@@ -329,6 +412,9 @@ impl PolicyPatch {
         if let Some(v) = self.per_key_concurrency {
             p.per_key_concurrency = v;
         }
+        if let Some(v) = self.breaker {
+            p.breaker = v;
+        }
         p
     }
 
@@ -356,6 +442,16 @@ impl PolicyPatch {
                     detail: format!("{limit} is not within 1..={MAX_CONCURRENCY_LIMIT}"),
                 });
             }
+        }
+        if let Some(Some(b)) = self.breaker {
+            if *scope == PolicyScope::Global {
+                return Err(ValidationError::OutOfRange {
+                    field: "breaker",
+                    detail: "a circuit breaker belongs to a task type, not the global policy"
+                        .into(),
+                });
+            }
+            BreakerPolicy::new(b.failures, b.within, b.cooldown)?;
         }
         if let Some(Some(rate)) = self.rate_limit {
             RateLimit::new(rate.starts, rate.period)?;

@@ -43,14 +43,14 @@ use super::schedules::{
 };
 use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
-    AuditRecord, Blocker, CancelOutcome, CancelParams, ClaimBatch, ClaimParams, CompleteOutcome,
-    CompleteParams, DeniedCalls, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams,
-    ExplainParams, HolderWrite, IdleReport, IdleReportParams, LeaderElectParams, LeaderOutcome,
-    LeaderRenewParams, LeaderRenewal, NewTask, Overview, PolicyChange, PolicySetParams,
-    ProgressParams, PurgeParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams,
-    RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result,
-    ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskDetail, TaskListParams,
-    TaskPage, UnservedParams,
+    AuditRecord, Blocker, BreakerTickParams, BreakerTransition, CancelOutcome, CancelParams,
+    ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, DeniedCalls, EnqueueAuditedParams,
+    Enqueued, ExpireDeadlinesParams, ExplainParams, HolderWrite, IdleReport, IdleReportParams,
+    LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, NewTask, Overview,
+    PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
+    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
+    RequeueParams, Result, ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
+    TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -80,6 +80,7 @@ pub trait Driver: Send + Sync + 'static {
     async fn lease_recover_expired(&self, params: &RecoverParams) -> Result<Vec<Recovered>>;
     async fn task_expire_deadlines(&self, params: &ExpireDeadlinesParams) -> Result<Vec<TaskId>>;
     async fn task_shed(&self, params: &ShedParams) -> Result<Vec<(TaskId, TaskType)>>;
+    async fn breaker_tick(&self, params: &BreakerTickParams) -> Result<Vec<BreakerTransition>>;
     async fn task_purge_finished(&self, params: &PurgeParams) -> Result<u64>;
     async fn task_dead_letter_unserved(
         &self,
@@ -257,6 +258,10 @@ impl<D: Driver> Store for D {
     async fn task_shed(&self, params: ShedParams) -> Result<Vec<(TaskId, TaskType)>> {
         params.validate()?;
         Driver::task_shed(self, &params).await
+    }
+
+    async fn breaker_tick(&self, params: BreakerTickParams) -> Result<Vec<BreakerTransition>> {
+        Driver::breaker_tick(self, &params).await
     }
 
     async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64> {

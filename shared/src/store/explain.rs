@@ -10,7 +10,7 @@
 //!   terminal                        → Finished (only)
 //!   cancel_requested                → CancelRequested (only)
 //!   queued | retry_wait             → RetryWait | NotDue, DeadlinePassed, Paused, TypeLimit,
-//!                                     KeyLimit, GlobalLimit, RateLimit, GlobalRateLimit, NoAgent,
+//!                                     Breaker, KeyLimit, GlobalLimit, RateLimit, GlobalRateLimit, NoAgent,
 //!                                     BehindHigherPriority (those that apply, in this order);
 //!                                     none apply and due → Claimable
 //! ```
@@ -98,6 +98,10 @@ pub(crate) struct ExplainFacts {
     pub global_paused: bool,
     /// The type's limit, when it has one.
     pub type_limit: Option<LimitUse>,
+    /// Its type's circuit breaker, when it has one.
+    pub breaker: Option<crate::store::BreakerStatus>,
+    /// Running tasks of its type (when it has a limit or a half-open breaker).
+    pub type_running: u64,
     /// The task's concurrency key, when it has one.
     pub concurrency_key: Option<String>,
     /// The type's per-key limit and the running tasks of this task's key (keyed tasks only).
@@ -218,6 +222,28 @@ pub(crate) fn blockers(f: &ExplainFacts) -> Vec<Blocker> {
             BlockerKind::Paused,
             "all types are paused (global policy)".to_string(),
         );
+    }
+    if let Some(b) = f.breaker {
+        use crate::domain::BreakerState;
+        match b.state {
+            BreakerState::Open => push(
+                BlockerKind::Breaker,
+                format!(
+                    "circuit breaker open ({}): not claimed until {} (type {ty})",
+                    b.policy,
+                    b.until
+                        .map_or_else(|| "the next tick".to_string(), |u| at(u, f.now))
+                ),
+            ),
+            BreakerState::HalfOpen if f.type_running > 0 => push(
+                BlockerKind::Breaker,
+                format!(
+                    "circuit breaker half-open: one task at a time tries, {} running (type {ty})",
+                    f.type_running
+                ),
+            ),
+            BreakerState::HalfOpen | BreakerState::Closed => {}
+        }
     }
     if let Some(used) = f.type_limit
         && used.reached()
@@ -387,6 +413,8 @@ mod tests {
             type_paused: false,
             global_paused: false,
             type_limit: None,
+            breaker: None,
+            type_running: 0,
             concurrency_key: None,
             key_limit: None,
             global_limit: None,
@@ -459,9 +487,25 @@ mod tests {
             limit: 10,
             running: 12,
         });
+        f.breaker = Some(crate::store::BreakerStatus {
+            policy: crate::domain::BreakerPolicy::new(
+                5,
+                std::time::Duration::from_secs(60),
+                std::time::Duration::from_secs(30),
+            )
+            .unwrap(),
+            state: crate::domain::BreakerState::Open,
+            since: Some(now() - chrono::Duration::seconds(10)),
+            until: Some(now() + chrono::Duration::seconds(20)),
+        });
         f.agent_live = false;
         f.ahead = 7; // not due: being behind others is not a reason yet
         let b = blockers(&f);
+        assert_eq!(
+            b[4].message,
+            "circuit breaker open (5 failures within 1m, cooldown 30s): not claimed until \
+             2026-12-01T10:00:20Z (in 20s) (type email.send)"
+        );
         assert_eq!(
             kinds(&b),
             [
@@ -469,6 +513,7 @@ mod tests {
                 "deadline_passed",
                 "paused",
                 "paused",
+                "breaker",
                 "type_limit",
                 "global_limit",
                 "no_agent"
@@ -479,10 +524,10 @@ mod tests {
         ));
         assert!(b[0].message.ends_with("x…") && b[0].message.len() < 400);
         assert_eq!(
-            b[4].message,
+            b[5].message,
             "type limit reached: 3/3 running (type email.send)"
         );
-        assert_eq!(b[5].message, "global limit reached: 12/10 running");
+        assert_eq!(b[6].message, "global limit reached: 12/10 running");
     }
 
     #[test]
@@ -598,6 +643,7 @@ mod tests {
                 "not_due",
                 "deadline_passed",
                 "paused",
+                "breaker",
                 "type_limit",
                 "key_limit",
                 "global_limit",

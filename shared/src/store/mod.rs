@@ -129,6 +129,10 @@ pub trait Store: Send + Sync + 'static {
     /// Cancel (reason `shed`) waiting tasks of shedding types that became due longer ago than
     /// their type's `shed_after`; returns them with their types.
     async fn task_shed(&self, params: ShedParams) -> Result<Vec<(TaskId, TaskType)>>;
+    /// Move the circuit breakers (closed → open after too many failures, open → half-open after
+    /// the cooldown, half-open → closed or open by the try's outcome); each move is audited as
+    /// an action of the agent. Returns the moves.
+    async fn breaker_tick(&self, params: BreakerTickParams) -> Result<Vec<BreakerTransition>>;
     /// Delete finished tasks past retention; returns how many went.
     async fn task_purge_finished(&self, params: PurgeParams) -> Result<u64>;
     /// Dead-letter waiting tasks whose type no live agent serves (code `unknown_type`).

@@ -251,6 +251,8 @@ pub enum BlockerKind {
     DeadlinePassed,
     /// Its type, or every type (the global policy), is paused.
     Paused,
+    /// Its type's circuit breaker is open, or half-open with its one try running.
+    Breaker,
     /// Its type's concurrency limit is reached.
     TypeLimit,
     /// Its type's per-key limit is reached for its concurrency key.
@@ -271,13 +273,14 @@ pub enum BlockerKind {
 
 impl BlockerKind {
     /// Every kind, in the order blockers are reported.
-    pub const ALL: [BlockerKind; 14] = [
+    pub const ALL: [BlockerKind; 15] = [
         BlockerKind::Finished,
         BlockerKind::CancelRequested,
         BlockerKind::RetryWait,
         BlockerKind::NotDue,
         BlockerKind::DeadlinePassed,
         BlockerKind::Paused,
+        BlockerKind::Breaker,
         BlockerKind::TypeLimit,
         BlockerKind::KeyLimit,
         BlockerKind::GlobalLimit,
@@ -297,6 +300,7 @@ impl BlockerKind {
             BlockerKind::NotDue => "not_due",
             BlockerKind::DeadlinePassed => "deadline_passed",
             BlockerKind::Paused => "paused",
+            BlockerKind::Breaker => "breaker",
             BlockerKind::TypeLimit => "type_limit",
             BlockerKind::KeyLimit => "key_limit",
             BlockerKind::GlobalLimit => "global_limit",
@@ -382,6 +386,70 @@ pub struct TypeCounts {
     pub shed_last_minute: u64,
     /// The per-key limit: running tasks allowed per concurrency key.
     pub per_key_limit: Option<u32>,
+    /// Its circuit breaker and where it stands.
+    pub breaker: Option<BreakerStatus>,
+}
+
+/// A task type's circuit breaker and where it stands (database time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BreakerStatus {
+    pub policy: crate::domain::BreakerPolicy,
+    pub state: crate::domain::BreakerState,
+    /// When the state last changed (none: never, closed since it was set).
+    pub since: Option<DateTime<Utc>>,
+    /// An open breaker half-opens at this time.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl BreakerTransition {
+    /// The audit row of this move, an action of the leader `agent` (role `system`).
+    pub fn audit_entry(&self, agent: &crate::domain::AgentId) -> crate::store::AuditEntry {
+        use crate::domain::BreakerState::{Closed, HalfOpen, Open};
+        let until = self
+            .until
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        let detail = match (self.from, self.to) {
+            (Closed, Open) => format!(
+                "{} failures within {}: not claimed until {until}",
+                self.failures.unwrap_or_default(),
+                crate::domain::RateLimit::period_text(self.policy.within)
+            ),
+            (_, Open) => format!("the half-open try failed: not claimed until {until}"),
+            (_, HalfOpen) => "cooldown over: one task at a time tries".to_string(),
+            (_, Closed) => "the half-open try succeeded".to_string(),
+        };
+        crate::store::AuditEntry {
+            actor: crate::domain::Actor {
+                name: agent.as_str().to_string(),
+                role: crate::domain::Role::System,
+            },
+            action: format!("breaker_{}", self.to.as_str()),
+            target: format!("type:{}", self.task_type),
+            params: Some(serde_json::json!({
+                "from": self.from.as_str(),
+                "to": self.to.as_str(),
+                "failures": self.failures,
+                "until": self.until,
+                "breaker": self.policy,
+            })),
+            result: crate::domain::AuditResult::Applied,
+            detail: Some(detail),
+        }
+    }
+}
+
+/// A move of a breaker made by [`crate::Store::breaker_tick`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BreakerTransition {
+    pub task_type: TaskType,
+    pub from: crate::domain::BreakerState,
+    pub to: crate::domain::BreakerState,
+    /// The failures counted within the window (when it opened from closed).
+    pub failures: Option<u64>,
+    /// When an opened breaker half-opens.
+    pub until: Option<DateTime<Utc>>,
+    pub policy: crate::domain::BreakerPolicy,
 }
 
 /// One row of an overview statement, decoded by a store: the global policy (the row named

@@ -410,6 +410,12 @@ impl ShedParams {
     }
 }
 
+/// The leader's move of the circuit breakers, audited as an action of `agent`.
+#[derive(Debug, Clone)]
+pub struct BreakerTickParams {
+    pub agent: AgentId,
+}
+
 /// List leases whose last renewal is older than `threshold`.
 /// Longest retention accepted.
 pub const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);

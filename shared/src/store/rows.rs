@@ -21,15 +21,15 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::domain::{
-    Attempt, AttemptOutcome, LeaseEpoch, Policy, PolicyScope, Progress, RateLimit, Task, TaskError,
-    TaskId, TaskType,
+    Attempt, AttemptOutcome, BreakerPolicy, BreakerState, LeaseEpoch, Policy, PolicyScope,
+    Progress, RateLimit, Task, TaskError, TaskId, TaskType,
 };
-use crate::store::RateFill;
 pub(crate) use crate::store::audit::backend::{Columns, agent_id, status};
 use crate::store::explain::{ExplainFacts, LimitUse, RateUse};
 use crate::store::{
     AgentRecord, AuditRecord, OverviewRow, Result, StoreError, TaskPage, TypeCounts,
 };
+use crate::store::{BreakerStatus, BreakerTransition, RateFill};
 
 /// The columns of the records mapped here that [`Columns`] does not cover.
 pub(crate) trait RecordColumns: Columns {
@@ -218,6 +218,7 @@ pub(crate) fn policy<R: RecordColumns>(row: &R) -> Result<Policy> {
         rate_limit: rate_limit(row.opt_int("rate_starts")?, row.opt_int("rate_period_ms")?)?,
         shed_after: millis(row.opt_int("shed_after_ms")?),
         per_key_concurrency: row.opt_int("per_key_concurrency")?.map(count),
+        breaker: breaker_policy(row)?,
     })
 }
 
@@ -266,6 +267,74 @@ fn rate_limit(starts: Option<i64>, period_ms: Option<i64>) -> Result<Option<Rate
         }
         (n, ms) => Err(corrupt(format!("starts {n:?} with period {ms:?} ms"))),
     }
+}
+
+/// A breaker's configuration from `breaker_failures`, `breaker_within_ms`,
+/// `breaker_cooldown_ms` (all null: none).
+fn breaker_policy<R: Columns>(row: &R) -> Result<Option<BreakerPolicy>> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        what: "policy breaker",
+        detail,
+    };
+    let parts = (
+        row.opt_int("breaker_failures")?,
+        row.opt_int("breaker_within_ms")?,
+        row.opt_int("breaker_cooldown_ms")?,
+    );
+    match parts {
+        (None, None, None) => Ok(None),
+        (Some(n), Some(within), Some(cooldown)) => {
+            let n = u32::try_from(n).map_err(|_| corrupt(format!("{n} failures")))?;
+            let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
+            BreakerPolicy::new(n, ms(within), ms(cooldown))
+                .map(Some)
+                .map_err(|e| corrupt(e.to_string()))
+        }
+        other => Err(corrupt(format!("incomplete: {other:?}"))),
+    }
+}
+
+/// A breaker and its state from the `breaker_*` columns of a policies row (none: no breaker).
+pub(crate) fn breaker_status<R: Columns>(row: &R) -> Result<Option<BreakerStatus>> {
+    let Some(policy) = breaker_policy(row)? else {
+        return Ok(None);
+    };
+    let state = row.text("breaker_state")?;
+    Ok(Some(BreakerStatus {
+        policy,
+        state: state
+            .parse()
+            .map_err(|e: crate::domain::UnknownWord| StoreError::Corrupt {
+                what: "breaker state",
+                detail: e.to_string(),
+            })?,
+        since: row.opt_time("breaker_since")?,
+        until: row.opt_time("breaker_until")?,
+    }))
+}
+
+/// A row of a breaker tick: `scope`, `from_state`, `to_state`, `failures`, `breaker_until` and
+/// the breaker's configuration.
+pub(crate) fn breaker_transition<R: Columns>(row: &R) -> Result<BreakerTransition> {
+    let state = |column| -> Result<BreakerState> {
+        row.text(column)?
+            .parse()
+            .map_err(|e: crate::domain::UnknownWord| StoreError::Corrupt {
+                what: "breaker state",
+                detail: e.to_string(),
+            })
+    };
+    Ok(BreakerTransition {
+        task_type: task_type(row.text("scope")?)?,
+        from: state("from_state")?,
+        to: state("to_state")?,
+        failures: row.opt_int("failures")?.map(tally),
+        until: row.opt_time("breaker_until")?,
+        policy: breaker_policy(row)?.ok_or_else(|| StoreError::Corrupt {
+            what: "breaker",
+            detail: "a move of a breaker that is not set".into(),
+        })?,
+    })
 }
 
 /// An `agents` row (with `now` and `leader`).
@@ -347,6 +416,7 @@ pub(crate) fn overview_row<R: Columns>(row: &R) -> Result<OverviewRow> {
         shed_after: millis(row.opt_int("shed_after_ms")?),
         shed_last_minute: n("shed_last_minute")?,
         per_key_limit: row.opt_int("per_key_concurrency")?.map(count),
+        breaker: breaker_status(row)?,
     }))
 }
 
@@ -374,6 +444,8 @@ pub(crate) fn explain_facts<R: Columns>(row: &R, now: DateTime<Utc>) -> Result<E
         type_paused: row.flag("type_paused")?,
         global_paused: row.flag("global_paused")?,
         type_limit: limit_use("type_limit", "type_running")?,
+        breaker: breaker_status(row)?,
+        type_running: row.opt_int("type_running")?.map_or(0, tally),
         concurrency_key: row.opt_text("concurrency_key")?,
         key_limit: limit_use("key_limit", "key_running")?,
         global_limit: limit_use("global_limit", "global_running")?,

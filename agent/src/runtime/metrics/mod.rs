@@ -26,6 +26,12 @@ struct TypeLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabel {
+    task_type: String,
+    to: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TickLabel {
     schedule: String,
     outcome: String,
@@ -83,6 +89,7 @@ pub struct Metrics {
     timeouts: Family<TypeLabel, Counter>,
     slow: Family<TypeLabel, Counter>,
     shed: Family<TypeLabel, Counter>,
+    breakers: Family<BreakerLabel, Counter>,
     database_up: Gauge,
     leader: Gauge,
     by_type: RwLock<HashMap<String, Arc<TypeSeries>>>,
@@ -121,6 +128,7 @@ impl Metrics {
             timeouts: Family::default(),
             slow: Family::default(),
             shed: Family::default(),
+            breakers: Family::default(),
             database_up: Gauge::default(),
             leader: Gauge::default(),
             by_type: RwLock::default(),
@@ -213,6 +221,12 @@ impl Metrics {
             "Waiting tasks this agent cancelled as leader by load shedding (their type's \
              shed_after passed), by type",
             m.shed.clone(),
+        );
+        registry.register(
+            "breaker_transitions",
+            "Circuit breaker moves this agent made as leader, by type and the state moved to \
+             (open, half_open, closed)",
+            m.breakers.clone(),
         );
         registry.register(
             "database_up",
@@ -378,6 +392,15 @@ impl Metrics {
         self.shed
             .get_or_create(&TypeLabel {
                 task_type: task_type.to_string(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn breaker(&self, task_type: &str, to: &str) {
+        self.breakers
+            .get_or_create(&BreakerLabel {
+                task_type: task_type.to_string(),
+                to: to.to_string(),
             })
             .inc();
     }

@@ -224,6 +224,9 @@ where
         .bind(next.rate_limit.map(|r| r.period_ms()))
         .bind(ms(next.shed_after))
         .bind(next.per_key_concurrency.map(limit))
+        .bind(next.breaker.map(|b| i64::from(b.failures)))
+        .bind(next.breaker.map(|b| b.within_ms()))
+        .bind(next.breaker.map(|b| b.cooldown_ms()))
 }
 
 /// Enqueue and its audit row in one transaction. Order: validation (invalid input writes

@@ -76,6 +76,12 @@ macro_rules! impl_driver {
                 async fn task_shed(&self, p: &ShedParams) -> Result<Vec<(TaskId, TaskType)>> {
                     ops::task_shed(&self.pool, p).await
                 }
+                async fn breaker_tick(
+                    &self,
+                    p: &BreakerTickParams,
+                ) -> Result<Vec<BreakerTransition>> {
+                    ops::breaker_tick(&self.pool, p).await
+                }
                 async fn task_purge_finished(&self, p: &PurgeParams) -> Result<u64> {
                     ops::task_purge_finished(&self.pool, p).await
                 }

@@ -122,6 +122,7 @@ mod ops {
         lease_recover_expired(p),
         task_expire_deadlines(p),
         task_shed(p),
+        breaker_tick(p),
         task_purge_finished(p),
         task_dead_letter_unserved(p),
         task_count_claimable(p),

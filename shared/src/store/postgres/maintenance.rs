@@ -17,8 +17,8 @@ use sqlx::types::Json;
 use super::rows::{agent_id, get, status, task_type};
 use super::{secs, sql};
 use crate::domain::{LeaseEpoch, TaskId, TaskType};
-use crate::store::ShedParams;
 use crate::store::lifecycle;
+use crate::store::{BreakerTickParams, BreakerTransition, ShedParams};
 use crate::store::{
     ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
     SuspectParams, UnservedParams,
@@ -219,4 +219,27 @@ pub(super) async fn task_idle_report(
         }
     }
     Ok(report)
+}
+
+/// The leader's move of the circuit breakers (breaker_tick.sql), each move audited in the same
+/// transaction.
+pub(super) async fn breaker_tick(
+    pool: &PgPool,
+    params: &BreakerTickParams,
+) -> Result<Vec<BreakerTransition>> {
+    const OP: &str = "breaker_tick";
+    let mut tx = pool.begin().await.map_err(StoreError::db(OP))?;
+    let rows = sqlx::query(sql::breaker_tick)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let moves = rows
+        .iter()
+        .map(crate::store::rows::breaker_transition)
+        .collect::<Result<Vec<_>>>()?;
+    for moved in &moves {
+        super::operator::audit_write(&mut *tx, &moved.audit_entry(&params.agent)).await?;
+    }
+    tx.commit().await.map_err(StoreError::db(OP))?;
+    Ok(moves)
 }

@@ -86,6 +86,7 @@ pub(crate) mod sql {
             lease_recover_expired,
             task_expire_deadlines,
             task_shed,
+            breaker_tick,
             task_purge_finished,
             task_dead_letter_unserved,
             task_count_claimable,

@@ -11,7 +11,10 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 use super::rows::{self, get, micros, span, status, task};
 use super::{commit, json_list, sql, write_tx};
-use crate::domain::{InputLimits, LeaseEpoch, Policy, PolicyScope, RateLimit, TaskId, TaskStatus};
+use crate::domain::{
+    BreakerState, InputLimits, LeaseEpoch, Policy, PolicyScope, RateLimit, TaskId, TaskStatus,
+    UnknownWord,
+};
 use crate::store::KeyCursors;
 use crate::store::lifecycle;
 use crate::store::params::{ValidTask, validate_bulk};
@@ -219,11 +222,28 @@ pub(super) async fn task_claim(
     if global.is_some_and(|g| g.paused) {
         global_cap = 0;
     }
+    // Open breakers leave their type out; a half-open one lets one task run at a time.
+    let mut tripped: HashMap<String, BreakerState> = HashMap::new();
+    for row in sqlx::query(sql::policy_breakers_tripped)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?
+    {
+        let state = get::<String>(&row, "breaker_state")?;
+        let state = state
+            .parse()
+            .map_err(|e: UnknownWord| StoreError::Corrupt {
+                what: "breaker state",
+                detail: e.to_string(),
+            })?;
+        tripped.insert(get(&row, "scope")?, state);
+    }
     let limited = global.and_then(|g| g.max_concurrency).is_some()
         || params.task_types.iter().any(|t| {
             of_type(t.as_str())
                 .and_then(|p| p.max_concurrency)
                 .is_some()
+                || tripped.contains_key(t.as_str())
         });
     let mut running: HashMap<String, usize> = HashMap::new();
     let mut running_total = 0usize;
@@ -284,10 +304,15 @@ pub(super) async fn task_claim(
     let mut type_cap: HashMap<&str, Option<usize>> = HashMap::new();
     for t in &params.task_types {
         let policy = of_type(t.as_str());
-        if policy.is_some_and(|p| p.paused) {
+        let breaker = tripped.get(t.as_str());
+        if policy.is_some_and(|p| p.paused) || breaker == Some(&BreakerState::Open) {
             continue;
         }
-        let running_cap = policy.and_then(|p| p.max_concurrency).map(|limit| {
+        let limit = match (policy.and_then(|p| p.max_concurrency), breaker) {
+            (limit, Some(BreakerState::HalfOpen)) => Some(limit.unwrap_or(1).min(1)),
+            (limit, _) => limit,
+        };
+        let running_cap = limit.map(|limit| {
             let limit = usize::try_from(limit).unwrap_or(usize::MAX);
             limit.saturating_sub(running.get(t.as_str()).copied().unwrap_or(0))
         });

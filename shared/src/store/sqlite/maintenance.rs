@@ -13,10 +13,11 @@ use sqlx::SqlitePool;
 
 use super::rows::{self, agent_id, get, span, status, task_type};
 use super::{commit, json_list, read_tx, sql, write_tx};
+use crate::domain::BreakerState;
 use crate::domain::PolicyScope;
 use crate::domain::{LeaseEpoch, TaskId, TaskType};
-use crate::store::ShedParams;
 use crate::store::lifecycle;
+use crate::store::{BreakerTickParams, BreakerTransition, ShedParams};
 use crate::store::{
     ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
     SuspectParams, UnservedParams,
@@ -247,6 +248,102 @@ pub(super) async fn task_shed(
     }
     commit(tx, OP).await?;
     Ok(out)
+}
+
+/// The leader's move of the circuit breakers (see the PostgreSQL breaker_tick.sql for the
+/// rules), each move audited in the same transaction. Without a breaker, one read and no write
+/// lock.
+pub(super) async fn breaker_tick(
+    pool: &SqlitePool,
+    params: &BreakerTickParams,
+) -> Result<Vec<BreakerTransition>> {
+    const OP: &str = "breaker_tick";
+    let read = sqlx::query(sql::breaker_list)
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db(OP))?;
+    if read.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let now_time = rows::time(now, "now")?;
+    let listed = sqlx::query(sql::breaker_list)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let mut moves = Vec::new();
+    for row in &listed {
+        let scope: String = get(row, "scope")?;
+        let Some(breaker) = rows::breaker_status(row)? else {
+            continue;
+        };
+        let since = breaker.since.map(super::rows::micros);
+        let (to, failures) = match breaker.state {
+            BreakerState::Closed => {
+                let window_start = now
+                    .saturating_sub(span(breaker.policy.within))
+                    .max(since.unwrap_or(i64::MIN));
+                let failed: i64 = sqlx::query_scalar(sql::breaker_failures)
+                    .bind(&scope)
+                    .bind(window_start)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(StoreError::db(OP))?;
+                let failed = u64::try_from(failed).unwrap_or(0);
+                let trips = failed >= u64::from(breaker.policy.failures);
+                (trips.then_some(BreakerState::Open), Some(failed))
+            }
+            BreakerState::Open => {
+                let over = breaker.until.is_none_or(|until| until <= now_time);
+                (over.then_some(BreakerState::HalfOpen), None)
+            }
+            BreakerState::HalfOpen => {
+                let probe = sqlx::query(sql::breaker_probe)
+                    .bind(&scope)
+                    .bind(since.unwrap_or(i64::MIN))
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(StoreError::db(OP))?;
+                let to = if get::<bool>(&probe, "failed")? {
+                    Some(BreakerState::Open)
+                } else if get::<bool>(&probe, "ok")? {
+                    Some(BreakerState::Closed)
+                } else {
+                    None
+                };
+                (to, None)
+            }
+        };
+        let Some(to) = to else {
+            continue;
+        };
+        let until =
+            (to == BreakerState::Open).then(|| now.saturating_add(span(breaker.policy.cooldown)));
+        sqlx::query(sql::breaker_move)
+            .bind(&scope)
+            .bind(to.as_str())
+            .bind(now)
+            .bind(until)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        let moved = BreakerTransition {
+            task_type: task_type(scope)?,
+            from: breaker.state,
+            to,
+            failures: if to == BreakerState::Open {
+                failures
+            } else {
+                None
+            },
+            until: until.map(|u| rows::time(u, "breaker_until")).transpose()?,
+            policy: breaker.policy,
+        };
+        super::operator::audit_write(&mut tx, &moved.audit_entry(&params.agent), now).await?;
+        moves.push(moved);
+    }
+    commit(tx, OP).await?;
+    Ok(moves)
 }
 
 pub(super) async fn task_count_claimable(pool: &SqlitePool, types: &[TaskType]) -> Result<u64> {

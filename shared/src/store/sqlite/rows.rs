@@ -11,7 +11,7 @@ use sqlx::sqlite::SqliteRow;
 
 use crate::store::rows::RecordColumns;
 pub(super) use crate::store::rows::{
-    agent, agent_id, attempt, get, policy, status, task, task_type,
+    agent, agent_id, attempt, breaker_status, get, policy, status, task, task_type,
 };
 use crate::store::{Result, StoreError};
 

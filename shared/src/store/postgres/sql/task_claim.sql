@@ -14,7 +14,8 @@
 -- within (now - P, now]; the caller writes the starts taken here to the ledger in the same
 -- transaction (rate_limit_stamp.sql), so a claim without rate limits writes nothing more.
 WITH pol AS (
-    SELECT scope, max_concurrency, paused, rate_starts, rate_period_ms, per_key_concurrency FROM policies
+    SELECT scope, max_concurrency, paused, rate_starts, rate_period_ms, per_key_concurrency,
+           breaker_state FROM policies
     WHERE scope = '*' OR scope = ANY($2::text[])
 ),
 -- Starts each locked rate-limited scope may still make in the window ending now (no rows, and
@@ -42,21 +43,28 @@ global_cap AS (
     END AS cap
     FROM (SELECT 1) one LEFT JOIN pol g ON g.scope = '*'
 ),
+-- A half-open breaker lets one task of its type run at a time; an open one none (the type is
+-- left out, as a paused one is).
 type_cap AS (
     SELECT t.task_type,
            CASE
-               WHEN p.max_concurrency IS NULL AND p.rate_starts IS NULL THEN NULL
+               WHEN p.max_concurrency IS NULL AND p.rate_starts IS NULL
+                    AND p.breaker_state IS DISTINCT FROM 'half_open' THEN NULL
                WHEN NOT (t.task_type = ANY($5::text[])) THEN 0
                ELSE least(
-                   CASE WHEN p.max_concurrency IS NOT NULL THEN greatest(p.max_concurrency - (
-                       SELECT count(*) FROM tasks r
-                       WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type), 0)
+                   CASE WHEN p.max_concurrency IS NOT NULL OR p.breaker_state = 'half_open' THEN
+                       greatest(CASE WHEN p.breaker_state = 'half_open'
+                                     THEN least(1, coalesce(p.max_concurrency, 1))
+                                     ELSE p.max_concurrency END - (
+                           SELECT count(*) FROM tasks r
+                           WHERE r.status IN ('running', 'cancel_requested')
+                             AND r.task_type = t.task_type), 0)
                    END,
                    (SELECT left_ FROM rate WHERE scope = t.task_type))
            END AS cap
     FROM unnest($2::text[]) AS t(task_type)
     LEFT JOIN pol p ON p.scope = t.task_type
-    WHERE NOT coalesce(p.paused, false)
+    WHERE NOT coalesce(p.paused, false) AND p.breaker_state IS DISTINCT FROM 'open'
 ),
 open_types AS (
     SELECT array_agg(task_type) AS types FROM type_cap WHERE cap IS NULL OR cap > 0

@@ -3,7 +3,8 @@
 --    claims never block each other on it, but a policy change (which takes it exclusively)
 --    waits for claims in flight, so a limit never starts while a claim that ignored it is
 --    still uncommitted.
--- 2. For each scope with a concurrency or rate limit that this claim touches (global '*' and each
+-- 2. For each scope with a concurrency, rate or per-key limit or a half-open breaker that this
+--    claim touches (global '*' and each
 --    requested type), try a transaction-level advisory lock (19528, hashtext(scope)). A scope
 --    whose lock another claimer holds is skipped this round (the claim gives it capacity 0), so
 --    claimers never wait on each other and never deadlock. Unlimited scopes take no lock.
@@ -101,7 +102,8 @@ UNION ALL
 SELECT scope, pg_try_advisory_xact_lock(19528, hashtext(scope)) AS locked, rated, NULL, NULL
 FROM (
     SELECT scope, rate_starts IS NOT NULL AS rated FROM policies
-    WHERE (max_concurrency IS NOT NULL OR rate_starts IS NOT NULL OR per_key_concurrency IS NOT NULL)
+    WHERE (max_concurrency IS NOT NULL OR rate_starts IS NOT NULL OR per_key_concurrency IS NOT NULL
+           OR breaker_state = 'half_open')
       AND (scope = '*' OR scope = ANY($1::text[]))
     ORDER BY scope
 ) limited

@@ -49,6 +49,8 @@ SELECT n.task_type,
        p.max_concurrency,
        coalesce(p.paused, false) AS paused,
        p.rate_starts, p.rate_period_ms, p.shed_after_ms, p.per_key_concurrency,
+       p.breaker_failures, p.breaker_within_ms, p.breaker_cooldown_ms,
+       coalesce(p.breaker_state, 'closed') AS breaker_state, p.breaker_since, p.breaker_until,
        CASE WHEN p.rate_starts IS NOT NULL THEN (
            SELECT coalesce(sum(s.n), 0) FROM rate_limit_starts s
            WHERE s.scope = n.task_type

@@ -21,11 +21,13 @@ SELECT t.id, t.task_type, t.status, t.available_at, t.deadline_at, t.attempt, t.
        coalesce(tp.paused, 0) AS type_paused,
        coalesce(gp.paused, 0) AS global_paused,
        tp.max_concurrency AS type_limit,
-       CASE WHEN t.waiting AND tp.max_concurrency IS NOT NULL THEN (
+       CASE WHEN t.waiting AND (tp.max_concurrency IS NOT NULL OR tp.breaker_state = 'half_open') THEN (
            SELECT count(*) FROM tasks r
            WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type)
        END AS type_running,
        t.concurrency_key,
+       tp.breaker_failures, tp.breaker_within_ms, tp.breaker_cooldown_ms,
+       coalesce(tp.breaker_state, 'closed') AS breaker_state, tp.breaker_since, tp.breaker_until,
        CASE WHEN t.concurrency_key IS NOT NULL THEN tp.per_key_concurrency END AS key_limit,
        CASE WHEN t.waiting AND tp.per_key_concurrency IS NOT NULL AND t.concurrency_key IS NOT NULL THEN (
            SELECT count(*) FROM tasks r

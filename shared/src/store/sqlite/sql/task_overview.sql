@@ -29,6 +29,8 @@ SELECT n.task_type,
        coalesce(d.dead, 0) AS dead, coalesce(r.finished, 0) AS finished_last_minute,
        coalesce(r.died, 0) AS dead_last_minute, coalesce(r.shed, 0) AS shed_last_minute,
        p.max_concurrency, p.shed_after_ms, p.per_key_concurrency,
+       p.breaker_failures, p.breaker_within_ms, p.breaker_cooldown_ms,
+       coalesce(p.breaker_state, 'closed') AS breaker_state, p.breaker_since, p.breaker_until,
        coalesce(p.paused, 0) AS paused, p.rate_starts, p.rate_period_ms,
        CASE WHEN p.rate_starts IS NOT NULL THEN (
            SELECT coalesce(sum(s.n), 0) FROM rate_limit_starts s
