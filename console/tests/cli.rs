@@ -438,6 +438,169 @@ async fn requeue_dlq_concurrency_pause_resume_drain() {
     );
 }
 
+/// Issue 23: `concurrency set N --type T --per-key` and its clear (`unlimited`), the agent's
+/// warning on stderr, `enqueue --concurrency-key`, and the PER-KEY column of `types`; usage
+/// errors exit 2 before any call.
+#[tokio::test(flavor = "multi_thread")]
+async fn per_key_limits_and_concurrency_keys_print_and_exit_as_documented() {
+    let (addr, fake) = plain().await;
+    let run = |args: Vec<&str>| {
+        let mut all = vec!["--agent", addr.as_str()];
+        all.extend(args);
+        let owned: Vec<String> = all.iter().map(|s| (*s).to_owned()).collect();
+        async move {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            leasehold(&refs, &[]).await
+        }
+    };
+    let o = run(vec![
+        "concurrency",
+        "set",
+        "3",
+        "--type",
+        "email.send",
+        "--per-key",
+    ])
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "type email.send per-key limit: 2 → 3\n");
+    assert_eq!(stderr(&o), "");
+    let o = run(vec![
+        "--output",
+        "json",
+        "concurrency",
+        "set",
+        "unlimited",
+        "--type",
+        "email.send",
+        "--per-key",
+    ])
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        json_lines(&stdout(&o)),
+        [serde_json::json!({
+            "scope": "per_key", "task_type": "email.send", "previous": 2, "limit": null
+        })]
+    );
+    // Applied with a warning: stdout stays the result, the warning goes to stderr.
+    let o = run(vec![
+        "concurrency",
+        "set",
+        "1",
+        "--type",
+        "lonely",
+        "--per-key",
+    ])
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "type lonely per-key limit: unlimited → 1\n");
+    assert_eq!(
+        stderr(&o),
+        "leasehold: warning: no live agent handles type lonely\n"
+    );
+    let o = run(vec!["enqueue", "email.send", "--concurrency-key", "acme"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "enqueued task 42 (type email.send, priority 0, concurrency key acme)\n"
+    );
+    let o = run(vec![
+        "--output",
+        "json",
+        "enqueue",
+        "email.send",
+        "--concurrency-key",
+        "acme",
+    ])
+    .await;
+    assert_eq!(json_lines(&stdout(&o))[0]["concurrency_key"], "acme");
+    let o = run(vec!["types"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    // email.send also has a rate limit and sheds: on 80 columns the PER-KEY column (a
+    // setting) gives way first, and a line says where it is.
+    assert!(
+        !out.lines().next().unwrap_or_default().contains("PER-KEY"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "\nPER-KEY left out to fit 80 columns; `leasehold types --output json` has it\n"
+        ),
+        "{out}"
+    );
+    let o = run(vec!["--output", "json", "types"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["types"][0]["per_key_limit"], 2);
+    assert_eq!(v["types"][1]["per_key_limit"], serde_json::Value::Null);
+    let calls = fake.calls();
+    for call in [
+        "set_concurrency Some(TaskType(\"email.send\")) 3 false per_key",
+        "set_concurrency Some(TaskType(\"email.send\")) 0 true per_key",
+        "set_concurrency Some(TaskType(\"lonely\")) 1 false per_key",
+    ] {
+        assert!(calls.contains(&call.to_owned()), "{call} not in {calls:?}");
+    }
+
+    // Usage errors: exit 2, nothing on stdout, no call (port 1 refuses connections).
+    let before = fake.calls().len();
+    for (args, says) in [
+        (
+            &["concurrency", "set", "2", "--global", "--per-key"][..],
+            "--per-key goes with --type TYPE",
+        ),
+        (
+            &["concurrency", "set", "2", "--local", "--per-key"],
+            "--per-key goes with --type TYPE",
+        ),
+        (
+            &[
+                "concurrency",
+                "set",
+                "0",
+                "--type",
+                "email.send",
+                "--per-key",
+            ],
+            "a per-key limit is 1..=1000000",
+        ),
+        (
+            &[
+                "concurrency",
+                "set",
+                "1000001",
+                "--type",
+                "email.send",
+                "--per-key",
+            ],
+            "1000001",
+        ),
+        (&["concurrency", "set", "2", "--per-key"], "--type"),
+        (
+            &["enqueue", "noop", "--concurrency-key", ""],
+            "--concurrency-key",
+        ),
+        (
+            &["enqueue", "noop", "--concurrency-key", "a\u{1b}[2Jb"],
+            "without control characters",
+        ),
+    ] {
+        let mut all = vec!["--agent", "127.0.0.1:1"];
+        all.extend(args);
+        let o = leasehold(&all, &[]).await;
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "", "{args:?}");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("cannot reach"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    assert_eq!(fake.calls().len(), before);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn ratelimit_set_clear_and_ls_print_and_exit_as_documented() {
     let (addr, fake) = plain().await;

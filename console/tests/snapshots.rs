@@ -174,6 +174,40 @@ fn types_show_shedding_and_it_gives_way_after_the_rates() {
     assert!(!text.contains("SHED"), "{text}");
 }
 
+/// A type with a per-key limit (`mail`: 2 per key) brings the PER-KEY column, which fits on
+/// 80 columns beside the rates and shedding; narrower, PER-KEY (a setting) gives way first,
+/// then RATE and SHED/M, and the counts stay whole. Without any per-key limit there is no
+/// PER-KEY column.
+#[test]
+fn types_show_the_per_key_limit_and_it_gives_way_first() {
+    let mut app = at(View::Types);
+    let header = |text: &str| text.lines().nth(4).unwrap().to_string();
+    let text = screen(&mut app, 80, 24);
+    for column in ["PER-KEY", "RATE", "SHED/M"] {
+        assert!(header(&text).contains(column), "{column}:\n{text}");
+    }
+    let mail = text.lines().find(|l| l.contains(" mail ")).unwrap();
+    assert!(mail.contains(" 4/20    2 "), "{mail}");
+    let text = screen(&mut app, 75, 24);
+    assert!(
+        !header(&text).contains("PER-KEY")
+            && header(&text).contains("RATE")
+            && header(&text).contains("SHED/M"),
+        "{text}"
+    );
+    for cell in ["1250", "125", "10/-", "4/20", "12/50/1s", "6 >5m"] {
+        assert!(text.contains(cell), "{cell} cut:\n{text}");
+    }
+
+    let mut overview = app.state.live.overview.clone().unwrap();
+    for t in &mut overview.types {
+        t.per_key_limit = None;
+    }
+    app.on_event(leasehold_console::event::Event::Overview(overview));
+    let text = screen(&mut app, 160, 48);
+    assert!(!text.contains("PER-KEY"), "{text}");
+}
+
 #[test]
 fn agents() {
     check("agents", || at(View::Agents));
@@ -569,6 +603,54 @@ fn a_running_task_shows_its_attempt_its_progress_and_only_cancel() {
     );
     assert!(text.contains("x cancel"), "{text}");
     assert!(!text.contains("r requeue"), "{text}");
+}
+
+/// A queued task of `mail` held back by its key: at most 2 run per concurrency key, and 2 with
+/// key `acme` run.
+fn key_limit_reply(id: i64) -> pb::GetTaskResponse {
+    let mut task = fixture::dead_task(id, "mail", "x", "x", 0);
+    task.status = pb::TaskStatus::Queued as i32;
+    task.last_error = None;
+    task.finished_at_ms = 0;
+    task.attempt = 0;
+    task.lease_owner = String::new();
+    task.lease_epoch = 0;
+    task.concurrency_key = "acme".into();
+    let why = "per-key limit reached: 2/2 running with key \"acme\" (type mail)";
+    pb::GetTaskResponse {
+        task: Some(task),
+        attempts: vec![],
+        why_not_running: why.into(),
+        blockers: vec![pb::Blocker {
+            kind: "key_limit".into(),
+            message: why.into(),
+        }],
+        now_ms: fixture::NOW,
+    }
+}
+
+#[test]
+fn a_task_held_back_by_its_key_shows_the_key_and_why() {
+    check("detail_key_limit", || {
+        let mut app = at(View::Dead);
+        app.on_key(Key::Enter);
+        answer_with(&mut app, key_limit_reply);
+        app
+    });
+    let mut app = at(View::Dead);
+    app.on_key(Key::Enter);
+    answer_with(&mut app, key_limit_reply);
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains("concurrency key acme"), "{text}");
+    assert!(
+        text.contains("per-key limit reached: 2/2 running with key \"acme\""),
+        "{text}"
+    );
+    // A task without a key has no such line.
+    let mut app = at(View::Dead);
+    app.on_key(Key::Enter);
+    fixture::answer_detail(&mut app);
+    assert!(!screen(&mut app, 160, 48).contains("concurrency key"));
 }
 
 #[test]

@@ -103,6 +103,77 @@ async fn concurrency_set_writes_policies_and_the_local_limit() {
         Some((None, false))
     );
 
+    // A type's per-key limit (issue 23): set, then cleared with `unlimited`; the type limit
+    // is another setting.
+    let o = f
+        .cli
+        .run(&["concurrency", "set", "2", "--type", "noop", "--per-key"])
+        .await
+        .unwrap();
+    ok(&o);
+    assert_eq!(o.stdout, "type noop per-key limit: unlimited → 2\n");
+    assert_eq!(per_key_of(&db.pool, "noop").await, Some(2));
+    assert_eq!(policy(&db.pool, "noop").await.unwrap(), Some((None, false)));
+    let o = f
+        .cli
+        .run(&[
+            "--output",
+            "json",
+            "concurrency",
+            "set",
+            "unlimited",
+            "--type",
+            "noop",
+            "--per-key",
+        ])
+        .await
+        .unwrap();
+    ok(&o);
+    assert_eq!(
+        o.json().unwrap(),
+        json!({"scope": "per_key", "task_type": "noop", "previous": 2, "limit": null})
+    );
+    assert_eq!(per_key_of(&db.pool, "noop").await, None);
+    // A type no live agent serves: applied, and said on stderr.
+    let o = f
+        .cli
+        .run(&[
+            "concurrency",
+            "set",
+            "3",
+            "--type",
+            "email.send",
+            "--per-key",
+        ])
+        .await
+        .unwrap();
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "type email.send per-key limit: unlimited → 3\n");
+    assert!(
+        o.stderr.starts_with("leasehold: warning: ") && o.stderr.contains("email.send"),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(per_key_of(&db.pool, "email.send").await, Some(3));
+    let o = f.cli.run(&["--output", "json", "types"]).await.unwrap();
+    ok(&o);
+    let types = o.json().unwrap()["types"].clone();
+    let email = types
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_type"] == "email.send")
+        .cloned()
+        .unwrap();
+    assert_eq!(email["per_key_limit"], 3, "{types}");
+    let o = f.cli.run(&["types"]).await.unwrap();
+    ok(&o);
+    assert!(
+        o.stdout.lines().next().unwrap().contains("PER-KEY"),
+        "{}",
+        o.stdout
+    );
+
     // The local limit: applied by the agent at once, published by its registry heartbeat.
     let o = f
         .cli
@@ -147,13 +218,25 @@ async fn concurrency_set_writes_policies_and_the_local_limit() {
     // Bad limits: exit 2, nothing changed, no audit row.
     let before = digest(&db.pool).await.unwrap();
     let seen = audit_len(&db.pool).await.unwrap();
-    let bad: [&[&str]; 6] = [
+    let bad: [&[&str]; 11] = [
         &["concurrency", "set", "--local", "unlimited"],
         &["concurrency", "set", "--local", "0"],
         &["concurrency", "set", "--local", "100001"],
         &["concurrency", "set", "--global", "1000001"],
         &["concurrency", "set", "--type", "Bad Type", "3"],
         &["concurrency", "set", "3"],
+        &["concurrency", "set", "--per-key", "2"],
+        &["concurrency", "set", "--global", "--per-key", "2"],
+        &["concurrency", "set", "--local", "--per-key", "2"],
+        &["concurrency", "set", "--type", "noop", "--per-key", "0"],
+        &[
+            "concurrency",
+            "set",
+            "--type",
+            "noop",
+            "--per-key",
+            "1000001",
+        ],
     ];
     for args in bad {
         let o = f.cli.run(args).await.unwrap();
@@ -176,11 +259,60 @@ async fn concurrency_set_writes_policies_and_the_local_limit() {
             local("policy_set", "policy:email.send", "applied"),
             local("policy_set", "policy:email.send", "applied"),
             local("policy_set", "policy:email.send", "applied"),
+            local("policy_set", "policy:noop", "applied"),
+            local("policy_set", "policy:noop", "applied"),
+            local("policy_set", "policy:email.send", "applied"),
             local("set_concurrency", &agent, "applied"),
             local("set_concurrency", &agent, "noop"),
         ]
     );
+
+    // A task's concurrency key: sent by `enqueue`, shown by `tasks show`.
+    let o = f
+        .cli
+        .run(&[
+            "--output",
+            "json",
+            "enqueue",
+            "email.send",
+            "--delay",
+            "1h",
+            "--concurrency-key",
+            "acme",
+        ])
+        .await
+        .unwrap();
+    ok(&o);
+    let enqueued = o.json().unwrap();
+    assert_eq!(enqueued["concurrency_key"], "acme");
+    let id = enqueued["id"].as_i64().unwrap().to_string();
+    let o = f.cli.run(&["tasks", "show", &id]).await.unwrap();
+    ok(&o);
+    assert!(
+        o.stdout.contains("\nconcurrency key  acme\n"),
+        "{}",
+        o.stdout
+    );
+    let o = f
+        .cli
+        .run(&["--output", "json", "tasks", "show", &id])
+        .await
+        .unwrap();
+    ok(&o);
+    assert_eq!(o.json().unwrap()["task"]["concurrency_key"], "acme");
     db.drop_db().await.unwrap();
+}
+
+/// The per-key limit of a type's policy row; `None` when it has none (or no row).
+async fn per_key_of(pool: &PgPool, scope: &str) -> Option<i32> {
+    sqlx::query_scalar::<_, Option<i32>>(
+        "SELECT per_key_concurrency FROM policies WHERE scope = $1",
+    )
+    .bind(scope)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+    .flatten()
 }
 
 async fn running_of(pool: &PgPool, task_type: &str) -> (i64, i64) {
@@ -303,16 +435,16 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
     let expected = json!([
         {"task_type": "fail", "queued": 0, "scheduled": 0, "retrying": 0, "running": 0,
          "dead": 1, "finished_last_minute": 0, "dead_last_minute": 1, "limit": null,
-         "paused": false, "rate": null, "shed_after_ms": null, "shed_last_minute": 0,
-         "state": "active"},
+         "per_key_limit": null, "paused": false, "rate": null, "shed_after_ms": null,
+         "shed_last_minute": 0, "state": "active"},
         {"task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0, "running": 0,
          "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": null,
-         "paused": true, "rate": null, "shed_after_ms": null, "shed_last_minute": 0,
-         "state": "paused"},
+         "per_key_limit": null, "paused": true, "rate": null, "shed_after_ms": null,
+         "shed_last_minute": 0, "state": "paused"},
         {"task_type": "sleep", "queued": 2, "scheduled": 0, "retrying": 0, "running": 1,
          "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": 1,
-         "paused": false, "rate": null, "shed_after_ms": null, "shed_last_minute": 0,
-         "state": "at_limit"},
+         "per_key_limit": null, "paused": false, "rate": null, "shed_after_ms": null,
+         "shed_last_minute": 0, "state": "at_limit"},
     ]);
     // The agent serves counts up to 1 s old.
     let read = std::sync::Mutex::new(Value::Null);

@@ -15,7 +15,7 @@ use leasehold_tests::calls::grpc::{
     Failures, Fixture, INVALID, OPERATOR, VIEWER, alive, local_limit, refusal, start, stop,
 };
 use leasehold_tests::grpc::{Client, connect, connect_with};
-use leasehold_tests::{TaskSpec, insert_task};
+use leasehold_tests::{TaskSpec, insert_task, wait_until};
 use pb::set_concurrency_request::Scope;
 use sqlx::PgPool;
 use tonic::Code;
@@ -103,6 +103,17 @@ fn set_conc(scope: Option<Scope>, limit: u32, unlimited: bool) -> Req {
         scope,
         limit,
         unlimited,
+        per_key: false,
+    })
+}
+
+/// SetConcurrency of a per-key limit.
+fn set_per_key(scope: Option<Scope>, limit: u32, unlimited: bool) -> Req {
+    Req::SetConcurrency(pb::SetConcurrencyRequest {
+        scope,
+        limit,
+        unlimited,
+        per_key: true,
     })
 }
 
@@ -350,6 +361,13 @@ fn enqueue_cases(_: &Fixture) -> Vec<Case> {
         enq("payload", |r| r.payload_json = "{\"a\":\"\\u0000\"}".into()),
         enq("payload", |r| r.payload_json = "{\"\\u0000\":1}".into()),
         enq("idempotency_key", |r| r.idempotency_key = "k\u{0}".into()),
+        // Concurrency keys: 1-200 bytes without control characters (empty means none).
+        enq("concurrency_key", |r| r.concurrency_key = "k".repeat(201)),
+        enq("concurrency_key", |r| r.concurrency_key = "k\u{0}".into()),
+        enq("concurrency_key", |r| {
+            r.concurrency_key = "a\u{1b}[2Jb".into()
+        }),
+        enq("concurrency_key", |r| r.concurrency_key = "a\nb".into()),
     ]);
     cases
 }
@@ -388,6 +406,17 @@ fn policy_cases(_: &Fixture) -> Vec<Case> {
         bad(set_conc(typed(""), 3, false), "task_type"),
         bad(set_conc(None, 3, false), "scope"),
         bad(set_conc(None, 0, true), "scope"),
+        // A per-key limit belongs to a task type, 1..=1000000 or unlimited.
+        bad(set_per_key(global(true), 2, false), "per_key"),
+        bad(set_per_key(global(true), 0, true), "per_key"),
+        bad(set_per_key(local(true), 2, false), "per_key"),
+        bad(set_per_key(None, 2, false), "per_key"),
+        bad(set_per_key(typed("bad.kind"), 0, false), "limit"),
+        bad(set_per_key(typed("bad.kind"), 1_000_001, false), "limit"),
+        bad(set_per_key(typed("bad.kind"), u32::MAX, false), "limit"),
+        bad(set_per_key(typed("bad.kind"), 3, true), "limit"),
+        bad(set_per_key(typed("Bad Type"), 3, false), "task_type"),
+        bad(set_per_key(typed(""), 0, true), "task_type"),
     ]);
     use pb::set_rate_limit_request::Scope as RateScope;
     let rate_global = |on| Some(RateScope::Global(on));
@@ -520,6 +549,203 @@ async fn bad_policy_and_dead_letter_calls_are_refused_by_field_and_change_nothin
     run.assert_unchanged().await;
     run.finish().await;
 }
+/// `(max_concurrency, per_key_concurrency)` of a policy row; `None` when there is none.
+async fn limits_of(pool: &PgPool, scope: &str) -> Option<(Option<i32>, Option<i32>)> {
+    sqlx::query_as("SELECT max_concurrency, per_key_concurrency FROM policies WHERE scope = $1")
+        .bind(scope)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+}
+
+/// Issue 23: a type's per-key limit is set and cleared through SetConcurrency with
+/// `per_key` (its reply describing the per-key limit, the type limit untouched, each change
+/// audited as policy_set, a type no live agent serves warned about), shows in GetOverview,
+/// and a task's concurrency key comes back from Enqueue, GetTask and ListTasks; a keyed task
+/// held back by its key says so in GetTask's blockers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_key_limits_round_trip_and_a_task_s_key_shows_on_get_task() {
+    let db = TestDb::new().await.unwrap();
+    let (agent, addr) = start(&db, "per-key", &[]).await.unwrap();
+    let mut c = connect(&addr).await.unwrap();
+    let typed = |t: &str| Some(Scope::TaskType(t.into()));
+    let set = |scope, limit, unlimited, per_key| pb::SetConcurrencyRequest {
+        scope,
+        limit,
+        unlimited,
+        per_key,
+    };
+    let audited = leasehold_tests::audit_rows(&db.pool).await.unwrap().len();
+
+    // The type limit first: the per-key reply then says nothing of it.
+    let r = c
+        .set_concurrency(set(typed("email.send"), 5, false, false))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.limit), (None, Some(5)));
+    let r = c
+        .set_concurrency(set(typed("email.send"), 2, false, true))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.limit), (None, Some(2)), "{r:?}");
+    // The agent serves noop only: applied, with the unserved-type warning.
+    assert_eq!(r.warnings.len(), 1, "{r:?}");
+    assert!(r.warnings[0].contains("email.send"), "{r:?}");
+    assert_eq!(
+        limits_of(&db.pool, "email.send").await,
+        Some((Some(5), Some(2)))
+    );
+    // The same limit again changes nothing; then the most there is.
+    let r = c
+        .set_concurrency(set(typed("email.send"), 2, false, true))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.limit), (Some(2), Some(2)));
+    let r = c
+        .set_concurrency(set(typed("email.send"), 1_000_000, false, true))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.limit), (Some(2), Some(1_000_000)));
+    // The overview shows it (its cache is at most a second old).
+    wait_until(
+        "the overview shows the per-key limit",
+        WAIT_OVERVIEW,
+        || {
+            let mut c = c.clone();
+            async move {
+                let o = c
+                    .get_overview(pb::GetOverviewRequest {})
+                    .await?
+                    .into_inner();
+                let t = o.types.iter().find(|t| t.task_type == "email.send");
+                Ok(t.is_some_and(|t| t.per_key_limit == Some(1_000_000) && t.limit == Some(5)))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    // Cleared: the type limit stays.
+    let r = c
+        .set_concurrency(set(typed("email.send"), 0, true, true))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.limit), (Some(1_000_000), None));
+    assert_eq!(
+        limits_of(&db.pool, "email.send").await,
+        Some((Some(5), None))
+    );
+    // A type the agent serves: no warning.
+    let r = c
+        .set_concurrency(set(typed("noop"), 3, false, true))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.limit, r.warnings.len()), (None, Some(3), 0));
+    let rows: Vec<(String, String, String)> = leasehold_tests::audit_rows(&db.pool)
+        .await
+        .unwrap()
+        .split_off(audited)
+        .into_iter()
+        .map(|(_, _, action, target, result)| (action, target, result))
+        .collect();
+    let row = |target: &str, result: &str| {
+        (
+            "policy_set".to_string(),
+            target.to_string(),
+            result.to_string(),
+        )
+    };
+    assert_eq!(
+        rows,
+        [
+            row("policy:email.send", "applied"),
+            row("policy:email.send", "applied"),
+            row("policy:email.send", "noop"),
+            row("policy:email.send", "applied"),
+            row("policy:email.send", "applied"),
+            row("policy:noop", "applied"),
+        ]
+    );
+
+    // A task's key: stored as sent, back from Enqueue, GetTask and ListTasks; none is empty.
+    let enqueue = |key: &str| pb::EnqueueRequest {
+        task_type: "noop".into(),
+        delay_ms: 3_600_000,
+        concurrency_key: key.into(),
+        ..Default::default()
+    };
+    let keyed = c.enqueue(enqueue("acme")).await.unwrap().into_inner();
+    assert_eq!(keyed.task.as_ref().unwrap().concurrency_key, "acme");
+    let keyless = c.enqueue(enqueue("")).await.unwrap().into_inner();
+    assert_eq!(keyless.task.as_ref().unwrap().concurrency_key, "");
+    let got = c
+        .get_task(pb::GetTaskRequest { id: keyed.id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.task.unwrap().concurrency_key, "acme");
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT concurrency_key FROM tasks WHERE id = $1")
+            .bind(keyless.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, None, "an empty key is no key");
+    let page = c
+        .list_tasks(pb::ListTasksRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let listed = page.tasks.iter().find(|t| t.id == keyed.id).unwrap();
+    assert_eq!(listed.concurrency_key, "acme");
+
+    // Held back by its key: keyed.kind allows 1 running per key, and one with key acme runs
+    // (leased by no agent, for an hour).
+    c.set_concurrency(set(typed("keyed.kind"), 1, false, true))
+        .await
+        .unwrap();
+    let running = insert_task(
+        &db.pool,
+        TaskSpec {
+            lease_ttl_secs: Some(3600.0),
+            ..TaskSpec::new("keyed.kind", "running")
+        },
+    )
+    .await
+    .unwrap();
+    let waiting = insert_task(&db.pool, TaskSpec::new("keyed.kind", "queued"))
+        .await
+        .unwrap();
+    sqlx::query("UPDATE tasks SET concurrency_key = 'acme' WHERE id = ANY($1)")
+        .bind(vec![running, waiting])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let got = c
+        .get_task(pb::GetTaskRequest { id: waiting })
+        .await
+        .unwrap()
+        .into_inner();
+    let blocker = got.blockers.iter().find(|b| b.kind == "key_limit");
+    assert_eq!(
+        blocker.map(|b| b.message.as_str()),
+        Some("per-key limit reached: 1/1 running with key \"acme\" (type keyed.kind)"),
+        "{got:?}"
+    );
+
+    drop(c);
+    stop(agent).await.unwrap();
+    db.drop_db().await.unwrap();
+}
+
+/// How long the overview may take to show a change (its cache is at most a second old).
+const WAIT_OVERVIEW: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// ListSuspectLeases (issue 20 item 4): any viewer reads the leases whose renewal is overdue,
 /// from the database, with the agent's revoke threshold by default; a threshold or limit out
 /// of range is INVALID_ARGUMENT naming the field; a caller without a valid token is refused;

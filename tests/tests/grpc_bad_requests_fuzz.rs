@@ -167,7 +167,7 @@ fn near_valid_enqueue() -> impl Strategy<Value = Call> {
         -5i32..5,
         prop::option::of("[a-z0-9]{1,12}"),
     );
-    (base, 0usize..9, text(), payload(), int64(), int32()).prop_map(
+    (base, 0usize..10, text(), payload(), int64(), int32()).prop_map(
         |((task_type, payload_json, priority, key), field, s, p, n, i)| {
             let mut r = pb::EnqueueRequest {
                 task_type: task_type.to_string(),
@@ -185,6 +185,7 @@ fn near_valid_enqueue() -> impl Strategy<Value = Call> {
                 5 => r.idempotency_key = s,
                 6 => r.deadline_at_ms = n,
                 7 => r.timeout_ms = n,
+                8 => r.concurrency_key = s,
                 _ => {}
             }
             Call::Enqueue(r)
@@ -217,11 +218,13 @@ fn call() -> impl Strategy<Value = Call> {
     let enqueue = (
         (text(), payload(), int32(), int64()),
         (int32(), text(), int64(), int64()),
+        text(),
     )
         .prop_map(
             |(
                 (task_type, payload_json, priority, delay_ms),
                 (max_attempts, key, deadline_at_ms, timeout_ms),
+                concurrency_key,
             )| {
                 Call::Enqueue(pb::EnqueueRequest {
                     task_type,
@@ -232,6 +235,7 @@ fn call() -> impl Strategy<Value = Call> {
                     idempotency_key: key,
                     deadline_at_ms,
                     timeout_ms,
+                    concurrency_key,
                 })
             },
         );
@@ -263,13 +267,16 @@ fn call() -> impl Strategy<Value = Call> {
         2 => any::<bool>().prop_map(|b| Some(Scope::AgentLocal(b))),
         3 => text().prop_map(|t| Some(Scope::TaskType(t))),
     ];
-    let set = (scope, uint32(), any::<bool>()).prop_map(|(scope, limit, unlimited)| {
-        Call::SetConcurrency(pb::SetConcurrencyRequest {
-            scope,
-            limit,
-            unlimited,
-        })
-    });
+    let set = (scope, uint32(), any::<bool>(), any::<bool>()).prop_map(
+        |(scope, limit, unlimited, per_key)| {
+            Call::SetConcurrency(pb::SetConcurrencyRequest {
+                scope,
+                limit,
+                unlimited,
+                per_key,
+            })
+        },
+    );
     let dead = (
         (text(), text(), int64(), int64()),
         any::<bool>(),

@@ -295,17 +295,30 @@ async fn every_action_refused(
         "dead-letter queue".into(),
     );
     use pb::set_concurrency_request::Scope;
-    // Global and type limits are policy changes (audited as the store names them); the local
-    // limit is the agent's own.
-    for (scope, action, target) in [
-        (Scope::Global(true), "policy_set", "policy:*".to_string()),
+    // Global, type and per-key limits are policy changes (audited as the store names them);
+    // the local limit is the agent's own.
+    for (scope, per_key, action, target) in [
+        (
+            Scope::Global(true),
+            false,
+            "policy_set",
+            "policy:*".to_string(),
+        ),
         (
             Scope::TaskType("email.send".into()),
+            false,
+            "policy_set",
+            "policy:email.send".into(),
+        ),
+        (
+            Scope::TaskType("email.send".into()),
+            true,
             "policy_set",
             "policy:email.send".into(),
         ),
         (
             Scope::AgentLocal(true),
+            false,
             "set_concurrency",
             format!("agent:{agent_id}"),
         ),
@@ -316,6 +329,7 @@ async fn every_action_refused(
                     scope: Some(scope),
                     limit: 3,
                     unlimited: false,
+                    per_key,
                 })
                 .await,
         );

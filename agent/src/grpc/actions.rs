@@ -10,6 +10,7 @@ use leasehold_proto::wire;
 use leasehold_shared::domain::AuditResult;
 use leasehold_shared::domain::outcome::CancelOutcome as Answer;
 use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
+use leasehold_shared::domain::validate::check_concurrency_key;
 use leasehold_shared::store::{
     AuditEntry, CancelOutcome, CancelParams, EnqueueAuditedParams, NewTask, RequeueDeadParams,
     RequeueParams,
@@ -138,6 +139,12 @@ impl Service {
         )
         .await?;
         text_without_nul("idempotency_key", &r.idempotency_key)?;
+        // Refused here, naming the wire's field, before anything is written (the store checks
+        // it again).
+        let concurrency_key = (!r.concurrency_key.is_empty()).then_some(r.concurrency_key);
+        if let Some(key) = &concurrency_key {
+            check_concurrency_key(key).map_err(invalid)?;
+        }
         let priority = i16::try_from(r.priority).map_err(|_| {
             Status::invalid_argument(format!(
                 "priority: {} is not within -32768..=32767",
@@ -153,6 +160,7 @@ impl Service {
         task.timeout = duration_from_wire("timeout_ms", r.timeout_ms)?;
         task.deadline = time_from_wire("deadline_at_ms", r.deadline_at_ms)?;
         task.idempotency_key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
+        task.concurrency_key = concurrency_key;
         let store = &self.core.store;
         let enqueued = store
             .task_enqueue_audited(EnqueueAuditedParams { task, actor })

@@ -124,6 +124,7 @@ pub fn task_to_wire(t: &Task) -> pb::Task {
         started_at_ms: opt_ms(t.started_at),
         updated_at_ms: ms(t.updated_at),
         idempotency_key: t.idempotency_key.clone().unwrap_or_default(),
+        concurrency_key: t.concurrency_key.clone().unwrap_or_default(),
     }
 }
 

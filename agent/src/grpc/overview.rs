@@ -62,6 +62,7 @@ fn to_wire(o: Overview) -> pb::GetOverviewResponse {
                     .shed_after
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 shed_last_minute: t.shed_last_minute,
+                per_key_limit: t.per_key_limit,
             })
             .collect(),
         global_limit: o.global_limit,

@@ -1,10 +1,11 @@
 //! The policy RPCs (SetConcurrency, SetRateLimit, SetShedAfter, PauseType, ResumeType):
-//! operators only. A global or type
+//! operators only. A global, type or per-key
 //! change goes through the store, which writes its `policy_set` audit row in the same
 //! transaction; this agent's local limit is audited here first, then applied at once.
 
 use leasehold_proto::v1 as pb;
 use leasehold_shared::domain::AuditResult;
+use leasehold_shared::domain::policy::MAX_CONCURRENCY_LIMIT;
 use leasehold_shared::domain::{PolicyPatch, PolicyScope, RateLimit};
 use leasehold_shared::store::{AuditEntry, PolicySetParams};
 use tonic::{Request, Response, Status};
@@ -46,6 +47,12 @@ impl Service {
         if r.unlimited && r.limit != 0 {
             return Err(Status::invalid_argument(
                 "limit: give either a limit or unlimited, not both",
+            ));
+        }
+        if r.per_key && !matches!(r.scope, Some(Scope::TaskType(_))) {
+            return Err(Status::invalid_argument(
+                "per_key: a per-key limit belongs to a task type; give the task_type scope \
+                 (not global or agent_local)",
             ));
         }
         let scope = match r.scope {
@@ -90,11 +97,15 @@ impl Service {
                 return Ok(Response::new(pb::SetConcurrencyResponse {
                     limit: Some(r.limit),
                     previous: Some(previous),
+                    warnings: Vec::new(),
                 }));
             }
             Some(Scope::Global(true)) => PolicyScope::Global,
             Some(Scope::TaskType(t)) => PolicyScope::Type(task_type_from_wire("task_type", &t)?),
         };
+        if r.per_key {
+            return self.set_per_key(scope, r.limit, r.unlimited, actor).await;
+        }
         let patch = PolicyPatch {
             max_concurrency: Some((!r.unlimited).then_some(r.limit)),
             ..Default::default()
@@ -113,6 +124,37 @@ impl Service {
         Ok(Response::new(pb::SetConcurrencyResponse {
             limit: change.after.max_concurrency,
             previous: change.before.max_concurrency,
+            warnings: Vec::new(),
+        }))
+    }
+
+    /// SetConcurrency with `per_key`: a type's per-key limit, set (1..=[`MAX_CONCURRENCY_LIMIT`])
+    /// or cleared (`unlimited`), through the one policy-change path (audited as `policy_set`,
+    /// with the unserved-type warning). The reply's limits are the per-key ones.
+    async fn set_per_key(
+        &self,
+        scope: PolicyScope,
+        limit: u32,
+        unlimited: bool,
+        actor: leasehold_shared::Actor,
+    ) -> Result<Response<pb::SetConcurrencyResponse>, Status> {
+        if !unlimited && !(1..=MAX_CONCURRENCY_LIMIT).contains(&limit) {
+            return Err(Status::invalid_argument(format!(
+                "limit: a per-key limit must be within 1..={MAX_CONCURRENCY_LIMIT} \
+                 ({limit} given; unlimited clears it)"
+            )));
+        }
+        let patch = PolicyPatch {
+            per_key_concurrency: Some((!unlimited).then_some(limit)),
+            ..Default::default()
+        };
+        let (change, warnings) = self
+            .change_policy(scope, patch, actor, "set_concurrency")
+            .await?;
+        Ok(Response::new(pb::SetConcurrencyResponse {
+            limit: change.after.per_key_concurrency,
+            previous: change.before.per_key_concurrency,
+            warnings,
         }))
     }
 

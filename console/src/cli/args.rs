@@ -68,6 +68,12 @@ pub struct EnqueueArgs {
     /// Idempotency key: enqueueing the same key again returns the existing task.
     #[arg(long, value_name = "KEY", value_parser = values::idempotency_key)]
     pub idempotency_key: Option<String>,
+
+    /// Concurrency key (a tenant, an account; 1-200 bytes, no control characters): tasks of
+    /// the type sharing it run at most the type's per-key limit at a time (`concurrency set N
+    /// --type TYPE --per-key`), and keys take turns.
+    #[arg(long, value_name = "KEY", value_parser = values::concurrency_key)]
+    pub concurrency_key: Option<String>,
 }
 
 /// `leasehold tasks …`.
@@ -94,8 +100,8 @@ pub enum TasksCommand {
     /// "payload","priority","attempt","max_attempts","lease_owner","lease_epoch",
     /// "available_at","created_at","started_at","finished_at","deadline_at","lease_until",
     /// "heartbeat_at","updated_at","timeout_ms","last_error":{"code","message","retryable"},
-    /// "result","progress","idempotency_key"}; times are RFC 3339 UTC strings, and a time,
-    /// key, owner, error, result or progress that is not set is null.
+    /// "result","progress","idempotency_key","concurrency_key"}; times are RFC 3339 UTC
+    /// strings, and a time, key, owner, error, result or progress that is not set is null.
     #[command(verbatim_doc_comment)]
     Show(ShowArgs),
 }
@@ -238,13 +244,20 @@ pub struct DlqRequeueArgs {
 /// `leasehold concurrency …`.
 #[derive(Debug, Clone, Subcommand)]
 pub enum ConcurrencyCommand {
-    /// Set a concurrency limit: global, per type, or local to the agent named by --agent
+    /// Set a concurrency limit: global, per type, per key of a type, or local to the agent
+    /// named by --agent
     ///
-    /// Global and type limits hold for every agent from its next claim; the local one is
-    /// applied by the agent at once.
+    /// Global, type and per-key limits hold for every agent from its next claim; the local
+    /// one is applied by the agent at once. `unlimited` removes a global, type or per-key
+    /// limit.
+    /// With --type TYPE --per-key, LIMIT (1..=1000000) is the type's per-key limit: at most
+    /// that many running tasks per concurrency key (`enqueue --concurrency-key`) of the type;
+    /// tasks without a key are not held by it. --per-key needs --type (exit 2 otherwise).
     /// Output (table): `global limit: unlimited → 10`, `type noop limit: 3 → 5`,
-    /// `local limit: 100 → 50`.
-    /// Output (json): {"scope":"global"|"type"|"local","task_type":"noop" or null,
+    /// `type email.send per-key limit: unlimited → 2`, `local limit: 100 → 50`; a warning of
+    /// the agent on stderr as `leasehold: warning: …` (e.g. no live agent handles the type;
+    /// the limit is set anyway).
+    /// Output (json): {"scope":"global"|"type"|"per_key"|"local","task_type":"noop" or null,
     /// "previous":N or null,"limit":N or null}; null means unlimited.
     #[command(verbatim_doc_comment)]
     Set(ConcurrencySetArgs),
@@ -253,13 +266,18 @@ pub enum ConcurrencyCommand {
 /// `leasehold concurrency set`.
 #[derive(Debug, Clone, Args)]
 pub struct ConcurrencySetArgs {
-    /// New limit: 0..=1000000 for --global and --type (0 stops claiming), 1..=100000 for
-    /// --local; or `unlimited` (not for --local).
+    /// New limit: 0..=1000000 for --global and --type (0 stops claiming), 1..=1000000 with
+    /// --per-key, 1..=100000 for --local; or `unlimited` (not for --local).
     #[arg(value_name = "LIMIT", value_parser = values::limit)]
     pub limit: Limit,
 
     #[command(flatten)]
     pub scope: ScopeArgs,
+
+    /// With --type: set the type's per-key limit (running tasks per concurrency key) instead
+    /// of its type limit.
+    #[arg(long)]
+    pub per_key: bool,
 }
 
 /// Which limit `concurrency set` changes.

@@ -334,8 +334,9 @@ pub enum Command {
 
     /// Enqueue one task
     ///
-    /// Output (table): `enqueued task 42 (type noop, priority 0)`, or, when the idempotency key
-    /// matched an existing task, `task 42 already exists (idempotency key K)`.
+    /// Output (table): `enqueued task 42 (type noop, priority 0)` (with --concurrency-key:
+    /// `enqueued task 42 (type noop, priority 0, concurrency key acme)`), or, when the
+    /// idempotency key matched an existing task, `task 42 already exists (idempotency key K)`.
     /// Output (json): the task as stored (the object `tasks show` prints under "task") plus
     /// "created": false when the key matched an existing task.
     #[command(verbatim_doc_comment)]
@@ -372,17 +373,20 @@ pub enum Command {
     #[command(subcommand)]
     Dlq(DlqCommand),
 
-    /// Task types: waiting, running against their limit, rate, dead, shed, paused
+    /// Task types: waiting, running against their limit, per-key limit, rate, dead, shed,
+    /// paused
     ///
     /// One row per type with waiting, running or dead tasks, a finish in the last minute or a
     /// policy, by name (counts at most 1 s old, from the database).
     /// Output (table), then the global limit, and the global rate limit when there is one:
-    ///   TYPE        QUEUED  LATER  RETRY  RUNNING      RATE  DEAD  DONE/M  SHED/M  STATE
-    ///   email.send      12      0      3      5/5  12/50/1s     1      40  4 >30s  at limit
-    ///   noop             0      0      0      0/-         -     0       0       -  active
+    ///   TYPE        QUEUED  LATER  RETRY  RUNNING  PER-KEY      RATE  DEAD  DONE/M  STATE
+    ///   email.send      12      0      3      5/5        2  12/50/1s     1      40  at limit
+    ///   noop             0      0      0      0/-        -         -     0       0  active
     ///   global: unlimited
     ///   global rate limit: 1000/1m, 812 used
-    /// LATER is queued but not yet due; RATE (only when some type has a rate limit) is the
+    /// LATER is queued but not yet due; PER-KEY (only when some type has a per-key limit) is
+    /// the running tasks allowed per concurrency key (`-`: none); RATE (only when some type has
+    /// a rate limit) is the
     /// starts in the type's rate window ending now over its rate limit as `ratelimit set`
     /// takes it (12 of 50/1s; `-`: none); DONE/M succeeded in the last minute; SHED/M (only
     /// when some type sheds or shed in the last minute) is the tasks shed in the last minute
@@ -391,20 +395,21 @@ pub enum Command {
     /// full) or active, by the type's own policy (a global pause, limit or rate is on the last
     /// lines; `· rate limited` ends the global rate line when its window is full). The name
     /// gives way first on 80 columns, then the state; if the optional columns still do not fit
-    /// whole, RATE is left out, then SHED/M, and a line says so (`ratelimit ls` and JSON have
-    /// them); counts are not cut.
+    /// whole, PER-KEY is left out, then RATE, then SHED/M, and a line says so (`ratelimit ls`
+    /// and JSON have them); counts are not cut.
     /// Output (json): {"types":[{"task_type":"email.send","queued":12,"scheduled":0,
     /// "retrying":3,"running":5,"dead":1,"finished_last_minute":40,"dead_last_minute":0,
-    /// "limit":5,"paused":false,"rate":{"starts":50,"period_ms":1000,"used":12},
-    /// "shed_after_ms":30000,"shed_last_minute":4,"state":"at_limit"}],"global_limit":null,
-    /// "global_paused":false,"global_rate":{"starts":1000,"period_ms":60000,"used":812},
-    /// "truncated":false,"now":"2026-12-06T12:00:00.000Z"} (limits are null when unlimited,
-    /// rates null when none, shed_after_ms null when the type does not shed; state is paused,
-    /// at_limit, rate_limited or active; truncated: more than the 1,000 types listed).
+    /// "limit":5,"per_key_limit":2,"paused":false,"rate":{"starts":50,"period_ms":1000,
+    /// "used":12},"shed_after_ms":30000,"shed_last_minute":4,"state":"at_limit"}],
+    /// "global_limit":null,"global_paused":false,"global_rate":{"starts":1000,
+    /// "period_ms":60000,"used":812},"truncated":false,"now":"2026-12-06T12:00:00.000Z"}
+    /// (limits are null when unlimited, per_key_limit null when the type has none, rates null
+    /// when none, shed_after_ms null when the type does not shed; state is paused, at_limit,
+    /// rate_limited or active; truncated: more than the 1,000 types listed).
     #[command(verbatim_doc_comment)]
     Types,
 
-    /// Change concurrency limits.
+    /// Change concurrency limits: global, per type, per concurrency key of a type, local.
     #[command(subcommand)]
     Concurrency(ConcurrencyCommand),
 

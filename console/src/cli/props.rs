@@ -26,7 +26,7 @@ fn text() -> impl Strategy<Value = String> {
 
 /// Words of the command line: subcommands, flags and values, so clap gets deep.
 fn word() -> impl Strategy<Value = String> {
-    const WORDS: [&str; 43] = [
+    const WORDS: [&str; 45] = [
         "enqueue",
         "tasks",
         "ls",
@@ -69,6 +69,8 @@ fn word() -> impl Strategy<Value = String> {
         "--priority",
         "--max-attempts",
         "--idempotency-key",
+        "--concurrency-key",
+        "--per-key",
         "--payload",
     ];
     prop_oneof![
@@ -124,6 +126,7 @@ proptest! {
             values::lock_name,
             values::shard_group,
             values::idempotency_key,
+            values::concurrency_key,
             values::text_filter,
         ] {
             match parse(&s) {

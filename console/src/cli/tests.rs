@@ -115,6 +115,8 @@ fn enqueue_flags() {
         "7",
         "--idempotency-key",
         "order-1",
+        "--concurrency-key",
+        "acme",
     ]);
     let Some(Command::Enqueue(a)) = cli.command else {
         panic!("enqueue expected");
@@ -129,6 +131,12 @@ fn enqueue_flags() {
     assert_eq!(a.timeout, Some(Duration::from_secs(300)));
     assert_eq!(a.max_attempts, Some(7));
     assert_eq!(a.idempotency_key.as_deref(), Some("order-1"));
+    assert_eq!(a.concurrency_key.as_deref(), Some("acme"));
+    let cli = ok(&["enqueue", "noop"]);
+    let Some(Command::Enqueue(a)) = cli.command else {
+        panic!("enqueue expected");
+    };
+    assert_eq!(a.concurrency_key, None);
 }
 
 #[test]
@@ -160,6 +168,10 @@ fn enqueue_bad_input_is_refused() {
     refused(&["enqueue", "noop", "--max-attempts", "0"]);
     refused(&["enqueue", "noop", "--max-attempts", "1001"]);
     refused(&["enqueue", "noop", "--idempotency-key", ""]);
+    refused(&["enqueue", "noop", "--concurrency-key", ""]);
+    refused(&["enqueue", "noop", "--concurrency-key", &"k".repeat(201)]);
+    refused(&["enqueue", "noop", "--concurrency-key", "a\u{1b}[2Jb"]);
+    refused(&["enqueue", "noop", "--concurrency-key"]);
 }
 
 #[test]
@@ -275,6 +287,53 @@ fn concurrency_set_needs_exactly_one_scope() {
     refused(&["concurrency", "set", "-1", "--global"]);
     refused(&["concurrency", "set", "lots", "--global"]);
     refused(&["concurrency", "set", "--global"]);
+}
+
+#[test]
+fn concurrency_set_per_key_is_a_flag_beside_the_scope() {
+    for args in [
+        &[
+            "concurrency",
+            "set",
+            "2",
+            "--type",
+            "email.send",
+            "--per-key",
+        ][..],
+        &[
+            "concurrency",
+            "set",
+            "--per-key",
+            "unlimited",
+            "--type",
+            "email.send",
+        ],
+    ] {
+        let cli = ok(args);
+        let Some(Command::Concurrency(ConcurrencyCommand::Set(a))) = cli.command else {
+            panic!("concurrency set expected");
+        };
+        assert!(a.per_key, "{args:?}");
+        assert_eq!(a.scope.task_type.as_deref(), Some("email.send"));
+    }
+    let cli = ok(&["concurrency", "set", "2", "--type", "email.send"]);
+    let Some(Command::Concurrency(ConcurrencyCommand::Set(a))) = cli.command else {
+        panic!("concurrency set expected");
+    };
+    assert!(!a.per_key);
+    // --per-key with --global or --local parses; the command refuses it before connecting
+    // (commands::concurrency), with a message naming --type.
+    ok(&["concurrency", "set", "2", "--global", "--per-key"]);
+    refused(&["concurrency", "set", "2", "--per-key"]);
+    refused(&[
+        "concurrency",
+        "set",
+        "2",
+        "--type",
+        "email.send",
+        "--per-key",
+        "--per-key",
+    ]);
 }
 
 #[test]

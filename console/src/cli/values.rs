@@ -13,7 +13,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use leasehold_shared::TaskType;
 use leasehold_shared::domain::policy::{MAX_POLICY_DURATION, MAX_RATE_PERIOD, MAX_RATE_STARTS};
-use leasehold_shared::domain::validate::MAX_IDEMPOTENCY_KEY_LEN;
+use leasehold_shared::domain::validate::{
+    MAX_CONCURRENCY_KEY_LEN, MAX_IDEMPOTENCY_KEY_LEN, check_concurrency_key,
+};
 use leasehold_shared::domain::{RateLimit, ScheduleName};
 use leasehold_shared::store::resources::{
     GroupName, LockName, MAX_GROUP_NAME_LEN as MAX_SHARD_GROUP_LEN, MAX_LOCK_NAME_LEN,
@@ -168,6 +170,15 @@ pub fn idempotency_key(s: &str) -> Result<String, String> {
         return Err("must not contain control characters".into());
     }
     Ok(s.to_owned())
+}
+
+/// A concurrency key: 1-200 bytes without control characters, as the agent checks it.
+pub fn concurrency_key(s: &str) -> Result<String, String> {
+    check_concurrency_key(s)
+        .map(|()| s.to_owned())
+        .map_err(|_| {
+            format!("must be 1-{MAX_CONCURRENCY_KEY_LEN} bytes without control characters")
+        })
 }
 
 /// A `--text` filter: at most 200 bytes.
@@ -341,6 +352,12 @@ mod tests {
         assert!(idempotency_key("").is_err());
         assert!(idempotency_key(&"k".repeat(256)).is_err());
         assert!(idempotency_key("a\nb").is_err());
+        assert_eq!(concurrency_key("acme").as_deref(), Ok("acme"));
+        assert!(concurrency_key(&"k".repeat(200)).is_ok());
+        assert!(concurrency_key("").is_err());
+        assert!(concurrency_key(&"k".repeat(201)).is_err());
+        assert!(concurrency_key("a\u{1b}b").is_err());
+        assert!(concurrency_key("a\0b").is_err());
         assert!(text_filter(&"t".repeat(200)).is_ok());
         assert!(text_filter(&"t".repeat(201)).is_err());
     }

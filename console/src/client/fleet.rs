@@ -660,6 +660,7 @@ async fn serve(settings: &Settings, agent: &Agent, kind: RequestKind) -> Result<
                     scope: Some(wire_scope),
                     limit: limit.unwrap_or(0),
                     unlimited: limit.is_none(),
+                    per_key: false,
                 })
                 .await
                 .map_err(text)?;

@@ -1,15 +1,17 @@
-//! `leasehold concurrency set LIMIT (--global | --type TYPE | --local)`: SetConcurrency.
+//! `leasehold concurrency set LIMIT (--global | --type TYPE [--per-key] | --local)`:
+//! SetConcurrency.
 //!
-//! Checked locally: a local limit is 1..=100000 ([`MAX_LOCAL_CONCURRENCY`]) and cannot be
-//! `unlimited` (the agent would
-//! refuse both; saying so before connecting gives the clearer message).
+//! Checked locally (the agent would refuse each; saying so before connecting gives the clearer
+//! message, exit 2): a local limit is 1..=100000 ([`MAX_LOCAL_CONCURRENCY`]) and cannot be
+//! `unlimited`; `--per-key` goes with `--type` only, and a per-key limit is
+//! 1..=[`MAX_CONCURRENCY_LIMIT`] (or `unlimited`, which clears it).
 
 use leasehold_proto::v1;
 use leasehold_proto::v1::set_concurrency_request::Scope;
 use serde::Serialize;
 
 use crate::cli::ConcurrencySetArgs;
-use crate::cli::values::{Limit, MAX_LOCAL_CONCURRENCY};
+use crate::cli::values::{Limit, MAX_CONCURRENCY_LIMIT, MAX_LOCAL_CONCURRENCY};
 use crate::client::Agent;
 use crate::error::{Error, Result};
 use crate::exit;
@@ -30,7 +32,19 @@ pub fn prepare(args: &ConcurrencySetArgs) -> Result<v1::SetConcurrencyRequest> {
         ));
     };
     let local = matches!(scope, Scope::AgentLocal(_));
+    if args.per_key && !matches!(scope, Scope::TaskType(_)) {
+        return Err(Error::usage(
+            "concurrency set: --per-key goes with --type TYPE (a per-key limit belongs to a task \
+             type)",
+        ));
+    }
     let (limit, unlimited) = match args.limit {
+        Limit::Max(0) if args.per_key => {
+            return Err(Error::usage(format!(
+                "concurrency set: a per-key limit is 1..={MAX_CONCURRENCY_LIMIT} (`unlimited` \
+                 clears it; pause a type to stop it)"
+            )));
+        }
         Limit::Unlimited if local => {
             return Err(Error::usage(format!(
                 "concurrency set: a local limit cannot be unlimited (use 1..={MAX_LOCAL_CONCURRENCY})"
@@ -53,6 +67,7 @@ pub fn prepare(args: &ConcurrencySetArgs) -> Result<v1::SetConcurrencyRequest> {
         limit,
         unlimited,
         scope: Some(scope),
+        per_key: args.per_key,
     })
 }
 
@@ -69,6 +84,7 @@ pub struct Changed {
 pub async fn run(agent: &Agent, request: v1::SetConcurrencyRequest, out: &mut Out) -> Result<u8> {
     let (scope, task_type) = match &request.scope {
         Some(Scope::Global(_)) | None => ("global", None),
+        Some(Scope::TaskType(t)) if request.per_key => ("per_key", Some(t.clone())),
         Some(Scope::TaskType(t)) => ("type", Some(t.clone())),
         Some(Scope::AgentLocal(_)) => ("local", None),
     };
@@ -79,6 +95,10 @@ pub async fn run(agent: &Agent, request: v1::SetConcurrencyRequest, out: &mut Ou
         previous: reply.previous,
         limit: reply.limit,
     };
+    // On stderr in both output modes, as `ratelimit set` does: stdout stays the result.
+    for w in &reply.warnings {
+        out.note(&format!("warning: {w}"));
+    }
     if out.json_mode() {
         out.json(&changed)?;
     } else {
@@ -91,10 +111,11 @@ fn limit_text(l: Option<u32>) -> String {
     l.map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
 }
 
-/// `global limit: unlimited → 10`.
+/// `global limit: unlimited → 10`, `type email.send per-key limit: unlimited → 2`.
 pub fn line(c: &Changed) -> String {
     let name = match (c.scope, &c.task_type) {
         ("type", Some(t)) => format!("type {} limit", shown(t, 64)),
+        ("per_key", Some(t)) => format!("type {} per-key limit", shown(t, 64)),
         (scope, _) => format!("{scope} limit"),
     };
     format!(
@@ -122,7 +143,19 @@ mod tests {
                 task_type: task_type.map(str::to_owned),
                 local,
             },
+            per_key: false,
         }
+    }
+
+    fn per_key(
+        limit: Limit,
+        global: bool,
+        task_type: Option<&str>,
+        local: bool,
+    ) -> Result<v1::SetConcurrencyRequest> {
+        let mut a = args(limit, global, task_type, local);
+        a.per_key = true;
+        prepare(&a)
     }
 
     #[test]
@@ -133,6 +166,7 @@ mod tests {
                 limit: 10,
                 unlimited: false,
                 scope: Some(Scope::Global(true)),
+                per_key: false,
             })
         );
         assert_eq!(
@@ -141,6 +175,7 @@ mod tests {
                 limit: 0,
                 unlimited: true,
                 scope: Some(Scope::TaskType("noop".into())),
+                per_key: false,
             })
         );
         assert_eq!(
@@ -155,6 +190,48 @@ mod tests {
                 .map(|r| r.scope),
             Some(Some(Scope::AgentLocal(true)))
         );
+    }
+
+    #[test]
+    fn per_key_limits_are_set_and_cleared_on_a_type() {
+        assert_eq!(
+            per_key(Limit::Max(2), false, Some("email.send"), false).ok(),
+            Some(v1::SetConcurrencyRequest {
+                limit: 2,
+                unlimited: false,
+                scope: Some(Scope::TaskType("email.send".into())),
+                per_key: true,
+            })
+        );
+        assert_eq!(
+            per_key(Limit::Unlimited, false, Some("email.send"), false).ok(),
+            Some(v1::SetConcurrencyRequest {
+                limit: 0,
+                unlimited: true,
+                scope: Some(Scope::TaskType("email.send".into())),
+                per_key: true,
+            })
+        );
+        assert_eq!(
+            per_key(Limit::Max(1_000_000), false, Some("noop"), false)
+                .ok()
+                .map(|r| r.limit),
+            Some(1_000_000)
+        );
+    }
+
+    #[test]
+    fn per_key_needs_a_type_and_a_limit_of_at_least_one() {
+        for (global, local) in [(true, false), (false, true)] {
+            assert!(matches!(
+                per_key(Limit::Max(2), global, None, local),
+                Err(Error::Usage(m)) if m.contains("--per-key goes with --type TYPE")
+            ));
+        }
+        assert!(matches!(
+            per_key(Limit::Max(0), false, Some("noop"), false),
+            Err(Error::Usage(m)) if m.contains("a per-key limit is 1..=1000000")
+        ));
     }
 
     #[test]
@@ -208,5 +285,16 @@ mod tests {
             limit: Some(50),
         };
         assert_eq!(line(&c), "local limit: 100 → 50");
+        let c = Changed {
+            scope: "per_key",
+            task_type: Some("email.send".into()),
+            previous: Some(2),
+            limit: None,
+        };
+        assert_eq!(line(&c), "type email.send per-key limit: 2 → unlimited");
+        assert_eq!(
+            serde_json::to_string(&c).ok().as_deref(),
+            Some(r#"{"scope":"per_key","task_type":"email.send","previous":2,"limit":null}"#)
+        );
     }
 }

@@ -68,6 +68,7 @@ pub fn request(
         idempotency_key: args.idempotency_key.clone().unwrap_or_default(),
         deadline_at_ms,
         timeout_ms,
+        concurrency_key: args.concurrency_key.clone().unwrap_or_default(),
     })
 }
 
@@ -131,11 +132,17 @@ pub async fn run(agent: &Agent, request: v1::EnqueueRequest, out: &mut Out) -> R
     Ok(exit::OK)
 }
 
-/// `enqueued task 42 (type noop, priority 0)` or `task 42 already exists (idempotency key K)`.
+/// `enqueued task 42 (type noop, priority 0)` (`…, concurrency key acme)` with a key) or
+/// `task 42 already exists (idempotency key K)`.
 pub fn table_line(task: &TaskView, created: bool) -> String {
     if created {
+        let key = task
+            .concurrency_key
+            .as_deref()
+            .map(|k| format!(", concurrency key {}", shown(k, 48)))
+            .unwrap_or_default();
         format!(
-            "enqueued task {} (type {}, priority {})",
+            "enqueued task {} (type {}, priority {}{key})",
             task.id,
             shown(&task.task_type, 64),
             task.priority
@@ -169,6 +176,7 @@ mod tests {
             timeout: None,
             max_attempts: None,
             idempotency_key: None,
+            concurrency_key: None,
         }
     }
 
@@ -199,6 +207,7 @@ mod tests {
         a.timeout = Some(Duration::from_secs(30));
         a.max_attempts = Some(5);
         a.idempotency_key = Some("order-9".into());
+        a.concurrency_key = Some("acme".into());
         let r = prepare(&a, now()).ok();
         assert_eq!(
             r,
@@ -212,6 +221,7 @@ mod tests {
                 idempotency_key: "order-9".into(),
                 deadline_at_ms: 1_764_591_600_000,
                 timeout_ms: 30_000,
+                concurrency_key: "acme".into(),
             })
         );
     }
@@ -255,6 +265,12 @@ mod tests {
     fn table_lines() {
         let mut t = wire_task();
         t.idempotency_key = "order-1".into();
+        let keyed = TaskView::from_wire(t.clone()).ok();
+        assert_eq!(
+            keyed.as_ref().map(|t| table_line(t, true)).as_deref(),
+            Some("enqueued task 42 (type email.send, priority -3, concurrency key acme)")
+        );
+        t.concurrency_key = String::new();
         let task = TaskView::from_wire(t).ok();
         let task = task.as_ref();
         assert_eq!(
@@ -281,5 +297,6 @@ mod tests {
         assert_eq!(json["id"], 42);
         assert_eq!(json["created"], true);
         assert_eq!(json["status"], "dead");
+        assert_eq!(json["concurrency_key"], "acme");
     }
 }

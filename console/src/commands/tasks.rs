@@ -199,6 +199,10 @@ pub fn show_lines(d: &TaskDetail, width: Option<usize>) -> Vec<String> {
             t.idempotency_key.as_deref().unwrap_or("-"),
         ),
         fit.field(
+            "concurrency key",
+            t.concurrency_key.as_deref().unwrap_or("-"),
+        ),
+        fit.field(
             "last error",
             &t.last_error.as_ref().map_or_else(
                 || "-".to_owned(),
@@ -331,6 +335,7 @@ mod tests {
         t.task_type = "t".repeat(64);
         t.lease_owner = "o\u{1b}[31m".repeat(60);
         t.idempotency_key = "k".repeat(255);
+        t.concurrency_key = format!("{}\u{1b}[2J", "q".repeat(200));
         t.payload_json = serde_json::json!({
             "long": "x".repeat(500),
             "escape": "\u{1b}]0;pwned\u{7}",
@@ -464,6 +469,7 @@ mod tests {
         let text = lines.join("\n");
         assert!(text.contains(&"x".repeat(500)), "{text}");
         assert!(text.contains(&"k".repeat(255)), "{text}");
+        assert!(text.contains(&"q".repeat(200)), "{text}");
         assert!(!text.contains("more lines"), "{text}");
         assert!(lines.iter().any(|l| width(l) > 400));
         for line in &lines {
@@ -508,6 +514,7 @@ mod tests {
         assert!(text.contains("lease            web-1#7, epoch 5"), "{text}");
         assert!(text.contains("last error       smtp_timeout: connection timed out (retryable)"));
         assert!(text.contains("timeout          30s"));
+        assert!(text.contains("concurrency key  acme\n"), "{text}");
         assert!(
             text.contains("finished         2025-12-01T11:20:03.123Z (0ms ago)"),
             "{text}"

@@ -1,5 +1,6 @@
 //! `leasehold types` (GetOverview): one row per task type — waiting, running against its limit,
-//! starts against its rate limit, dead, shed, paused — then the global limit and rate limit. The
+//! its per-key limit, starts against its rate limit, dead, shed, paused — then the global limit
+//! and rate limit. The
 //! same counts as the console's Types view, at most `OVERVIEW_MAX_AGE` (1 s) old, read by the
 //! agent from the database.
 
@@ -26,11 +27,12 @@ pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
 /// The table of `types`, then one line on the global limit, one on the global rate limit
 /// when there is one (and one when the list is cut).
 ///
-/// The RATE column is there when some type has a rate limit, the SHED/M column when some type
-/// sheds. On 80 columns the type name gives way first (down to 4 columns), then the state word
-/// (to 6). A rate or a shed cell is never cut (`12/50/…` would mislead): when they still do
-/// not fit whole, RATE and then SHED/M are left out entirely, each with a line saying where it
-/// is. A count is cut only when the counts alone no longer fit the line.
+/// The PER-KEY column is there when some type has a per-key limit, the RATE column when some
+/// type has a rate limit, the SHED/M column when some type sheds. On 80 columns the type name
+/// gives way first (down to 4 columns), then the state word (to 6). A per-key, rate or shed
+/// cell is never cut (`12/50/…` would mislead): when they still do not fit whole, PER-KEY (a
+/// setting, where the others are live), then RATE, then SHED/M are left out entirely, each with
+/// a line saying where it is. A count is cut only when the counts alone no longer fit the line.
 pub fn table(list: &TypeList) -> Vec<String> {
     let mut lines = if list.types.is_empty() {
         vec!["no task types".to_owned()]
@@ -64,8 +66,26 @@ pub fn table(list: &TypeList) -> Vec<String> {
 }
 
 /// Where the optional columns are: the cells of each row and the column list.
-const RATE: usize = 5;
-const SHED: usize = 8;
+const PER_KEY: usize = 5;
+const RATE: usize = 6;
+const SHED: usize = 9;
+
+/// The optional columns in the order they give way, each with the line that says where its
+/// values are when it is left out.
+const GIVE_WAY: [(usize, &str); 3] = [
+    (
+        PER_KEY,
+        "PER-KEY left out to fit 80 columns; `leasehold types --output json` has it",
+    ),
+    (
+        RATE,
+        "RATE left out to fit 80 columns; `leasehold ratelimit ls` lists the rates",
+    ),
+    (
+        SHED,
+        "SHED/M left out to fit 80 columns; `leasehold types --output json` has it",
+    ),
+];
 
 /// A SHED/M cell: the tasks shed in the last minute, then `>` the shed-after duration of a
 /// type that sheds (`4 >30s`); `-` when it neither sheds nor shed.
@@ -83,6 +103,9 @@ fn type_table(list: &TypeList) -> Vec<String> {
         .iter()
         .map(|t| {
             let limit = t.limit.map_or_else(|| "-".to_owned(), |n| n.to_string());
+            let per_key = t
+                .per_key_limit
+                .map_or_else(|| "-".to_owned(), |n| n.to_string());
             let rate = t.rate.as_ref().map_or_else(|| "-".to_owned(), |r| r.text());
             vec![
                 t.task_type.clone(),
@@ -90,6 +113,7 @@ fn type_table(list: &TypeList) -> Vec<String> {
                 t.scheduled.to_string(),
                 t.retrying.to_string(),
                 format!("{}/{limit}", t.running),
+                per_key,
                 rate,
                 t.dead.to_string(),
                 t.finished_last_minute.to_string(),
@@ -98,8 +122,8 @@ fn type_table(list: &TypeList) -> Vec<String> {
             ]
         })
         .collect();
-    // A count, a rate or a shed cell is as wide as its widest cell: only the name and the
-    // state give way.
+    // A count, a per-key, rate or shed cell is as wide as its widest cell: only the name and
+    // the state give way.
     let whole = |header: &'static str, i: usize| {
         let widest = rows.iter().map(|r| r[i].len()).max().unwrap_or(0);
         let w = widest.max(header.len());
@@ -111,15 +135,16 @@ fn type_table(list: &TypeList) -> Vec<String> {
         whole("LATER", 2),
         whole("RETRY", 3),
         whole("RUNNING", 4),
+        whole("PER-KEY", PER_KEY),
         whole("RATE", RATE),
-        whole("DEAD", 6),
-        whole("DONE/M", 7),
+        whole("DEAD", 7),
+        whole("DONE/M", 8),
         whole("SHED/M", SHED),
         Column::new("STATE", 6, 12),
     ];
-    // The table with the optional columns asked for; the others left out whole.
-    let table = |with_rate: bool, with_shed: bool| {
-        let keep = |i: usize| (i != RATE || with_rate) && (i != SHED || with_shed);
+    // The table with the optional columns in `shown`; the others left out whole.
+    let table = |shown: &[usize]| {
+        let keep = |i: usize| !GIVE_WAY.iter().any(|(c, _)| *c == i) || shown.contains(&i);
         let pick = |cells: &[String]| -> Vec<String> {
             let kept = cells.iter().enumerate().filter(|(i, _)| keep(*i));
             kept.map(|(_, c)| c.clone()).collect()
@@ -131,31 +156,35 @@ fn type_table(list: &TypeList) -> Vec<String> {
         }
         table
     };
-    // RATE is there when some type has a rate limit; SHED/M when some type sheds or shed in
-    // the last minute (a type just cleared still shows what it shed).
-    let mut with_rate = list.types.iter().any(|t| t.rate.is_some());
-    let mut with_shed = list
-        .types
+    // PER-KEY is there when some type has a per-key limit; RATE when some type has a rate
+    // limit; SHED/M when some type sheds or shed in the last minute (a type just cleared still
+    // shows what it shed).
+    let wanted = |i: usize| match i {
+        PER_KEY => list.types.iter().any(|t| t.per_key_limit.is_some()),
+        RATE => list.types.iter().any(|t| t.rate.is_some()),
+        _ => list
+            .types
+            .iter()
+            .any(|t| t.shed_after_ms.is_some() || t.shed_last_minute > 0),
+    };
+    let mut shown: Vec<usize> = GIVE_WAY
         .iter()
-        .any(|t| t.shed_after_ms.is_some() || t.shed_last_minute > 0);
+        .map(|(i, _)| *i)
+        .filter(|i| wanted(*i))
+        .collect();
     // Give-way order on 80 columns: the name (down to 4), then the state word (to 6), both in
     // `Table::render`; then, when the optional columns still do not fit whole beside the
-    // counts, RATE is left out whole (`ratelimit ls` has it), then SHED/M (the JSON has it),
-    // each with a line saying so; only then would a count be cut.
+    // counts, PER-KEY is left out whole (a setting; the JSON has it), then RATE (`ratelimit
+    // ls` has it), then SHED/M (the JSON has it), each with a line saying so; only then would
+    // a count be cut.
     let mut notes = Vec::new();
-    if with_rate && table(with_rate, with_shed).min_width() > WIDTH {
-        with_rate = false;
-        notes.push(
-            "RATE left out to fit 80 columns; `leasehold ratelimit ls` lists the rates".to_owned(),
-        );
+    for (column, note) in GIVE_WAY {
+        if shown.contains(&column) && table(&shown).min_width() > WIDTH {
+            shown.retain(|i| *i != column);
+            notes.push(note.to_owned());
+        }
     }
-    if with_shed && table(with_rate, with_shed).min_width() > WIDTH {
-        with_shed = false;
-        notes.push(
-            "SHED/M left out to fit 80 columns; `leasehold types --output json` has it".to_owned(),
-        );
-    }
-    let mut lines = table(with_rate, with_shed).render(WIDTH);
+    let mut lines = table(&shown).render(WIDTH);
     lines.extend(notes);
     lines
 }

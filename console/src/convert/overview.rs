@@ -77,6 +77,8 @@ pub struct TypeView {
     pub dead_last_minute: u64,
     /// Its concurrency limit; `null` when unlimited.
     pub limit: Option<u32>,
+    /// Its per-key limit: running tasks allowed per concurrency key; `null` when it has none.
+    pub per_key_limit: Option<u32>,
     pub paused: bool,
     /// Its own rate limit and the starts of its current window; `null` when it has none.
     pub rate: Option<FillView>,
@@ -89,10 +91,17 @@ pub struct TypeView {
 }
 
 impl TypeView {
-    /// Converts one summary; a type without a name breaks the contract.
+    /// Converts one summary; a type without a name, or with a per-key limit of 0, breaks the
+    /// contract.
     pub fn from_wire(t: &v1::TypeSummary) -> Result<Self, WireError> {
         if t.task_type.is_empty() {
             return Err(WireError::MissingField("task type name"));
+        }
+        if t.per_key_limit == Some(0) {
+            return Err(WireError::OutOfRange {
+                field: "per_key_limit",
+                value: 0,
+            });
         }
         Ok(Self {
             task_type: t.task_type.clone(),
@@ -104,6 +113,7 @@ impl TypeView {
             finished_last_minute: t.finished_last_minute,
             dead_last_minute: t.dead_last_minute,
             limit: t.limit,
+            per_key_limit: t.per_key_limit,
             paused: t.paused,
             rate: t.rate.as_ref().map(FillView::from_wire).transpose()?,
             shed_after_ms: shed_after_opt("shed_after_ms", t.shed_after_ms)?,
@@ -242,6 +252,25 @@ mod tests {
             TypeView::from_wire(&t),
             Err(WireError::OutOfRange {
                 field: "shed_after_ms",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_per_key_limit_is_read_and_zero_refused() {
+        let mut t = summary("a");
+        assert_eq!(TypeView::from_wire(&t).map(|v| v.per_key_limit), Ok(None));
+        t.per_key_limit = Some(2);
+        let v = TypeView::from_wire(&t).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v.per_key_limit, Some(2));
+        // A per-key limit is no state of its own: the overview has no per-key counts.
+        assert_eq!(v.state, TypeState::Active);
+        t.per_key_limit = Some(0);
+        assert!(matches!(
+            TypeView::from_wire(&t),
+            Err(WireError::OutOfRange {
+                field: "per_key_limit",
                 ..
             })
         ));

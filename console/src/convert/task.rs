@@ -7,7 +7,8 @@
 //!  "max_attempts":3,"lease_owner":null,"lease_epoch":0,"available_at":"…Z",
 //!  "created_at":"…Z","started_at":null,"finished_at":null,"deadline_at":null,
 //!  "lease_until":null,"heartbeat_at":null,"updated_at":"…Z","timeout_ms":null,
-//!  "last_error":null,"result":null,"progress":null,"idempotency_key":null}
+//!  "last_error":null,"result":null,"progress":null,"idempotency_key":null,
+//!  "concurrency_key":null}
 //! ```
 
 use leasehold_proto::v1;
@@ -41,6 +42,8 @@ pub struct TaskView {
     pub result: Option<serde_json::Value>,
     pub progress: Option<serde_json::Value>,
     pub idempotency_key: Option<String>,
+    /// Tasks of its type sharing this key run at most the type's per-key limit at a time.
+    pub concurrency_key: Option<String>,
 }
 
 /// The last error of a task or an attempt.
@@ -112,6 +115,7 @@ impl TaskView {
             result: opt_json("result_json", &t.result_json)?,
             progress: opt_json("progress_json", &t.progress_json)?,
             idempotency_key: opt_string(t.idempotency_key),
+            concurrency_key: opt_string(t.concurrency_key),
             task_type: t.task_type,
         })
     }
@@ -327,6 +331,7 @@ pub(crate) mod tests {
             started_at_ms: 1_764_588_001_000,
             updated_at_ms: 1_764_588_003_123,
             idempotency_key: String::new(),
+            concurrency_key: "acme".into(),
         }
     }
 
@@ -357,6 +362,7 @@ pub(crate) mod tests {
             "result": null,
             "progress": {"total": 10, "processed": 4},
             "idempotency_key": null,
+            "concurrency_key": "acme",
         });
         assert_eq!(json, Ok(Some(expected)));
     }

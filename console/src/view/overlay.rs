@@ -96,6 +96,15 @@ pub fn detail(frame: &mut Frame<'_>, area: Rect, d: &Detail, theme: Theme) {
                     Span::styled("  due ", theme.dim()),
                     Span::raw(ago(now, t.available_at_ms)),
                 ]));
+                if !t.concurrency_key.is_empty() {
+                    lines.push(Line::from(vec![
+                        Span::styled("concurrency key ", theme.dim()),
+                        Span::raw(untrusted(
+                            &t.concurrency_key,
+                            width.saturating_sub(16).max(20),
+                        )),
+                    ]));
+                }
                 let held = t.status == pb::TaskStatus::Running as i32
                     || t.status == pb::TaskStatus::CancelRequested as i32;
                 if held {

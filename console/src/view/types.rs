@@ -1,13 +1,15 @@
-//! View 5: task types — queued, scheduled, retrying, running against the limit, starts against
-//! the rate limit, dead, shed, paused, and the last minute's rate — from the agent's cached
-//! overview; the global rate limit and its fill ride in the title.
+//! View 5: task types — queued, scheduled, retrying, running against the limit, the per-key
+//! limit, starts against the rate limit, dead, shed, paused, and the last minute's rate — from
+//! the agent's cached overview; the global rate limit and its fill ride in the title.
 //!
-//! Columns are as wide as their text; counts, rates and shed cells are never cut. The RATE
-//! column is there when some type has a rate limit, the SHED/M column (shed in the last
-//! minute, `>` the shed-after duration: `4 >30s`) when some type sheds or shed in the last
-//! minute. When the columns do not fit, the name gives way first, then the state word; if the
-//! counts and the optional columns still do not fit whole, RATE is left out, then SHED/M (as
-//! in `leasehold types`: `12/50/…` would mislead), and the counts stay.
+//! Columns are as wide as their text; counts, per-key limits, rates and shed cells are never
+//! cut. The PER-KEY column (running tasks allowed per concurrency key) is there when some type
+//! has a per-key limit, the RATE column when some type has a rate limit, the SHED/M column
+//! (shed in the last minute, `>` the shed-after duration: `4 >30s`) when some type sheds or
+//! shed in the last minute. When the columns do not fit, the name gives way first, then the
+//! state word; if the counts and the optional columns still do not fit whole, PER-KEY (a
+//! setting, where the others are live) is left out, then RATE, then SHED/M (as in `leasehold
+//! types`: `12/50/…` would mislead), and the counts stay.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
@@ -81,53 +83,69 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
             ]
         })
         .collect();
+    let per_keys: Vec<String> = rows
+        .iter()
+        .map(|ty| {
+            ty.per_key_limit
+                .map_or_else(|| "-".to_string(), |n| n.to_string())
+        })
+        .collect();
     let rates: Vec<(String, bool)> = rows.iter().map(|ty| rate_cell(ty.rate.as_ref())).collect();
     let sheds: Vec<(String, bool)> = rows.iter().map(|ty| shed_cell(ty)).collect();
     let states: Vec<TypeState> = rows.iter().map(|ty| TypeState::of(ty)).collect();
     let count = |header: &str, i: usize| whole(header, counts.iter().map(|c| c[i].as_str()));
-    let mut fits = vec![
+    let all_fits = [
         Fit::of("TYPE", &names, 8, if wide { 32 } else { 16 }),
         count("QUEUED", 0),
         count("LATER", 1),
         count("RETRY", 2),
         count("RUNNING", 3),
+        whole("PER-KEY", &per_keys),
         whole("RATE", rates.iter().map(|r| r.0.as_str())),
         count("DEAD", 4),
         count("DONE/M", 5),
         whole("SHED/M", sheds.iter().map(|r| r.0.as_str())),
         Fit::of("STATE", states.iter().map(|s| s.word()), 6, 12),
     ];
-    let mut header = vec![
-        "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "RATE", "DEAD", "DONE/M", "SHED/M", "STATE",
+    let all_headers = [
+        "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "PER-KEY", "RATE", "DEAD", "DONE/M",
+        "SHED/M", "STATE",
     ];
-    // RATE is there when some type has a rate limit, SHED/M when some type sheds or shed in
-    // the last minute (all of them, not only those the filter leaves, so a column does not
-    // come and go while typing), and when it fits whole beside the counts with the name and
-    // the state at their narrowest (the mark column and one-column gaps counted as
-    // `table::fit` counts them): RATE gives way first, then SHED/M.
+    // PER-KEY is there when some type has a per-key limit, RATE when some type has a rate
+    // limit, SHED/M when some type sheds or shed in the last minute (all of them, not only
+    // those the filter leaves, so a column does not come and go while typing), and when it
+    // fits whole beside the counts with the name and the state at their narrowest (the mark
+    // column and one-column gaps counted as `table::fit` counts them): PER-KEY gives way
+    // first, then RATE, then SHED/M.
     let types = || data.overview.iter().flat_map(|o| o.types.iter());
-    let mut show_rate = types().any(|ty| ty.rate.is_some());
-    let mut show_shed = types().any(|ty| ty.shed_after_ms.is_some() || ty.shed_last_minute > 0);
-    let least = |rate: bool, shed: bool| -> u32 {
-        let left_out = |i: usize| (i == RATE && !rate) || (i == SHED && !shed);
-        let kept = fits.iter().enumerate().filter(|(i, _)| !left_out(*i));
-        kept.map(|(_, f)| u32::from(f.min) + 1).sum()
+    let wanted = |i: usize| match i {
+        PER_KEY => types().any(|ty| ty.per_key_limit.is_some()),
+        RATE => types().any(|ty| ty.rate.is_some()),
+        _ => types().any(|ty| ty.shed_after_ms.is_some() || ty.shed_last_minute > 0),
     };
-    if show_rate && least(show_rate, show_shed) > u32::from(area.width) {
-        show_rate = false;
+    let mut shown: Vec<usize> = GIVE_WAY.into_iter().filter(|i| wanted(*i)).collect();
+    let kept = |shown: &[usize], i: usize| !GIVE_WAY.contains(&i) || shown.contains(&i);
+    let least = |shown: &[usize]| -> u32 {
+        let fits = all_fits.iter().enumerate().filter(|(i, _)| kept(shown, *i));
+        fits.map(|(_, f)| u32::from(f.min) + 1).sum()
+    };
+    for column in GIVE_WAY {
+        if shown.contains(&column) && least(&shown) > u32::from(area.width) {
+            shown.retain(|i| *i != column);
+        }
     }
-    if show_shed && least(show_rate, show_shed) > u32::from(area.width) {
-        show_shed = false;
-    }
-    // SHED comes after RATE: remove it first so RATE's index holds.
-    if !show_shed {
-        fits.remove(SHED);
-        header.remove(SHED);
-    }
-    if !show_rate {
-        fits.remove(RATE);
-        header.remove(RATE);
-    }
+    let fits: Vec<Fit> = all_fits
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| kept(&shown, *i))
+        .map(|(_, f)| *f)
+        .collect();
+    let header: Vec<&str> = all_headers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| kept(&shown, *i))
+        .map(|(_, h)| *h)
+        .collect();
     let flex = fits.len() - 1;
     let widths = table::fit(area.width, &fits, flex);
     let mut title = title(state, View::Types, rows.len(), theme);
@@ -165,42 +183,41 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
                 TypeState::Active => theme.dim(),
             };
             let [queued, later, retry, running, dead, done] = counts[i].clone();
-            let mut row = vec![
+            let (rate, full) = rates[i].clone();
+            let (shed, any) = sheds[i].clone();
+            let all = [
                 Cell::from(untrusted(&names[i], usize::from(widths[0]))),
                 Cell::from(queued),
                 Cell::from(later),
                 Cell::from(retry),
                 Cell::from(running),
-            ];
-            if show_rate {
-                let (text, full) = rates[i].clone();
-                row.push(Cell::from(if full {
-                    Span::styled(text, theme.warn())
+                Cell::from(per_keys[i].clone()),
+                Cell::from(if full {
+                    Span::styled(rate, theme.warn())
                 } else {
-                    Span::raw(text)
-                }));
-            }
-            row.extend([
+                    Span::raw(rate)
+                }),
                 Cell::from(if ty.dead > 0 {
                     Span::styled(dead, theme.error())
                 } else {
                     Span::raw(dead)
                 }),
                 Cell::from(done),
-            ]);
-            if show_shed {
-                let (text, any) = sheds[i].clone();
-                row.push(Cell::from(if any {
-                    Span::styled(text, theme.warn())
+                Cell::from(if any {
+                    Span::styled(shed, theme.warn())
                 } else {
-                    Span::raw(text)
-                }));
-            }
-            row.push(Cell::from(Span::styled(
-                untrusted(state.word(), usize::from(widths[flex])),
-                style,
-            )));
-            row
+                    Span::raw(shed)
+                }),
+                Cell::from(Span::styled(
+                    untrusted(state.word(), usize::from(widths[flex])),
+                    style,
+                )),
+            ];
+            all.into_iter()
+                .enumerate()
+                .filter(|(i, _)| kept(&shown, *i))
+                .map(|(_, c)| c)
+                .collect::<Vec<Cell<'_>>>()
         })
         .collect();
     table::draw(frame, area, theme, spec, cells, range);
@@ -208,5 +225,8 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
 }
 
 /// Where the optional columns are among the columns (before any is left out).
-const RATE: usize = 5;
-const SHED: usize = 8;
+const PER_KEY: usize = 5;
+const RATE: usize = 6;
+const SHED: usize = 9;
+/// The optional columns in the order they give way when they do not fit.
+const GIVE_WAY: [usize; 3] = [PER_KEY, RATE, SHED];

@@ -427,6 +427,7 @@ impl AgentService for Fake {
                     rate: Some(fill(50, 1_000, 12)),
                     shed_after_ms: Some(30_000),
                     shed_last_minute: 4,
+                    per_key_limit: Some(2),
                     ..Default::default()
                 },
                 v1::TypeSummary {
@@ -468,6 +469,7 @@ impl AgentService for Fake {
         };
         t.priority = r.priority;
         t.idempotency_key = r.idempotency_key;
+        t.concurrency_key = r.concurrency_key;
         Ok(Response::new(v1::EnqueueResponse {
             id: 42,
             created,
@@ -540,15 +542,29 @@ impl AgentService for Fake {
         &self,
         request: Request<v1::SetConcurrencyRequest>,
     ) -> Result<Response<v1::SetConcurrencyResponse>, Status> {
+        use v1::set_concurrency_request::Scope;
         let r = request.get_ref().clone();
+        let per_key = if r.per_key { " per_key" } else { "" };
         self.record(
             &request,
-            format!("set_concurrency {:?} {} {}", r.scope, r.limit, r.unlimited),
+            format!(
+                "set_concurrency {:?} {} {}{per_key}",
+                r.scope, r.limit, r.unlimited
+            ),
             true,
         )?;
+        // A type's per-key limit: email.send has 2; a type nobody serves is warned about.
+        let (previous, warnings) = match &r.scope {
+            Some(Scope::TaskType(t)) if r.per_key && t == "email.send" => (Some(2), vec![]),
+            Some(Scope::TaskType(t)) if r.per_key && t == "lonely" => {
+                (None, vec!["no live agent handles type lonely".to_owned()])
+            }
+            _ => (None, vec![]),
+        };
         Ok(Response::new(v1::SetConcurrencyResponse {
             limit: (!r.unlimited).then_some(r.limit),
-            previous: None,
+            previous,
+            warnings,
         }))
     }
 

@@ -47,6 +47,7 @@ fn the_table_fits_80_columns_and_never_cuts_a_count() {
         rate: None,
         shed_after_ms: None,
         shed_last_minute: 0,
+        per_key_limit: None,
     };
     let huge = v1::TypeSummary {
         task_type: format!("{}\u{1b}[2J", "x".repeat(70)),
@@ -440,7 +441,7 @@ fn json_names_every_count_and_says_unlimited_with_null() {
             "types": [{
                 "task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0,
                 "running": 1, "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0,
-                "limit": null, "paused": false, "rate": null, "shed_after_ms": null,
+                "limit": null, "per_key_limit": null, "paused": false, "rate": null, "shed_after_ms": null,
                 "shed_last_minute": 0, "state": "active"
             }],
             "global_limit": null,
@@ -450,4 +451,141 @@ fn json_names_every_count_and_says_unlimited_with_null() {
             "now": "2025-12-01T11:20:00.000Z"
         })
     );
+}
+
+fn keyed(mut t: v1::TypeSummary, per_key: u32) -> v1::TypeSummary {
+    t.per_key_limit = Some(per_key);
+    t
+}
+
+/// A per-key limit on 80 columns beside a rate limit: every column whole, the name and the
+/// state give way; `-` for a type without one. With shedding too, the PER-KEY column (a setting) gives
+/// way first and a line says where it is.
+#[test]
+fn the_per_key_column_fits_80_columns_beside_the_rates() {
+    let lines = table(&rated(
+        vec![
+            keyed(typed("email.send", 12, 5, Some(5), fill(50, 1_000, 12)), 2),
+            typed("noop", 0, 0, None, None),
+        ],
+        None,
+        false,
+        None,
+    ));
+    assert_eq!(
+        lines,
+        [
+            "TYPE     QUEUED  LATER  RETRY  RUNNING  PER-KEY      RATE  DEAD  DONE/M  STATE",
+            "email.…      12      0      0      5/5        2  12/50/1s     0      40  at lim…",
+            "noop          0      0      0      0/-        -         -     0      40  active",
+            "global: unlimited",
+        ]
+    );
+    for line in &lines {
+        assert!(width(line) <= WIDTH, "{} columns: {line}", width(line));
+    }
+    let lines = table(&rated(
+        vec![
+            keyed(
+                shedding(
+                    typed("email.send", 12, 5, Some(5), fill(50, 1_000, 12)),
+                    Some(30_000),
+                    4,
+                ),
+                2,
+            ),
+            typed("noop", 0, 0, None, None),
+        ],
+        None,
+        false,
+        None,
+    ));
+    assert_eq!(
+        lines,
+        [
+            "TYPE     QUEUED  LATER  RETRY  RUNNING      RATE  DEAD  DONE/M  SHED/M  STATE",
+            "email.…      12      0      0      5/5  12/50/1s     0      40  4 >30s  at limit",
+            "noop          0      0      0      0/-         -     0      40       -  active",
+            "PER-KEY left out to fit 80 columns; `leasehold types --output json` has it",
+            "global: unlimited",
+        ]
+    );
+    for line in &lines {
+        assert!(width(line) <= WIDTH, "{} columns: {line}", width(line));
+    }
+}
+
+/// Without a per-key limit there is no PER-KEY column; with one it shows alone.
+#[test]
+fn a_per_key_limit_alone_shows_its_column() {
+    let lines = table(&list(vec![typed("noop", 1, 0, None, None)], None, false));
+    assert!(!lines[0].contains("PER-KEY"), "{}", lines[0]);
+    let lines = table(&list(
+        vec![
+            keyed(typed("email.send", 3, 2, Some(10), None), 1_000_000),
+            typed("noop", 1, 0, None, None),
+        ],
+        None,
+        false,
+    ));
+    assert_eq!(
+        lines,
+        [
+            "TYPE        QUEUED  LATER  RETRY  RUNNING  PER-KEY  DEAD  DONE/M  STATE",
+            "email.send       3      0      0     2/10  1000000     0      40  active",
+            "noop             1      0      0      0/-        -     0      40  active",
+            "global: unlimited",
+        ]
+    );
+}
+
+/// Counts so wide that no optional column fits whole: PER-KEY goes first, then RATE, then
+/// SHED/M, each said; the counts stay whole.
+#[test]
+fn per_key_gives_way_first_and_every_optional_column_before_a_count() {
+    let huge = v1::TypeSummary {
+        task_type: "report.build".into(),
+        queued: 1_234_567_890,
+        scheduled: 123_456_789,
+        retrying: 12_345_678,
+        running: 100,
+        dead: 123_456_789,
+        finished_last_minute: 12_345_678,
+        limit: Some(100),
+        rate: fill(1_000_000, 86_400_000, 999_999),
+        shed_after_ms: Some(90_000),
+        shed_last_minute: 1_234,
+        per_key_limit: Some(1_000_000),
+        ..Default::default()
+    };
+    let lines = table(&rated(vec![huge], None, false, None));
+    assert_eq!(
+        lines,
+        [
+            "TYPE         QUEUED      LATER     RETRY  RUNNING       DEAD    DONE/M  STATE",
+            "report…  1234567890  123456789  12345678  100/100  123456789  12345678  at limit",
+            "PER-KEY left out to fit 80 columns; `leasehold types --output json` has it",
+            "RATE left out to fit 80 columns; `leasehold ratelimit ls` lists the rates",
+            "SHED/M left out to fit 80 columns; `leasehold types --output json` has it",
+            "global: unlimited",
+        ]
+    );
+    for line in &lines {
+        assert!(width(line) <= WIDTH, "{line}");
+    }
+}
+
+#[test]
+fn json_gives_each_types_per_key_limit_with_null_for_none() {
+    let l = list(
+        vec![
+            keyed(typed("email.send", 0, 0, None, None), 2),
+            typed("noop", 0, 0, None, None),
+        ],
+        None,
+        false,
+    );
+    let json = serde_json::to_value(&l).unwrap_or_default();
+    assert_eq!(json["types"][0]["per_key_limit"], 2);
+    assert_eq!(json["types"][1]["per_key_limit"], serde_json::Value::Null);
 }
