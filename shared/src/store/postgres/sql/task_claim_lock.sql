@@ -52,17 +52,18 @@ fwd(task_type, k, n, budget) AS (
 ),
 -- Round again from the first key up to the cursor's, with what is left of the budget.
 back(task_type, k, n, budget, after) AS (
-    SELECT c.task_type, f.k, 1,
-           c.budget - coalesce((SELECT max(w.n) FROM fwd w WHERE w.task_type = c.task_type), 0)::int,
-           c.after
-    FROM cur c
+    SELECT c.task_type, f.k, 1, c.left_, c.after
+    FROM (SELECT c.*,
+                 c.budget - coalesce((SELECT max(w.n) FROM fwd w WHERE w.task_type = c.task_type), 0)::int
+                     AS left_
+          FROM cur c) c
     CROSS JOIN LATERAL (
         SELECT t.concurrency_key AS k FROM tasks t
         WHERE t.task_type = c.task_type AND t.status IN ('queued', 'retry_wait')
           AND t.concurrency_key > ''
         ORDER BY t.concurrency_key LIMIT 1
     ) f
-    WHERE c.after <> '' AND f.k <= c.after
+    WHERE c.after <> '' AND c.left_ > 0 AND f.k <= c.after
     UNION ALL
     SELECT w.task_type, nx.k, w.n + 1, w.budget, w.after
     FROM back w
