@@ -316,3 +316,35 @@ async fn bad_breakers_change_nothing(db: StoreDb) {
     assert!(tick(&*store).await.is_empty());
     db.drop_db().await.unwrap();
 }
+
+conformance!(a_breaker_does_not_close_while_a_later_try_still_runs);
+async fn a_breaker_does_not_close_while_a_later_try_still_runs(db: StoreDb) {
+    let store = db.store();
+    set_breaker(&*store, "br.f", Some(breaker(1, 60_000, 200))).await;
+    enqueue(&*store, "br.f", 5).await;
+    let first = started(&*store, "w#1", "br.f", 1).await;
+    fail_all(&*store, "w#1", &first).await;
+    assert_eq!(tick(&*store).await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(tick(&*store).await[0].2, BreakerState::HalfOpen);
+    // One try succeeds, a second starts before the tick looks.
+    let ok = started(&*store, "w#2", "br.f", 1).await;
+    complete_all(&*store, "w#2", &ok).await;
+    let second = started(&*store, "w#3", "br.f", 1).await;
+    assert_eq!(second.len(), 1);
+    assert!(
+        tick(&*store).await.is_empty(),
+        "closed while a try still ran"
+    );
+    // It fails: the breaker opens again instead of forgetting the failure.
+    fail_all(&*store, "w#3", &second).await;
+    assert_eq!(
+        tick(&*store).await,
+        [(
+            "br.f".to_string(),
+            BreakerState::HalfOpen,
+            BreakerState::Open
+        )]
+    );
+    db.drop_db().await.unwrap();
+}

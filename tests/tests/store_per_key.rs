@@ -519,3 +519,170 @@ async fn overdue_keyed_tasks_of_a_shedding_type_are_shed(db: StoreDb) {
     assert_eq!(db.task_status(ids[1]).await.unwrap(), "queued");
     db.drop_db().await.unwrap();
 }
+
+/// The keys of the tasks a claim of `batch` of `task_type` started (completed at once).
+async fn served(store: &dyn Store, owner: &str, task_type: &str, batch: u32) -> Vec<String> {
+    let got = store
+        .task_claim(claim(owner, &[task_type], batch))
+        .await
+        .unwrap();
+    complete_all(store, owner, &got.tasks).await;
+    got.tasks
+        .iter()
+        .map(|t| t.concurrency_key.clone().unwrap())
+        .collect()
+}
+
+conformance!(a_key_that_wins_by_priority_does_not_hold_the_round_still);
+async fn a_key_that_wins_by_priority_does_not_hold_the_round_still(db: StoreDb) {
+    let store = db.store();
+    let mut tasks = Vec::new();
+    for key in ["a", "b", "c", "d", "e"] {
+        for n in 0..10 {
+            let priority = if key == "c" { 5 } else { 0 };
+            tasks.push(keyed("pk.i", key, n).with_priority(priority));
+        }
+    }
+    store.task_enqueue_many(tasks).await.unwrap();
+    // Every claim of two takes c (priority 5) and one other key; the others take turns.
+    let mut others = Vec::new();
+    for _ in 0..4 {
+        let keys = served(&*store, "prio#1", "pk.i", 2).await;
+        assert!(keys.contains(&"c".to_string()), "{keys:?}");
+        others.extend(keys.into_iter().filter(|k| k != "c"));
+    }
+    let distinct: BTreeSet<&String> = others.iter().collect();
+    assert_eq!(distinct.len(), 4, "the keys below c took turns: {others:?}");
+    db.drop_db().await.unwrap();
+}
+
+conformance!(keys_take_turns_when_a_type_limit_cuts_the_batch);
+async fn keys_take_turns_when_a_type_limit_cuts_the_batch(db: StoreDb) {
+    let store = db.store();
+    // Key a's tasks are an hour old, key b's fresh: a cap of one must still alternate.
+    for n in 0..4 {
+        let id = db
+            .insert_task(TaskSpec {
+                available_in_secs: -3600.0,
+                ..TaskSpec::new("pk.j", "queued")
+            })
+            .await
+            .unwrap();
+        db.update_task(id, &[("concurrency_key", Val::Text("a".into()))])
+            .await
+            .unwrap();
+        let _ = n;
+    }
+    store
+        .task_enqueue_many((0..4).map(|n| keyed("pk.j", "b", n)).collect())
+        .await
+        .unwrap();
+    store
+        .policy_set(PolicySetParams {
+            scope: PolicyScope::Type(tt("pk.j")),
+            patch: PolicyPatch {
+                max_concurrency: Some(Some(1)),
+                ..Default::default()
+            },
+            actor: Actor::operator("test"),
+        })
+        .await
+        .unwrap();
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        order.extend(served(&*store, "cap#1", "pk.j", 5).await);
+    }
+    assert_eq!(order.len(), 4);
+    assert!(
+        order.windows(2).all(|w| w[0] != w[1]),
+        "the older key won every time: {order:?}"
+    );
+    db.drop_db().await.unwrap();
+}
+
+conformance!(a_claim_with_no_room_for_the_type_leaves_its_round_where_it_was);
+async fn a_claim_with_no_room_for_the_type_leaves_its_round_where_it_was(db: StoreDb) {
+    let store = db.store();
+    let mut tasks = Vec::new();
+    for k in 0..30 {
+        for n in 0..2 {
+            tasks.push(keyed("pk.k", &format!("k{k:02}"), n));
+        }
+    }
+    store.task_enqueue_many(tasks).await.unwrap();
+    store
+        .policy_set(PolicySetParams {
+            scope: PolicyScope::Type(tt("pk.k")),
+            patch: PolicyPatch {
+                max_concurrency: Some(Some(1)),
+                ..Default::default()
+            },
+            actor: Actor::operator("test"),
+        })
+        .await
+        .unwrap();
+    let first = store
+        .task_claim(claim("room#1", &["pk.k"], 1))
+        .await
+        .unwrap();
+    assert_eq!(first.tasks[0].concurrency_key.as_deref(), Some("k00"));
+    // The type is full: these claims start nothing and must not move its round.
+    for _ in 0..3 {
+        assert!(
+            store
+                .task_claim(claim("room#1", &["pk.k"], 1))
+                .await
+                .unwrap()
+                .tasks
+                .is_empty()
+        );
+    }
+    complete_all(&*store, "room#1", &first.tasks).await;
+    assert_eq!(served(&*store, "room#1", "pk.k", 1).await, ["k01"]);
+    db.drop_db().await.unwrap();
+}
+
+conformance!(keys_with_nothing_due_neither_use_up_the_round_nor_shrink_the_batch);
+async fn keys_with_nothing_due_neither_use_up_the_round_nor_shrink_the_batch(db: StoreDb) {
+    let store = db.store();
+    // A hundred keys with tasks due tomorrow sort before the one key with work due now.
+    let mut later = Vec::new();
+    for k in 0..100 {
+        later.push(keyed("pk.l", &format!("a{k:03}"), 0).with_delay(Duration::from_secs(86_400)));
+    }
+    store.task_enqueue_many(later).await.unwrap();
+    store
+        .task_enqueue_many((0..40).map(|n| keyed("pk.l", "zz", n)).collect())
+        .await
+        .unwrap();
+    assert_eq!(served(&*store, "due#1", "pk.l", 10).await.len(), 10);
+
+    // Full keys do not shrink the share of a key with room either.
+    set_per_key(&*store, "pk.m", Some(5)).await;
+    let mut tasks = Vec::new();
+    for k in 0..9 {
+        for n in 0..6 {
+            tasks.push(keyed("pk.m", &format!("full{k}"), n));
+        }
+    }
+    store.task_enqueue_many(tasks).await.unwrap();
+    let fill = store
+        .task_claim(claim("due#2", &["pk.m"], 45))
+        .await
+        .unwrap();
+    assert_eq!(fill.tasks.len(), 45, "nine keys at their limit of five");
+    store
+        .task_enqueue_many((0..20).map(|n| keyed("pk.m", "open", n)).collect())
+        .await
+        .unwrap();
+    let got = store
+        .task_claim(claim("due#3", &["pk.m"], 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.tasks.len(),
+        5,
+        "the open key's limit, not a tenth of the batch"
+    );
+    db.drop_db().await.unwrap();
+}

@@ -33,25 +33,49 @@ impl KeyCursors {
         map.get(task_type).cloned()
     }
 
-    /// Moves the cursors of `types` after a claim that visited the keys `walk` (type, key, in
-    /// visiting order) and claimed `claimed`. A type whose walk was empty has no keyed task
-    /// waiting: its cursor is dropped.
-    pub(crate) fn advance(&self, types: &[&str], walk: &[(&str, &str)], claimed: &[Task]) {
+    /// Moves the cursors of `types` (those that had room in the claim) after a claim that
+    /// visited the keys with a task due `walk` (type, key, in visiting order), whose walk of
+    /// each type ended at `ends` (type, last key visited, due or not), and claimed `claimed`.
+    /// The cursor goes to the last key in round order among those served at the lowest
+    /// priority served: a key that won a place by the priority of its task does not move the
+    /// round, so the keys taking turns below it keep taking turns. When none was served it goes
+    /// to where the walk ended. A type whose walk found no key has no keyed task waiting: its
+    /// cursor is dropped.
+    pub(crate) fn advance(
+        &self,
+        types: &[&str],
+        walk: &[(&str, &str)],
+        ends: &[(&str, &str)],
+        claimed: &[Task],
+    ) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         for t in types {
-            let visited = walk.iter().filter(|(wt, _)| wt == t).map(|(_, k)| *k);
-            let mut last = None;
-            let mut last_served = None;
-            for key in visited {
-                last = Some(key);
-                let served = claimed.iter().any(|c| {
-                    c.task_type.as_str() == *t && c.concurrency_key.as_deref() == Some(key)
-                });
-                if served {
-                    last_served = Some(key);
-                }
-            }
-            match last_served.or(last) {
+            let top = |key: &str| {
+                claimed
+                    .iter()
+                    .filter(|c| {
+                        c.task_type.as_str() == *t && c.concurrency_key.as_deref() == Some(key)
+                    })
+                    .map(|c| c.priority)
+                    .max()
+            };
+            let visited: Vec<&str> = walk
+                .iter()
+                .filter(|(wt, _)| wt == t)
+                .map(|(_, k)| *k)
+                .collect();
+            let served: Vec<(&str, i16)> = visited
+                .iter()
+                .filter_map(|k| top(k).map(|p| (*k, p)))
+                .collect();
+            let floor = served.iter().map(|(_, p)| *p).min();
+            let last_served = served
+                .iter()
+                .rev()
+                .find(|(_, p)| Some(*p) == floor)
+                .map(|(k, _)| *k);
+            let end = ends.iter().find(|(et, _)| et == t).map(|(_, k)| *k);
+            match last_served.or(end).or(visited.last().copied()) {
                 Some(key) => {
                     map.insert(t.to_string(), key.to_string());
                 }
@@ -101,7 +125,7 @@ mod tests {
     fn moves_to_the_last_key_served_or_else_the_last_visited() {
         let c = KeyCursors::default();
         let walk = [("a", "k1"), ("a", "k2"), ("a", "k3"), ("b", "x")];
-        c.advance(&["a", "b"], &walk, &[task("a", "k2")]);
+        c.advance(&["a", "b"], &walk, &[], &[task("a", "k2")]);
         assert_eq!(
             c.get("a").as_deref(),
             Some("k2"),
@@ -112,13 +136,34 @@ mod tests {
             Some("x"),
             "nothing served: past the visited"
         );
-        c.advance(&["a", "b"], &[("a", "k3")], &[]);
+        c.advance(&["a", "b"], &[("a", "k3")], &[], &[]);
         assert_eq!(c.get("a").as_deref(), Some("k3"));
         assert_eq!(c.get("b"), None, "no keyed task of b waits: start over");
+        // A key that won by priority does not hold the round still.
+        let walk = [("a", "d"), ("a", "e"), ("a", "k1"), ("a", "k3")];
+        let mut urgent = task("a", "k3");
+        urgent.priority = 5;
+        c.advance(&["a"], &walk, &[("a", "zz")], &[urgent, task("a", "d")]);
+        assert_eq!(
+            c.get("a").as_deref(),
+            Some("d"),
+            "served beats where the walk ended"
+        );
+        c.advance(&["a"], &walk, &[("a", "zz")], &[]);
+        assert_eq!(
+            c.get("a").as_deref(),
+            Some("zz"),
+            "nothing served: where the walk ended"
+        );
+        c.advance(&["a"], &walk, &[], &[task("a", "d")]);
+        assert_eq!(c.get("a").as_deref(), Some("d"));
         let (types, keys) = c.of(&["a", "b", "c"]);
         assert_eq!(
             (types, keys),
-            (vec!["a".to_string()], vec!["k3".to_string()])
+            (vec!["a".to_string()], vec!["d".to_string()])
         );
+        // A type without room is not passed in: its cursor stays.
+        c.advance(&[], &walk, &[], &[]);
+        assert_eq!(c.get("a").as_deref(), Some("d"));
     }
 }

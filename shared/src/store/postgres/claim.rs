@@ -50,13 +50,30 @@ pub(super) async fn task_claim(
     let mut rated = Vec::new();
     let mut contended = false;
     let mut walk: Vec<(i32, String, String)> = Vec::new();
+    let mut ends: Vec<(String, String)> = Vec::new();
+    let mut roomy: Vec<String> = Vec::new();
+    let mut busy: Vec<String> = Vec::new();
     for row in &locked_rows {
         let Some(scope) = get::<Option<String>>(row, "scope")? else {
             continue; // the policy guard, always granted (it may have waited)
         };
-        if let Some(key) = get::<Option<String>>(row, "walk_key")? {
-            walk.push((get::<i32>(row, "walk_pos")?, scope, key));
-            continue;
+        match get::<String>(row, "kind")?.as_str() {
+            "key" => {
+                let key = get::<String>(row, "walk_key")?;
+                walk.push((get::<i32>(row, "walk_pos")?, scope, key));
+                continue;
+            }
+            "end" => {
+                ends.push((scope, get::<String>(row, "walk_key")?));
+                continue;
+            }
+            "type" => {
+                if get::<bool>(row, "roomy")? {
+                    roomy.push(scope);
+                }
+                continue;
+            }
+            _ => {}
         }
         if get::<bool>(row, "locked")? {
             if get::<Option<bool>>(row, "rated")?.unwrap_or(false) {
@@ -65,6 +82,7 @@ pub(super) async fn task_claim(
             locked.push(scope);
         } else {
             contended = true;
+            busy.push(scope);
         }
     }
     walk.sort_unstable_by_key(|(pos, _, _)| *pos);
@@ -135,7 +153,15 @@ pub(super) async fn task_claim(
         .iter()
         .map(|row| claimed_task(row, &params.owner, now))
         .collect::<Result<Vec<_>>>()?;
-    cursors.advance(&types, &walk, &tasks);
+    // The key rounds move on only for types that had room (and whose lock, if they have a
+    // limit, this claim held).
+    let roomy: Vec<&str> = roomy
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !busy.iter().any(|b| b == t))
+        .collect();
+    let ends: Vec<(&str, &str)> = ends.iter().map(|(t, k)| (t.as_str(), k.as_str())).collect();
+    cursors.advance(&roomy, &walk, &ends, &tasks);
     crate::store::lifecycle::claim_order(&mut tasks);
     Ok(ClaimBatch {
         now,

@@ -343,16 +343,19 @@ pub(super) async fn task_claim(
         .await
         .map_err(StoreError::db(OP))?;
     let mut offered = Vec::with_capacity(candidates.len());
-    for row in &candidates {
-        offered.push(Offer::of(row, 1)?);
+    for (n, row) in candidates.iter().enumerate() {
+        offered.push(Offer::of(row, 1, n + 1)?);
     }
     let walk = offer_keyed(&mut tx, &open, &policies, batch, now, cursors, &mut offered).await?;
     // Claim order, but among equal priorities the first task of every key (a keyless task is a
-    // key of its own) before the second of any, so keys share the batch.
+    // key of its own) before the second of any, and within a rank the keys in round order
+    // interleaved with the keyless tasks in claim order: keys share the batch and take turns
+    // even when a cap cuts it.
     offered.sort_by(|a, b| {
         b.priority
             .cmp(&a.priority)
             .then(a.key_rank.cmp(&b.key_rank))
+            .then(a.pos.cmp(&b.pos))
             .then(a.available_at.cmp(&b.available_at))
             .then(a.id.cmp(&b.id))
     });
@@ -418,7 +421,8 @@ pub(super) async fn task_claim(
     };
     commit(tx, OP).await?;
     let walked: Vec<(&str, &str)> = walk.iter().map(|(t, k)| (t.as_str(), k.as_str())).collect();
-    cursors.advance(&names, &walked, &tasks);
+    // The key rounds of the types that had room move on (the others were not walked).
+    cursors.advance(&open, &walked, &[], &tasks);
     crate::store::lifecycle::claim_order(&mut tasks);
     Ok(ClaimBatch {
         now: now_time,
@@ -436,16 +440,19 @@ struct Offer {
     available_at: i64,
     /// Its place among the offered tasks of its key (1: the key's first).
     key_rank: usize,
+    /// Its key's place in the round (a keyless task: its place among the keyless ones).
+    pos: usize,
 }
 
 impl Offer {
-    fn of(row: &sqlx::sqlite::SqliteRow, key_rank: usize) -> Result<Self> {
+    fn of(row: &sqlx::sqlite::SqliteRow, key_rank: usize, pos: usize) -> Result<Self> {
         Ok(Self {
             id: get(row, "id")?,
             task_type: get(row, "task_type")?,
             priority: get(row, "priority")?,
             available_at: get(row, "available_at")?,
             key_rank,
+            pos,
         })
     }
 }
@@ -508,6 +515,7 @@ async fn offer_keyed(
                 .bind(after)
                 .bind(upto)
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(now)
         };
         let mut keys = walk(cursor.clone(), None, budget)
             .fetch_all(&mut *tx)
@@ -523,20 +531,24 @@ async fn offer_keyed(
         if keys.is_empty() {
             continue;
         }
-        let share = batch.div_ceil(keys.len());
+        // What each key may still start (its per-key limit minus its running tasks, the batch
+        // without a limit); each key with room offers at most its share of the batch.
+        let room = |key: &str| match per_key(t) {
+            None => batch,
+            Some(limit) => {
+                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+                let busy = running
+                    .get(&(t.to_string(), key.to_string()))
+                    .copied()
+                    .unwrap_or(0);
+                limit.saturating_sub(busy)
+            }
+        };
+        let with_room = keys.iter().filter(|k| room(k) > 0).count();
+        let share = batch.div_ceil(with_room.max(1));
         let mut groups: Vec<Vec<Offer>> = Vec::new();
         for key in keys {
-            let cap = match per_key(t) {
-                None => share,
-                Some(limit) => {
-                    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-                    let busy = running
-                        .get(&(t.to_string(), key.clone()))
-                        .copied()
-                        .unwrap_or(0);
-                    share.min(limit.saturating_sub(busy))
-                }
-            };
+            let cap = room(&key).min(share);
             if cap > 0 {
                 let heads = sqlx::query(sql::task_key_heads)
                     .bind(*t)
@@ -546,10 +558,11 @@ async fn offer_keyed(
                     .fetch_all(&mut *tx)
                     .await
                     .map_err(StoreError::db(OP))?;
+                let pos = walked.len() + 1;
                 let group = heads
                     .iter()
                     .enumerate()
-                    .map(|(rank, row)| Offer::of(row, rank + 1))
+                    .map(|(rank, row)| Offer::of(row, rank + 1, pos))
                     .collect::<Result<Vec<_>>>()?;
                 if !group.is_empty() {
                     groups.push(group);

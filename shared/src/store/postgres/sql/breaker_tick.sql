@@ -3,7 +3,8 @@
 --   closed    → open       the failed attempts of the type that ended within the window (and
 --                          after the breaker last closed) reach breaker_failures;
 --   open      → half_open  the cooldown has passed;
---   half_open → closed     an attempt started since it half-opened succeeded;
+--   half_open → closed     an attempt started since it half-opened succeeded (and none started
+--                          since still runs);
 --   half_open → open       one failed (a failure wins over a success in the same tick).
 -- Failures are read from task_attempt_rows_failed_idx (retried failures) and tasks_failed_idx
 -- (final ones), which hold failures only. Rows are locked; a concurrent policy change waits.
@@ -43,6 +44,12 @@ counted AS (
                WHERE t.status IN ('succeeded', 'partially_succeeded')
                  AND t.finished_at >= b.breaker_since AND t.started_at >= b.breaker_since
                  AND t.task_type = b.scope
+           -- Not while a later try still runs: its failure, committed after this snapshot,
+           -- would end before the breaker closed and never be counted.
+           ) AND NOT EXISTS (
+               SELECT 1 FROM tasks r
+               WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = b.scope
+                 AND r.started_at >= b.breaker_since
            ) AS probe_ok
     FROM b
 ),

@@ -82,25 +82,32 @@ candidates AS (
     FOR UPDATE SKIP LOCKED
 ),
 walked AS (
-    SELECT w.task_type, w.concurrency_key, w.pos,
-           count(*) OVER (PARTITION BY w.task_type) AS keys
+    SELECT w.task_type, w.concurrency_key, w.pos
     FROM unnest($6::text[], $7::text[]) WITH ORDINALITY AS w(task_type, concurrency_key, pos)
 ),
-key_caps AS (
+-- What each visited key may still start: its per-key limit minus its running tasks (the batch
+-- without a limit), nothing when the type's lock is not ours.
+key_room AS (
     SELECT w.task_type, w.concurrency_key, w.pos,
-           least(ceil($3::numeric / w.keys)::bigint,
-                 CASE WHEN p.per_key_concurrency IS NULL THEN $3::bigint
-                      -- A per-key limit is exact only under the type's lock.
-                      WHEN NOT (w.task_type = ANY($5::text[])) THEN 0
-                      ELSE greatest(p.per_key_concurrency - (
-                          SELECT count(*) FROM tasks r
-                          WHERE r.status IN ('running', 'cancel_requested')
-                            AND r.task_type = w.task_type
-                            AND r.concurrency_key = w.concurrency_key), 0)
-                 END) AS cap
+           CASE WHEN p.per_key_concurrency IS NULL THEN $3::bigint
+                -- A per-key limit is exact only under the type's lock.
+                WHEN NOT (w.task_type = ANY($5::text[])) THEN 0
+                ELSE greatest(p.per_key_concurrency - (
+                    SELECT count(*) FROM tasks r
+                    WHERE r.status IN ('running', 'cancel_requested')
+                      AND r.task_type = w.task_type
+                      AND r.concurrency_key = w.concurrency_key), 0)
+           END AS room
     FROM walked w
     JOIN type_cap tc ON tc.task_type = w.task_type AND (tc.cap IS NULL OR tc.cap > 0)
     LEFT JOIN pol p ON p.scope = w.task_type
+),
+-- Each key with room offers at most its share of the batch among the keys with room.
+key_caps AS (
+    SELECT r.task_type, r.concurrency_key, r.pos,
+           least(r.room, ceil($3::numeric / count(*) OVER (PARTITION BY r.task_type))::bigint) AS cap
+    FROM key_room r
+    WHERE r.room > 0
 ),
 offered AS (
     SELECT h.id, h.task_type, h.priority, h.available_at, k.pos,
@@ -125,7 +132,7 @@ offered AS (
 -- among equals the first in the round. The walk visits a few more keys than the batch in case
 -- some have nothing due, and the keys it visited but did not need come first next round.
 keyed AS (
-    SELECT o.id, o.task_type, o.priority, o.available_at, o.key_rank
+    SELECT o.id, o.task_type, o.priority, o.available_at, o.key_rank, o.pos
     FROM (SELECT o.*, dense_rank() OVER (PARTITION BY o.task_type ORDER BY o.top DESC, o.pos) AS key_ord
           FROM offered o) o
     WHERE o.key_ord <= $3
@@ -138,14 +145,20 @@ uncapped AS (
            AND (SELECT cap FROM global_cap) >= $3::bigint
            AND cardinality($6::text[]) = 0 AS yes
 ),
+-- Among equal priorities: the first task of every key before the second of any (a keyless
+-- task is a key of its own), and within a rank the keys in round order interleaved with the
+-- keyless tasks in claim order — so a cap that cuts the batch still takes keys in turn.
 ranked AS (
-    SELECT c.id, c.task_type, c.priority, c.available_at, c.key_rank,
+    SELECT c.id, c.task_type, c.priority, c.available_at, c.key_rank, c.pos,
            row_number() OVER (PARTITION BY c.task_type
-                              ORDER BY c.priority DESC, c.key_rank, c.available_at, c.id) AS type_rank
+                              ORDER BY c.priority DESC, c.key_rank, c.pos, c.available_at, c.id)
+               AS type_rank
     FROM (
-        SELECT id, task_type, priority, available_at, 1::bigint AS key_rank FROM candidates
+        SELECT id, task_type, priority, available_at, 1::bigint AS key_rank,
+               row_number() OVER (ORDER BY priority DESC, available_at, id) AS pos
+        FROM candidates
         UNION ALL
-        SELECT id, task_type, priority, available_at, key_rank FROM keyed
+        SELECT id, task_type, priority, available_at, key_rank, pos FROM keyed
     ) c
 ),
 within_type AS (
@@ -157,7 +170,7 @@ chosen AS (
     UNION ALL
     SELECT id FROM (
         SELECT id FROM within_type
-        ORDER BY priority DESC, key_rank, available_at, id
+        ORDER BY priority DESC, key_rank, pos, available_at, id
         LIMIT (SELECT cap FROM global_cap)
     ) capped
     WHERE NOT (SELECT yes FROM uncapped)
@@ -184,4 +197,8 @@ RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_a
           -- caller stamps with these starts (rate_limit_stamp.sql). Read here, not from the
           -- lock statement, whose view of the policies may predate a change it waited for.
           (SELECT array_agg(scope) FROM rate) AS rated,
-          t.concurrency_key
+          t.concurrency_key,
+          -- The types that had room in this claim (their key rounds move on; others wait).
+          (SELECT array_agg(tc.task_type) FROM type_cap tc LEFT JOIN pol p ON p.scope = tc.task_type
+           WHERE (tc.cap IS NULL OR tc.cap > 0)
+             AND (p.per_key_concurrency IS NULL OR tc.task_type = ANY($5::text[]))) AS roomy
