@@ -876,6 +876,195 @@ async fn shed_refuses_bad_durations_before_connecting_and_viewers_are_exit_4() {
     }
 }
 
+/// Issue 23: `breaker set|clear|ls` through the fake: what each prints in both modes, the
+/// agent's warning on stderr, its refusal as exit 2; `ls` on an overview without breakers.
+#[tokio::test(flavor = "multi_thread")]
+async fn breaker_set_clear_and_ls_print_and_exit_as_documented() {
+    let (addr, fake) = plain().await;
+    let run = |args: Vec<&str>| {
+        let mut all = vec!["--agent", addr.as_str()];
+        all.extend(args);
+        let owned: Vec<String> = all.iter().map(|s| (*s).to_owned()).collect();
+        async move {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            leasehold(&refs, &[]).await
+        }
+    };
+    let set = |t: &'static str, n: &'static str, within: &'static str, cooldown: &'static str| {
+        vec![
+            "breaker",
+            "set",
+            t,
+            "--failures",
+            n,
+            "--within",
+            within,
+            "--cooldown",
+            cooldown,
+        ]
+    };
+    let o = run(set("noop", "3", "10s", "250ms")).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "type noop circuit breaker: 3 failures within 10s, cooldown 250ms (was none)\n"
+    );
+    assert_eq!(stderr(&o), "");
+    let o = run(set("email.send", "5", "60s", "30s")).await;
+    assert_eq!(
+        stdout(&o),
+        "type email.send circuit breaker: 5 failures within 1m, cooldown 30s (unchanged)\n"
+    );
+    let o = run(set("email.send", "10", "1m", "1h")).await;
+    assert_eq!(
+        stdout(&o),
+        "type email.send circuit breaker: 10 failures within 1m, cooldown 1h \
+         (was 5 failures within 1m, cooldown 30s)\n"
+    );
+    let o = run(vec!["breaker", "clear", "email.send"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "type email.send circuit breaker cleared (was 5 failures within 1m, cooldown 30s)\n"
+    );
+    let o = run(vec!["breaker", "clear", "noop"]).await;
+    assert_eq!(
+        stdout(&o),
+        "type noop had no circuit breaker (nothing changed)\n"
+    );
+    let mut json = vec!["--output", "json"];
+    json.extend(set("email.send", "3", "1m", "2s"));
+    let o = run(json).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        json_lines(&stdout(&o)),
+        [serde_json::json!({
+            "task_type": "email.send",
+            "breaker": {
+                "failures": 3, "within_ms": 60000, "cooldown_ms": 2000,
+                "text": "3 failures within 1m, cooldown 2s"
+            },
+            "previous": {
+                "failures": 5, "within_ms": 60000, "cooldown_ms": 30000,
+                "text": "5 failures within 1m, cooldown 30s"
+            }
+        })]
+    );
+    let o = run(vec!["--output", "json", "breaker", "clear", "noop"]).await;
+    assert_eq!(
+        json_lines(&stdout(&o)),
+        [serde_json::json!({"task_type": "noop", "breaker": null, "previous": null})]
+    );
+    // A warning goes to stderr; stdout stays the result.
+    let o = run(set("lonely", "5", "1m", "30s")).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "type lonely circuit breaker: 5 failures within 1m, cooldown 30s (was none)\n"
+    );
+    assert_eq!(
+        stderr(&o),
+        "leasehold: warning: no live agent handles type lonely\n"
+    );
+    // What the agent refuses is bad input: exit 2, the agent's words on stderr.
+    let o = run(set("unknown", "5", "1m", "30s")).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "leasehold: set the circuit breaker of type unknown: task_type: no agent serves type \
+         unknown (invalid argument)\n"
+    );
+    assert_eq!(stdout(&o), "");
+    // The fake's overview has no breaker: `ls` says so, the JSON is [], `types` has no column.
+    let o = run(vec!["breaker", "ls"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "no circuit breakers\n");
+    let o = run(vec!["--output", "json", "breaker", "ls"]).await;
+    assert_eq!(json_lines(&stdout(&o)), [serde_json::json!([])]);
+    let o = run(vec!["types"]).await;
+    assert!(!stdout(&o).contains("BREAKER"), "{}", stdout(&o));
+    let o = run(vec!["--output", "json", "types"]).await;
+    let v = &json_lines(&stdout(&o))[0];
+    assert_eq!(v["types"][0]["breaker"], serde_json::Value::Null);
+    let calls = fake.calls();
+    for call in [
+        "set_breaker noop 3 10000 250 clear=false",
+        "set_breaker email.send 10 60000 3600000 clear=false",
+        "set_breaker email.send 0 0 0 clear=true",
+        "set_breaker lonely 5 60000 30000 clear=false",
+    ] {
+        assert!(calls.contains(&call.to_owned()), "{call} not in {calls:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn breaker_refuses_bad_input_before_connecting_and_viewers_are_exit_4() {
+    let good = [
+        "breaker",
+        "set",
+        "noop",
+        "--failures",
+        "5",
+        "--within",
+        "1m",
+        "--cooldown",
+        "30s",
+    ];
+    let bad = |i: usize, value: &'static str| {
+        let mut args = good;
+        args[i] = value;
+        args.to_vec()
+    };
+    for args in [
+        bad(4, "0"),
+        bad(4, "1000001"),
+        bad(4, "many"),
+        bad(6, "0s"),
+        bad(6, "25h"),
+        bad(6, "1500us"),
+        bad(8, "0"),
+        bad(8, "8d"),
+        bad(2, "Noop"),
+        good[..7].to_vec(),
+        vec!["breaker", "clear"],
+        vec!["breaker", "ls", "extra"],
+    ] {
+        let mut all = vec!["--agent", "127.0.0.1:1"];
+        all.extend(&args);
+        let o = leasehold(&all, &[]).await;
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("cannot reach"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{args:?}");
+    }
+    let running = Fake::new()
+        .with_token("operator")
+        .start(Transport::Plain)
+        .await;
+    let addr = running.addr.to_string();
+    for args in [&good[..], &["breaker", "clear", "noop"]] {
+        let mut all = vec!["--agent", addr.as_str(), "--token", "viewer"];
+        all.extend_from_slice(args);
+        let o = leasehold(&all, &[]).await;
+        assert_eq!(o.status.code(), Some(4), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).ends_with("(permission denied)\n"),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{args:?}");
+    }
+    let o = leasehold(
+        &["--agent", &addr, "--token", "viewer", "breaker", "ls"],
+        &[],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn schedules_commands_print_and_exit_as_documented() {
     let (addr, fake) = plain().await;

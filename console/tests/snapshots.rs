@@ -208,6 +208,78 @@ fn types_show_the_per_key_limit_and_it_gives_way_first() {
     assert!(!text.contains("PER-KEY"), "{text}");
 }
 
+/// The fixture's types with circuit breakers: `mail` open (half-opens in 12 s), `sleep`
+/// half-open, `export:csv` closed.
+fn with_breakers() -> App {
+    let mut app = at(View::Types);
+    let mut overview = app.state.live.overview.clone().unwrap();
+    let breaker = |state: &str, until_ms: i64| leasehold_proto::v1::BreakerSummary {
+        failures: 5,
+        within_ms: 60_000,
+        cooldown_ms: 30_000,
+        state: state.into(),
+        since_ms: fixture::NOW - 18_000,
+        until_ms,
+    };
+    for t in &mut overview.types {
+        t.breaker = match t.task_type.as_str() {
+            "mail" => Some(breaker("open", fixture::NOW + 12_000)),
+            "sleep" => Some(breaker("half_open", 0)),
+            "export:csv" => Some(breaker("closed", 0)),
+            _ => None,
+        };
+    }
+    app.on_event(leasehold_console::event::Event::Overview(overview));
+    app
+}
+
+/// Circuit breakers bring the BREAKER column (`open 12s`, `half-open`, `closed`, `-`), and the
+/// header names the open and half-open ones (on 80 columns, where the names do not fit, it
+/// counts the open ones: they stop their type). On 80
+/// columns BREAKER stays whole while PER-KEY and RATE give way before it; without any breaker
+/// there is no column and the header says nothing.
+#[test]
+fn types_show_circuit_breakers_and_the_header_names_the_open_ones() {
+    check("types_breakers", with_breakers);
+    let header = |text: &str| text.lines().nth(4).unwrap().to_string();
+    let mut app = with_breakers();
+    let text = screen(&mut app, 80, 24);
+    assert!(header(&text).contains("BREAKER"), "{text}");
+    assert!(
+        !header(&text).contains("PER-KEY") && !header(&text).contains("RATE"),
+        "{text}"
+    );
+    for cell in ["open 12s", "half-open", "closed", "1250", "4/20", "6 >5m"] {
+        assert!(text.contains(cell), "{cell} cut:\n{text}");
+    }
+    let tabs = text.lines().nth(1).unwrap();
+    assert!(tabs.ends_with("│ 1 breaker open"), "{text}");
+    let text = screen(&mut app, 160, 48);
+    let tabs = text.lines().nth(1).unwrap();
+    assert!(
+        tabs.contains("breaker open: mail · half-open: sleep"),
+        "{text}"
+    );
+    for view in [View::Leases, View::Agents] {
+        app.act(leasehold_console::input::Action::Show(view));
+        let text = screen(&mut app, 80, 24);
+        assert!(
+            text.lines().nth(1).unwrap().contains("breaker open"),
+            "{text}"
+        );
+    }
+
+    let mut app = with_breakers();
+    let mut overview = app.state.live.overview.clone().unwrap();
+    for t in &mut overview.types {
+        t.breaker = None;
+    }
+    app.on_event(leasehold_console::event::Event::Overview(overview));
+    let text = screen(&mut app, 160, 48);
+    assert!(!text.contains("BREAKER"), "{text}");
+    assert!(!text.contains("breaker"), "{text}");
+}
+
 #[test]
 fn agents() {
     check("agents", || at(View::Agents));

@@ -436,15 +436,15 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
         {"task_type": "fail", "queued": 0, "scheduled": 0, "retrying": 0, "running": 0,
          "dead": 1, "finished_last_minute": 0, "dead_last_minute": 1, "limit": null,
          "per_key_limit": null, "paused": false, "rate": null, "shed_after_ms": null,
-         "shed_last_minute": 0, "state": "active"},
+         "shed_last_minute": 0, "state": "active", "breaker": null},
         {"task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0, "running": 0,
          "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": null,
          "per_key_limit": null, "paused": true, "rate": null, "shed_after_ms": null,
-         "shed_last_minute": 0, "state": "paused"},
+         "shed_last_minute": 0, "state": "paused", "breaker": null},
         {"task_type": "sleep", "queued": 2, "scheduled": 0, "retrying": 0, "running": 1,
          "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0, "limit": 1,
          "per_key_limit": null, "paused": false, "rate": null, "shed_after_ms": null,
-         "shed_last_minute": 0, "state": "at_limit"},
+         "shed_last_minute": 0, "state": "at_limit", "breaker": null},
     ]);
     // The agent serves counts up to 1 s old.
     let read = std::sync::Mutex::new(Value::Null);
@@ -492,6 +492,266 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
     let audited = audit_len(&db.pool).await.unwrap();
     ok(&f.cli.run(&["types"]).await.unwrap());
     assert_eq!(audit_len(&db.pool).await.unwrap(), audited);
+    db.drop_db().await.unwrap();
+}
+
+// -------------------------------------------------------------------------------------------
+// circuit breakers
+// -------------------------------------------------------------------------------------------
+
+/// `(failures, within_ms, cooldown_ms, state)` of a type's breaker columns; `None` when the
+/// type has no policy row.
+async fn breaker_of(
+    pool: &PgPool,
+    scope: &str,
+) -> Option<(Option<i32>, Option<i64>, Option<i64>, String)> {
+    sqlx::query_as(
+        "SELECT breaker_failures, breaker_within_ms, breaker_cooldown_ms, breaker_state
+         FROM policies WHERE scope = $1",
+    )
+    .bind(scope)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+}
+
+/// Issue 23: `breaker set|ls|clear` end to end. A breaker on `fail` opens after two dead
+/// tasks (the leader's move, audited as its own), `types` shows the BREAKER column and the
+/// `breaker` object of the JSON, `breaker ls` when it half-opens; `clear` closes it. Usage
+/// errors exit 2 with no call: nothing changed, nothing audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_set_ls_clear_and_the_breaker_column_of_types() {
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "brk", "noop,fail", &[]).await.unwrap();
+    let set = |t: &'static str, n: &'static str, within: &'static str, cool: &'static str| {
+        [
+            "breaker",
+            "set",
+            t,
+            "--failures",
+            n,
+            "--within",
+            within,
+            "--cooldown",
+            cool,
+        ]
+    };
+    let o = f.cli.run(&set("fail", "2", "1m", "1h")).await.unwrap();
+    ok(&o);
+    assert_eq!(
+        o.stdout,
+        "type fail circuit breaker: 2 failures within 1m, cooldown 1h (was none)\n"
+    );
+    assert_eq!(
+        breaker_of(&db.pool, "fail").await,
+        Some((Some(2), Some(60_000), Some(3_600_000), "closed".into()))
+    );
+    let mut json_set = vec!["--output", "json"];
+    json_set.extend(set("fail", "2", "60s", "60m"));
+    let o = f.cli.run(&json_set).await.unwrap();
+    ok(&o);
+    let same = json!({"failures": 2, "within_ms": 60000, "cooldown_ms": 3600000,
+                      "text": "2 failures within 1m, cooldown 1h"});
+    assert_eq!(
+        o.json().unwrap(),
+        json!({"task_type": "fail", "breaker": same, "previous": same})
+    );
+    // A type no live agent serves: applied, and said on stderr.
+    let o = f
+        .cli
+        .run(&set("email.send", "5", "10s", "250ms"))
+        .await
+        .unwrap();
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(
+        o.stdout,
+        "type email.send circuit breaker: 5 failures within 10s, cooldown 250ms (was none)\n"
+    );
+    assert!(
+        o.stderr.starts_with("leasehold: warning: ") && o.stderr.contains("email.send"),
+        "{}",
+        o.describe()
+    );
+    let o = f.cli.run(&["breaker", "ls"]).await.unwrap();
+    ok(&o);
+    fits(&o);
+    assert_eq!(
+        o.stdout,
+        "TYPE        FAILURES  WITHIN  COOLDOWN  STATE   UNTIL\n\
+         email.send         5     10s     250ms  closed  -\n\
+         fail               2      1m        1h  closed  -\n"
+    );
+
+    // Two dead tasks of `fail`: the leader opens the breaker, for an hour.
+    for _ in 0..3 {
+        let o = f
+            .cli
+            .run(&["enqueue", "fail", "--max-attempts", "1"])
+            .await
+            .unwrap();
+        ok(&o);
+    }
+    wait_until("the breaker of fail opens", Duration::from_secs(30), || {
+        let pool = db.pool.clone();
+        async move {
+            Ok(breaker_of(&pool, "fail")
+                .await
+                .is_some_and(|b| b.3 == "open"))
+        }
+    })
+    .await
+    .unwrap();
+    let read = std::sync::Mutex::new(Value::Null);
+    let seen = wait_until("types shows the breaker open", WAIT, || {
+        let (cli, read) = (&f.cli, &read);
+        async move {
+            let o = cli.run(&["--output", "json", "types"]).await?;
+            ok(&o);
+            let json = o.json()?;
+            let fail = json["types"]
+                .as_array()
+                .and_then(|t| t.iter().find(|t| t["task_type"] == "fail").cloned())
+                .unwrap_or(Value::Null);
+            *read.lock().unwrap() = fail["breaker"].clone();
+            Ok(fail["breaker"]["state"] == "open")
+        }
+    })
+    .await;
+    let breaker = read.into_inner().unwrap();
+    assert!(seen.is_ok(), "{seen:?}: {breaker:#}");
+    assert_eq!(breaker["failures"], 2, "{breaker}");
+    assert_eq!(
+        (&breaker["within_ms"], &breaker["cooldown_ms"]),
+        (&json!(60_000), &json!(3_600_000)),
+        "{breaker}"
+    );
+    assert!(
+        breaker["since"].is_string() && breaker["until"].is_string(),
+        "{breaker}"
+    );
+    let o = f.cli.run(&["types"]).await.unwrap();
+    ok(&o);
+    fits(&o);
+    let rows: Vec<Vec<&str>> = o
+        .lines()
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "DEAD", "DONE/M", "BREAKER", "STATE"
+        ],
+        "{}",
+        o.describe()
+    );
+    let fail = rows.iter().find(|r| r[0] == "fail").unwrap();
+    assert_eq!(&fail[7..8], ["open"], "{}", o.describe());
+    assert!(fail[8].starts_with("59m"), "{}", o.describe());
+    let email = rows.iter().find(|r| r[0] == "email.send").unwrap();
+    assert_eq!(&email[7..], ["closed", "active"], "{}", o.describe());
+    let o = f.cli.run(&["breaker", "ls"]).await.unwrap();
+    ok(&o);
+    let line = o.stdout.lines().find(|l| l.starts_with("fail ")).unwrap();
+    assert!(
+        line.contains(" open ") && line.contains("(in 59m"),
+        "{line}"
+    );
+    let o = f
+        .cli
+        .run(&["--output", "json", "breaker", "ls"])
+        .await
+        .unwrap();
+    ok(&o);
+    let ls = o.json().unwrap();
+    assert_eq!(ls[1]["task_type"], "fail", "{ls}");
+    assert_eq!(ls[1]["state"], "open", "{ls}");
+    assert_eq!(ls[1]["until"], breaker["until"], "{ls}");
+
+    // Cleared: the breaker closes at once; clearing again changes nothing.
+    let o = f.cli.run(&["breaker", "clear", "fail"]).await.unwrap();
+    ok(&o);
+    assert_eq!(
+        o.stdout,
+        "type fail circuit breaker cleared (was 2 failures within 1m, cooldown 1h)\n"
+    );
+    assert_eq!(
+        breaker_of(&db.pool, "fail").await,
+        Some((None, None, None, "closed".into()))
+    );
+    let o = f
+        .cli
+        .run(&["--output", "json", "breaker", "clear", "fail"])
+        .await
+        .unwrap();
+    ok(&o);
+    assert_eq!(
+        o.json().unwrap(),
+        json!({"task_type": "fail", "breaker": null, "previous": null})
+    );
+
+    // Usage errors: exit 2 before any call, nothing changed, no audit row.
+    let before = digest(&db.pool).await.unwrap();
+    let seen = audit_len(&db.pool).await.unwrap();
+    let good = set("noop", "5", "1m", "30s");
+    let bad = |i: usize, value: &'static str| {
+        let mut args = good;
+        args[i] = value;
+        args.to_vec()
+    };
+    for args in [
+        bad(4, "0"),
+        bad(4, "1000001"),
+        bad(6, "0s"),
+        bad(6, "25h"),
+        bad(8, "0ms"),
+        bad(8, "8d"),
+        bad(2, "Bad Type"),
+        good[..7].to_vec(),
+        vec!["breaker", "clear"],
+        vec!["breaker", "set", "noop"],
+    ] {
+        let o = f.cli.run(&args).await.unwrap();
+        assert_eq!(o.code, Some(2), "{args:?}: {}", o.describe());
+        assert_eq!(o.stdout, "", "{}", o.describe());
+    }
+    assert_eq!(digest(&db.pool).await.unwrap(), before);
+    assert_eq!(
+        audit_after(&db.pool, seen).await.unwrap(),
+        Vec::<AuditRow>::new()
+    );
+
+    // The operator's changes, and the leader's move between them as its own.
+    let rows = audit_rows(&db.pool).await.unwrap();
+    let policy_rows: Vec<AuditRow> = rows
+        .iter()
+        .filter(|r| r.2 == "policy_set")
+        .cloned()
+        .collect();
+    assert_eq!(
+        policy_rows,
+        [
+            local("policy_set", "policy:fail", "applied"),
+            local("policy_set", "policy:fail", "noop"),
+            local("policy_set", "policy:email.send", "applied"),
+            local("policy_set", "policy:fail", "applied"),
+            local("policy_set", "policy:fail", "noop"),
+        ]
+    );
+    let moves: Vec<&AuditRow> = rows
+        .iter()
+        .filter(|r| r.2.starts_with("breaker_"))
+        .collect();
+    assert_eq!(
+        moves,
+        [&(
+            f.id.clone(),
+            "system".to_string(),
+            "breaker_open".to_string(),
+            "type:fail".to_string(),
+            "applied".to_string()
+        )]
+    );
     db.drop_db().await.unwrap();
 }
 

@@ -40,6 +40,7 @@ enum Req {
     SetConcurrency(pb::SetConcurrencyRequest),
     SetRateLimit(pb::SetRateLimitRequest),
     SetShedAfter(pb::SetShedAfterRequest),
+    SetBreaker(pb::SetBreakerRequest),
     RequeueDead(pb::RequeueDeadRequest),
     Audit(pb::ListAuditRequest),
 }
@@ -61,6 +62,7 @@ impl Req {
             Req::SetConcurrency(r) => c.set_concurrency(r).await.map(text),
             Req::SetRateLimit(r) => c.set_rate_limit(r).await.map(text),
             Req::SetShedAfter(r) => c.set_shed_after(r).await.map(text),
+            Req::SetBreaker(r) => c.set_breaker(r).await.map(text),
             Req::RequeueDead(r) => c.requeue_dead(r).await.map(text),
             Req::Audit(r) => c.list_audit(r).await.map(text),
         }
@@ -372,7 +374,8 @@ fn enqueue_cases(_: &Fixture) -> Vec<Case> {
     cases
 }
 
-/// PauseType, ResumeType, SetConcurrency, SetRateLimit, SetShedAfter and RequeueDead.
+/// PauseType, ResumeType, SetConcurrency, SetRateLimit, SetShedAfter, SetBreaker and
+/// RequeueDead.
 fn policy_cases(_: &Fixture) -> Vec<Case> {
     let long_type = "x".repeat(100);
     let mut cases = Vec::new();
@@ -469,6 +472,52 @@ fn policy_cases(_: &Fixture) -> Vec<Case> {
         bad(shed("bad.kind", 5_000, true), "shed_after_ms"),
         bad(shed("Bad Type", 5_000, false), "task_type"),
         bad(shed("", 0, true), "task_type"),
+    ]);
+    // A breaker belongs to a task type (not the global policy `*`): 1..=1000000 failures
+    // within 1 ms..=24 h, a cooldown of 1 ms..=7 days; `clear` with no numbers.
+    let breaker = |task_type: &str, failures, within_ms, cooldown_ms, clear| {
+        Req::SetBreaker(pb::SetBreakerRequest {
+            task_type: task_type.into(),
+            failures,
+            within_ms,
+            cooldown_ms,
+            clear,
+        })
+    };
+    cases.extend([
+        bad(breaker("*", 5, 60_000, 30_000, false), "task_type"),
+        bad(breaker("*", 0, 0, 0, true), "task_type"),
+        bad(breaker("", 5, 60_000, 30_000, false), "task_type"),
+        bad(breaker("", 0, 0, 0, true), "task_type"),
+        bad(breaker("Bad Type", 5, 60_000, 30_000, false), "task_type"),
+        bad(breaker("bad.kind", 0, 60_000, 30_000, false), "failures"),
+        bad(
+            breaker("bad.kind", 1_000_001, 60_000, 30_000, false),
+            "failures",
+        ),
+        bad(
+            breaker("bad.kind", u32::MAX, 60_000, 30_000, false),
+            "failures",
+        ),
+        bad(breaker("bad.kind", 0, 0, 0, false), "failures"),
+        bad(breaker("bad.kind", 5, 0, 30_000, false), "within_ms"),
+        bad(
+            breaker("bad.kind", 5, 86_400_001, 30_000, false),
+            "within_ms",
+        ),
+        bad(breaker("bad.kind", 5, u64::MAX, 30_000, false), "within_ms"),
+        bad(breaker("bad.kind", 5, 60_000, 0, false), "cooldown_ms"),
+        bad(
+            breaker("bad.kind", 5, 60_000, 604_800_001, false),
+            "cooldown_ms",
+        ),
+        bad(
+            breaker("bad.kind", 5, 60_000, u64::MAX, false),
+            "cooldown_ms",
+        ),
+        bad(breaker("bad.kind", 5, 60_000, 30_000, true), "clear"),
+        bad(breaker("bad.kind", 0, 0, 1, true), "clear"),
+        bad(breaker("bad.kind", 1, 0, 0, true), "clear"),
     ]);
     type Edit = fn(&mut pb::RequeueDeadRequest);
     let dead = |field, edit: Edit| {
@@ -736,6 +785,238 @@ async fn per_key_limits_round_trip_and_a_task_s_key_shows_on_get_task() {
         blocker.map(|b| b.message.as_str()),
         Some("per-key limit reached: 1/1 running with key \"acme\" (type keyed.kind)"),
         "{got:?}"
+    );
+
+    drop(c);
+    stop(agent).await.unwrap();
+    db.drop_db().await.unwrap();
+}
+
+/// `(failures, within_ms, cooldown_ms, state)` of a type's breaker columns; `None` when the
+/// type has no policy row.
+async fn breaker_of(
+    pool: &PgPool,
+    scope: &str,
+) -> Option<(Option<i32>, Option<i64>, Option<i64>, String)> {
+    sqlx::query_as(
+        "SELECT breaker_failures, breaker_within_ms, breaker_cooldown_ms, breaker_state
+         FROM policies WHERE scope = $1",
+    )
+    .bind(scope)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+}
+
+/// Issue 23: a type's circuit breaker is set, changed and cleared through SetBreaker (the reply
+/// giving the breaker after and before, each change audited as policy_set, a type no live
+/// agent serves warned about), shows in GetOverview with its state (an open one with when it
+/// half-opens), and an open breaker is GetTask's `breaker` blocker; clearing it closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breakers_round_trip_and_an_open_one_shows_on_the_overview_and_get_task() {
+    let db = TestDb::new().await.unwrap();
+    let (agent, addr) = start(&db, "breakers", &[]).await.unwrap();
+    let mut c = connect(&addr).await.unwrap();
+    let set = |task_type: &str, failures, within_ms, cooldown_ms| pb::SetBreakerRequest {
+        task_type: task_type.into(),
+        failures,
+        within_ms,
+        cooldown_ms,
+        clear: false,
+    };
+    let clear = |task_type: &str| pb::SetBreakerRequest {
+        task_type: task_type.into(),
+        clear: true,
+        ..Default::default()
+    };
+    let wire = |failures, within_ms, cooldown_ms| {
+        Some(pb::Breaker {
+            failures,
+            within_ms,
+            cooldown_ms,
+        })
+    };
+    let audited = leasehold_tests::audit_rows(&db.pool).await.unwrap().len();
+
+    let r = c
+        .set_breaker(set("email.send", 5, 60_000, 30_000))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.breaker), (None, wire(5, 60_000, 30_000)));
+    // The agent serves noop only: applied, with the unserved-type warning.
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    assert!(r.warnings[0].contains("email.send"), "{:?}", r.warnings);
+    assert_eq!(
+        breaker_of(&db.pool, "email.send").await,
+        Some((Some(5), Some(60_000), Some(30_000), "closed".into()))
+    );
+    // The same breaker again changes nothing; then the bounds' far ends.
+    let r = c
+        .set_breaker(set("email.send", 5, 60_000, 30_000))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.previous, r.breaker);
+    let r = c
+        .set_breaker(set("email.send", 1_000_000, 86_400_000, 604_800_000))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.previous, r.breaker),
+        (
+            wire(5, 60_000, 30_000),
+            wire(1_000_000, 86_400_000, 604_800_000)
+        )
+    );
+    let r = c
+        .set_breaker(set("email.send", 3, 1, 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.breaker, wire(3, 1, 1));
+    let r = c
+        .set_breaker(set("email.send", 3, 60_000, 2_000))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.breaker, wire(3, 60_000, 2_000));
+    // The overview shows it closed since it was set (the first set; a change keeps the time).
+    let overview_breaker = |c: &Client| {
+        let mut c = c.clone();
+        async move {
+            let o = c
+                .get_overview(pb::GetOverviewRequest {})
+                .await
+                .unwrap()
+                .into_inner();
+            let b = o
+                .types
+                .iter()
+                .find(|t| t.task_type == "email.send")
+                .and_then(|t| t.breaker.clone());
+            (o.now_ms, b)
+        }
+    };
+    wait_until("the overview shows the breaker", WAIT_OVERVIEW, || {
+        let shown = overview_breaker(&c);
+        async move {
+            let (now_ms, b) = shown.await;
+            Ok(b.is_some_and(|b| {
+                (
+                    b.failures,
+                    b.within_ms,
+                    b.cooldown_ms,
+                    b.state.as_str(),
+                    b.until_ms,
+                ) == (3, 60_000, 2_000, "closed", 0)
+                    && b.since_ms > 0
+                    && b.since_ms <= now_ms
+            }))
+        }
+    })
+    .await
+    .unwrap();
+
+    // Opened (as the leader would, for an hour): the overview says until when, and a waiting
+    // task of the type is held back by it.
+    sqlx::query(
+        "UPDATE policies SET breaker_state = 'open', breaker_since = now(),
+             breaker_until = now() + interval '1 hour'
+         WHERE scope = 'email.send'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    wait_until("the overview shows it open", WAIT_OVERVIEW, || {
+        let shown = overview_breaker(&c);
+        async move {
+            let (now_ms, b) = shown.await;
+            Ok(b.is_some_and(|b| {
+                b.state == "open"
+                    && b.since_ms > 0
+                    && b.since_ms <= now_ms
+                    && b.until_ms > now_ms + 3_500_000
+            }))
+        }
+    })
+    .await
+    .unwrap();
+    let waiting = insert_task(&db.pool, TaskSpec::new("email.send", "queued"))
+        .await
+        .unwrap();
+    let got = c
+        .get_task(pb::GetTaskRequest { id: waiting })
+        .await
+        .unwrap()
+        .into_inner();
+    let blocker = got.blockers.iter().find(|b| b.kind == "breaker");
+    assert!(
+        blocker.is_some_and(|b| b
+            .message
+            .starts_with("circuit breaker open (3 failures within 1m, cooldown 2s)")
+            && b.message.ends_with("(type email.send)")),
+        "{got:?}"
+    );
+
+    // Cleared: the columns go and the breaker closes; clearing again changes nothing.
+    let r = c
+        .set_breaker(clear("email.send"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.breaker), (wire(3, 60_000, 2_000), None));
+    assert_eq!(
+        breaker_of(&db.pool, "email.send").await,
+        Some((None, None, None, "closed".into()))
+    );
+    let r = c
+        .set_breaker(clear("email.send"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.breaker), (None, None));
+    wait_until("the overview drops the breaker", WAIT_OVERVIEW, || {
+        let shown = overview_breaker(&c);
+        async move { Ok(shown.await.1.is_none()) }
+    })
+    .await
+    .unwrap();
+    // A type the agent serves: no warning.
+    let r = c
+        .set_breaker(set("noop", 100, 60_000, 30_000))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.previous, r.warnings.len()), (None, 0));
+
+    let rows: Vec<(String, String, String)> = leasehold_tests::audit_rows(&db.pool)
+        .await
+        .unwrap()
+        .split_off(audited)
+        .into_iter()
+        .map(|(_, _, action, target, result)| (action, target, result))
+        .collect();
+    let row = |target: &str, result: &str| {
+        (
+            "policy_set".to_string(),
+            target.to_string(),
+            result.to_string(),
+        )
+    };
+    assert_eq!(
+        rows,
+        [
+            row("policy:email.send", "applied"),
+            row("policy:email.send", "noop"),
+            row("policy:email.send", "applied"),
+            row("policy:email.send", "applied"),
+            row("policy:email.send", "applied"),
+            row("policy:email.send", "applied"),
+            row("policy:email.send", "noop"),
+            row("policy:noop", "applied"),
+        ]
     );
 
     drop(c);

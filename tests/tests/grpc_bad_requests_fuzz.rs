@@ -45,6 +45,7 @@ enum Call {
     Requeue(pb::RequeueRequest),
     Get(pb::GetTaskRequest),
     Pause(pb::PauseTypeRequest),
+    SetBreaker(pb::SetBreakerRequest),
 }
 
 impl Call {
@@ -61,7 +62,7 @@ impl Call {
                 scope: Some(Scope::AgentLocal(_)),
                 ..
             }) => "set_concurrency",
-            Call::SetConcurrency(_) | Call::Pause(_) => "policy_set",
+            Call::SetConcurrency(_) | Call::Pause(_) | Call::SetBreaker(_) => "policy_set",
             Call::RequeueDead(_) => "requeue_dead",
             Call::Cancel(_) => "cancel",
             Call::Requeue(_) => "requeue",
@@ -189,6 +190,39 @@ fn near_valid_enqueue() -> impl Strategy<Value = Call> {
                 _ => {}
             }
             Call::Enqueue(r)
+        },
+    )
+}
+
+/// SetBreaker, valid or near it (a type, numbers at and past the bounds), or anything. Never
+/// on `noop`: the agent runs the fuzz's noop tasks and most fail (their payloads are not
+/// `{}`), so a breaker there could open mid-run and the leader's move would change `policies`
+/// (and audit) under an unrelated call.
+fn set_breaker() -> impl Strategy<Value = Call> {
+    let task_type = prop_oneof![
+        2 => prop::sample::select(vec!["fuzz.kind", "bad.kind", "a", "*"]).prop_map(String::from),
+        2 => text(),
+    ]
+    .prop_filter("no breaker on noop", |t| t != "noop");
+    let ms = || {
+        prop_oneof![
+            3 => prop::sample::select(vec![
+                0u64, 1, 1_000, 60_000, 86_400_000, 86_400_001, 604_800_000, 604_800_001,
+                u64::MAX,
+            ]),
+            1 => any::<u64>(),
+        ]
+    };
+    let clear = prop_oneof![3 => Just(false), 1 => Just(true)];
+    (task_type, uint32(), ms(), ms(), clear).prop_map(
+        |(task_type, failures, within_ms, cooldown_ms, clear)| {
+            Call::SetBreaker(pb::SetBreakerRequest {
+                task_type,
+                failures,
+                within_ms,
+                cooldown_ms,
+                clear,
+            })
         },
     )
 }
@@ -321,6 +355,7 @@ fn call() -> impl Strategy<Value = Call> {
         1 => id().prop_map(|id| Call::Requeue(pb::RequeueRequest { id })),
         1 => id().prop_map(|id| Call::Get(pb::GetTaskRequest { id })),
         1 => text().prop_map(|task_type| Call::Pause(pb::PauseTypeRequest { task_type })),
+        2 => set_breaker(),
     ]
 }
 
@@ -372,6 +407,10 @@ async fn send(client: &mut Client, call: Call) -> (Code, String, Option<i64>) {
         }
         Call::Pause(r) => {
             let (c, m, _) = done(client.pause_type(r).await);
+            (c, m, None)
+        }
+        Call::SetBreaker(r) => {
+            let (c, m, _) = done(client.set_breaker(r).await);
             (c, m, None)
         }
     }

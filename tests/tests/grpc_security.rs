@@ -372,6 +372,29 @@ async fn every_action_refused(
         "policy_set",
         "policy:email.send".into(),
     );
+    for (what, request) in [
+        (
+            "set_breaker",
+            pb::SetBreakerRequest {
+                task_type: "email.send".into(),
+                failures: 5,
+                within_ms: 60_000,
+                cooldown_ms: 30_000,
+                clear: false,
+            },
+        ),
+        (
+            "clear_breaker",
+            pb::SetBreakerRequest {
+                task_type: "email.send".into(),
+                clear: true,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let s = code_of(client.set_breaker(request).await);
+        check(what, s, "policy_set", "policy:email.send".into());
+    }
     let s = code_of(
         client
             .pause_type(pb::PauseTypeRequest {

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_proto::v1 as pb;
-use leasehold_shared::store::{Overview, RateFill, Store, StoreError};
+use leasehold_shared::store::{BreakerStatus, Overview, RateFill, Store, StoreError};
 use tokio::sync::Mutex;
 
-use super::convert::ms;
+use super::convert::{ms, opt_ms};
 
 /// How old a served overview may be.
 pub const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(1);
@@ -63,6 +63,7 @@ fn to_wire(o: Overview) -> pb::GetOverviewResponse {
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 shed_last_minute: t.shed_last_minute,
                 per_key_limit: t.per_key_limit,
+                breaker: t.breaker.map(breaker_summary),
             })
             .collect(),
         global_limit: o.global_limit,
@@ -70,6 +71,18 @@ fn to_wire(o: Overview) -> pb::GetOverviewResponse {
         truncated: o.truncated,
         now_ms: ms(o.now),
         global_rate: o.global_rate.map(rate_fill),
+    }
+}
+
+fn breaker_summary(b: BreakerStatus) -> pb::BreakerSummary {
+    let policy = super::policy::breaker_to_wire(b.policy);
+    pb::BreakerSummary {
+        failures: policy.failures,
+        within_ms: policy.within_ms,
+        cooldown_ms: policy.cooldown_ms,
+        state: b.state.as_str().to_string(),
+        since_ms: opt_ms(b.since),
+        until_ms: opt_ms(b.until),
     }
 }
 

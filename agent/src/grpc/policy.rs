@@ -1,12 +1,12 @@
-//! The policy RPCs (SetConcurrency, SetRateLimit, SetShedAfter, PauseType, ResumeType):
-//! operators only. A global, type or per-key
+//! The policy RPCs (SetConcurrency, SetRateLimit, SetShedAfter, SetBreaker, PauseType,
+//! ResumeType): operators only. A global, type or per-key
 //! change goes through the store, which writes its `policy_set` audit row in the same
 //! transaction; this agent's local limit is audited here first, then applied at once.
 
 use leasehold_proto::v1 as pb;
 use leasehold_shared::domain::AuditResult;
 use leasehold_shared::domain::policy::MAX_CONCURRENCY_LIMIT;
-use leasehold_shared::domain::{PolicyPatch, PolicyScope, RateLimit};
+use leasehold_shared::domain::{BreakerPolicy, PolicyPatch, PolicyScope, RateLimit};
 use leasehold_shared::store::{AuditEntry, PolicySetParams};
 use tonic::{Request, Response, Status};
 
@@ -261,6 +261,47 @@ impl Service {
         }))
     }
 
+    pub(super) async fn set_breaker_rpc(
+        &self,
+        request: Request<pb::SetBreakerRequest>,
+    ) -> Result<Response<pb::SetBreakerResponse>, Status> {
+        let target = format!("policy:{}", request.get_ref().task_type);
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: POLICY_ACTION,
+                    target,
+                },
+            )
+            .await?;
+        let r = request.into_inner();
+        let scope = PolicyScope::Type(task_type_from_wire("task_type", &r.task_type)?);
+        let breaker = if r.clear {
+            if r.failures != 0 || r.within_ms != 0 || r.cooldown_ms != 0 {
+                return Err(Status::invalid_argument(
+                    "clear: give either a breaker (failures, within_ms, cooldown_ms) or clear, \
+                     not both",
+                ));
+            }
+            None
+        } else {
+            Some(breaker_from_wire(&r)?)
+        };
+        let patch = PolicyPatch {
+            breaker: Some(breaker),
+            ..Default::default()
+        };
+        let (change, warnings) = self
+            .change_policy(scope, patch, actor, "set_breaker")
+            .await?;
+        Ok(Response::new(pb::SetBreakerResponse {
+            breaker: change.after.breaker.map(breaker_to_wire),
+            previous: change.before.breaker.map(breaker_to_wire),
+            warnings,
+        }))
+    }
+
     /// Validates and applies one policy change (audited by the store as `policy_set`); with
     /// the warning that no live agent serves the type, when that is so (applied either way, as
     /// a pause is: a type nobody serves is likely misspelt).
@@ -355,7 +396,8 @@ impl Service {
     }
 }
 
-/// Longest `shed_after` accepted, in milliseconds (7 days, as every policy duration).
+/// Longest `shed_after` (and breaker cooldown) accepted, in milliseconds (7 days, as every
+/// policy duration).
 const MAX_POLICY_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// A rate limit as it travels.
@@ -383,4 +425,39 @@ fn rate_from_wire(r: &pb::RateLimit) -> Result<RateLimit, Status> {
         )));
     }
     RateLimit::new(r.starts, std::time::Duration::from_millis(r.period_ms)).map_err(invalid)
+}
+
+/// A circuit breaker's setting as it travels.
+pub(super) fn breaker_to_wire(b: BreakerPolicy) -> pb::Breaker {
+    pb::Breaker {
+        failures: b.failures,
+        within_ms: u64::try_from(b.within.as_millis()).unwrap_or(u64::MAX),
+        cooldown_ms: u64::try_from(b.cooldown.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// The breaker of a SetBreaker request, within its bounds; a refusal names the wire field.
+fn breaker_from_wire(r: &pb::SetBreakerRequest) -> Result<BreakerPolicy, Status> {
+    use leasehold_shared::domain::policy::{MAX_BREAKER_FAILURES, MAX_BREAKER_WINDOW};
+    if !(1..=MAX_BREAKER_FAILURES).contains(&r.failures) {
+        return Err(Status::invalid_argument(format!(
+            "failures: {} is not within 1..={MAX_BREAKER_FAILURES}",
+            r.failures
+        )));
+    }
+    let max_within = u64::try_from(MAX_BREAKER_WINDOW.as_millis()).unwrap_or(u64::MAX);
+    if !(1..=max_within).contains(&r.within_ms) {
+        return Err(Status::invalid_argument(format!(
+            "within_ms: {} is not within 1..={max_within} (24 h)",
+            r.within_ms
+        )));
+    }
+    if !(1..=MAX_POLICY_MS).contains(&r.cooldown_ms) {
+        return Err(Status::invalid_argument(format!(
+            "cooldown_ms: {} is not within 1..={MAX_POLICY_MS} (7 days)",
+            r.cooldown_ms
+        )));
+    }
+    let ms = std::time::Duration::from_millis;
+    BreakerPolicy::new(r.failures, ms(r.within_ms), ms(r.cooldown_ms)).map_err(invalid)
 }

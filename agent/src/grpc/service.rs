@@ -230,6 +230,13 @@ impl AgentService for Service {
         self.set_shed_after_rpc(request).await
     }
 
+    async fn set_breaker(
+        &self,
+        request: Request<pb::SetBreakerRequest>,
+    ) -> Result<Response<pb::SetBreakerResponse>, Status> {
+        self.set_breaker_rpc(request).await
+    }
+
     async fn pause_type(
         &self,
         request: Request<pb::PauseTypeRequest>,

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use leasehold_proto::wire::WireEnum;
 use leasehold_shared::TaskStatus;
+use leasehold_shared::domain::policy::MAX_BREAKER_FAILURES;
 use leasehold_shared::domain::schedule::MAX_CATCH_UP;
 use leasehold_shared::domain::validate::{MAX_ATTEMPTS_LIMIT, MAX_PAGE_SIZE};
 use leasehold_shared::domain::{AuditResult, RateLimit};
@@ -422,6 +423,78 @@ pub struct ShedSetArgs {
     /// How overdue a waiting task may be before it is shed: 30s, 5m, 1h (1ms..=7 days).
     #[arg(value_name = "DURATION", value_parser = values::shed_after)]
     pub after: Duration,
+}
+
+/// `leasehold breaker …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum BreakerCommand {
+    /// Set a type's circuit breaker: after N failures within a window, stop claiming it a while
+    ///
+    /// Once N attempts of the type failed (retried or final) within WITHIN, the leader opens
+    /// the breaker: nothing of the type is claimed for COOLDOWN. Then one task at a time tries
+    /// (half-open): a success closes the breaker, a failure opens it again. The leader audits
+    /// each move (breaker_open, breaker_half_open, breaker_closed). N is 1..=1000000; WITHIN
+    /// whole milliseconds from 1ms to 24h, COOLDOWN from 1ms to 7 days: 250ms, 30s, 1m, 1h.
+    /// A breaker set (or changed) starts closed. Operator token needed (exit 4 otherwise).
+    /// Output (table): `type payment.charge circuit breaker: 5 failures within 1m, cooldown
+    /// 30s (was none)`, `… (was 3 failures within 1m, cooldown 30s)`, `… (unchanged)` when it
+    /// was already so.
+    /// Output (json): {"task_type":"payment.charge","breaker":BREAKER,"previous":BREAKER or
+    /// null}, BREAKER is {"failures":5,"within_ms":60000,"cooldown_ms":30000,
+    /// "text":"5 failures within 1m, cooldown 30s"}.
+    #[command(verbatim_doc_comment)]
+    Set(BreakerSetArgs),
+
+    /// Remove a type's circuit breaker: its failures no longer stop it
+    ///
+    /// An open breaker cleared lets the type be claimed again at once.
+    /// Output (table): `type payment.charge circuit breaker cleared (was 5 failures within 1m,
+    /// cooldown 30s)`, or `type payment.charge had no circuit breaker (nothing changed)`.
+    /// Output (json): as `breaker set`, with "breaker":null.
+    #[command(verbatim_doc_comment)]
+    Clear(TypeArgs),
+
+    /// List the circuit breakers and where each stands
+    ///
+    /// Every task type with a breaker, by name (from the same overview as `leasehold types`,
+    /// at most 1 s old).
+    /// Output (table):
+    ///   TYPE            FAILURES  WITHIN  COOLDOWN  STATE      UNTIL
+    ///   payment.charge         5      1m       30s  open       12:00:42 (in 12s)
+    ///   email.send             3     10s        1m  closed     -
+    /// STATE is closed (claimed as usual), open (not claimed until UNTIL, database time, UTC)
+    /// or half-open (one task at a time tries); `no circuit breakers` when there are none.
+    /// Output (json): one line, an array of {"task_type":"payment.charge","failures":5,
+    /// "within_ms":60000,"cooldown_ms":30000,"state":"open","since":"...Z" or null,
+    /// "until":"...Z" or null} (state is closed, open or half_open; since: when it was set or
+    /// last moved; until: when an open breaker half-opens, else null); [] when there are
+    /// none.
+    #[command(verbatim_doc_comment)]
+    Ls,
+}
+
+/// `leasehold breaker set`.
+#[derive(Debug, Clone, Args)]
+pub struct BreakerSetArgs {
+    /// The task type to guard.
+    #[arg(value_name = "TYPE", value_parser = values::task_type)]
+    pub task_type: String,
+
+    /// Failed attempts within the window that open the breaker (1..=1000000).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BREAKER_FAILURES))
+    )]
+    pub failures: u32,
+
+    /// The window the failures must fall in: 10s, 1m, 1h (1ms..=24h).
+    #[arg(long, value_name = "DURATION", value_parser = values::breaker_within)]
+    pub within: Duration,
+
+    /// How long an open breaker keeps the type from being claimed: 30s, 5m (1ms..=7 days).
+    #[arg(long, value_name = "DURATION", value_parser = values::breaker_cooldown)]
+    pub cooldown: Duration,
 }
 
 /// A task type argument.

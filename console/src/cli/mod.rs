@@ -11,11 +11,12 @@ mod demo;
 pub mod values;
 
 pub use args::{
-    AgentsCommand, AuditCommand, AuditLsArgs, CancelArgs, ConcurrencyCommand, ConcurrencySetArgs,
-    DlqCommand, DlqLsArgs, DlqRequeueArgs, EnqueueArgs, IdsArgs, ListFilter, LockNameArgs,
-    LocksCommand, Missed, RatelimitClearArgs, RatelimitCommand, RatelimitSetArgs, ScheduleAddArgs,
-    ScheduleNameArgs, SchedulesCommand, ScopeArgs, ShardsCommand, ShardsCreateArgs, ShardsLsArgs,
-    ShedCommand, ShedSetArgs, ShowArgs, TasksCommand, TasksLsArgs, TypeArgs, WaitArgs,
+    AgentsCommand, AuditCommand, AuditLsArgs, BreakerCommand, BreakerSetArgs, CancelArgs,
+    ConcurrencyCommand, ConcurrencySetArgs, DlqCommand, DlqLsArgs, DlqRequeueArgs, EnqueueArgs,
+    IdsArgs, ListFilter, LockNameArgs, LocksCommand, Missed, RatelimitClearArgs, RatelimitCommand,
+    RatelimitSetArgs, ScheduleAddArgs, ScheduleNameArgs, SchedulesCommand, ScopeArgs,
+    ShardsCommand, ShardsCreateArgs, ShardsLsArgs, ShedCommand, ShedSetArgs, ShowArgs,
+    TasksCommand, TasksLsArgs, TypeArgs, WaitArgs,
 };
 pub use demo::{
     DEFAULT_DEMO_AGENTS, DEFAULT_HEADLESS_DURATION, DemoArgs, MAX_DEMO_AGENTS, MAX_DEMO_DURATION,
@@ -374,7 +375,7 @@ pub enum Command {
     Dlq(DlqCommand),
 
     /// Task types: waiting, running against their limit, per-key limit, rate, dead, shed,
-    /// paused
+    /// circuit breaker, paused
     ///
     /// One row per type with waiting, running or dead tasks, a finish in the last minute or a
     /// policy, by name (counts at most 1 s old, from the database).
@@ -391,21 +392,28 @@ pub enum Command {
     /// takes it (12 of 50/1s; `-`: none); DONE/M succeeded in the last minute; SHED/M (only
     /// when some type sheds or shed in the last minute) is the tasks shed in the last minute
     /// and, for a type that sheds, `>` its shed-after duration as `shed set` takes it (`-`:
-    /// does not shed, none shed); STATE is paused, at limit, rate limited (its rate window is
-    /// full) or active, by the type's own policy (a global pause, limit or rate is on the last
-    /// lines; `· rate limited` ends the global rate line when its window is full). The name
-    /// gives way first on 80 columns, then the state; if the optional columns still do not fit
-    /// whole, PER-KEY is left out, then RATE, then SHED/M, and a line says so (`ratelimit ls`
-    /// and JSON have them); counts are not cut.
+    /// does not shed, none shed); BREAKER (only when some type has a circuit breaker) is
+    /// closed, half-open, or open with the time left until it half-opens (`open 12s`; `open`
+    /// once that passed; `-`: none); STATE is paused, at limit, rate limited (its rate window
+    /// is full) or active, by the type's own policy (a global pause, limit or rate is on the
+    /// last lines; `· rate limited` ends the global rate line when its window is full). The
+    /// name gives way first on 80 columns, then the state; if the optional columns still do
+    /// not fit whole, PER-KEY is left out, then RATE, then SHED/M, then BREAKER, and a line
+    /// says so (`ratelimit ls`, `breaker ls` and JSON have them); counts are not cut.
     /// Output (json): {"types":[{"task_type":"email.send","queued":12,"scheduled":0,
     /// "retrying":3,"running":5,"dead":1,"finished_last_minute":40,"dead_last_minute":0,
     /// "limit":5,"per_key_limit":2,"paused":false,"rate":{"starts":50,"period_ms":1000,
-    /// "used":12},"shed_after_ms":30000,"shed_last_minute":4,"state":"at_limit"}],
+    /// "used":12},"shed_after_ms":30000,"shed_last_minute":4,"state":"at_limit",
+    /// "breaker":{"state":"open","failures":5,"within_ms":60000,"cooldown_ms":30000,
+    /// "since":"2026-12-06T11:59:48.000Z","until":"2026-12-06T12:00:18.000Z"}}],
     /// "global_limit":null,"global_paused":false,"global_rate":{"starts":1000,
     /// "period_ms":60000,"used":812},"truncated":false,"now":"2026-12-06T12:00:00.000Z"}
     /// (limits are null when unlimited, per_key_limit null when the type has none, rates null
     /// when none, shed_after_ms null when the type does not shed; state is paused, at_limit,
-    /// rate_limited or active; truncated: more than the 1,000 types listed).
+    /// rate_limited or active; breaker null when the type has none, else its state (closed,
+    /// open, half_open), its setting (failures: how many failures within within_ms open it),
+    /// since (when it was set or last moved) and until (when an open one half-opens, else
+    /// null); truncated: more than the 1,000 types listed).
     #[command(verbatim_doc_comment)]
     Types,
 
@@ -420,6 +428,10 @@ pub enum Command {
     /// Load shedding: cancel a type's waiting tasks that are overdue by more than a duration.
     #[command(subcommand)]
     Shed(ShedCommand),
+
+    /// Circuit breakers: stop claiming a type for a cooldown after N failures within a window.
+    #[command(subcommand)]
+    Breaker(BreakerCommand),
 
     /// Stop claiming tasks of a type on every agent; running ones finish
     ///

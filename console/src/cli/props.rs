@@ -26,7 +26,7 @@ fn text() -> impl Strategy<Value = String> {
 
 /// Words of the command line: subcommands, flags and values, so clap gets deep.
 fn word() -> impl Strategy<Value = String> {
-    const WORDS: [&str; 45] = [
+    const WORDS: [&str; 49] = [
         "enqueue",
         "tasks",
         "ls",
@@ -72,6 +72,10 @@ fn word() -> impl Strategy<Value = String> {
         "--concurrency-key",
         "--per-key",
         "--payload",
+        "breaker",
+        "--failures",
+        "--within",
+        "--cooldown",
     ];
     prop_oneof![
         3 => (0..WORDS.len()).prop_map(|i| WORDS[i].to_string()),

@@ -446,6 +446,98 @@ fn shed_set_takes_a_type_and_a_duration_and_clear_a_type() {
 }
 
 #[test]
+fn breaker_set_takes_a_type_and_three_flags_clear_a_type_and_ls_nothing() {
+    let set = [
+        "breaker",
+        "set",
+        "payment.charge",
+        "--failures",
+        "5",
+        "--within",
+        "1m",
+        "--cooldown",
+        "30s",
+    ];
+    let cli = ok(&set);
+    let Some(Command::Breaker(BreakerCommand::Set(a))) = cli.command else {
+        panic!("breaker set expected");
+    };
+    assert_eq!(a.task_type, "payment.charge");
+    assert_eq!(a.failures, 5);
+    assert_eq!(a.within, Duration::from_secs(60));
+    assert_eq!(a.cooldown, Duration::from_secs(30));
+    let cli = ok(&[
+        "breaker",
+        "set",
+        "noop",
+        "--cooldown",
+        "250ms",
+        "--failures",
+        "1000000",
+        "--within",
+        "24h",
+    ]);
+    let Some(Command::Breaker(BreakerCommand::Set(a))) = cli.command else {
+        panic!("breaker set expected");
+    };
+    assert_eq!(
+        (a.failures, a.within, a.cooldown),
+        (
+            1_000_000,
+            Duration::from_secs(86_400),
+            Duration::from_millis(250)
+        )
+    );
+    let cli = ok(&["breaker", "clear", "payment.charge"]);
+    let Some(Command::Breaker(BreakerCommand::Clear(a))) = cli.command else {
+        panic!("breaker clear expected");
+    };
+    assert_eq!(a.task_type, "payment.charge");
+    let cli = ok(&["breaker", "ls", "--output", "json"]);
+    assert!(matches!(
+        cli.command,
+        Some(Command::Breaker(BreakerCommand::Ls))
+    ));
+    // A flag missing, no type, a bad type, an extra word, no subcommand.
+    refused(&set[..set.len() - 2]);
+    refused(&[
+        "breaker",
+        "set",
+        "--failures",
+        "5",
+        "--within",
+        "1m",
+        "--cooldown",
+        "30s",
+    ]);
+    let mut bad_type = set;
+    bad_type[2] = "Payment";
+    refused(&bad_type);
+    refused(&[&set[..], &["extra"]].concat());
+    refused(&["breaker", "clear"]);
+    refused(&["breaker", "clear", "a", "b"]);
+    refused(&["breaker", "ls", "extra"]);
+    refused(&["breaker"]);
+    for (flag, value, says) in [
+        ("--failures", "0", "0 is not in 1..=1000000"),
+        ("--failures", "1000001", "1000001 is not in 1..=1000000"),
+        ("--failures", "-1", "unexpected argument"),
+        ("--within", "0s", "must be more than 0"),
+        ("--within", "25h", "above 24h"),
+        ("--within", "1500us", "whole number of milliseconds"),
+        ("--cooldown", "0", "must be more than 0"),
+        ("--cooldown", "8d", "above 7 days"),
+        ("--cooldown", "soon", "expected a duration"),
+    ] {
+        let mut args = set;
+        let i = args.iter().position(|a| *a == flag).unwrap_or(0) + 1;
+        args[i] = value;
+        let e = refused(&args).to_string();
+        assert!(e.contains(says), "{flag} {value}: {e}");
+    }
+}
+
+#[test]
 fn small_commands() {
     ok(&["pause", "noop"]);
     ok(&["resume", "noop"]);

@@ -1,5 +1,5 @@
-//! Parsers of flag values: durations, times, limits, rate limits, shed-after durations, task
-//! types, keys, lock and shard group names and shard counts (names checked as the agent checks them, so bad input
+//! Parsers of flag values: durations, times, limits, rate limits, shed-after and breaker
+//! durations, task types, keys, lock and shard group names and shard counts (names checked as the agent checks them, so bad input
 //! costs no call). Each returns a message naming what was wrong; clap prints it with the flag's name
 //! and exits 2.
 //!
@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use leasehold_shared::TaskType;
-use leasehold_shared::domain::policy::{MAX_POLICY_DURATION, MAX_RATE_PERIOD, MAX_RATE_STARTS};
+use leasehold_shared::domain::policy::{
+    MAX_BREAKER_WINDOW, MAX_POLICY_DURATION, MAX_RATE_PERIOD, MAX_RATE_STARTS,
+};
 use leasehold_shared::domain::validate::{
     MAX_CONCURRENCY_KEY_LEN, MAX_IDEMPOTENCY_KEY_LEN, check_concurrency_key,
 };
@@ -291,6 +293,45 @@ pub fn shed_after(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// The failure window of `breaker set --within`: a humantime duration of whole milliseconds
+/// from 1ms to 24h (`10s`, `1m`, `1h`), the agent's bounds.
+pub fn breaker_within(s: &str) -> Result<Duration, String> {
+    breaker_duration(s, MAX_BREAKER_WINDOW, "24h")
+}
+
+/// How long an open breaker keeps its type from being claimed (`breaker set --cooldown`): a
+/// humantime duration of whole milliseconds from 1ms to 7 days (`30s`, `5m`, `1h`).
+pub fn breaker_cooldown(s: &str) -> Result<Duration, String> {
+    breaker_duration(s, MAX_POLICY_DURATION, "7 days")
+}
+
+/// A breaker duration from 1ms to `max`, whole milliseconds; a refusal says the duration as
+/// it was understood.
+fn breaker_duration(s: &str, max: Duration, max_text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| {
+        format!(
+            "{}: {e} (expected a duration such as 30s, 1m or 1h)",
+            quoted(s.trim())
+        )
+    })?;
+    let shown = humantime::format_duration(d);
+    if d.is_zero() {
+        return Err(
+            "0s: must be more than 0 (to remove a breaker, `breaker clear TYPE`)".to_owned(),
+        );
+    }
+    if d < Duration::from_millis(1) {
+        return Err(format!("{shown} is below 1ms"));
+    }
+    if d > max {
+        return Err(format!("{shown} is above {max_text}"));
+    }
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(format!("{shown} is not a whole number of milliseconds"));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,6 +513,29 @@ mod tests {
         assert_eq!(ms("1ms"), Ok(1));
         assert_eq!(ms("7d"), Ok(604_800_000));
         assert_eq!(ms("168h"), Ok(604_800_000));
+    }
+
+    #[test]
+    fn breaker_windows_go_to_24h_and_cooldowns_to_7_days() {
+        let within = |s: &str| breaker_within(s).map(|d| d.as_millis());
+        let cooldown = |s: &str| breaker_cooldown(s).map(|d| d.as_millis());
+        assert_eq!(within("1m"), Ok(60_000));
+        assert_eq!(within("1ms"), Ok(1));
+        assert_eq!(within("24h"), Ok(86_400_000));
+        assert_eq!(cooldown("30s"), Ok(30_000));
+        assert_eq!(cooldown("250ms"), Ok(250));
+        assert_eq!(cooldown("7d"), Ok(604_800_000));
+        let err = |r: Result<Duration, String>| r.err().unwrap_or_default();
+        assert!(err(breaker_within("24h 1ms")).contains("is above 24h"));
+        assert!(err(breaker_within("25h")).contains("1day 1h is above 24h"));
+        assert!(err(breaker_cooldown("8d")).contains("8days is above 7 days"));
+        for f in [breaker_within, breaker_cooldown] {
+            assert!(err(f("0s")).contains("must be more than 0 (to remove a breaker"));
+            assert!(err(f("500us")).contains("500us is below 1ms"));
+            assert!(err(f("1500us")).contains("is not a whole number of milliseconds"));
+            assert!(err(f("soon")).contains("\"soon\": "));
+            assert!(!err(f("\u{1b}[2J")).contains('\u{1b}'));
+        }
     }
 
     #[test]

@@ -382,6 +382,27 @@ impl Agent {
         })
     }
 
+    /// SetBreaker; an agent older than circuit breakers says so.
+    pub async fn set_breaker(&self, r: v1::SetBreakerRequest) -> Result<v1::SetBreakerResponse> {
+        let what = if r.clear {
+            format!("clear the circuit breaker of type {}", r.task_type)
+        } else {
+            format!("set the circuit breaker of type {}", r.task_type)
+        };
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.set_breaker(r).await
+            })
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::Unimplemented,
+                "this agent is older than circuit breakers; upgrade it",
+            )
+        })
+    }
+
     pub async fn pause_type(&self, task_type: String) -> Result<v1::PauseTypeResponse> {
         let what = format!("pause type {task_type}");
         let r = v1::PauseTypeRequest { task_type };

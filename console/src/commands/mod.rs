@@ -11,6 +11,7 @@
 
 pub mod agents;
 pub mod audit;
+pub mod breaker;
 pub mod cancel;
 pub mod concurrency;
 pub mod dlq;
@@ -30,8 +31,9 @@ pub mod watch;
 use chrono::Utc;
 
 use crate::cli::{
-    AgentsCommand, AuditCommand, Command, ConcurrencyCommand, DlqCommand, GlobalArgs, LocksCommand,
-    RatelimitCommand, SchedulesCommand, ShardsCommand, ShedCommand, TasksCommand,
+    AgentsCommand, AuditCommand, BreakerCommand, Command, ConcurrencyCommand, DlqCommand,
+    GlobalArgs, LocksCommand, RatelimitCommand, SchedulesCommand, ShardsCommand, ShedCommand,
+    TasksCommand,
 };
 use crate::client::{self, Agent};
 use crate::error::Result;
@@ -94,6 +96,17 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
         Command::Shed(ShedCommand::Clear(args)) => {
             let request = shed::prepare_clear(&args);
             shed::run(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Breaker(BreakerCommand::Set(args)) => {
+            let request = breaker::prepare_set(&args);
+            breaker::run_set(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Breaker(BreakerCommand::Clear(args)) => {
+            let request = breaker::prepare_clear(&args);
+            breaker::run_set(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Breaker(BreakerCommand::Ls) => {
+            breaker::run_ls(&Agent::connect(&settings).await?, out).await
         }
         Command::Pause(args) => {
             pause::run_pause(&Agent::connect(&settings).await?, args.task_type, out).await

@@ -1,6 +1,6 @@
 //! `leasehold types` (GetOverview): one row per task type — waiting, running against its limit,
-//! its per-key limit, starts against its rate limit, dead, shed, paused — then the global limit
-//! and rate limit. The
+//! its per-key limit, starts against its rate limit, dead, shed, its circuit breaker, paused —
+//! then the global limit and rate limit. The
 //! same counts as the console's Types view, at most `OVERVIEW_MAX_AGE` (1 s) old, read by the
 //! agent from the database.
 
@@ -28,11 +28,13 @@ pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
 /// when there is one (and one when the list is cut).
 ///
 /// The PER-KEY column is there when some type has a per-key limit, the RATE column when some
-/// type has a rate limit, the SHED/M column when some type sheds. On 80 columns the type name
-/// gives way first (down to 4 columns), then the state word (to 6). A per-key, rate or shed
-/// cell is never cut (`12/50/…` would mislead): when they still do not fit whole, PER-KEY (a
-/// setting, where the others are live), then RATE, then SHED/M are left out entirely, each with
-/// a line saying where it is. A count is cut only when the counts alone no longer fit the line.
+/// type has a rate limit, the SHED/M column when some type sheds, the BREAKER column when some
+/// type has a circuit breaker. On 80 columns the type name gives way first (down to 4
+/// columns), then the state word (to 6). A per-key, rate, shed or breaker cell is never cut
+/// (`12/50/…` would mislead): when they still do not fit whole, PER-KEY (a setting, where the
+/// others are live), then RATE, then SHED/M, then BREAKER (last: an open breaker stops the
+/// whole type) are left out entirely, each with a line saying where it is. A count is cut only
+/// when the counts alone no longer fit the line.
 pub fn table(list: &TypeList) -> Vec<String> {
     let mut lines = if list.types.is_empty() {
         vec!["no task types".to_owned()]
@@ -69,10 +71,11 @@ pub fn table(list: &TypeList) -> Vec<String> {
 const PER_KEY: usize = 5;
 const RATE: usize = 6;
 const SHED: usize = 9;
+const BREAKER: usize = 10;
 
 /// The optional columns in the order they give way, each with the line that says where its
 /// values are when it is left out.
-const GIVE_WAY: [(usize, &str); 3] = [
+const GIVE_WAY: [(usize, &str); 4] = [
     (
         PER_KEY,
         "PER-KEY left out to fit 80 columns; `leasehold types --output json` has it",
@@ -84,6 +87,10 @@ const GIVE_WAY: [(usize, &str); 3] = [
     (
         SHED,
         "SHED/M left out to fit 80 columns; `leasehold types --output json` has it",
+    ),
+    (
+        BREAKER,
+        "BREAKER left out to fit 80 columns; `leasehold breaker ls` lists the breakers",
     ),
 ];
 
@@ -98,6 +105,7 @@ fn shed_cell(t: &TypeView) -> String {
 }
 
 fn type_table(list: &TypeList) -> Vec<String> {
+    let now_ms = list.now.millis();
     let rows: Vec<Vec<String>> = list
         .types
         .iter()
@@ -118,17 +126,27 @@ fn type_table(list: &TypeList) -> Vec<String> {
                 t.dead.to_string(),
                 t.finished_last_minute.to_string(),
                 shed_cell(t),
+                t.breaker
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), |b| b.cell(now_ms)),
                 t.state.word().to_owned(),
             ]
         })
         .collect();
-    // A count, a per-key, rate or shed cell is as wide as its widest cell: only the name and
+    // A count, a per-key, rate, shed or breaker cell is as wide as its widest cell: only the name and
     // the state give way.
     let whole = |header: &'static str, i: usize| {
         let widest = rows.iter().map(|r| r[i].len()).max().unwrap_or(0);
         let w = widest.max(header.len());
         Column::new(header, w, w).right()
     };
+    // A breaker cell is a word, left-aligned, and as whole as the counts.
+    let breaker_width = rows
+        .iter()
+        .map(|r| r[BREAKER].len())
+        .max()
+        .unwrap_or(0)
+        .max("BREAKER".len());
     let columns = vec![
         Column::new("TYPE", 4, 64),
         whole("QUEUED", 1),
@@ -140,6 +158,7 @@ fn type_table(list: &TypeList) -> Vec<String> {
         whole("DEAD", 7),
         whole("DONE/M", 8),
         whole("SHED/M", SHED),
+        Column::new("BREAKER", breaker_width, breaker_width),
         Column::new("STATE", 6, 12),
     ];
     // The table with the optional columns in `shown`; the others left out whole.
@@ -158,10 +177,11 @@ fn type_table(list: &TypeList) -> Vec<String> {
     };
     // PER-KEY is there when some type has a per-key limit; RATE when some type has a rate
     // limit; SHED/M when some type sheds or shed in the last minute (a type just cleared still
-    // shows what it shed).
+    // shows what it shed); BREAKER when some type has a circuit breaker.
     let wanted = |i: usize| match i {
         PER_KEY => list.types.iter().any(|t| t.per_key_limit.is_some()),
         RATE => list.types.iter().any(|t| t.rate.is_some()),
+        BREAKER => list.types.iter().any(|t| t.breaker.is_some()),
         _ => list
             .types
             .iter()
@@ -175,8 +195,8 @@ fn type_table(list: &TypeList) -> Vec<String> {
     // Give-way order on 80 columns: the name (down to 4), then the state word (to 6), both in
     // `Table::render`; then, when the optional columns still do not fit whole beside the
     // counts, PER-KEY is left out whole (a setting; the JSON has it), then RATE (`ratelimit
-    // ls` has it), then SHED/M (the JSON has it), each with a line saying so; only then would
-    // a count be cut.
+    // ls` has it), then SHED/M (the JSON has it), then BREAKER (`breaker ls` has it), each with
+    // a line saying so; only then would a count be cut.
     let mut notes = Vec::new();
     for (column, note) in GIVE_WAY {
         if shown.contains(&column) && table(&shown).min_width() > WIDTH {
@@ -191,3 +211,6 @@ fn type_table(list: &TypeList) -> Vec<String> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod breaker_tests;

@@ -14,6 +14,7 @@
 //! values; statuses are their snake_case names.
 
 pub mod agent;
+pub mod breaker;
 pub mod overview;
 pub mod rate;
 pub mod resource;

@@ -4,6 +4,7 @@
 use leasehold_proto::v1;
 use serde::Serialize;
 
+use super::breaker::BreakerStatusView;
 use super::rate::FillView;
 use super::shed::shed_after_opt;
 use super::{Timestamp, WireError, time};
@@ -88,11 +89,13 @@ pub struct TypeView {
     /// Tasks shed in the last minute of database time.
     pub shed_last_minute: u64,
     pub state: TypeState,
+    /// Its circuit breaker and where it stands; `null` when it has none.
+    pub breaker: Option<BreakerStatusView>,
 }
 
 impl TypeView {
-    /// Converts one summary; a type without a name, or with a per-key limit of 0, breaks the
-    /// contract.
+    /// Converts one summary; a type without a name, with a per-key limit of 0 or with a
+    /// breaker out of bounds breaks the contract.
     pub fn from_wire(t: &v1::TypeSummary) -> Result<Self, WireError> {
         if t.task_type.is_empty() {
             return Err(WireError::MissingField("task type name"));
@@ -119,6 +122,11 @@ impl TypeView {
             shed_after_ms: shed_after_opt("shed_after_ms", t.shed_after_ms)?,
             shed_last_minute: t.shed_last_minute,
             state: TypeState::of(t),
+            breaker: t
+                .breaker
+                .as_ref()
+                .map(BreakerStatusView::from_wire)
+                .transpose()?,
         })
     }
 }
@@ -271,6 +279,35 @@ mod tests {
             TypeView::from_wire(&t),
             Err(WireError::OutOfRange {
                 field: "per_key_limit",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_breaker_is_read_and_a_broken_one_refused() {
+        let mut t = summary("a");
+        assert_eq!(TypeView::from_wire(&t).map(|v| v.breaker), Ok(None));
+        t.breaker = Some(v1::BreakerSummary {
+            failures: 3,
+            within_ms: 60_000,
+            cooldown_ms: 2_000,
+            state: "open".into(),
+            since_ms: 1_764_588_000_000,
+            until_ms: 1_764_588_002_000,
+        });
+        let v = TypeView::from_wire(&t).unwrap_or_else(|e| panic!("{e}"));
+        let b = v.breaker.unwrap_or_else(|| panic!("no breaker"));
+        assert_eq!((b.state.as_str(), b.failures), ("open", 3));
+        // An open breaker is said in its own column, not in the state.
+        assert_eq!(v.state, TypeState::Active);
+        if let Some(b) = t.breaker.as_mut() {
+            b.failures = 0;
+        }
+        assert!(matches!(
+            TypeView::from_wire(&t),
+            Err(WireError::OutOfRange {
+                field: "failures",
                 ..
             })
         ));

@@ -11,10 +11,11 @@
 //! [`views`] (the views and tabs), [`selection`] (each view's rows in display order, the
 //! selection and the marks), [`apply`] (events and replies in), [`status`] (the status line,
 //! the action log, display settings); the cluster's data in [`data`], [`fleet`], [`schedules`]
-//! and [`resources`]; the overlays in [`dialog`] and [`prompt`]; one table's cursor in
+//! and [`resources`] (with the breakers the header names in [`breakers`]); the overlays in [`dialog`] and [`prompt`]; one table's cursor in
 //! [`table`].
 
 pub mod apply;
+pub mod breakers;
 pub mod data;
 pub mod dialog;
 pub mod fleet;
@@ -29,6 +30,7 @@ pub mod views;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 pub use apply::Pending;
+pub use breakers::Breakers;
 pub use data::{AgentRow, Data, LeaseRef, LeaseRow, Overdue, SortKey, Suspect, Totals, sort_keys};
 pub use dialog::{
     Confirm, DETAIL_REFRESH_MS, Detail, Focus, Overlay, Prompt, PromptKind, Targets, Verb,

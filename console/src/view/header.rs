@@ -1,7 +1,8 @@
 //! The header: the cluster at a glance (agents up / suspect / down, leases whose renewal the
 //! database says is overdue, running against the global
-//! limit, queued, retrying, dead letters, leader and its term, badges), the view tabs with the filter and
-//! marks, and the throughput sparkline with each agent's connection.
+//! limit, queued, retrying, dead letters, leader and its term, badges), the view tabs with the filter,
+//! marks and the circuit breakers that are open or half-open, and the throughput sparkline with
+//! each agent's connection.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -10,7 +11,8 @@ use ratatui::widgets::Paragraph;
 
 use super::text::{dur, untrusted};
 use super::theme::Theme;
-use crate::state::{Link, State, View};
+use crate::output::text::width;
+use crate::state::{Breakers, Link, State, View};
 
 /// Lines the header takes.
 pub const HEIGHT: u16 = 3;
@@ -135,6 +137,20 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) {
             theme.warn(),
         ));
     }
+    // Open and half-open circuit breakers: by name where the line has room, else counted (the
+    // Types view has each one).
+    let breakers = data.breakers();
+    if !breakers.is_empty() {
+        tabs.push(sep());
+        let used: usize = tabs.iter().map(Span::width).sum();
+        let room = usize::from(area.width).saturating_sub(used);
+        let style = if breakers.open.is_empty() {
+            theme.warn()
+        } else {
+            theme.error()
+        };
+        tabs.push(Span::styled(breaker_text(&breakers, room), style));
+    }
 
     let rate = data.throughput.back().copied().unwrap_or(0);
     let samples: Vec<u64> = data.throughput.iter().copied().collect();
@@ -189,4 +205,92 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) {
     }
     let lines = vec![Line::from(first), Line::from(tabs), Line::from(third)];
     frame.render_widget(Paragraph::new(lines), area);
+}
+
+/// The header's breaker words in at most `room` columns where they fit: by name (`breaker
+/// open: payment.charge · half-open: sms.send`), else counted (`1 breaker open, 1 half-open`),
+/// else the open ones alone (`1 breaker open`) or, with none open, `1 brk half-open`.
+pub fn breaker_text(b: &Breakers, room: usize) -> String {
+    let names = |list: &[String]| {
+        let shown: Vec<String> = list.iter().map(|n| untrusted(n, 24)).collect();
+        shown.join(", ")
+    };
+    let open_word = if b.open.len() == 1 {
+        "breaker open"
+    } else {
+        "breakers open"
+    };
+    let named = match (b.open.is_empty(), b.half_open.is_empty()) {
+        (false, true) => format!("{open_word}: {}", names(&b.open)),
+        (false, false) => format!(
+            "{open_word}: {} · half-open: {}",
+            names(&b.open),
+            names(&b.half_open)
+        ),
+        (true, _) => {
+            let word = if b.half_open.len() == 1 {
+                "breaker"
+            } else {
+                "breakers"
+            };
+            format!("{word} half-open: {}", names(&b.half_open))
+        }
+    };
+    if width(&named) <= room {
+        return named;
+    }
+    let (open, half) = (b.open.len(), b.half_open.len());
+    let open_count = match open {
+        1 => "1 breaker open".to_owned(),
+        n => format!("{n} breakers open"),
+    };
+    let counted = match (open, half) {
+        (0, 1) => "1 breaker half-open".to_owned(),
+        (0, n) => format!("{n} breakers half-open"),
+        (_, 0) => open_count.clone(),
+        (_, h) => format!("{open_count}, {h} half-open"),
+    };
+    if width(&counted) <= room {
+        return counted;
+    }
+    // Shortest: the open ones alone (they stop their type; a half-open one is already
+    // trying), or the half-open count in the narrow header's abbreviations.
+    if open > 0 {
+        open_count
+    } else {
+        format!("{half} brk half-open")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breakers(open: &[&str], half_open: &[&str]) -> Breakers {
+        let owned = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect();
+        Breakers {
+            open: owned(open),
+            half_open: owned(half_open),
+        }
+    }
+
+    #[test]
+    fn breakers_are_named_where_they_fit_else_counted() {
+        let one = breakers(&["payment.charge"], &[]);
+        assert_eq!(breaker_text(&one, 80), "breaker open: payment.charge");
+        assert_eq!(breaker_text(&one, 15), "1 breaker open");
+        let both = breakers(&["a", "b"], &["c"]);
+        assert_eq!(
+            breaker_text(&both, 80),
+            "breakers open: a, b · half-open: c"
+        );
+        assert_eq!(breaker_text(&both, 30), "2 breakers open, 1 half-open");
+        assert_eq!(breaker_text(&both, 15), "2 breakers open");
+        let half = breakers(&[], &["sms.send"]);
+        assert_eq!(breaker_text(&half, 80), "breaker half-open: sms.send");
+        assert_eq!(breaker_text(&half, 20), "1 breaker half-open");
+        assert_eq!(breaker_text(&half, 15), "1 brk half-open");
+        let odd = breakers(&["x\u{1b}[2J"], &[]);
+        assert!(!breaker_text(&odd, 80).contains('\u{1b}'));
+    }
 }

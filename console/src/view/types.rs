@@ -1,15 +1,19 @@
 //! View 5: task types — queued, scheduled, retrying, running against the limit, the per-key
-//! limit, starts against the rate limit, dead, shed, paused, and the last minute's rate — from
-//! the agent's cached overview; the global rate limit and its fill ride in the title.
+//! limit, starts against the rate limit, dead, shed, the circuit breaker, paused, and the last
+//! minute's rate — from the agent's cached overview; the global rate limit and its fill ride
+//! in the title.
 //!
-//! Columns are as wide as their text; counts, per-key limits, rates and shed cells are never
-//! cut. The PER-KEY column (running tasks allowed per concurrency key) is there when some type
-//! has a per-key limit, the RATE column when some type has a rate limit, the SHED/M column
+//! Columns are as wide as their text; counts, per-key limits, rates, shed and breaker cells are
+//! never cut. The PER-KEY column (running tasks allowed per concurrency key) is there when some
+//! type has a per-key limit, the RATE column when some type has a rate limit, the SHED/M column
 //! (shed in the last minute, `>` the shed-after duration: `4 >30s`) when some type sheds or
-//! shed in the last minute. When the columns do not fit, the name gives way first, then the
-//! state word; if the counts and the optional columns still do not fit whole, PER-KEY (a
-//! setting, where the others are live) is left out, then RATE, then SHED/M (as in `leasehold
-//! types`: `12/50/…` would mislead), and the counts stay.
+//! shed in the last minute, the BREAKER column (`closed`, `half-open`, `open 12s` with the time
+//! left until it half-opens) when some type has a circuit breaker. When the columns do not
+//! fit, the name gives way first, then the state word; if the counts and the optional columns
+//! still do not fit whole, PER-KEY (a setting, where the others are live) is left out, then
+//! RATE, then SHED/M, then BREAKER (last: an open breaker stops the whole type; the header
+//! names open ones too), as in `leasehold types` (`12/50/…` would mislead), and the counts
+//! stay.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
@@ -22,6 +26,7 @@ use super::table::{self, Fit, Spec};
 use super::text::untrusted;
 use super::theme::Theme;
 use super::{empty_text, title};
+use crate::convert::breaker;
 use crate::convert::overview::TypeState;
 use crate::convert::rate::FillView;
 use crate::convert::shed::{after_text, shed_after_ms};
@@ -52,6 +57,26 @@ fn shed_cell(ty: &pb::TypeSummary) -> (String, bool) {
         Some(Err(_)) => format!("{n} >?"),
     };
     (text, n > 0)
+}
+
+/// A BREAKER cell at `now_ms`: `closed`, `half-open`, `open 12s`, `-` without a breaker, `?` for
+/// a state the wire breaks; and how it reads (0 closed or none, 1 half-open, 2 open).
+fn breaker_cell(ty: &pb::TypeSummary, now_ms: i64) -> (String, u8) {
+    let Some(b) = &ty.breaker else {
+        return ("-".to_string(), 0);
+    };
+    match breaker::state(&b.state) {
+        Ok(state) => {
+            let until = (b.until_ms > 0).then_some(b.until_ms);
+            let level = match state {
+                leasehold_shared::domain::BreakerState::Closed => 0,
+                leasehold_shared::domain::BreakerState::HalfOpen => 1,
+                leasehold_shared::domain::BreakerState::Open => 2,
+            };
+            (breaker::cell(state, until, now_ms), level)
+        }
+        Err(_) => ("?".to_string(), 0),
+    }
 }
 
 /// A column as wide as its widest cell, never cut.
@@ -92,6 +117,10 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         .collect();
     let rates: Vec<(String, bool)> = rows.iter().map(|ty| rate_cell(ty.rate.as_ref())).collect();
     let sheds: Vec<(String, bool)> = rows.iter().map(|ty| shed_cell(ty)).collect();
+    let breakers: Vec<(String, u8)> = rows
+        .iter()
+        .map(|ty| breaker_cell(ty, data.now_ms))
+        .collect();
     let states: Vec<TypeState> = rows.iter().map(|ty| TypeState::of(ty)).collect();
     let count = |header: &str, i: usize| whole(header, counts.iter().map(|c| c[i].as_str()));
     let all_fits = [
@@ -105,22 +134,25 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         count("DEAD", 4),
         count("DONE/M", 5),
         whole("SHED/M", sheds.iter().map(|r| r.0.as_str())),
+        whole("BREAKER", breakers.iter().map(|r| r.0.as_str())),
         Fit::of("STATE", states.iter().map(|s| s.word()), 6, 12),
     ];
     let all_headers = [
         "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "PER-KEY", "RATE", "DEAD", "DONE/M",
-        "SHED/M", "STATE",
+        "SHED/M", "BREAKER", "STATE",
     ];
     // PER-KEY is there when some type has a per-key limit, RATE when some type has a rate
-    // limit, SHED/M when some type sheds or shed in the last minute (all of them, not only
-    // those the filter leaves, so a column does not come and go while typing), and when it
-    // fits whole beside the counts with the name and the state at their narrowest (the mark
-    // column and one-column gaps counted as `table::fit` counts them): PER-KEY gives way
-    // first, then RATE, then SHED/M.
+    // limit, SHED/M when some type sheds or shed in the last minute, BREAKER when some type
+    // has a circuit breaker (all of them, not only those the filter leaves, so a column does
+    // not come and go while typing), and when it fits whole beside the counts with the name
+    // and the state at their narrowest (the mark column and one-column gaps counted as
+    // `table::fit` counts them): PER-KEY gives way first, then RATE, then SHED/M, then
+    // BREAKER.
     let types = || data.overview.iter().flat_map(|o| o.types.iter());
     let wanted = |i: usize| match i {
         PER_KEY => types().any(|ty| ty.per_key_limit.is_some()),
         RATE => types().any(|ty| ty.rate.is_some()),
+        BREAKER => types().any(|ty| ty.breaker.is_some()),
         _ => types().any(|ty| ty.shed_after_ms.is_some() || ty.shed_last_minute > 0),
     };
     let mut shown: Vec<usize> = GIVE_WAY.into_iter().filter(|i| wanted(*i)).collect();
@@ -185,6 +217,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
             let [queued, later, retry, running, dead, done] = counts[i].clone();
             let (rate, full) = rates[i].clone();
             let (shed, any) = sheds[i].clone();
+            let (breaker, level) = breakers[i].clone();
             let all = [
                 Cell::from(untrusted(&names[i], usize::from(widths[0]))),
                 Cell::from(queued),
@@ -208,6 +241,11 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
                 } else {
                     Span::raw(shed)
                 }),
+                Cell::from(match level {
+                    2 => Span::styled(breaker, theme.error()),
+                    1 => Span::styled(breaker, theme.warn()),
+                    _ => Span::raw(breaker),
+                }),
                 Cell::from(Span::styled(
                     untrusted(state.word(), usize::from(widths[flex])),
                     style,
@@ -228,5 +266,6 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
 const PER_KEY: usize = 5;
 const RATE: usize = 6;
 const SHED: usize = 9;
+const BREAKER: usize = 10;
 /// The optional columns in the order they give way when they do not fit.
-const GIVE_WAY: [usize; 3] = [PER_KEY, RATE, SHED];
+const GIVE_WAY: [usize; 4] = [PER_KEY, RATE, SHED, BREAKER];

@@ -17,7 +17,9 @@
 //! limit of `email.send` is 20/1s, of anything else none; type `unknown` is INVALID_ARGUMENT.
 //! `email.send` also sheds after 30s (4 shed in the last minute). SetShedAfter answers with
 //! the setting asked for; the previous one of `email.send` is 1m, of anything else none; type
-//! `unknown` is INVALID_ARGUMENT, type `lonely` comes with a warning.
+//! `unknown` is INVALID_ARGUMENT, type `lonely` comes with a warning. SetBreaker answers with
+//! the breaker asked for; the previous one of `email.send` is 5 failures within 1m, cooldown
+//! 30s, of anything else none; `unknown` and `lonely` as for SetShedAfter.
 //! Tokens: when a token is configured, `operator` may do everything, `viewer` only reads.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -633,6 +635,48 @@ impl AgentService for Fake {
         Ok(Response::new(v1::SetShedAfterResponse {
             shed_after_ms: (!r.clear).then_some(r.shed_after_ms),
             previous_ms,
+            warnings,
+        }))
+    }
+
+    async fn set_breaker(
+        &self,
+        request: Request<v1::SetBreakerRequest>,
+    ) -> Result<Response<v1::SetBreakerResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!(
+                "set_breaker {} {} {} {} clear={}",
+                r.task_type, r.failures, r.within_ms, r.cooldown_ms, r.clear
+            ),
+            true,
+        )?;
+        let previous = match r.task_type.as_str() {
+            "unknown" => {
+                return Err(Status::invalid_argument(
+                    "task_type: no agent serves type unknown",
+                ));
+            }
+            "email.send" => Some(v1::Breaker {
+                failures: 5,
+                within_ms: 60_000,
+                cooldown_ms: 30_000,
+            }),
+            _ => None,
+        };
+        let warnings = if r.task_type == "lonely" {
+            vec!["no live agent handles type lonely".to_owned()]
+        } else {
+            vec![]
+        };
+        Ok(Response::new(v1::SetBreakerResponse {
+            breaker: (!r.clear).then_some(v1::Breaker {
+                failures: r.failures,
+                within_ms: r.within_ms,
+                cooldown_ms: r.cooldown_ms,
+            }),
+            previous,
             warnings,
         }))
     }

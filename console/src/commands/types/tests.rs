@@ -48,6 +48,7 @@ fn the_table_fits_80_columns_and_never_cuts_a_count() {
         shed_after_ms: None,
         shed_last_minute: 0,
         per_key_limit: None,
+        breaker: None,
     };
     let huge = v1::TypeSummary {
         task_type: format!("{}\u{1b}[2J", "x".repeat(70)),
@@ -442,7 +443,7 @@ fn json_names_every_count_and_says_unlimited_with_null() {
                 "task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0,
                 "running": 1, "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0,
                 "limit": null, "per_key_limit": null, "paused": false, "rate": null, "shed_after_ms": null,
-                "shed_last_minute": 0, "state": "active"
+                "shed_last_minute": 0, "state": "active", "breaker": null
             }],
             "global_limit": null,
             "global_paused": false,

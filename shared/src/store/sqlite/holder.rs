@@ -224,6 +224,7 @@ pub(super) async fn task_claim(
     }
     // Open breakers leave their type out; a half-open one lets one task run at a time.
     let mut tripped: HashMap<String, BreakerState> = HashMap::new();
+    let mut tried: HashMap<String, usize> = HashMap::new();
     for row in sqlx::query(sql::policy_breakers_tripped)
         .fetch_all(&mut *tx)
         .await
@@ -236,7 +237,12 @@ pub(super) async fn task_claim(
                 what: "breaker state",
                 detail: e.to_string(),
             })?;
-        tripped.insert(get(&row, "scope")?, state);
+        let scope: String = get(&row, "scope")?;
+        tried.insert(
+            scope.clone(),
+            usize::try_from(get::<i64>(&row, "tried")?).unwrap_or(0),
+        );
+        tripped.insert(scope, state);
     }
     let limited = global.and_then(|g| g.max_concurrency).is_some()
         || params.task_types.iter().any(|t| {
@@ -312,9 +318,13 @@ pub(super) async fn task_claim(
             (limit, Some(BreakerState::HalfOpen)) => Some(limit.unwrap_or(1).min(1)),
             (limit, _) => limit,
         };
+        // A half-open breaker lets one task try until the leader's next tick moves it.
+        let tries = tried.get(t.as_str()).copied().unwrap_or(0);
         let running_cap = limit.map(|limit| {
             let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-            limit.saturating_sub(running.get(t.as_str()).copied().unwrap_or(0))
+            limit
+                .saturating_sub(running.get(t.as_str()).copied().unwrap_or(0))
+                .saturating_sub(tries)
         });
         let cap = match (running_cap, rate_left(t.as_str())) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -15,7 +15,7 @@
 -- transaction (rate_limit_stamp.sql), so a claim without rate limits writes nothing more.
 WITH pol AS (
     SELECT scope, max_concurrency, paused, rate_starts, rate_period_ms, per_key_concurrency,
-           breaker_state FROM policies
+           breaker_state, breaker_since FROM policies
     WHERE scope = '*' OR scope = ANY($2::text[])
 ),
 -- Starts each locked rate-limited scope may still make in the window ending now (no rows, and
@@ -43,7 +43,8 @@ global_cap AS (
     END AS cap
     FROM (SELECT 1) one LEFT JOIN pol g ON g.scope = '*'
 ),
--- A half-open breaker lets one task of its type run at a time; an open one none (the type is
+-- A half-open breaker lets one task of its type try, until the leader's next tick moves it
+-- (a try that was released or lost leaves room for another); an open one none (the type is
 -- left out, as a paused one is).
 type_cap AS (
     SELECT t.task_type,
@@ -58,7 +59,24 @@ type_cap AS (
                                      ELSE p.max_concurrency END - (
                            SELECT count(*) FROM tasks r
                            WHERE r.status IN ('running', 'cancel_requested')
-                             AND r.task_type = t.task_type), 0)
+                             AND r.task_type = t.task_type)
+                         - CASE WHEN p.breaker_state = 'half_open' THEN (
+                               -- Tries since it half-opened that ended, well or badly.
+                               SELECT count(*) FROM tasks r
+                               WHERE r.status IN ('succeeded', 'partially_succeeded')
+                                 AND r.finished_at >= p.breaker_since
+                                 AND r.started_at >= p.breaker_since
+                                 AND r.task_type = t.task_type
+                           ) + (
+                               SELECT count(*) FROM task_attempt_rows a JOIN tasks r ON r.id = a.task_id
+                               WHERE a.outcome = 'failed' AND a.finished_at >= p.breaker_since
+                                 AND a.started_at >= p.breaker_since AND r.task_type = t.task_type
+                           ) + (
+                               SELECT count(*) FROM tasks r
+                               WHERE r.final_outcome = 'failed' AND r.task_type = t.task_type
+                                 AND r.finished_at >= p.breaker_since
+                                 AND r.started_at >= p.breaker_since
+                           ) ELSE 0 END, 0)
                    END,
                    (SELECT left_ FROM rate WHERE scope = t.task_type))
            END AS cap
