@@ -104,11 +104,11 @@ if [[ $MODE == explain ]]; then
 PREPARE claim_lock AS $(cat "$SQLDIR/task_claim_lock.sql")
 ;
 \o /dev/null
-EXECUTE claim_lock(ARRAY['cost.noop'], '{}', '{}', 500);
+EXECUTE claim_lock(ARRAY['cost.noop']);
 \o
 PREPARE claim AS $(cat "$SQLDIR/task_claim.sql")
 ;
-EXPLAIN (ANALYZE, BUFFERS, WAL) EXECUTE claim('cost', ARRAY['cost.noop'], 500, 30, '{}', '{}', '{}');
+EXPLAIN (ANALYZE, BUFFERS, WAL) EXECUTE claim('cost', ARRAY['cost.noop'], 500, 30, '{}');
 ROLLBACK;"
     summary=() fence='```'
     for size in "${SIZES[@]}"; do
@@ -200,11 +200,10 @@ def load(name, params):
     for a, b in params:
         text = text.replace(a, b)
     return text
-lock = load("task_claim_lock.sql", [("$1::text[]", "v_types"), ("$1", "v_types"),
-    ("$2::text[]", "'{}'::text[]"), ("$3::text[]", "'{}'::text[]"), ("$4::int", "v_batch")])
+lock = load("task_claim_lock.sql", [("$1::text[]", "v_types"), ("$1", "v_types")])
 claim = load("task_claim.sql", [("$1", "v_owner"), ("$2::text[]", "v_types"), ("$2", "v_types"),
     ("$3::bigint", "v_batch"), ("$3", "v_batch"), ("$4", "v_ttl"), ("$5::text[]", "v_locked"),
-    ("$5", "v_locked"), ("$6::text[]", "'{}'::text[]"), ("$7::text[]", "'{}'::text[]")])
+    ("$5", "v_locked")])
 complete = load("task_complete_many.sql", [("$10::boolean[]", "v_finished"),
     ("$1::bigint[]", "v_ids"), ("$2::text[]", "v_owners"), ("$3::bigint[]", "v_epochs"),
     ("$4::text[]", "v_outcomes"), ("$5::text[]", "v_statuses"), ("$6::timestamptz[]", "v_retry"),

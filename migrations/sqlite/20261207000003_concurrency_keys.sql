@@ -11,6 +11,7 @@ DROP INDEX tasks_claim_idx;
 CREATE INDEX tasks_claim_idx ON tasks (priority DESC, available_at, id)
     WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NULL;
 CREATE INDEX tasks_claim_key_idx ON tasks (task_type, concurrency_key, priority DESC, available_at, id)
-    WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NOT NULL;
-CREATE INDEX tasks_leased_key_idx ON tasks (task_type, concurrency_key)
-    WHERE status IN ('running', 'cancel_requested') AND concurrency_key IS NOT NULL;
+    WHERE concurrency_key IS NOT NULL AND status IN ('queued', 'retry_wait');
+DROP INDEX tasks_leased_type_idx;
+CREATE INDEX tasks_leased_type_idx ON tasks (task_type, concurrency_key)
+    WHERE status IN ('running', 'cancel_requested');

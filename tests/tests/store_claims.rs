@@ -620,9 +620,6 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
             .unwrap();
             sqlx::query(lock_sql)
                 .bind(vec!["big.a", "big.b"])
-                .bind(Vec::<String>::new())
-                .bind(Vec::<String>::new())
-                .bind(100i32)
                 .fetch_all(&mut *tx)
                 .await
                 .unwrap();
@@ -631,8 +628,6 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
                 .bind(vec!["big.a", "big.b"])
                 .bind(100i64)
                 .bind(30.0f64)
-                .bind(Vec::<String>::new())
-                .bind(Vec::<String>::new())
                 .bind(Vec::<String>::new())
                 .fetch_one(&mut *tx)
                 .await
@@ -857,9 +852,6 @@ async fn claim_ranking_runs(db: &TestDb, types: Vec<&str>, batch: i64) -> (i64, 
     let mut tx = db.pool.begin().await.unwrap();
     let locked: Vec<String> = sqlx::query(lock_sql)
         .bind(types.clone())
-        .bind(Vec::<String>::new())
-        .bind(Vec::<String>::new())
-        .bind(i32::try_from(batch).unwrap())
         .fetch_all(&mut *tx)
         .await
         .unwrap()
@@ -878,8 +870,6 @@ async fn claim_ranking_runs(db: &TestDb, types: Vec<&str>, batch: i64) -> (i64, 
     .bind(batch)
     .bind(30.0f64)
     .bind(locked)
-    .bind(Vec::<String>::new())
-    .bind(Vec::<String>::new())
     .fetch_one(&mut *tx)
     .await
     .unwrap();

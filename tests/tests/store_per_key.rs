@@ -655,7 +655,16 @@ async fn keys_with_nothing_due_neither_use_up_the_round_nor_shrink_the_batch(db:
         .task_enqueue_many((0..40).map(|n| keyed("pk.l", "zz", n)).collect())
         .await
         .unwrap();
-    assert_eq!(served(&*store, "due#1", "pk.l", 10).await.len(), 10);
+    // A claim walks at most four times as many keys as it wants; one that found nothing due
+    // goes on from there next time, so the due key is reached within two claims.
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got = served(&*store, "due#1", "pk.l", 10).await;
+        if !got.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 10, "the due key's share is the whole batch");
 
     // Full keys do not shrink the share of a key with room either.
     set_per_key(&*store, "pk.m", Some(5)).await;

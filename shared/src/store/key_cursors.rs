@@ -39,8 +39,9 @@ impl KeyCursors {
     /// The cursor goes to the last key in round order among those served at the lowest
     /// priority served: a key that won a place by the priority of its task does not move the
     /// round, so the keys taking turns below it keep taking turns. When none was served it goes
-    /// to where the walk ended. A type whose walk found no key has no keyed task waiting: its
-    /// cursor is dropped.
+    /// to where the walk ended. A type whose walk found no key has no keyed task due: its
+    /// cursor is dropped (a type with no keyed task waiting at all is not walked and keeps its
+    /// cursor, which the next round starts after, wrapping round).
     pub(crate) fn advance(
         &self,
         types: &[&str],

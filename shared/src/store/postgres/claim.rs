@@ -4,7 +4,9 @@
 //! ```text
 //!   BEGIN
 //!   task_claim_lock: policy guard (shared), then pg_try_advisory_xact_lock per limited scope,
-//!                    then the concurrency keys to visit (round-robin from this store's cursor)
+//!                    and which types have waiting keyed tasks
+//!   task_key_walk:   (those types only) the concurrency keys to visit, round-robin from this
+//!                    store's cursors
 //!   task_claim:      count running and recent starts per locked scope and running tasks per
 //!                    visited key, pick due rows (keyless ones and each key's first) FOR
 //!                    UPDATE SKIP LOCKED, cap per type and globally, set running / owner /
@@ -33,47 +35,27 @@ pub(super) async fn task_claim(
 ) -> Result<ClaimBatch> {
     params.validate()?;
     let types: Vec<&str> = params.task_types.iter().map(|t| t.as_str()).collect();
-    let (cursor_types, cursor_keys) = cursors.of(&types);
     let mut tx = pool
         .begin_with(super::BEGIN_READ_COMMITTED)
         .await
         .map_err(StoreError::db("task_claim"))?;
     let locked_rows = sqlx::query(sql::task_claim_lock)
         .bind(&types)
-        .bind(&cursor_types)
-        .bind(&cursor_keys)
-        .bind(i32::try_from(params.batch).unwrap_or(i32::MAX))
         .fetch_all(&mut *tx)
         .await
         .map_err(StoreError::db("task_claim_lock"))?;
     let mut locked = Vec::with_capacity(locked_rows.len());
     let mut rated = Vec::new();
     let mut contended = false;
-    let mut walk: Vec<(i32, String, String)> = Vec::new();
-    let mut ends: Vec<(String, String)> = Vec::new();
-    let mut roomy: Vec<String> = Vec::new();
     let mut busy: Vec<String> = Vec::new();
+    let mut keyed: Vec<String> = Vec::new();
     for row in &locked_rows {
         let Some(scope) = get::<Option<String>>(row, "scope")? else {
             continue; // the policy guard, always granted (it may have waited)
         };
-        match get::<String>(row, "kind")?.as_str() {
-            "key" => {
-                let key = get::<String>(row, "walk_key")?;
-                walk.push((get::<i32>(row, "walk_pos")?, scope, key));
-                continue;
-            }
-            "end" => {
-                ends.push((scope, get::<String>(row, "walk_key")?));
-                continue;
-            }
-            "type" => {
-                if get::<bool>(row, "roomy")? {
-                    roomy.push(scope);
-                }
-                continue;
-            }
-            _ => {}
+        if get::<String>(row, "kind")? == "keyed" {
+            keyed.push(scope);
+            continue;
         }
         if get::<bool>(row, "locked")? {
             if get::<Option<bool>>(row, "rated")?.unwrap_or(false) {
@@ -85,20 +67,56 @@ pub(super) async fn task_claim(
             busy.push(scope);
         }
     }
+    // The keys to visit, walked only when some type has a waiting keyed task.
+    let mut walk: Vec<(i32, String, String)> = Vec::new();
+    let mut ends: Vec<(String, String)> = Vec::new();
+    let mut roomy: Vec<String> = Vec::new();
+    if !keyed.is_empty() {
+        let (cursor_types, cursor_keys) = cursors.of(&types);
+        let walked = sqlx::query(sql::task_key_walk)
+            .bind(&keyed)
+            .bind(&cursor_types)
+            .bind(&cursor_keys)
+            .bind(i32::try_from(params.batch).unwrap_or(i32::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db("task_key_walk"))?;
+        for row in &walked {
+            let scope: String = get(row, "scope")?;
+            match get::<String>(row, "kind")?.as_str() {
+                "key" => walk.push((get(row, "walk_pos")?, scope, get(row, "walk_key")?)),
+                "end" => ends.push((scope, get(row, "walk_key")?)),
+                _ => {
+                    if get::<bool>(row, "roomy")? {
+                        roomy.push(scope);
+                    }
+                }
+            }
+        }
+    }
     walk.sort_unstable_by_key(|(pos, _, _)| *pos);
     let walk: Vec<(&str, &str)> = walk
         .iter()
         .map(|(_, t, k)| (t.as_str(), k.as_str()))
         .collect();
     let (walk_types, walk_keys): (Vec<&str>, Vec<&str>) = walk.iter().copied().unzip();
-    let rows = sqlx::query(sql::task_claim)
-        .bind(params.owner.as_str())
-        .bind(&types)
-        .bind(i64::from(params.batch))
-        .bind(secs(params.lease_ttl))
-        .bind(&locked)
-        .bind(&walk_types)
-        .bind(&walk_keys)
+    // Without a visited key, the claim without the key branch (its plan is half the size).
+    let claim = if walk.is_empty() {
+        sqlx::query(sql::task_claim)
+    } else {
+        sqlx::query(sql::task_claim_keyed)
+    }
+    .bind(params.owner.as_str())
+    .bind(&types)
+    .bind(i64::from(params.batch))
+    .bind(secs(params.lease_ttl))
+    .bind(&locked);
+    let claim = if walk.is_empty() {
+        claim
+    } else {
+        claim.bind(&walk_types).bind(&walk_keys)
+    };
+    let rows = claim
         .fetch_all(&mut *tx)
         .await
         .map_err(StoreError::db("task_claim"))?;

@@ -1,10 +1,8 @@
--- Claim up to $3 due tasks of types $2 for owner $1 with a lease of $4 seconds.
+-- Claim up to $3 due tasks of types $2 for owner $1 with a lease of $4 seconds, when none of
+-- the types has a waiting keyed task (else task_claim_keyed.sql, the same statement with the
+-- visited keys' tasks added: kept apart so this one's plan stays small — a claim pays for
+-- initialising every node of its plan, run or not).
 -- $5: the limited scopes whose advisory locks this transaction holds (task_claim_lock.sql).
--- $6, $7: the concurrency keys to visit (type, key), in the order the lock statement walked
--- them. Keyless tasks come from tasks_claim_idx as always; each visited key offers its first
--- due tasks (claim order), at most its per-key limit minus its running tasks and at most its
--- share of the batch. Among equal priorities the first task of every key (a keyless task is a
--- key of its own) comes before the second of any, so keys share the batch.
 -- A limited scope not in $5 (locked by another claimer, or limited after the lock statement)
 -- gets nothing this round, so no interleaving of claimers can exceed a limit. Running counts
 -- and rate-limit ledgers are read after the locks were taken, so they include every committed
@@ -99,85 +97,17 @@ candidates AS (
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 ),
-walked AS (
-    SELECT w.task_type, w.concurrency_key, w.pos
-    FROM unnest($6::text[], $7::text[]) WITH ORDINALITY AS w(task_type, concurrency_key, pos)
-),
--- What each visited key may still start: its per-key limit minus its running tasks (the batch
--- without a limit), nothing when the type's lock is not ours.
-key_room AS (
-    SELECT w.task_type, w.concurrency_key, w.pos,
-           CASE WHEN p.per_key_concurrency IS NULL THEN $3::bigint
-                -- A per-key limit is exact only under the type's lock.
-                WHEN NOT (w.task_type = ANY($5::text[])) THEN 0
-                ELSE greatest(p.per_key_concurrency - (
-                    SELECT count(*) FROM tasks r
-                    WHERE r.status IN ('running', 'cancel_requested')
-                      AND r.task_type = w.task_type
-                      AND r.concurrency_key = w.concurrency_key), 0)
-           END AS room
-    FROM walked w
-    JOIN type_cap tc ON tc.task_type = w.task_type AND (tc.cap IS NULL OR tc.cap > 0)
-    LEFT JOIN pol p ON p.scope = w.task_type
-),
--- Each key with room offers at most its share of the batch among the keys with room.
-key_caps AS (
-    SELECT r.task_type, r.concurrency_key, r.pos,
-           least(r.room, ceil($3::numeric / count(*) OVER (PARTITION BY r.task_type))::bigint) AS cap
-    FROM key_room r
-    WHERE r.room > 0
-),
-offered AS (
-    SELECT h.id, h.task_type, h.priority, h.available_at, k.pos,
-           row_number() OVER (PARTITION BY k.task_type, k.concurrency_key
-                              ORDER BY h.priority DESC, h.available_at, h.id) AS key_rank,
-           max(h.priority) OVER (PARTITION BY k.task_type, k.concurrency_key) AS top
-    FROM key_caps k
-    CROSS JOIN LATERAL (
-        SELECT c.id, c.task_type, c.priority, c.available_at
-        FROM tasks c
-        WHERE c.task_type = k.task_type AND c.concurrency_key = k.concurrency_key
-          AND c.status IN ('queued', 'retry_wait')
-          AND c.available_at <= now()
-          AND (c.deadline_at IS NULL OR c.deadline_at > now())
-        ORDER BY c.priority DESC, c.available_at, c.id
-        LIMIT k.cap
-        FOR UPDATE SKIP LOCKED
-    ) h
-    WHERE k.cap > 0
-),
--- Of each type, as many keys as the batch: those whose first task has the highest priority,
--- among equals the first in the round. The walk visits a few more keys than the batch in case
--- some have nothing due, and the keys it visited but did not need come first next round.
-keyed AS (
-    SELECT o.id, o.task_type, o.priority, o.available_at, o.key_rank, o.pos
-    FROM (SELECT o.*, dense_rank() OVER (PARTITION BY o.task_type ORDER BY o.top DESC, o.pos) AS key_ord
-          FROM offered o) o
-    WHERE o.key_ord <= $3
-),
 -- Without a type cap and with the global cap at or above the batch, every candidate is taken
 -- as it is: the ranking below (a sort, a window and a join per batch) runs only when a cap
 -- can cut the batch. The branch not taken is skipped by a one-time filter.
 uncapped AS (
     SELECT NOT EXISTS (SELECT 1 FROM type_cap WHERE cap IS NOT NULL)
-           AND (SELECT cap FROM global_cap) >= $3::bigint
-           AND cardinality($6::text[]) = 0 AS yes
+           AND (SELECT cap FROM global_cap) >= $3::bigint AS yes
 ),
--- Among equal priorities: the first task of every key before the second of any (a keyless
--- task is a key of its own), and within a rank the keys in round order interleaved with the
--- keyless tasks in claim order — so a cap that cuts the batch still takes keys in turn.
 ranked AS (
-    SELECT c.id, c.task_type, c.priority, c.available_at, c.key_rank, c.pos,
-           row_number() OVER (PARTITION BY c.task_type
-                              ORDER BY c.priority DESC, c.key_rank, c.pos, c.available_at, c.id)
-               AS type_rank
-    FROM (
-        SELECT id, task_type, priority, available_at, 1::bigint AS key_rank,
-               row_number() OVER (ORDER BY priority DESC, available_at, id) AS pos
-        FROM candidates
-        UNION ALL
-        SELECT id, task_type, priority, available_at, key_rank, pos FROM keyed
-    ) c
+    SELECT c.id, c.task_type, c.priority, c.available_at,
+           row_number() OVER (PARTITION BY c.task_type ORDER BY c.priority DESC, c.available_at, c.id) AS type_rank
+    FROM candidates c
 ),
 within_type AS (
     SELECT r.* FROM ranked r JOIN type_cap tc ON tc.task_type = r.task_type
@@ -188,7 +118,7 @@ chosen AS (
     UNION ALL
     SELECT id FROM (
         SELECT id FROM within_type
-        ORDER BY priority DESC, key_rank, pos, available_at, id
+        ORDER BY priority DESC, available_at, id
         LIMIT (SELECT cap FROM global_cap)
     ) capped
     WHERE NOT (SELECT yes FROM uncapped)
@@ -215,8 +145,4 @@ RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_a
           -- caller stamps with these starts (rate_limit_stamp.sql). Read here, not from the
           -- lock statement, whose view of the policies may predate a change it waited for.
           (SELECT array_agg(scope) FROM rate) AS rated,
-          t.concurrency_key,
-          -- The types that had room in this claim (their key rounds move on; others wait).
-          (SELECT array_agg(tc.task_type) FROM type_cap tc LEFT JOIN pol p ON p.scope = tc.task_type
-           WHERE (tc.cap IS NULL OR tc.cap > 0)
-             AND (p.per_key_concurrency IS NULL OR tc.task_type = ANY($5::text[]))) AS roomy
+          t.concurrency_key
