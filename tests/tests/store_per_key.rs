@@ -18,18 +18,40 @@ use leasehold_tests::helpers::{claim, complete_all, tt};
 use leasehold_tests::{StoreDb, TaskSpec, Val, conformance};
 use serde_json::json;
 
-async fn set_per_key(store: &dyn Store, task_type: &str, limit: Option<u32>) {
+async fn set_type_policy(store: &dyn Store, task_type: &str, patch: PolicyPatch) {
     store
         .policy_set(PolicySetParams {
             scope: PolicyScope::Type(tt(task_type)),
-            patch: PolicyPatch {
-                per_key_concurrency: Some(limit),
-                ..Default::default()
-            },
+            patch,
             actor: Actor::operator("test"),
         })
         .await
         .unwrap();
+}
+
+async fn set_per_key(store: &dyn Store, task_type: &str, limit: Option<u32>) {
+    let patch = PolicyPatch {
+        per_key_concurrency: Some(limit),
+        ..Default::default()
+    };
+    set_type_policy(store, task_type, patch).await;
+}
+
+/// Enqueues `per_key` tasks of each of `keys` keys named `{prefix}{k:02}`, key by key.
+async fn enqueue_keys(
+    store: &dyn Store,
+    task_type: &str,
+    prefix: &str,
+    keys: usize,
+    per_key: usize,
+) {
+    let mut tasks = Vec::new();
+    for k in 0..keys {
+        for n in 0..per_key {
+            tasks.push(keyed(task_type, &format!("{prefix}{k:02}"), n));
+        }
+    }
+    store.task_enqueue_many(tasks).await.unwrap();
 }
 
 fn keyed(task_type: &str, key: &str, n: usize) -> NewTask {
@@ -82,13 +104,7 @@ async fn six_claimers_run_one_task_per_key_at_a_time_and_twenty_keys_at_once(db:
     let store = db.store_with_pool(CLAIMERS as u32 + 2).await.unwrap();
     set_per_key(&*store, "pk.a", Some(1)).await;
     // Key by key, so a claim in queue order alone would take one key's backlog first.
-    let mut tasks = Vec::new();
-    for k in 0..KEYS {
-        for n in 0..PER_KEY {
-            tasks.push(keyed("pk.a", &format!("tenant-{k:02}"), n));
-        }
-    }
-    store.task_enqueue_many(tasks).await.unwrap();
+    enqueue_keys(&*store, "pk.a", "tenant-", KEYS, PER_KEY).await;
 
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut claimers = tokio::task::JoinSet::new();
@@ -196,13 +212,7 @@ async fn a_key_with_a_long_backlog_does_not_hold_back_the_keys_behind_it(db: Sto
 conformance!(keys_take_turns_across_claims);
 async fn keys_take_turns_across_claims(db: StoreDb) {
     let store = db.store();
-    let mut tasks = Vec::new();
-    for k in 0..12 {
-        for n in 0..5 {
-            tasks.push(keyed("pk.c", &format!("k{k:02}"), n));
-        }
-    }
-    store.task_enqueue_many(tasks).await.unwrap();
+    enqueue_keys(&*store, "pk.c", "k", 12, 5).await;
     // Claims of 4 with no limit: three claims serve twelve different keys, then the round
     // starts again.
     let mut served = Vec::new();
@@ -264,17 +274,11 @@ async fn keyless_tasks_and_other_limits_still_apply_beside_a_per_key_limit(db: S
     complete_all(&*store, "mix#1", &batch.tasks).await;
 
     // Two per key, and the type's own limit of three over all keys.
-    store
-        .policy_set(PolicySetParams {
-            scope: PolicyScope::Type(tt("pk.d")),
-            patch: PolicyPatch {
-                max_concurrency: Some(Some(3)),
-                ..Default::default()
-            },
-            actor: Actor::operator("test"),
-        })
-        .await
-        .unwrap();
+    let patch = PolicyPatch {
+        max_concurrency: Some(Some(3)),
+        ..Default::default()
+    };
+    set_type_policy(&*store, "pk.d", patch).await;
     store
         .task_enqueue_many(
             (0..4)
@@ -307,17 +311,11 @@ async fn keyless_tasks_and_other_limits_still_apply_beside_a_per_key_limit(db: S
 
     // A paused type starts nothing, keyed or not.
     complete_all(&*store, "mix#2", &batch.tasks).await;
-    store
-        .policy_set(PolicySetParams {
-            scope: PolicyScope::Type(tt("pk.d")),
-            patch: PolicyPatch {
-                paused: Some(true),
-                ..Default::default()
-            },
-            actor: Actor::operator("test"),
-        })
-        .await
-        .unwrap();
+    let patch = PolicyPatch {
+        paused: Some(true),
+        ..Default::default()
+    };
+    set_type_policy(&*store, "pk.d", patch).await;
     let paused = store
         .task_claim(claim("mix#4", &["pk.d"], 10))
         .await
@@ -477,17 +475,11 @@ async fn bad_keys_and_per_key_limits_change_nothing(db: StoreDb) {
 conformance!(overdue_keyed_tasks_of_a_shedding_type_are_shed);
 async fn overdue_keyed_tasks_of_a_shedding_type_are_shed(db: StoreDb) {
     let store = db.store();
-    store
-        .policy_set(PolicySetParams {
-            scope: PolicyScope::Type(tt("pk.h")),
-            patch: PolicyPatch {
-                shed_after: Some(Some(Duration::from_secs(30))),
-                ..Default::default()
-            },
-            actor: Actor::operator("test"),
-        })
-        .await
-        .unwrap();
+    let patch = PolicyPatch {
+        shed_after: Some(Some(Duration::from_secs(30))),
+        ..Default::default()
+    };
+    set_type_policy(&*store, "pk.h", patch).await;
     let mut ids = Vec::new();
     for (key, secs_ago) in [(Some("a"), 120.0), (Some("b"), 5.0), (None, 120.0)] {
         let id = db
@@ -577,17 +569,11 @@ async fn keys_take_turns_when_a_type_limit_cuts_the_batch(db: StoreDb) {
         .task_enqueue_many((0..4).map(|n| keyed("pk.j", "b", n)).collect())
         .await
         .unwrap();
-    store
-        .policy_set(PolicySetParams {
-            scope: PolicyScope::Type(tt("pk.j")),
-            patch: PolicyPatch {
-                max_concurrency: Some(Some(1)),
-                ..Default::default()
-            },
-            actor: Actor::operator("test"),
-        })
-        .await
-        .unwrap();
+    let patch = PolicyPatch {
+        max_concurrency: Some(Some(1)),
+        ..Default::default()
+    };
+    set_type_policy(&*store, "pk.j", patch).await;
     let mut order = Vec::new();
     for _ in 0..4 {
         order.extend(served(&*store, "cap#1", "pk.j", 5).await);
@@ -603,24 +589,12 @@ async fn keys_take_turns_when_a_type_limit_cuts_the_batch(db: StoreDb) {
 conformance!(a_claim_with_no_room_for_the_type_leaves_its_round_where_it_was);
 async fn a_claim_with_no_room_for_the_type_leaves_its_round_where_it_was(db: StoreDb) {
     let store = db.store();
-    let mut tasks = Vec::new();
-    for k in 0..30 {
-        for n in 0..2 {
-            tasks.push(keyed("pk.k", &format!("k{k:02}"), n));
-        }
-    }
-    store.task_enqueue_many(tasks).await.unwrap();
-    store
-        .policy_set(PolicySetParams {
-            scope: PolicyScope::Type(tt("pk.k")),
-            patch: PolicyPatch {
-                max_concurrency: Some(Some(1)),
-                ..Default::default()
-            },
-            actor: Actor::operator("test"),
-        })
-        .await
-        .unwrap();
+    enqueue_keys(&*store, "pk.k", "k", 30, 2).await;
+    let patch = PolicyPatch {
+        max_concurrency: Some(Some(1)),
+        ..Default::default()
+    };
+    set_type_policy(&*store, "pk.k", patch).await;
     let first = store
         .task_claim(claim("room#1", &["pk.k"], 1))
         .await
@@ -668,13 +642,7 @@ async fn keys_with_nothing_due_neither_use_up_the_round_nor_shrink_the_batch(db:
 
     // Full keys do not shrink the share of a key with room either.
     set_per_key(&*store, "pk.m", Some(5)).await;
-    let mut tasks = Vec::new();
-    for k in 0..9 {
-        for n in 0..6 {
-            tasks.push(keyed("pk.m", &format!("full{k}"), n));
-        }
-    }
-    store.task_enqueue_many(tasks).await.unwrap();
+    enqueue_keys(&*store, "pk.m", "full", 9, 6).await;
     let fill = store
         .task_claim(claim("due#2", &["pk.m"], 45))
         .await
