@@ -28,6 +28,7 @@ impl KeyCursors {
     }
 
     /// The cursor of one type (SQLite's claim walks the types one by one).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn get(&self, task_type: &str) -> Option<String> {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.get(task_type).cloned()
