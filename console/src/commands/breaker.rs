@@ -85,16 +85,7 @@ pub async fn run_set(agent: &Agent, request: v1::SetBreakerRequest, out: &mut Ou
     let reply = agent.set_breaker(request.clone()).await?;
     let changed = Changed::from_reply(&request, &reply)
         .map_err(|e| Error::bad_wire("set the circuit breaker", e))?;
-    // On stderr in both output modes, as `pause` does: stdout stays the result.
-    for w in &reply.warnings {
-        out.note(&format!("warning: {w}"));
-    }
-    if out.json_mode() {
-        out.json(&changed)?;
-    } else {
-        out.line(&line(&changed))?;
-    }
-    Ok(exit::OK)
+    super::print_change(out, &reply.warnings, &changed, line)
 }
 
 /// `type payment.charge circuit breaker: 5 failures within 1m, cooldown 30s (was none)`,

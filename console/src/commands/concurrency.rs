@@ -14,7 +14,6 @@ use crate::cli::ConcurrencySetArgs;
 use crate::cli::values::{Limit, MAX_CONCURRENCY_LIMIT, MAX_LOCAL_CONCURRENCY};
 use crate::client::Agent;
 use crate::error::{Error, Result};
-use crate::exit;
 use crate::output::Out;
 use crate::output::text::shown;
 
@@ -95,16 +94,7 @@ pub async fn run(agent: &Agent, request: v1::SetConcurrencyRequest, out: &mut Ou
         previous: reply.previous,
         limit: reply.limit,
     };
-    // On stderr in both output modes, as `ratelimit set` does: stdout stays the result.
-    for w in &reply.warnings {
-        out.note(&format!("warning: {w}"));
-    }
-    if out.json_mode() {
-        out.json(&changed)?;
-    } else {
-        out.line(&line(&changed))?;
-    }
-    Ok(exit::OK)
+    super::print_change(out, &reply.warnings, &changed, line)
 }
 
 fn limit_text(l: Option<u32>) -> String {

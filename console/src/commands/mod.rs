@@ -183,6 +183,25 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     }
 }
 
+/// Writes the result of a policy change: the agent's warnings on stderr in both output modes
+/// (as `pause` does, so stdout stays the result), then the change as JSON or as its line.
+pub(crate) fn print_change<T: serde::Serialize>(
+    out: &mut Out,
+    warnings: &[String],
+    changed: &T,
+    line: impl FnOnce(&T) -> String,
+) -> Result<u8> {
+    for w in warnings {
+        out.note(&format!("warning: {w}"));
+    }
+    if out.json_mode() {
+        out.json(changed)?;
+    } else {
+        out.line(&line(changed))?;
+    }
+    Ok(crate::exit::OK)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

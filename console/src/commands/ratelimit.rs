@@ -106,16 +106,7 @@ pub async fn run_set(agent: &Agent, request: v1::SetRateLimitRequest, out: &mut 
     let reply = agent.set_rate_limit(request.clone()).await?;
     let changed = Changed::from_reply(&request, &reply)
         .map_err(|e| Error::bad_wire("set the rate limit", e))?;
-    // On stderr in both output modes, as `pause` does: stdout stays the result.
-    for w in &reply.warnings {
-        out.note(&format!("warning: {w}"));
-    }
-    if out.json_mode() {
-        out.json(&changed)?;
-    } else {
-        out.line(&line(&changed))?;
-    }
-    Ok(exit::OK)
+    super::print_change(out, &reply.warnings, &changed, line)
 }
 
 /// `rate limit of type email.send: 50/1s (was none)`, `global rate limit cleared (was 1000/1m)`,

@@ -14,7 +14,6 @@ use crate::client::Agent;
 use crate::convert::WireError;
 use crate::convert::shed::{after_text, shed_after_opt};
 use crate::error::{Error, Result};
-use crate::exit;
 use crate::output::Out;
 use crate::output::text::shown;
 
@@ -76,16 +75,7 @@ pub async fn run(agent: &Agent, request: v1::SetShedAfterRequest, out: &mut Out)
     let reply = agent.set_shed_after(request.clone()).await?;
     let changed = Changed::from_reply(&request, &reply)
         .map_err(|e| Error::bad_wire("set load shedding", e))?;
-    // On stderr in both output modes, as `pause` does: stdout stays the result.
-    for w in &reply.warnings {
-        out.note(&format!("warning: {w}"));
-    }
-    if out.json_mode() {
-        out.json(&changed)?;
-    } else {
-        out.line(&line(&changed))?;
-    }
-    Ok(exit::OK)
+    super::print_change(out, &reply.warnings, &changed, line)
 }
 
 /// `type email.send sheds tasks waiting over 30s (was never)`, `type email.send no longer
