@@ -23,6 +23,23 @@ pub const POLICY_ACTION: &str = "policy_set";
 pub const LOCAL_LIMIT_ACTION: &str = "set_concurrency";
 
 impl Service {
+    /// The caller of a policy change of scope `key` (a type, `*`), who must be allowed to act;
+    /// a refusal is audited against `policy:KEY`.
+    async fn policy_caller<T>(
+        &self,
+        request: &Request<T>,
+        key: &str,
+    ) -> Result<leasehold_shared::Actor, Status> {
+        self.caller(
+            request,
+            Need::Act {
+                action: POLICY_ACTION,
+                target: format!("policy:{key}"),
+            },
+        )
+        .await
+    }
+
     pub(super) async fn set_concurrency_rpc(
         &self,
         request: Request<pb::SetConcurrencyRequest>,
@@ -163,20 +180,12 @@ impl Service {
         request: Request<pb::SetRateLimitRequest>,
     ) -> Result<Response<pb::SetRateLimitResponse>, Status> {
         use pb::set_rate_limit_request::Scope;
-        let target = match &request.get_ref().scope {
-            Some(Scope::Global(_)) => "policy:*".to_string(),
-            Some(Scope::TaskType(t)) => format!("policy:{t}"),
-            None => "policy:?".to_string(),
+        let key = match &request.get_ref().scope {
+            Some(Scope::Global(_)) => "*".to_string(),
+            Some(Scope::TaskType(t)) => t.clone(),
+            None => "?".to_string(),
         };
-        let actor = self
-            .caller(
-                &request,
-                Need::Act {
-                    action: POLICY_ACTION,
-                    target,
-                },
-            )
-            .await?;
+        let actor = self.policy_caller(&request, &key).await?;
         let r = request.into_inner();
         let scope = match r.scope {
             None => return Err(Status::invalid_argument("scope: give global or task_type")),
@@ -220,16 +229,8 @@ impl Service {
         &self,
         request: Request<pb::SetShedAfterRequest>,
     ) -> Result<Response<pb::SetShedAfterResponse>, Status> {
-        let target = format!("policy:{}", request.get_ref().task_type);
-        let actor = self
-            .caller(
-                &request,
-                Need::Act {
-                    action: POLICY_ACTION,
-                    target,
-                },
-            )
-            .await?;
+        let key = request.get_ref().task_type.clone();
+        let actor = self.policy_caller(&request, &key).await?;
         let r = request.into_inner();
         let scope = PolicyScope::Type(task_type_from_wire("task_type", &r.task_type)?);
         let shed_after = match (r.clear, r.shed_after_ms) {
@@ -265,16 +266,8 @@ impl Service {
         &self,
         request: Request<pb::SetBreakerRequest>,
     ) -> Result<Response<pb::SetBreakerResponse>, Status> {
-        let target = format!("policy:{}", request.get_ref().task_type);
-        let actor = self
-            .caller(
-                &request,
-                Need::Act {
-                    action: POLICY_ACTION,
-                    target,
-                },
-            )
-            .await?;
+        let key = request.get_ref().task_type.clone();
+        let actor = self.policy_caller(&request, &key).await?;
         let r = request.into_inner();
         let scope = PolicyScope::Type(task_type_from_wire("task_type", &r.task_type)?);
         let breaker = if r.clear {
@@ -369,15 +362,7 @@ impl Service {
     ) -> Result<bool, Status> {
         let action = if paused { "pause" } else { "resume" };
         // Refusals are audited under the name the store gives the change it would have made.
-        let actor = self
-            .caller(
-                request,
-                Need::Act {
-                    action: POLICY_ACTION,
-                    target: format!("policy:{task_type}"),
-                },
-            )
-            .await?;
+        let actor = self.policy_caller(request, &task_type).await?;
         let scope = PolicyScope::Type(task_type_from_wire("task_type", &task_type)?);
         let change = self
             .core
