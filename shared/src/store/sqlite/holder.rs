@@ -13,7 +13,6 @@ use super::rows::{self, get, micros, span, status, task};
 use super::{commit, json_list, sql, write_tx};
 use crate::domain::{
     BreakerState, InputLimits, LeaseEpoch, Policy, PolicyScope, RateLimit, TaskId, TaskStatus,
-    UnknownWord,
 };
 use crate::store::KeyCursors;
 use crate::store::lifecycle;
@@ -176,11 +175,28 @@ pub(super) async fn enqueue_valid(
 }
 
 async fn policies(tx: &mut SqliteConnection, op: &'static str) -> Result<Vec<Policy>> {
+    Ok(policies_and_breakers(tx, op).await?.0)
+}
+
+/// The policy rows, and the types whose breaker is open or half-open with which (one read).
+async fn policies_and_breakers(
+    tx: &mut SqliteConnection,
+    op: &'static str,
+) -> Result<(Vec<Policy>, HashMap<String, BreakerState>)> {
     let found = sqlx::query(sql::policy_list)
         .fetch_all(&mut *tx)
         .await
         .map_err(StoreError::db(op))?;
-    found.iter().map(rows::policy).collect()
+    let mut tripped = HashMap::new();
+    for row in &found {
+        if let Some(b) = rows::breaker_status(row)?
+            && b.state != BreakerState::Closed
+        {
+            tripped.insert(get::<String>(row, "scope")?, b.state);
+        }
+    }
+    let policies = found.iter().map(rows::policy).collect::<Result<Vec<_>>>()?;
+    Ok((policies, tripped))
 }
 
 /// Claim (DESIGN §4 order, §5 limits). The write lock serialises claimers, so the running
@@ -210,7 +226,7 @@ pub(super) async fn task_claim(
     }
     let (mut tx, now) = write_tx(pool, OP).await?;
     let now_time = rows::time(now, "now")?;
-    let policies = policies(&mut tx, OP).await?;
+    let (policies, tripped) = policies_and_breakers(&mut tx, OP).await?;
     let global = policies.iter().find(|p| p.scope == PolicyScope::Global);
     let of_type = |t: &str| {
         policies
@@ -222,27 +238,18 @@ pub(super) async fn task_claim(
     if global.is_some_and(|g| g.paused) {
         global_cap = 0;
     }
-    // Open breakers leave their type out; a half-open one lets one task run at a time.
-    let mut tripped: HashMap<String, BreakerState> = HashMap::new();
+    // Open breakers leave their type out; a half-open one lets one try start until the leader's
+    // tick moves it (the tries that ended since it half-opened are read only then).
     let mut tried: HashMap<String, usize> = HashMap::new();
-    for row in sqlx::query(sql::policy_breakers_tripped)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?
-    {
-        let state = get::<String>(&row, "breaker_state")?;
-        let state = state
-            .parse()
-            .map_err(|e: UnknownWord| StoreError::Corrupt {
-                what: "breaker state",
-                detail: e.to_string(),
-            })?;
-        let scope: String = get(&row, "scope")?;
-        tried.insert(
-            scope.clone(),
-            usize::try_from(get::<i64>(&row, "tried")?).unwrap_or(0),
-        );
-        tripped.insert(scope, state);
+    if tripped.values().any(|s| *s == BreakerState::HalfOpen) {
+        for row in sqlx::query(sql::breaker_tries)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?
+        {
+            let n = usize::try_from(get::<i64>(&row, "tried")?).unwrap_or(0);
+            tried.insert(get(&row, "scope")?, n);
+        }
     }
     let limited = global.and_then(|g| g.max_concurrency).is_some()
         || params.task_types.iter().any(|t| {

@@ -78,7 +78,7 @@ pub(crate) mod sql {
             task_enqueue_existing,
             task_enqueue_many,
             task_claim_probe,
-            policy_breakers_tripped,
+            breaker_tries,
             task_count_running,
             task_shed,
             breaker_list,
