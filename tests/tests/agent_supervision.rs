@@ -233,9 +233,11 @@ async fn after_a_service_failure_finished_work_is_completed_not_run_again() {
     .await
     .unwrap();
     wait_executions(&db, "the victim runs every task", &victim_id, ANY, WORK).await;
-    // Completions (they write task_attempts) wait behind this lock until it goes.
+    // Completions (they update the task rows) wait behind this lock until it goes. Only the
+    // `tasks` table: `task_attempts` is a view, and locking it takes its two tables one after
+    // the other, which deadlocks with a completion that holds `tasks` and writes an attempt row.
     let mut hold = db.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE task_attempts IN EXCLUSIVE MODE")
+    sqlx::query("LOCK TABLE tasks IN EXCLUSIVE MODE")
         .execute(&mut *hold)
         .await
         .unwrap();
