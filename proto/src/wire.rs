@@ -159,6 +159,7 @@ wire_enum!(AttemptOutcome => AttemptOutcome, "attempt outcome" {
     Cancelled => Cancelled,
     Released => Released,
     LeaseExpired => LeaseExpired,
+    Snoozed => Snoozed,
 });
 
 wire_enum!(CancelOutcome => CancelOutcome, "cancel outcome" {

@@ -125,6 +125,9 @@ pub fn task_to_wire(t: &Task) -> pb::Task {
         updated_at_ms: ms(t.updated_at),
         idempotency_key: t.idempotency_key.clone().unwrap_or_default(),
         concurrency_key: t.concurrency_key.clone().unwrap_or_default(),
+        snoozes: t.snoozes,
+        checkpoint_json: json_text(&t.checkpoint),
+        checkpoint_at_ms: opt_ms(t.checkpoint_at),
     }
 }
 

@@ -252,6 +252,9 @@ impl MemoryQueue {
             idempotency_key: None,
             concurrency_key: None,
             progress: None,
+            snoozes: 0,
+            checkpoint: None,
+            checkpoint_at: None,
             result: None,
             last_error: None,
             created_at: now,
@@ -356,12 +359,18 @@ impl CompleteQueue for MemoryQueue {
                     Completion::PartiallySucceeded { .. } => TaskStatus::PartiallySucceeded,
                     Completion::Cancelled => TaskStatus::Cancelled,
                     Completion::Failed { error } => after_failure(row, error.retryable),
+                    // Due at once here, like retry waits; the attempt is given back.
+                    Completion::Snooze { .. } => {
+                        row.attempt -= 1;
+                        TaskStatus::Queued
+                    }
                 };
                 end_lease(row, status, now);
                 row.ended_by = Some((p.key.owner, p.key.epoch, Ended::Completed(status)));
                 CompleteOutcome::Applied {
                     status,
-                    retry_at: (status == TaskStatus::RetryWait).then(|| self.db_time(now)),
+                    retry_at: matches!(status, TaskStatus::RetryWait | TaskStatus::Queued)
+                        .then(|| self.db_time(now)),
                 }
             })
             .collect();

@@ -8,7 +8,7 @@
 //!  "created_at":"…Z","started_at":null,"finished_at":null,"deadline_at":null,
 //!  "lease_until":null,"heartbeat_at":null,"updated_at":"…Z","timeout_ms":null,
 //!  "last_error":null,"result":null,"progress":null,"idempotency_key":null,
-//!  "concurrency_key":null}
+//!  "concurrency_key":null,"snoozes":0,"checkpoint":null,"checkpoint_at":null}
 //! ```
 
 use leasehold_proto::v1;
@@ -44,6 +44,11 @@ pub struct TaskView {
     pub idempotency_key: Option<String>,
     /// Tasks of its type sharing this key run at most the type's per-key limit at a time.
     pub concurrency_key: Option<String>,
+    /// Times a handler snoozed it (each gave its attempt back).
+    pub snoozes: i32,
+    /// The last checkpoint a holder saved; the next attempt gets it.
+    pub checkpoint: Option<serde_json::Value>,
+    pub checkpoint_at: Option<Timestamp>,
 }
 
 /// The last error of a task or an attempt.
@@ -85,7 +90,11 @@ impl TaskView {
             field: "priority",
             value: i64::from(t.priority),
         })?;
-        for (field, value) in [("attempt", t.attempt), ("max_attempts", t.max_attempts)] {
+        for (field, value) in [
+            ("attempt", t.attempt),
+            ("max_attempts", t.max_attempts),
+            ("snoozes", t.snoozes),
+        ] {
             if value < 0 {
                 return Err(WireError::OutOfRange {
                     field,
@@ -116,6 +125,9 @@ impl TaskView {
             progress: opt_json("progress_json", &t.progress_json)?,
             idempotency_key: opt_string(t.idempotency_key),
             concurrency_key: opt_string(t.concurrency_key),
+            snoozes: t.snoozes,
+            checkpoint: opt_json("checkpoint_json", &t.checkpoint_json)?,
+            checkpoint_at: opt_time("checkpoint_at_ms", t.checkpoint_at_ms)?,
             task_type: t.task_type,
         })
     }
@@ -332,6 +344,9 @@ pub(crate) mod tests {
             updated_at_ms: 1_764_588_003_123,
             idempotency_key: String::new(),
             concurrency_key: "acme".into(),
+            snoozes: 2,
+            checkpoint_json: r#"{"page":7}"#.into(),
+            checkpoint_at_ms: 1_764_588_002_500,
         }
     }
 
@@ -363,6 +378,9 @@ pub(crate) mod tests {
             "progress": {"total": 10, "processed": 4},
             "idempotency_key": null,
             "concurrency_key": "acme",
+            "snoozes": 2,
+            "checkpoint": {"page": 7},
+            "checkpoint_at": "2025-12-01T11:20:02.500Z",
         });
         assert_eq!(json, Ok(Some(expected)));
     }
@@ -418,6 +436,8 @@ pub(crate) mod tests {
             (|t| t.priority = 40_000, "priority"),
             (|t| t.timeout_ms = -5, "timeout_ms"),
             (|t| t.attempt = -1, "attempt"),
+            (|t| t.snoozes = -1, "snoozes"),
+            (|t| t.checkpoint_json = "{".into(), "checkpoint_json"),
             (|t| t.id = 0, "id"),
         ];
         for (spoil, needle) in cases {

@@ -27,6 +27,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_SLOW_THRESHOLD: Duration = Duration::from_secs(60);
 /// Default attempts before a task is dead-lettered.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 25;
+/// Default snoozes a task may take before the next one dead-letters it.
+pub const DEFAULT_MAX_SNOOZES: u32 = 100;
+/// Highest `max_snoozes` accepted.
+pub const MAX_MAX_SNOOZES: u32 = 1_000_000;
 /// Highest global or per-type concurrency limit accepted.
 pub const MAX_CONCURRENCY_LIMIT: u32 = 1_000_000;
 /// Highest concurrency of one agent (its local limit, `--concurrency`).
@@ -314,6 +318,10 @@ pub struct Policy {
     /// Circuit breaker (task types only, not inherited).
     #[serde(default)]
     pub breaker: Option<BreakerPolicy>,
+    /// Snoozes a task may take; the next one dead-letters it (`snooze_limit`). A type's unset
+    /// value inherits the global row's, [`DEFAULT_MAX_SNOOZES`] when neither sets it.
+    #[serde(default)]
+    pub max_snoozes: Option<u32>,
 }
 
 impl Policy {
@@ -333,7 +341,15 @@ impl Policy {
             shed_after: None,
             per_key_concurrency: None,
             breaker: None,
+            max_snoozes: None,
         }
+    }
+
+    /// This row's snooze cap with an unset value taken from `global`.
+    pub fn max_snoozes_over(&self, global: &Policy) -> u32 {
+        self.max_snoozes
+            .or(global.max_snoozes)
+            .unwrap_or(DEFAULT_MAX_SNOOZES)
     }
 
     /// This row's retry settings with unset fields taken from `global`.
@@ -374,6 +390,8 @@ pub struct PolicyPatch {
     pub per_key_concurrency: Option<Option<u32>>,
     #[serde(default)]
     pub breaker: Option<Option<BreakerPolicy>>,
+    #[serde(default)]
+    pub max_snoozes: Option<Option<u32>>,
 }
 
 impl PolicyPatch {
@@ -414,6 +432,9 @@ impl PolicyPatch {
         }
         if let Some(v) = self.breaker {
             p.breaker = v;
+        }
+        if let Some(v) = self.max_snoozes {
+            p.max_snoozes = v;
         }
         p
     }
@@ -500,6 +521,14 @@ impl PolicyPatch {
                     detail: "must be at least 1 ms".into(),
                 });
             }
+        }
+        if let Some(Some(n)) = self.max_snoozes
+            && n > MAX_MAX_SNOOZES
+        {
+            return Err(ValidationError::OutOfRange {
+                field: "max_snoozes",
+                detail: format!("{n} is not within 0..={MAX_MAX_SNOOZES}"),
+            });
         }
         if let Some(Some(m)) = self.retry_multiplier
             && !(1.0..=100.0).contains(&m)

@@ -32,6 +32,15 @@ pub struct Task {
     #[serde(default)]
     pub concurrency_key: Option<String>,
     pub progress: Option<Progress>,
+    /// Times a handler snoozed the task (each gave its attempt back).
+    #[serde(default)]
+    pub snoozes: i32,
+    /// The last checkpoint a holder saved: handed to the next attempt.
+    #[serde(default)]
+    pub checkpoint: Option<serde_json::Value>,
+    /// When that checkpoint was saved (database time).
+    #[serde(default)]
+    pub checkpoint_at: Option<DateTime<Utc>>,
     pub result: Option<serde_json::Value>,
     pub last_error: Option<TaskError>,
     pub created_at: DateTime<Utc>,
@@ -141,6 +150,8 @@ pub enum AttemptOutcome {
     Cancelled,
     Released,
     LeaseExpired,
+    /// The handler asked to run again later; the attempt did not count.
+    Snoozed,
 }
 
 impl AttemptOutcome {
@@ -153,17 +164,19 @@ impl AttemptOutcome {
             AttemptOutcome::Cancelled => "cancelled",
             AttemptOutcome::Released => "released",
             AttemptOutcome::LeaseExpired => "lease_expired",
+            AttemptOutcome::Snoozed => "snoozed",
         }
     }
 
     /// Every outcome.
-    pub const ALL: [AttemptOutcome; 6] = [
+    pub const ALL: [AttemptOutcome; 7] = [
         AttemptOutcome::Succeeded,
         AttemptOutcome::PartiallySucceeded,
         AttemptOutcome::Failed,
         AttemptOutcome::Cancelled,
         AttemptOutcome::Released,
         AttemptOutcome::LeaseExpired,
+        AttemptOutcome::Snoozed,
     ];
 
     /// Parses a stored name.

@@ -146,6 +146,17 @@ pub fn replace_nul(value: &mut serde_json::Value) {
     }
 }
 
+/// Whether any string or key of `value` holds a NUL character (which `jsonb` refuses).
+pub fn has_nul(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
 /// Length of a value's JSON text as PostgreSQL prints `jsonb` (a space after every `,` and `:`).
 pub fn db_text_len(value: &serde_json::Value) -> usize {
     struct Count(usize);

@@ -44,10 +44,10 @@ use super::schedules::{
 use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, Blocker, BreakerTickParams, BreakerTransition, CancelOutcome, CancelParams,
-    ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, DeniedCalls, EnqueueAuditedParams,
-    Enqueued, ExpireDeadlinesParams, ExplainParams, HolderWrite, IdleReport, IdleReportParams,
-    LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, NewTask, Overview,
-    PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
+    CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, DeniedCalls,
+    EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams, HolderWrite, IdleReport,
+    IdleReportParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, NewTask,
+    Overview, PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
     ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
     RequeueParams, Result, ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
     TaskListParams, TaskPage, UnservedParams,
@@ -70,6 +70,7 @@ pub trait Driver: Send + Sync + 'static {
     async fn task_claim(&self, params: &ClaimParams) -> Result<ClaimBatch>;
     async fn lease_renew_many(&self, params: &RenewParams) -> Result<RenewOutcome>;
     async fn task_progress(&self, params: &ProgressParams) -> Result<HolderWrite>;
+    async fn task_checkpoint(&self, params: &CheckpointParams) -> Result<HolderWrite>;
     async fn task_complete_many(&self, batch: &[CompleteParams]) -> Result<Vec<CompleteOutcome>>;
     async fn lease_release_many(&self, params: &ReleaseParams) -> Result<ReleaseOutcome>;
 
@@ -196,6 +197,11 @@ impl<D: Driver> Store for D {
 
     async fn task_progress(&self, params: ProgressParams) -> Result<HolderWrite> {
         Driver::task_progress(self, &params).await
+    }
+
+    async fn task_checkpoint(&self, params: CheckpointParams) -> Result<HolderWrite> {
+        params.validate()?;
+        Driver::task_checkpoint(self, &params).await
     }
 
     async fn task_complete(&self, params: CompleteParams) -> Result<CompleteOutcome> {

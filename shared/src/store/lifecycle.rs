@@ -10,6 +10,11 @@
 //!   failed, retryable, attempts left, before deadline → retry_wait at now + backoff ± jitter
 //!   failed, retryable, attempts left, past deadline  → dead (deadline_exceeded)
 //!   failed otherwise                                  → dead
+//!   snooze, task cancel_requested                    → cancelled
+//!   snooze, snoozes used up (max_snoozes)             → dead (snooze_limit)
+//!   snooze past the deadline                          → dead (deadline_exceeded)
+//!   snooze otherwise                                  → queued at now + delay, attempt given
+//!                                                       back, snoozes + 1
 //!   lease expired: cancel_requested → cancelled; attempts left → retry_wait (epoch + 1, due
 //!   now, lease_expired); none left → dead (lease_expired)
 //! ```
@@ -26,8 +31,10 @@ use crate::domain::{Policy, PolicyScope, RetryPolicy, TaskError, TaskStatus, Val
 pub const DEADLINE_EXCEEDED: &str = "deadline_exceeded";
 /// Error code of an attempt ended by recovery of its expired lease.
 pub const LEASE_EXPIRED: &str = "lease_expired";
+/// Error code of a task dead-lettered because it snoozed more often than its type allows.
+pub const SNOOZE_LIMIT: &str = "snooze_limit";
 
-/// What a failure's decision reads from the held row.
+/// What a failure's or a snooze's decision reads from the held row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FailedAttempt {
     /// `running` or `cancel_requested`.
@@ -36,6 +43,8 @@ pub struct FailedAttempt {
     pub attempt: i64,
     pub max_attempts: i64,
     pub deadline: Option<DateTime<Utc>>,
+    /// Snoozes the task took before this attempt.
+    pub snoozes: i64,
 }
 
 /// The result column after an attempt ends.
@@ -57,12 +66,26 @@ pub struct Settled {
     /// leaves the attempt row's error empty.
     pub error: Option<TaskError>,
     pub result: ResultWrite,
+    /// A snooze: the attempt is given back (`attempt − 1`) and `snoozes` grows by one.
+    pub snoozed: bool,
 }
 
 impl Settled {
-    /// Whether the task is finished (it gets `finished_at`), as opposed to waiting for a retry.
+    /// Whether the task is finished (it gets `finished_at`), as opposed to waiting to run
+    /// again (a retry or a snooze).
     pub fn finished(&self) -> bool {
-        self.status != TaskStatus::RetryWait
+        !matches!(self.status, TaskStatus::RetryWait | TaskStatus::Queued)
+    }
+
+    /// The outcome recorded for the attempt that `completion` ended this way: the
+    /// completion's own, except for a snooze that ended the task (refused: `failed`, or
+    /// `cancelled` when its cancel was requested).
+    pub fn attempt_outcome(&self, completion: &Completion) -> &'static str {
+        match (completion, self.status) {
+            (Completion::Snooze { .. }, TaskStatus::Cancelled) => "cancelled",
+            (Completion::Snooze { .. }, s) if s != TaskStatus::Queued => "failed",
+            _ => completion.outcome_name(),
+        }
     }
 
     fn ended(status: TaskStatus, error: Option<TaskError>, result: ResultWrite) -> Self {
@@ -71,6 +94,7 @@ impl Settled {
             retry_at: None,
             error,
             result,
+            snoozed: false,
         }
     }
 }
@@ -94,8 +118,104 @@ pub fn settle_outcome(completion: &Completion) -> Option<Settled> {
             None,
             ResultWrite::Keep,
         )),
-        Completion::Failed { .. } => None,
+        Completion::Failed { .. } | Completion::Snooze { .. } => None,
     }
+}
+
+/// A snooze of the held attempt: the task waits again until `now + delay` with its attempt
+/// given back and one more snooze counted, unless its cancel was requested (cancelled), it has
+/// used its `max_snoozes` (dead, `snooze_limit`) or it would wake after its deadline (dead,
+/// `deadline_exceeded`).
+pub fn settle_snooze(
+    delay: Duration,
+    held: &FailedAttempt,
+    max_snoozes: u32,
+    now: DateTime<Utc>,
+) -> Settled {
+    if held.status == TaskStatus::CancelRequested {
+        return Settled::ended(TaskStatus::Cancelled, None, ResultWrite::Keep);
+    }
+    if held.snoozes >= i64::from(max_snoozes) {
+        let error = TaskError::permanent(
+            SNOOZE_LIMIT,
+            format!(
+                "the handler asked to snooze again after {} snoozes; the type allows {max_snoozes} (max_snoozes)",
+                held.snoozes
+            ),
+        );
+        return Settled::ended(TaskStatus::Dead, Some(error), ResultWrite::Keep);
+    }
+    let at = chrono::Duration::from_std(delay)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    if let Some(deadline) = held.deadline
+        && at >= deadline
+    {
+        let exceeded = TaskError::permanent(
+            DEADLINE_EXCEEDED,
+            format!("the snooze until {at} would end after the deadline {deadline}"),
+        );
+        return Settled::ended(TaskStatus::Dead, Some(exceeded), ResultWrite::Keep);
+    }
+    Settled {
+        status: TaskStatus::Queued,
+        retry_at: Some(at),
+        error: None,
+        result: ResultWrite::Keep,
+        snoozed: true,
+    }
+}
+
+/// The snooze cap of `task_type`: its own row's, the global row's where unset, the default
+/// where neither is set.
+pub fn max_snoozes_for(policies: &[Policy], task_type: &str) -> u32 {
+    let inherit = Policy::inherit(PolicyScope::Global);
+    let global = policies
+        .iter()
+        .find(|p| p.scope == PolicyScope::Global)
+        .unwrap_or(&inherit);
+    policies
+        .iter()
+        .find(|p| matches!(&p.scope, PolicyScope::Type(t) if t.as_str() == task_type))
+        .unwrap_or(global)
+        .max_snoozes_over(global)
+}
+
+/// Decides one held attempt's completion: [`settle_outcome`], or [`settle_failure`] with the
+/// type's retry policy, or [`settle_snooze`] with its snooze cap (`None` only for a completion
+/// this function does not know).
+pub fn settle_held(
+    completion: &Completion,
+    held: &FailedAttempt,
+    task_type: &str,
+    policies: &[Policy],
+    now: DateTime<Utc>,
+) -> Option<Settled> {
+    settle_outcome(completion).or_else(|| match completion {
+        Completion::Failed { error } => Some(settle_failure(
+            error,
+            held,
+            &retry_policy_for(policies, task_type),
+            now,
+            fastrand::f64(),
+        )),
+        Completion::Snooze { delay } => Some(settle_snooze(
+            *delay,
+            held,
+            max_snoozes_for(policies, task_type),
+            now,
+        )),
+        _ => None,
+    })
+}
+
+/// Whether deciding `completion` needs the held row (and the policies).
+pub fn needs_row(completion: &Completion) -> bool {
+    matches!(
+        completion,
+        Completion::Failed { .. } | Completion::Snooze { .. }
+    )
 }
 
 /// The retry rule of DESIGN §4: a failure is retried with the type's backoff
@@ -140,6 +260,7 @@ pub fn settle_failure(
             retry_at: Some(at),
             error: Some(error),
             result: ResultWrite::Keep,
+            snoozed: false,
         },
     }
 }
@@ -291,6 +412,7 @@ mod tests {
             attempt,
             max_attempts: max,
             deadline: deadline.map(at),
+            snoozes: 0,
         }
     }
 

@@ -106,6 +106,8 @@ pub trait Store: Send + Sync + 'static {
     async fn lease_renew_many(&self, params: RenewParams) -> Result<RenewOutcome>;
     /// Record progress (fenced).
     async fn task_progress(&self, params: ProgressParams) -> Result<HolderWrite>;
+    /// Save a checkpoint (fenced); the task's next attempt receives it.
+    async fn task_checkpoint(&self, params: CheckpointParams) -> Result<HolderWrite>;
     /// End an attempt (fenced, idempotent per (task, epoch)); writes the attempt row.
     async fn task_complete(&self, params: CompleteParams) -> Result<CompleteOutcome>;
     /// End many attempts in one statement (each fenced on its own); results in input order.

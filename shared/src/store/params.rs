@@ -250,6 +250,35 @@ pub struct ProgressParams {
     pub progress: Progress,
 }
 
+/// Save a holder's checkpoint (fenced): the next attempt of the task receives it.
+#[derive(Debug, Clone)]
+pub struct CheckpointParams {
+    pub key: LeaseKey,
+    pub checkpoint: serde_json::Value,
+}
+
+/// Largest checkpoint accepted, as JSON text (64 KiB).
+pub const MAX_CHECKPOINT_BYTES: usize = 65_536;
+
+impl CheckpointParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let size = crate::domain::validate::db_text_len(&self.checkpoint);
+        if size > MAX_CHECKPOINT_BYTES {
+            return Err(ValidationError::OutOfRange {
+                field: "checkpoint",
+                detail: format!("{size} bytes of JSON is above {MAX_CHECKPOINT_BYTES}"),
+            });
+        }
+        if crate::domain::validate::has_nul(&self.checkpoint) {
+            return Err(ValidationError::Invalid {
+                field: "checkpoint",
+                detail: "contains a NUL character, which PostgreSQL cannot store".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// How the holder says an attempt ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Completion {
@@ -265,7 +294,16 @@ pub enum Completion {
     },
     /// The holder stopped because cancellation was requested.
     Cancelled,
+    /// Run again after `delay` without using an attempt (the handler's `Outcome::Snooze`): the
+    /// task waits again, its attempt count as before the claim, one more snooze counted; past
+    /// the type's `max_snoozes` it is dead (`snooze_limit`).
+    Snooze {
+        delay: std::time::Duration,
+    },
 }
+
+/// Longest snooze a handler may ask for (365 days).
+pub const MAX_SNOOZE: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 
 impl Completion {
     pub(crate) fn outcome_name(&self) -> &'static str {
@@ -274,6 +312,7 @@ impl Completion {
             Completion::PartiallySucceeded { .. } => "partially_succeeded",
             Completion::Failed { .. } => "failed",
             Completion::Cancelled => "cancelled",
+            Completion::Snooze { .. } => "snoozed",
         }
     }
 }
@@ -290,6 +329,12 @@ impl CompleteParams {
         match &self.completion {
             Completion::Succeeded { result: Some(r) }
             | Completion::PartiallySucceeded { result: Some(r) } => check_result(r),
+            Completion::Snooze { delay } if *delay > MAX_SNOOZE => {
+                Err(ValidationError::OutOfRange {
+                    field: "snooze",
+                    detail: format!("a snooze of {} s is above 365 days", delay.as_secs()),
+                })
+            }
             _ => Ok(()),
         }
     }

@@ -159,6 +159,9 @@ pub(crate) fn task<R: Columns>(row: &R) -> Result<Task> {
         idempotency_key: row.opt_text("idempotency_key")?,
         concurrency_key: row.opt_text("concurrency_key")?,
         progress: parse::<Progress>(row.json("progress")?, "task progress")?,
+        snoozes: row.small("snoozes")?,
+        checkpoint: row.json("checkpoint")?,
+        checkpoint_at: row.opt_time("checkpoint_at")?,
         result: row.json("result")?,
         last_error: parse::<TaskError>(row.json("last_error")?, "task error")?,
         created_at: row.time("created_at")?,
@@ -219,6 +222,7 @@ pub(crate) fn policy<R: RecordColumns>(row: &R) -> Result<Policy> {
         shed_after: millis(row.opt_int("shed_after_ms")?),
         per_key_concurrency: row.opt_int("per_key_concurrency")?.map(count),
         breaker: breaker_policy(row)?,
+        max_snoozes: row.opt_int("max_snoozes")?.map(count),
     })
 }
 
@@ -464,6 +468,7 @@ pub(crate) fn failed_attempt(row: &impl Columns) -> Result<crate::store::lifecyc
         attempt: row.int("attempt")?,
         max_attempts: row.int("max_attempts")?,
         deadline: row.opt_time("deadline_at")?,
+        snoozes: row.int("snoozes")?,
     })
 }
 

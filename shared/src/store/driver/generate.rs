@@ -46,6 +46,9 @@ macro_rules! impl_driver {
                 async fn task_progress(&self, p: &ProgressParams) -> Result<HolderWrite> {
                     ops::task_progress(&self.pool, p).await
                 }
+                async fn task_checkpoint(&self, p: &CheckpointParams) -> Result<HolderWrite> {
+                    ops::task_checkpoint(&self.pool, p).await
+                }
                 async fn task_complete_many(
                     &self,
                     batch: &[CompleteParams],

@@ -116,6 +116,7 @@ mod ops {
     never!(
         lease_renew_many(p),
         task_progress(p),
+        task_checkpoint(p),
         task_complete_many(p),
         task_cancel(p),
         task_requeue_dead(p),

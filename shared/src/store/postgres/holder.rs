@@ -13,7 +13,7 @@ use super::{secs, sql};
 use crate::domain::{LeaseEpoch, TaskId};
 use crate::store::lifecycle::{self, ResultWrite, Settled};
 use crate::store::{
-    CompleteOutcome, CompleteParams, Completion, HolderWrite, ProgressParams, ReleaseOutcome,
+    CheckpointParams, CompleteOutcome, CompleteParams, HolderWrite, ProgressParams, ReleaseOutcome,
     ReleaseParams, RenewOutcome, RenewParams, RenewedLease, Result, StoreError,
 };
 
@@ -66,6 +66,26 @@ pub(super) async fn task_progress(pool: &PgPool, params: &ProgressParams) -> Res
         .fetch_optional(pool)
         .await
         .map_err(StoreError::db("task_progress"))?;
+    Ok(if row.is_some() {
+        HolderWrite::Held
+    } else {
+        HolderWrite::Fenced
+    })
+}
+
+pub(super) async fn task_checkpoint(
+    pool: &PgPool,
+    params: &CheckpointParams,
+) -> Result<HolderWrite> {
+    let key = &params.key;
+    let row = sqlx::query(sql::task_checkpoint)
+        .bind(key.id.0)
+        .bind(key.owner.as_str())
+        .bind(key.epoch.0)
+        .bind(Json(&params.checkpoint))
+        .fetch_optional(pool)
+        .await
+        .map_err(StoreError::db("task_checkpoint"))?;
     Ok(if row.is_some() {
         HolderWrite::Held
     } else {
@@ -153,10 +173,7 @@ async fn decide<'a>(
     sorted: &[&'a CompleteParams],
 ) -> Result<Vec<Decided<'a>>> {
     const OP: &str = "task_complete";
-    if sorted
-        .iter()
-        .all(|p| !matches!(p.completion, Completion::Failed { .. }))
-    {
+    if !sorted.iter().any(|p| lifecycle::needs_row(&p.completion)) {
         return sorted
             .iter()
             .map(|&params| {
@@ -197,23 +214,17 @@ async fn decide<'a>(
         let Some(row) = held.get(&params.key.id.0) else {
             continue;
         };
-        let settled = match (
+        let settled = lifecycle::settle_held(
             &params.completion,
-            lifecycle::settle_outcome(&params.completion),
-        ) {
-            (_, Some(settled)) => settled,
-            (Completion::Failed { error }, None) => {
-                let failed = crate::store::rows::failed_attempt(*row)?;
-                let retry = lifecycle::retry_policy_for(&policies, get::<&str>(row, "task_type")?);
-                lifecycle::settle_failure(error, &failed, &retry, get(row, "now")?, fastrand::f64())
-            }
-            (_, None) => {
-                return Err(StoreError::Corrupt {
-                    what: "completion",
-                    detail: "an outcome without a decision".into(),
-                });
-            }
-        };
+            &crate::store::rows::failed_attempt(*row)?,
+            get::<&str>(row, "task_type")?,
+            &policies,
+            get(row, "now")?,
+        )
+        .ok_or(StoreError::Corrupt {
+            what: "completion",
+            detail: "an outcome without a decision".into(),
+        })?;
         decided.push(Decided { params, settled });
     }
     Ok(decided)
@@ -271,7 +282,7 @@ async fn write_decided(
         .bind(
             decided
                 .iter()
-                .map(|d| d.params.completion.outcome_name())
+                .map(|d| d.settled.attempt_outcome(&d.params.completion))
                 .collect::<Vec<_>>(),
         )
         .bind(
@@ -293,6 +304,12 @@ async fn write_decided(
             decided
                 .iter()
                 .map(|d| d.settled.finished())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            decided
+                .iter()
+                .map(|d| d.settled.snoozed)
                 .collect::<Vec<_>>(),
         )
         .fetch_all(&mut *tx)

@@ -74,6 +74,7 @@ pub(crate) mod sql {
             rate_limit_stamp,
             lease_renew_many,
             task_progress,
+            task_checkpoint,
             task_complete_read,
             task_complete_many,
             task_attempt_outcomes,

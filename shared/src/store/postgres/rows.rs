@@ -60,6 +60,10 @@ pub(super) fn claimed_task(row: &PgRow, owner: &AgentId, db_now: DateTime<Utc>) 
         idempotency_key: get_at(row, 11, "idempotency_key")?,
         concurrency_key: get_at(row, 18, "concurrency_key")?,
         progress: None,
+        snoozes: get_at(row, 19, "snoozes")?,
+        checkpoint: get_at::<Option<Json<serde_json::Value>>>(row, 20, "checkpoint")?
+            .map(|Json(v)| v),
+        checkpoint_at: get_at(row, 21, "checkpoint_at")?,
         result: get_at::<Option<Json<serde_json::Value>>>(row, 12, "result")?.map(|Json(v)| v),
         last_error: parse::<TaskError>(
             get_at::<Option<Json<serde_json::Value>>>(row, 13, "last_error")?.map(|Json(v)| v),

@@ -18,8 +18,8 @@ use crate::store::KeyCursors;
 use crate::store::lifecycle;
 use crate::store::params::{ValidTask, validate_bulk};
 use crate::store::{
-    ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, Completion, Enqueued, HolderWrite,
-    NewTask, ProgressParams, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams,
+    CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, Enqueued,
+    HolderWrite, NewTask, ProgressParams, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams,
     RenewedLease, Result, StoreError,
 };
 
@@ -747,6 +747,31 @@ pub(super) async fn task_progress(
     })
 }
 
+pub(super) async fn task_checkpoint(
+    pool: &SqlitePool,
+    params: &CheckpointParams,
+) -> Result<HolderWrite> {
+    const OP: &str = "task_checkpoint";
+    let key = &params.key;
+    let checkpoint = rows::to_text(&params.checkpoint, "task checkpoint")?;
+    let (mut tx, now) = write_tx(pool, OP).await?;
+    let done = sqlx::query(sql::task_checkpoint)
+        .bind(key.id.0)
+        .bind(key.owner.as_str())
+        .bind(key.epoch.0)
+        .bind(checkpoint)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await?;
+    Ok(if done.rows_affected() == 1 {
+        HolderWrite::Held
+    } else {
+        HolderWrite::Fenced
+    })
+}
+
 /// What one completion does to its row.
 struct Decision {
     status: TaskStatus,
@@ -755,6 +780,10 @@ struct Decision {
     result: Option<String>,
     finished_at: Option<i64>,
     attempt_error: Option<String>,
+    /// A snooze: the attempt is given back and one more snooze counted.
+    snoozed: bool,
+    /// The attempt row's outcome.
+    attempt_outcome: &'static str,
 }
 
 pub(super) async fn task_complete_many(
@@ -773,9 +802,7 @@ pub(super) async fn task_complete_many(
     for row in found {
         by_id.insert(get(&row, "id")?, row);
     }
-    let needs_policy = batch
-        .iter()
-        .any(|p| matches!(p.completion, Completion::Failed { .. }));
+    let needs_policy = batch.iter().any(|p| lifecycle::needs_row(&p.completion));
     let policies = if needs_policy {
         policies(&mut tx, OP).await?
     } else {
@@ -808,6 +835,7 @@ pub(super) async fn task_complete_many(
             "last_error": d.last_error,
             "result": d.result,
             "finished_at": d.finished_at,
+            "snoozed": d.snoozed,
         }));
         attempts.push(json!({
             "id": key.id.0,
@@ -815,7 +843,7 @@ pub(super) async fn task_complete_many(
             "attempt": get::<i64>(row, "attempt")?,
             "agent": key.owner.as_str(),
             "started_at": get::<Option<i64>>(row, "started_at")?.unwrap_or(now),
-            "outcome": params.completion.outcome_name(),
+            "outcome": d.attempt_outcome,
             "error": d.attempt_error,
         }));
         outcomes.push(CompleteOutcome::Applied {
@@ -881,26 +909,17 @@ fn decide(
     policies: &[Policy],
     now: i64,
 ) -> Result<Decision> {
-    let settled = match lifecycle::settle_outcome(&params.completion) {
-        Some(settled) => settled,
-        None => {
-            let Completion::Failed { error } = &params.completion else {
-                return Err(StoreError::Corrupt {
-                    what: "completion",
-                    detail: "an outcome without a decision".into(),
-                });
-            };
-            let held = crate::store::rows::failed_attempt(row)?;
-            let retry = lifecycle::retry_policy_for(policies, get::<&str>(row, "task_type")?);
-            lifecycle::settle_failure(
-                error,
-                &held,
-                &retry,
-                rows::time(now, "now")?,
-                fastrand::f64(),
-            )
-        }
-    };
+    let settled = lifecycle::settle_held(
+        &params.completion,
+        &crate::store::rows::failed_attempt(row)?,
+        get::<&str>(row, "task_type")?,
+        policies,
+        rows::time(now, "now")?,
+    )
+    .ok_or(StoreError::Corrupt {
+        what: "completion",
+        detail: "an outcome without a decision".into(),
+    })?;
     let error = settled
         .error
         .as_ref()
@@ -923,6 +942,8 @@ fn decide(
         result,
         finished_at: settled.finished().then_some(now),
         attempt_error: error,
+        snoozed: settled.snoozed,
+        attempt_outcome: settled.attempt_outcome(&params.completion),
     })
 }
 

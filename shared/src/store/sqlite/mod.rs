@@ -98,6 +98,7 @@ pub(crate) mod sql {
             lease_renew_many,
             agent_extend_liveness,
             task_progress,
+            task_checkpoint,
             task_complete_read,
             task_complete_many,
             task_attempt_insert_many,

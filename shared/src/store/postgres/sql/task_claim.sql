@@ -145,4 +145,4 @@ RETURNING t.id, t.task_type, t.payload, t.priority, t.available_at, t.deadline_a
           -- caller stamps with these starts (rate_limit_stamp.sql). Read here, not from the
           -- lock statement, whose view of the policies may predate a change it waited for.
           (SELECT array_agg(scope) FROM rate) AS rated,
-          t.concurrency_key
+          t.concurrency_key, t.snoozes, t.checkpoint, t.checkpoint_at

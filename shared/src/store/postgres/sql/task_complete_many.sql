@@ -2,7 +2,8 @@
 -- every store): $1 ids, $2 owners, $3 epochs, $4 outcomes (succeeded | partially_succeeded |
 -- failed | cancelled), $5 new statuses, $6 retry times (null: available_at stays), $7 errors
 -- (null: last_error stays), $8 whether the result is written, $9 results, $10 whether the task
--- is finished. A failure was decided on the row task_complete_read.sql read and locked in this
+-- is finished, $11 whether it is a snooze (the attempt is given back, one more snooze counted).
+-- A failure or a snooze was decided on the row task_complete_read.sql read and locked in this
 -- transaction; every other outcome does not depend on the row.
 -- Returns one row per attempt it ended ('applied'); an input row that does not come back
 -- changed nothing: its key no longer matches a leased task (fenced), or the same outcome of
@@ -18,8 +19,10 @@
 -- that whole partial index (dead entries included) instead of looking the ids up by primary key.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[],
-                         $6::timestamptz[], $7::jsonb[], $8::boolean[], $9::jsonb[], $10::boolean[])
-        AS i(id, owner, epoch, outcome, status, retry_at, error, set_result, result, finished)
+                         $6::timestamptz[], $7::jsonb[], $8::boolean[], $9::jsonb[], $10::boolean[],
+                         $11::boolean[])
+        AS i(id, owner, epoch, outcome, status, retry_at, error, set_result, result, finished,
+             snoozed)
     ORDER BY 1
 ),
 upd AS (
@@ -31,14 +34,18 @@ upd AS (
         lease_until = NULL,
         result = CASE WHEN i.set_result THEN i.result ELSE t.result END,
         final_outcome = CASE WHEN i.finished THEN i.outcome END,
+        attempt = CASE WHEN i.snoozed THEN t.attempt - 1 ELSE t.attempt END,
+        snoozes = CASE WHEN i.snoozed THEN t.snoozes + 1 ELSE t.snoozes END,
         updated_at = now()
     FROM input i
     WHERE t.id = i.id AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
       AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
-    RETURNING t.id, t.status, t.available_at, t.lease_epoch, t.attempt, t.lease_owner, t.started_at,
-              i.error, i.outcome, i.finished
+    -- The attempt that ran: a snooze gave it back above.
+    RETURNING t.id, t.status, t.available_at, t.lease_epoch,
+              t.attempt + CASE WHEN i.snoozed THEN 1 ELSE 0 END AS attempt, t.lease_owner,
+              t.started_at, i.error, i.outcome, i.finished
 ),
--- An attempt the task outlives (a failure to be retried) gets its own row; the attempt that
+-- An attempt the task outlives (a failure to be retried, a snooze) gets its own row; the attempt that
 -- finishes the task is recorded by the task row itself (final_outcome above; the
 -- task_attempts view reads it from there), which saves a heap tuple and an index entry on
 -- every successful task.
@@ -49,5 +56,5 @@ attempt_row AS (
     FROM upd u
     WHERE NOT u.finished
 )
-SELECT u.id, u.status, CASE WHEN u.status = 'retry_wait' THEN u.available_at END AS retry_at
+SELECT u.id, u.status, CASE WHEN NOT u.finished THEN u.available_at END AS retry_at
 FROM upd u
