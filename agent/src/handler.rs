@@ -9,6 +9,7 @@
 //!
 //! ```text
 //!   claim ─▶ deserialise ─▶ validate ─▶ run(ctx, payload) ─▶ Ok(Outcome)        ─▶ succeeded
+//!                │               │              │          ├▶ Ok(Snooze(d))      ─▶ queued at now + d
 //!                │               │              │          └▶ Err(retryable)     ─▶ retry_wait | dead
 //!                └───────────────┴──────────────┴──────────▶ Err(permanent)/panic ─▶ dead
 //!   cancel requested / timeout / deadline / shutdown ─▶ ctx.cancelled() fires; the handler
@@ -40,6 +41,11 @@ pub enum Outcome {
     Succeeded(Option<serde_json::Value>),
     /// Partly done (some items failed); the result says what.
     PartiallySucceeded(Option<serde_json::Value>),
+    /// Not now: run again after this delay (at most 365 days) without using an attempt. The
+    /// task waits again with its attempt count unchanged and one more snooze counted; the
+    /// snooze past its type's `max_snoozes` (default 100) dead-letters it (`snooze_limit`).
+    /// A checkpoint saved before is handed to the next run.
+    Snooze(Duration),
 }
 
 impl Outcome {
@@ -184,6 +190,7 @@ pub struct TaskContext {
     pub(crate) task_type: TaskType,
     pub(crate) attempt: i32,
     pub(crate) max_attempts: i32,
+    pub(crate) snoozes: i32,
     pub(crate) epoch: LeaseEpoch,
     pub(crate) deadline: Option<DateTime<Utc>>,
     pub(crate) stop_at: Option<Instant>,
@@ -191,6 +198,9 @@ pub struct TaskContext {
     pub(crate) progress: Option<Arc<ProgressSink>>,
     pub(crate) agent: Option<AgentId>,
     pub(crate) pool: Option<sqlx::PgPool>,
+    /// The last checkpoint saved for the task: the one this attempt started with, then each
+    /// one it saves (shared by the context's clones).
+    pub(crate) checkpoint: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -225,6 +235,7 @@ impl TaskContext {
             task_type,
             attempt: 1,
             max_attempts: 1,
+            snoozes: 0,
             epoch: LeaseEpoch(1),
             deadline: None,
             stop_at: stop_after.map(|d| Instant::now() + d),
@@ -232,8 +243,23 @@ impl TaskContext {
             progress: None,
             agent: None,
             pool: None,
+            checkpoint: Arc::default(),
         };
         (ctx, ContextStopper(stop))
+    }
+
+    /// This context as if an earlier attempt had saved `checkpoint` (for testing handlers that
+    /// resume).
+    pub fn with_checkpoint(self, checkpoint: serde_json::Value) -> Self {
+        self.set_checkpoint(Some(checkpoint));
+        self
+    }
+
+    fn set_checkpoint(&self, checkpoint: Option<serde_json::Value>) {
+        *self
+            .checkpoint
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = checkpoint;
     }
 
     /// The task's id.
@@ -254,6 +280,11 @@ impl TaskContext {
     /// Attempts allowed in all.
     pub fn max_attempts(&self) -> i32 {
         self.max_attempts
+    }
+
+    /// Times the task was snoozed before this run ([`Outcome::Snooze`]).
+    pub fn snoozes(&self) -> i32 {
+        self.snoozes
     }
 
     /// The lease owner running this attempt (the agent's per-start id), when run by an agent.
@@ -308,6 +339,75 @@ impl TaskContext {
     /// Why the execution was asked to stop, once it was.
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.stop.reason()
+    }
+
+    /// The last checkpoint saved for this task: by an earlier attempt (after a failure, a lost
+    /// lease, a release or a snooze) until this attempt saves its own. `None` on a fresh task.
+    pub fn checkpoint(&self) -> Option<serde_json::Value> {
+        self.checkpoint
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// [`TaskContext::checkpoint`] deserialised as `T`; an error (permanent `bad_checkpoint`)
+    /// when it does not fit.
+    pub fn checkpoint_as<T: DeserializeOwned>(&self) -> Result<Option<T>, HandlerError> {
+        self.checkpoint()
+            .map(|value| {
+                serde_json::from_value(value).map_err(|e| {
+                    HandlerError::permanent(
+                        "bad_checkpoint",
+                        format!("the saved checkpoint does not fit: {e}"),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    /// Saves a checkpoint of this attempt's progress (JSON, at most 64 KiB), at once and fenced
+    /// by the lease: the next attempt of the task receives it from [`TaskContext::checkpoint`]
+    /// (`LEASEHOLD_CHECKPOINT` for `exec`). Errors: `lease_lost` when the lease moved on
+    /// (nothing was written; stop working), `bad_checkpoint` for a value that cannot be
+    /// stored, `checkpoint_failed` (retryable) when the database did not answer.
+    pub async fn save_checkpoint<T: serde::Serialize + ?Sized>(
+        &self,
+        checkpoint: &T,
+    ) -> Result<(), HandlerError> {
+        let value = serde_json::to_value(checkpoint).map_err(|e| {
+            HandlerError::permanent(
+                "bad_checkpoint",
+                format!("cannot encode the checkpoint: {e}"),
+            )
+        })?;
+        let size = leasehold_shared::domain::validate::db_text_len(&value);
+        if size > leasehold_shared::store::MAX_CHECKPOINT_BYTES {
+            return Err(HandlerError::permanent(
+                "bad_checkpoint",
+                format!(
+                    "the checkpoint is {size} bytes of JSON, above {}",
+                    leasehold_shared::store::MAX_CHECKPOINT_BYTES
+                ),
+            ));
+        }
+        let Some(sink) = &self.progress else {
+            // A standalone context keeps it for `checkpoint()`.
+            self.set_checkpoint(Some(value));
+            return Ok(());
+        };
+        let mut stored = value.clone();
+        leasehold_shared::domain::validate::replace_nul(&mut stored);
+        match sink.checkpoint(stored).await {
+            Ok(true) => {
+                self.set_checkpoint(Some(value));
+                Ok(())
+            }
+            Ok(false) => Err(HandlerError::permanent(
+                "lease_lost",
+                "the checkpoint was not saved: this attempt's lease moved on",
+            )),
+            Err(e) => Err(HandlerError::from_error("checkpoint_failed", &e)),
+        }
     }
 
     /// Reports progress. Writes are throttled (by time and by count); the last value is always

@@ -1,7 +1,18 @@
 //! `exec`: runs a program and reports its exit code and the tails of its output.
 //!
-//! Payload `{"argv": [..], "env": {..}, "cwd": "..", "timeout": "30s"}`; only `argv` is
-//! required; `timeout` is a humantime duration.
+//! Payload `{"argv": [..], "env": {..}, "cwd": "..", "timeout": "30s", "snooze_exit": 75,
+//! "snooze_for": "30s"}`; only `argv` is required; `timeout` and `snooze_for` are humantime
+//! durations.
+//!
+//! Snooze: with `snooze_exit` and `snooze_for` (both or neither), an exit with that code asks to
+//! run again after `snooze_for` without using an attempt (`Outcome::Snooze`).
+//!
+//! Checkpoints: the program gets the task's last saved checkpoint as JSON text in
+//! `LEASEHOLD_CHECKPOINT` (absent when none) and saves one by printing a line
+//! `LEASEHOLD_CHECKPOINT <json>` to stdout (at most 64 KiB of JSON). Each line is saved at once,
+//! fenced by the lease, before the next one (when lines come faster than the database takes
+//! them, the newest waiting one wins), and all are saved before the attempt ends. A line whose
+//! JSON does not parse is logged and skipped.
 //!
 //! Security (see [`policy`] for the exact rules): `exec` runs only programs the operator
 //! allowed (`exec_allow`, required to enable the handler; `'*'` allows anything explicitly).
@@ -39,6 +50,7 @@
 //! stderr; death by a signal is a retryable `signal`; a stop is a retryable `timeout` (the
 //! payload's timeout) or `stopped` (cancel, deadline, shutdown; the runtime records which).
 
+mod checkpoint;
 mod glob;
 mod group;
 mod nodump;
@@ -68,6 +80,9 @@ use self::tail::{Tail, read_tail};
 use super::BuiltinOptions;
 use crate::handler::{Handler, HandlerError, Outcome, TaskContext};
 
+/// The variable holding the task's last checkpoint, and the stdout line prefix that saves one.
+pub const CHECKPOINT_VAR: &str = "LEASEHOLD_CHECKPOINT";
+
 /// How long to wait for the output pipes to close once the process group is gone.
 pub const OUTPUT_DRAIN_GRACE: Duration = Duration::from_secs(1);
 /// Longest stderr line quoted in an `exit_code` or `signal` error message, in bytes.
@@ -89,6 +104,13 @@ pub struct ExecPayload {
     /// A humantime duration (`"30s"`, `"5m"`) after which the program is stopped.
     #[serde(default)]
     pub timeout: Option<String>,
+    /// An exit code (1–255) that means "run me again after `snooze_for`" (a snooze: the
+    /// attempt does not count). Needs `snooze_for`.
+    #[serde(default)]
+    pub snooze_exit: Option<i32>,
+    /// A humantime duration: how long a snooze waits. Needs `snooze_exit`.
+    #[serde(default)]
+    pub snooze_for: Option<String>,
 }
 
 impl ExecPayload {
@@ -124,10 +146,37 @@ impl ExecPayload {
                 }
             },
         };
+        let snooze = match (self.snooze_exit, self.snooze_for.as_deref()) {
+            (None, None) => None,
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(bad_payload(
+                    "snooze_exit and snooze_for go together: give both or neither",
+                ));
+            }
+            (Some(code), Some(_)) if !(1..=255).contains(&code) => {
+                return Err(bad_payload(format!(
+                    "snooze_exit {code} is not an exit code within 1..=255"
+                )));
+            }
+            (Some(code), Some(text)) => match humantime::parse_duration(text) {
+                Ok(d) if d > leasehold_shared::store::MAX_SNOOZE => {
+                    return Err(bad_payload(format!(
+                        "snooze_for {text:?} is above 365 days"
+                    )));
+                }
+                Ok(d) => Some((code, d)),
+                Err(e) => {
+                    return Err(bad_payload(format!(
+                        "snooze_for {text:?} is not a duration like \"30s\" or \"5m\": {e}"
+                    )));
+                }
+            },
+        };
         Ok(Checked {
             program,
             args,
             timeout,
+            snooze,
         })
     }
 }
@@ -136,6 +185,8 @@ struct Checked<'a> {
     program: &'a str,
     args: &'a [String],
     timeout: Option<Duration>,
+    /// The exit code that asks for a snooze, and the snooze.
+    snooze: Option<(i32, Duration)>,
 }
 
 fn bad_payload(message: impl Into<String>) -> HandlerError {
@@ -198,6 +249,9 @@ impl ExecHandler {
         ];
         for (name, value) in policy::TASK_VARS.iter().zip(task) {
             env.insert((*name).into(), value.into());
+        }
+        if let Some(checkpoint) = ctx.checkpoint() {
+            env.insert(CHECKPOINT_VAR.into(), checkpoint.to_string().into());
         }
         env
     }
@@ -333,25 +387,33 @@ impl Handler for ExecHandler {
         tracing::debug!(pid = child.id(), "program started");
 
         let stop_reading = CancellationToken::new();
+        let (checkpoints, saver) = checkpoint::saver(ctx.clone());
         let stdout = child
             .stdout
             .take()
-            .map(|out| self.spawn_reader(out, &stop_reading));
+            .map(|out| self.spawn_reader(out, &stop_reading, Some(checkpoints)));
         let stderr = child
             .stderr
             .take()
-            .map(|err| self.spawn_reader(err, &stop_reading));
+            .map(|err| self.spawn_reader(err, &stop_reading, None));
 
         let ending = self.wait(&ctx, &mut child, &group, checked.timeout).await;
         // Background children left by the program die with the group.
         group.kill();
         let (stdout_tail, stderr_tail) = drain(stdout, stderr, stop_reading).await;
+        // Every checkpoint line read is saved before the attempt ends.
+        saver.finish().await;
         let elapsed = started.elapsed();
         let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let took = humantime::format_duration(Duration::from_millis(duration_ms));
 
         match ending {
             Ending::Exited(status) => match (status.code(), exit_signal(status)) {
+                (Some(code), _) if checked.snooze.is_some_and(|(c, _)| c == code) => {
+                    let delay = checked.snooze.map(|(_, d)| d).unwrap_or_default();
+                    tracing::debug!(exit_code = code, duration_ms, "program asked to snooze");
+                    Ok(Outcome::Snooze(delay))
+                }
                 (Some(0), _) => {
                     tracing::debug!(exit_code = 0, duration_ms, "program succeeded");
                     Ok(Outcome::Succeeded(Some(json!({
@@ -406,7 +468,12 @@ impl Handler for ExecHandler {
 }
 
 impl ExecHandler {
-    fn spawn_reader<R>(&self, reader: R, stop: &CancellationToken) -> AbortOnDropHandle<Tail>
+    fn spawn_reader<R>(
+        &self,
+        reader: R,
+        stop: &CancellationToken,
+        lines: Option<checkpoint::Lines>,
+    ) -> AbortOnDropHandle<Tail>
     where
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
     {
@@ -414,6 +481,7 @@ impl ExecHandler {
             reader,
             self.output_tail,
             stop.clone(),
+            lines,
         )))
     }
 

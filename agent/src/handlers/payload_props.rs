@@ -130,7 +130,7 @@ proptest! {
         prop_assume!(env.keys().all(|k| super::exec::policy::env_name_problem(k).is_none()));
         let argv: Vec<String> = std::iter::once(program).chain(args).collect();
         let timeout = timeout_ms.map(|ms| humantime::format_duration(Duration::from_millis(ms)).to_string());
-        let want = ExecPayload { argv: argv.clone(), env: env.clone(), cwd: cwd.clone(), timeout: timeout.clone() };
+        let want = ExecPayload { argv: argv.clone(), env: env.clone(), cwd: cwd.clone(), timeout: timeout.clone(), ..ExecPayload::default() };
         let value = json!({"argv": argv, "env": env, "cwd": cwd, "timeout": timeout});
         prop_assert_eq!(decode(&ExecHandler::default(), value).unwrap(), want);
         if let (Some(text), Some(ms)) = (timeout.as_deref(), timeout_ms) {

@@ -229,14 +229,14 @@ impl Writer {
     fn record(&self, f: &Finished, written: &Completion, outcome: CompleteOutcome) {
         let core = &self.core;
         core.book.remove(f.key.id, f.key.epoch);
-        let status = match outcome {
-            CompleteOutcome::Applied { status, .. } => status,
+        let (status, until) = match outcome {
+            CompleteOutcome::Applied { status, retry_at } => (status, retry_at),
             CompleteOutcome::Repeated { status } => {
                 tracing::info!(
                     task.id = f.key.id.0,
                     "completion repeated: it had already landed"
                 );
-                status
+                (status, None)
             }
             CompleteOutcome::Fenced => {
                 core.fenced("complete", f.key.id, f.key.epoch);
@@ -251,9 +251,39 @@ impl Writer {
             // (requeued, claimed again): the lease still ended, and says only that.
             outcome: LeaseOutcome::of_status(status).unwrap_or(LeaseOutcome::Ended),
         });
+        let snoozed = matches!(written, Completion::Snooze { .. }) && status == TaskStatus::Queued;
+        let outcome_name = if snoozed { "snoozed" } else { status.as_str() };
         core.metrics
-            .finished(task_type.as_str(), status.as_str(), f.run_time);
+            .finished(task_type.as_str(), outcome_name, f.run_time);
         match (written, status) {
+            (Completion::Snooze { delay }, TaskStatus::Queued) => {
+                bump(&core.stats.snoozed, 1);
+                tracing::info!(
+                    task.id = id.0,
+                    delay_ms = delay.as_millis() as u64,
+                    "attempt snoozed"
+                );
+                core.listeners.emit(LifecycleEvent::Snoozed {
+                    id,
+                    task_type,
+                    until,
+                });
+            }
+            (Completion::Snooze { .. }, TaskStatus::Dead) => {
+                bump(&core.stats.dead, 1);
+                tracing::warn!(
+                    task.id = id.0,
+                    "snooze refused: the task is dead (max_snoozes or its deadline)"
+                );
+                core.listeners.emit(LifecycleEvent::DeadLettered {
+                    id,
+                    task_type,
+                    error: TaskError::permanent(
+                        "snooze_refused",
+                        "the handler asked to snooze past the type's max_snoozes or the task's deadline; the task's last error says which",
+                    ),
+                });
+            }
             (_, TaskStatus::Succeeded | TaskStatus::PartiallySucceeded) => {
                 if status == TaskStatus::Succeeded {
                     bump(&core.stats.succeeded, 1);
@@ -341,7 +371,11 @@ fn complete_params(f: &Finished) -> CompleteParams {
             key: f.key.clone(),
             completion: Completion::Failed {
                 error: TaskError::permanent(
-                    "bad_result",
+                    if matches!(params.completion, Completion::Snooze { .. }) {
+                        "bad_snooze"
+                    } else {
+                        "bad_result"
+                    },
                     format!("the handler's result was refused: {e}"),
                 )
                 .bounded(),

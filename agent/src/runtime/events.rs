@@ -53,6 +53,13 @@ pub enum LifecycleEvent {
     Cancelled { id: TaskId, task_type: TaskType },
     /// The lease was given back (shutdown) so another agent can start the task at once.
     Released { id: TaskId, task_type: TaskType },
+    /// The handler snoozed the task: it waits again until `until` (database time), its attempt
+    /// given back.
+    Snoozed {
+        id: TaskId,
+        task_type: TaskType,
+        until: Option<chrono::DateTime<chrono::Utc>>,
+    },
     /// The execution has run longer than its type's slow threshold.
     Slow {
         id: TaskId,

@@ -126,6 +126,7 @@ pub(crate) fn start(
         task_type: task.task_type.clone(),
         attempt: task.attempt,
         max_attempts: task.max_attempts,
+        snoozes: task.snoozes,
         epoch: task.lease_epoch,
         deadline: task.deadline_at,
         stop_at: Some(stop_at),
@@ -133,6 +134,7 @@ pub(crate) fn start(
         progress: Some(Arc::clone(&progress)),
         agent: Some(core.id.clone()),
         pool: core.database.pg_pool().cloned(),
+        checkpoint: Arc::new(std::sync::Mutex::new(task.checkpoint.clone())),
     };
     let span = tracing::debug_span!(
         "execution",
@@ -295,6 +297,9 @@ fn finish_action(
         }
         Ran::Returned(Ok(Outcome::PartiallySucceeded(result))) => {
             FinishAction::Complete(Completion::PartiallySucceeded { result })
+        }
+        Ran::Returned(Ok(Outcome::Snooze(delay))) => {
+            FinishAction::Complete(Completion::Snooze { delay })
         }
         Ran::Returned(Err(error)) => match reason {
             Some(reason) => stopped(reason),

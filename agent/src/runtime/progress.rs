@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold_shared::store::{HolderWrite, ProgressParams};
+use leasehold_shared::store::{CheckpointParams, HolderWrite, ProgressParams};
 use leasehold_shared::{LeaseKey, Progress, Store};
 use tokio::sync::Mutex;
 
@@ -82,6 +82,30 @@ impl ProgressSink {
         let mut state = self.state.lock().await;
         if state.latest.is_some() && state.latest != state.written {
             self.write(&mut state).await;
+        }
+    }
+
+    /// Saves `checkpoint` now (fenced by the lease key): `Ok(true)` when it landed, `Ok(false)`
+    /// when the lease moved on (nothing was written).
+    pub(crate) async fn checkpoint(
+        &self,
+        checkpoint: serde_json::Value,
+    ) -> Result<bool, leasehold_shared::StoreError> {
+        let params = CheckpointParams {
+            key: self.key.clone(),
+            checkpoint,
+        };
+        match self.store.task_checkpoint(params).await? {
+            HolderWrite::Held => Ok(true),
+            HolderWrite::Fenced => {
+                self.fenced.store(true, Ordering::Relaxed);
+                tracing::warn!(
+                    task.id = self.key.id.0,
+                    lease.epoch = self.key.epoch.0,
+                    "checkpoint write fenced: the lease moved on"
+                );
+                Ok(false)
+            }
         }
     }
 

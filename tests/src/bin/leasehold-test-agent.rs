@@ -10,6 +10,11 @@
 //!   scenarios that give one type a concurrency limit.
 //! - `hog` `{"ms": M}`: holds every connection of the agent's pool for M ms.
 //! - `panic` `{}`: panics.
+//! - `snoozer` `{"times": N, "ms": M}`: snoozes for M ms while the task was snoozed fewer than
+//!   N times, then succeeds with `{"attempt", "snoozes"}` as it saw them.
+//! - `checkpointer` `{"steps": S, "step_ms": M}`: resumes from the saved checkpoint
+//!   `{"step": k}` (0 without one), then for each step left works M ms and saves the next
+//!   checkpoint; succeeds with `{"started_from": k, "attempt"}`.
 //!
 //! Enable them like the built-ins: `--handlers ledger,hog,panic,noop`.
 
@@ -192,6 +197,65 @@ impl Handler for Panic {
     }
 }
 
+#[derive(Debug, Deserialize)]
+struct SnoozerPayload {
+    times: i32,
+    #[serde(default)]
+    ms: u64,
+}
+
+struct Snoozer;
+
+#[async_trait]
+impl Handler for Snoozer {
+    type Payload = SnoozerPayload;
+
+    async fn run(&self, ctx: TaskContext, p: SnoozerPayload) -> Result<Outcome, HandlerError> {
+        if ctx.snoozes() < p.times {
+            return Ok(Outcome::Snooze(Duration::from_millis(p.ms)));
+        }
+        Ok(Outcome::Succeeded(Some(serde_json::json!({
+            "attempt": ctx.attempt(),
+            "snoozes": ctx.snoozes(),
+        }))))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct CheckpointerPayload {
+    steps: u32,
+    step_ms: u64,
+}
+
+#[derive(Debug, serde::Serialize, Deserialize)]
+struct Step {
+    step: u32,
+}
+
+struct Checkpointer;
+
+#[async_trait]
+impl Handler for Checkpointer {
+    type Payload = CheckpointerPayload;
+
+    async fn run(&self, ctx: TaskContext, p: CheckpointerPayload) -> Result<Outcome, HandlerError> {
+        let from = ctx.checkpoint_as::<Step>()?.map_or(0, |s| s.step);
+        for step in from..p.steps {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(p.step_ms)) => {}
+                () = ctx.cancelled() => {
+                    return Err(HandlerError::retryable("stopped", "asked to stop"));
+                }
+            }
+            ctx.save_checkpoint(&Step { step: step + 1 }).await?;
+        }
+        Ok(Outcome::Succeeded(Some(serde_json::json!({
+            "started_from": from,
+            "attempt": ctx.attempt(),
+        }))))
+    }
+}
+
 /// The ledger's own connection bypasses any fault proxy: `LEASEHOLD_TEST_LEDGER_URL` when set.
 fn ledger_url(config: &AgentConfig) -> String {
     std::env::var("LEASEHOLD_TEST_LEDGER_URL").unwrap_or_else(|_| config.database_url.clone())
@@ -220,6 +284,8 @@ fn extend(registry: &mut HandlerRegistry, config: &AgentConfig) -> anyhow::Resul
     );
     registry.register(TaskType::new("hog")?, Hog);
     registry.register(TaskType::new("panic")?, Panic);
+    registry.register(TaskType::new("snoozer")?, Snoozer);
+    registry.register(TaskType::new("checkpointer")?, Checkpointer);
     Ok(())
 }
 

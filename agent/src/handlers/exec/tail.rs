@@ -73,8 +73,14 @@ impl Tail {
     }
 }
 
-/// Reads `reader` until end of file, an error or `stop`, keeping the last `limit` bytes.
-pub(super) async fn read_tail<R>(mut reader: R, limit: usize, stop: CancellationToken) -> Tail
+/// Reads `reader` until end of file, an error or `stop`, keeping the last `limit` bytes; with
+/// `lines`, each chunk also goes to the checkpoint line scanner.
+pub(super) async fn read_tail<R>(
+    mut reader: R,
+    limit: usize,
+    stop: CancellationToken,
+    mut lines: Option<super::checkpoint::Lines>,
+) -> Tail
 where
     R: AsyncRead + Unpin,
 {
@@ -88,7 +94,12 @@ where
         };
         match read {
             Ok(0) => break,
-            Ok(n) => tail.push(&buf[..n]),
+            Ok(n) => {
+                tail.push(&buf[..n]);
+                if let Some(lines) = &mut lines {
+                    lines.push(&buf[..n]);
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 tracing::debug!(error = %e, "reading program output failed; keeping what was read");
@@ -154,7 +165,7 @@ mod tests {
     #[tokio::test]
     async fn read_tail_reads_to_the_end() {
         let data = vec![b'z'; 100_000];
-        let tail = read_tail(&data[..], 3, CancellationToken::new()).await;
+        let tail = read_tail(&data[..], 3, CancellationToken::new(), None).await;
         assert_eq!(tail.total, 100_000);
         assert_eq!(tail.into_text(), "zzz");
     }
