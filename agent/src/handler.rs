@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
-use leasehold_shared::{AgentId, LeaseEpoch, Progress, TaskError, TaskId, TaskType};
+use leasehold_shared::store::{CompleteOutcome, CompleteParams, Completion};
+use leasehold_shared::{AgentId, LeaseEpoch, LeaseKey, Progress, TaskError, TaskId, TaskType};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
@@ -52,6 +53,97 @@ impl Outcome {
     /// Success without a result.
     pub fn done() -> Self {
         Outcome::Succeeded(None)
+    }
+
+    /// The completion the runtime writes for this outcome.
+    pub(crate) fn completion(&self) -> Completion {
+        match self {
+            Outcome::Succeeded(result) => Completion::Succeeded {
+                result: result.clone(),
+            },
+            Outcome::PartiallySucceeded(result) => Completion::PartiallySucceeded {
+                result: result.clone(),
+            },
+            Outcome::Snooze(delay) => Completion::Snooze { delay: *delay },
+        }
+    }
+}
+
+/// A transaction of the agent's PostgreSQL pool whose commit also completes the task
+/// ([`TaskContext::begin`]): do the business writes on [`TaskTransaction::conn`], then
+/// [`TaskTransaction::complete`]. The completion is fenced by the lease's epoch: if the lease
+/// was lost, nothing commits — neither the completion nor the writes. Dropping it rolls back.
+pub struct TaskTransaction {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    key: LeaseKey,
+    completed: Arc<std::sync::Mutex<Option<Completion>>>,
+}
+
+impl fmt::Debug for TaskTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskTransaction")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskTransaction {
+    /// The open transaction, for the handler's own statements.
+    pub fn conn(&mut self) -> &mut sqlx::PgConnection {
+        &mut self.tx
+    }
+
+    /// Completes the task with `outcome` in this transaction and commits it: the handler's
+    /// writes and the completion land together or not at all. Returns `outcome` (return it
+    /// from the handler). Errors: `lease_lost` (permanent) when the lease moved on — rolled
+    /// back, nothing landed; `commit_failed` (retryable) when the database failed, in which
+    /// case the runtime's own completion afterwards tells whether the commit landed (a repeat)
+    /// or not.
+    pub async fn complete(mut self, outcome: Outcome) -> Result<Outcome, HandlerError> {
+        let completion = outcome.completion();
+        let params = CompleteParams {
+            key: self.key.clone(),
+            completion: completion.clone(),
+        };
+        let decided =
+            leasehold_shared::store::postgres::task_complete_in(&mut self.tx, &params).await;
+        match decided {
+            Ok(CompleteOutcome::Applied { .. } | CompleteOutcome::Repeated { .. }) => {}
+            Ok(CompleteOutcome::Fenced) => {
+                if let Err(e) = self.tx.rollback().await {
+                    tracing::warn!(task.id = self.key.id.0, error = %e, "rollback after a fenced completion failed (the connection's end rolls back)");
+                }
+                return Err(HandlerError::permanent(
+                    "lease_lost",
+                    "the lease moved on before the transaction completed the task: rolled back",
+                ));
+            }
+            Err(e) => {
+                return Err(match e {
+                    leasehold_shared::StoreError::Invalid(v) => {
+                        HandlerError::permanent("bad_result", v.to_string())
+                    }
+                    other => HandlerError::from_error("commit_failed", &other),
+                });
+            }
+        }
+        self.tx
+            .commit()
+            .await
+            .map_err(|e| HandlerError::from_error("commit_failed", &e))?;
+        *self
+            .completed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(completion);
+        Ok(outcome)
+    }
+
+    /// Rolls the transaction back; the task is not completed by it.
+    pub async fn rollback(self) -> Result<(), HandlerError> {
+        self.tx
+            .rollback()
+            .await
+            .map_err(|e| HandlerError::from_error("rollback_failed", &e))
     }
 }
 
@@ -201,6 +293,8 @@ pub struct TaskContext {
     /// The last checkpoint saved for the task: the one this attempt started with, then each
     /// one it saves (shared by the context's clones).
     pub(crate) checkpoint: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
+    /// Set when a [`TaskTransaction`] committed the task's completion.
+    pub(crate) completed: Arc<std::sync::Mutex<Option<Completion>>>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -244,6 +338,7 @@ impl TaskContext {
             agent: None,
             pool: None,
             checkpoint: Arc::default(),
+            completed: Arc::default(),
         };
         (ctx, ContextStopper(stop))
     }
@@ -297,6 +392,53 @@ impl TaskContext {
     /// long delays claims and completions, never heartbeats (those have their own connection).
     pub fn pool(&self) -> Option<&sqlx::PgPool> {
         self.pool.as_ref()
+    }
+
+    /// Begins a transaction on the agent's PostgreSQL pool that completes the task when it
+    /// commits ([`TaskTransaction::complete`]): the handler's writes and the completion land
+    /// together, fenced by this attempt's epoch — exactly-once effects for work whose effects
+    /// live in the same database. The embedded SQLite store does not offer it (error
+    /// `unsupported`); neither does a standalone context.
+    ///
+    /// ```no_run
+    /// # use leasehold_agent::{HandlerError, Outcome, TaskContext};
+    /// # async fn run(ctx: TaskContext) -> Result<Outcome, HandlerError> {
+    /// let mut tx = ctx.begin().await?;
+    /// sqlx::query("UPDATE accounts SET paid = true WHERE id = 7")
+    ///     .execute(tx.conn())
+    ///     .await
+    ///     .map_err(|e| HandlerError::from_error("db", &e))?;
+    /// tx.complete(Outcome::done()).await
+    /// # }
+    /// ```
+    pub async fn begin(&self) -> Result<TaskTransaction, HandlerError> {
+        let (Some(pool), Some(owner)) = (&self.pool, &self.agent) else {
+            return Err(HandlerError::permanent(
+                "unsupported",
+                "transactional completion needs the PostgreSQL store; the embedded SQLite store does not offer it",
+            ));
+        };
+        let tx = pool
+            .begin()
+            .await
+            .map_err(|e| HandlerError::from_error("begin_failed", &e))?;
+        Ok(TaskTransaction {
+            tx,
+            key: LeaseKey {
+                id: self.id,
+                owner: owner.clone(),
+                epoch: self.epoch,
+            },
+            completed: Arc::clone(&self.completed),
+        })
+    }
+
+    /// The completion a [`TaskTransaction`] committed, if one did.
+    pub(crate) fn completed_in_transaction(&self) -> Option<Completion> {
+        self.completed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The fencing epoch of this attempt's lease.
@@ -567,5 +709,44 @@ impl HandlerRegistry {
             .iter()
             .find(|(t, _)| t.as_str() == task_type)
             .and_then(|(_, h)| h.as_any().downcast_ref::<H>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn without_postgres_transactional_completion_says_it_is_not_offered() {
+        let (ctx, _) = TaskContext::standalone(TaskType::new("t").unwrap(), None);
+        let refused = ctx.begin().await.map(|_| ()).unwrap_err();
+        assert_eq!(refused.code, "unsupported");
+        assert!(refused.message.contains("SQLite"), "{refused}");
+        assert!(!refused.retryable);
+    }
+
+    #[tokio::test]
+    async fn a_standalone_context_keeps_its_checkpoints() {
+        let (ctx, _) = TaskContext::standalone(TaskType::new("t").unwrap(), None);
+        let ctx = ctx.with_checkpoint(serde_json::json!({"page": 3}));
+        assert_eq!(
+            ctx.checkpoint_as::<serde_json::Value>().unwrap(),
+            Some(serde_json::json!({"page": 3}))
+        );
+        ctx.save_checkpoint(&serde_json::json!({"page": 4}))
+            .await
+            .unwrap();
+        assert_eq!(
+            ctx.clone().checkpoint(),
+            Some(serde_json::json!({"page": 4}))
+        );
+        let big = "x".repeat(70_000);
+        let refused = ctx.save_checkpoint(&big).await.unwrap_err();
+        assert_eq!(refused.code, "bad_checkpoint");
+        assert!(
+            ctx.checkpoint_as::<u32>().is_err(),
+            "a checkpoint that does not fit is an error"
+        );
     }
 }

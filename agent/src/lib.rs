@@ -16,4 +16,5 @@ pub mod telemetry;
 pub use error::AgentError;
 pub use handler::{
     ContextStopper, Handler, HandlerError, HandlerRegistry, Outcome, StopReason, TaskContext,
+    TaskTransaction,
 };

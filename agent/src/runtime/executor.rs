@@ -135,6 +135,7 @@ pub(crate) fn start(
         agent: Some(core.id.clone()),
         pool: core.database.pg_pool().cloned(),
         checkpoint: Arc::new(std::sync::Mutex::new(task.checkpoint.clone())),
+        completed: Arc::default(),
     };
     let span = tracing::debug_span!(
         "execution",
@@ -144,6 +145,7 @@ pub(crate) fn start(
         attempt = task.attempt
     );
     let core = Arc::clone(core);
+    let in_transaction = ctx.clone();
     tokio::spawn(
         async move {
             let ran = run_handler(&core, ctx, task.payload, &stop, stop_at, stop_reason).await;
@@ -172,7 +174,12 @@ pub(crate) fn start(
                     tracing::warn!(task.id = key.id.0, "final progress write timed out");
                 }
             }
-            let action = finish_action(&core, &task.task_type, ran, reason, stop_at);
+            // A completion the handler's own transaction committed is the attempt's end,
+            // whatever the handler did after it; written again below, it is a repeat.
+            let action = match in_transaction.completed_in_transaction() {
+                Some(completion) => FinishAction::Complete(completion),
+                None => finish_action(&core, &task.task_type, ran, reason, stop_at),
+            };
             let finished = Finished {
                 key,
                 task_type: task.task_type,
@@ -292,15 +299,7 @@ fn finish_action(
         }
     };
     match ran {
-        Ran::Returned(Ok(Outcome::Succeeded(result))) => {
-            FinishAction::Complete(Completion::Succeeded { result })
-        }
-        Ran::Returned(Ok(Outcome::PartiallySucceeded(result))) => {
-            FinishAction::Complete(Completion::PartiallySucceeded { result })
-        }
-        Ran::Returned(Ok(Outcome::Snooze(delay))) => {
-            FinishAction::Complete(Completion::Snooze { delay })
-        }
+        Ran::Returned(Ok(outcome)) => FinishAction::Complete(outcome.completion()),
         Ran::Returned(Err(error)) => match reason {
             Some(reason) => stopped(reason),
             None => FinishAction::Complete(Completion::Failed {

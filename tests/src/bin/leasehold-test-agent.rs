@@ -15,6 +15,11 @@
 //! - `checkpointer` `{"steps": S, "step_ms": M}`: resumes from the saved checkpoint
 //!   `{"step": k}` (0 without one), then for each step left works M ms and saves the next
 //!   checkpoint; succeeds with `{"started_from": k, "attempt"}`.
+//! - `txn` `{"first_ms": M}`: in one transaction of [`TaskContext::begin`], inserts its
+//!   business row into `txn_effects (task_id, epoch, agent)`, works M ms on its first attempt,
+//!   then completes the task in that transaction. Each step is logged to `txn_log (task_id,
+//!   epoch, event)` over its own connection: `begun`, then `completed` or the error code. The
+//!   test creates both tables.
 //!
 //! Enable them like the built-ins: `--handlers ledger,hog,panic,noop`.
 
@@ -256,6 +261,60 @@ impl Handler for Checkpointer {
     }
 }
 
+#[derive(Debug, Deserialize)]
+struct TxnPayload {
+    #[serde(default)]
+    first_ms: u64,
+}
+
+struct Txn {
+    pool: PgPool,
+}
+
+impl Txn {
+    async fn log(&self, ctx: &TaskContext, event: &str) {
+        let logged = sqlx::query("INSERT INTO txn_log (task_id, epoch, event) VALUES ($1, $2, $3)")
+            .bind(ctx.id().0)
+            .bind(ctx.epoch().0)
+            .bind(event)
+            .execute(&self.pool)
+            .await;
+        if let Err(e) = logged {
+            eprintln!("txn_log write failed: {e}");
+        }
+    }
+}
+
+#[async_trait]
+impl Handler for Txn {
+    type Payload = TxnPayload;
+
+    async fn run(&self, ctx: TaskContext, p: TxnPayload) -> Result<Outcome, HandlerError> {
+        let mut tx = ctx.begin().await?;
+        sqlx::query("INSERT INTO txn_effects (task_id, epoch, agent) VALUES ($1, $2, $3)")
+            .bind(ctx.id().0)
+            .bind(ctx.epoch().0)
+            .bind(ctx.agent_id().map(|a| a.as_str().to_string()))
+            .execute(tx.conn())
+            .await
+            .map_err(|e| HandlerError::from_error("txn_effects", &e))?;
+        self.log(&ctx, "begun").await;
+        if ctx.attempt() == 1 {
+            tokio::time::sleep(Duration::from_millis(p.first_ms)).await;
+        }
+        match tx.complete(Outcome::done()).await {
+            Ok(outcome) => {
+                self.log(&ctx, "completed").await;
+                Ok(outcome)
+            }
+            Err(e) => {
+                self.log(&ctx, &e.code).await;
+                Err(e)
+            }
+        }
+    }
+}
+
 /// The ledger's own connection bypasses any fault proxy: `LEASEHOLD_TEST_LEDGER_URL` when set.
 fn ledger_url(config: &AgentConfig) -> String {
     std::env::var("LEASEHOLD_TEST_LEDGER_URL").unwrap_or_else(|_| config.database_url.clone())
@@ -278,10 +337,11 @@ fn extend(registry: &mut HandlerRegistry, config: &AgentConfig) -> anyhow::Resul
     registry.register(
         TaskType::new("ledger.limited")?,
         Ledger {
-            pool,
+            pool: pool.clone(),
             crash_after_return,
         },
     );
+    registry.register(TaskType::new("txn")?, Txn { pool });
     registry.register(TaskType::new("hog")?, Hog);
     registry.register(TaskType::new("panic")?, Panic);
     registry.register(TaskType::new("snoozer")?, Snoozer);

@@ -165,6 +165,42 @@ pub(super) async fn task_complete_many(
         .collect())
 }
 
+/// Ends the attempt `params` names inside the caller's transaction `conn`, fenced like
+/// [`task_complete_many`]: [`CompleteOutcome::Applied`] when the lease was still held (commit
+/// the transaction to make the caller's own writes and the completion land together);
+/// [`CompleteOutcome::Fenced`] when it was not — roll back, the lease has moved on and the
+/// caller's writes must not land either. Nothing is committed here. The row stays locked until
+/// the transaction ends, so commit soon after.
+///
+/// This is PostgreSQL's transactional completion (issue 24): exactly-once effects for work
+/// whose effects live in the same database.
+pub async fn task_complete_in(
+    conn: &mut sqlx::PgConnection,
+    params: &CompleteParams,
+) -> Result<CompleteOutcome> {
+    const OP: &str = "task_complete_in";
+    params.validate().map_err(StoreError::from)?;
+    // The planner settings of every completion, for the rest of the caller's transaction (only
+    // its commit should follow): statements are planned once per connection.
+    sqlx::query(sql::plan_indexed)
+        .execute(&mut *conn)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let sorted = [params];
+    let decided = decide(conn, &sorted).await?;
+    if decided.is_empty() {
+        return Ok(CompleteOutcome::Fenced);
+    }
+    let rows = write_decided(conn, &decided).await?;
+    let Some(row) = rows.first() else {
+        return Ok(CompleteOutcome::Fenced);
+    };
+    Ok(CompleteOutcome::Applied {
+        status: status(get::<&str>(row, "status")?)?,
+        retry_at: get(row, "retry_at")?,
+    })
+}
+
 /// Decides each completion of `sorted` with [`lifecycle`]. A batch without a failure needs
 /// nothing from its rows; one with a failure first reads and locks the rows still held under
 /// their keys (a row not returned is fenced or a repeat, and is left out).

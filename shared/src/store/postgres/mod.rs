@@ -40,6 +40,7 @@ use crate::domain::InputLimits;
 /// The embedded PostgreSQL migrations (`migrations/postgres/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
+pub use holder::task_complete_in;
 pub use resources::resource_fence;
 
 /// The NOTIFY channel enqueues and requeues signal (a hint: agents poll as well).
