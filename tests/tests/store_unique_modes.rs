@@ -452,12 +452,12 @@ conformance!(
     a_replace_racing_a_claim_never_changes_the_claimed_task,
     worker_threads = 4
 );
-/// A replace (and a debounce) racing a claim of the key's task, 40 times each: when the claim
+/// A replace (and a debounce) racing a claim of the key's task, 40 times: when the claim
 /// won, the replace says `existing` (running) and the row still has the payload the claimer
 /// got; when the replace won, the claimer got the new payload. A claimed task's row never
 /// differs from what its claimer runs.
 async fn a_replace_racing_a_claim_never_changes_the_claimed_task(db: StoreDb) {
-    const ROUNDS: usize = 40;
+    const ROUNDS: usize = 48;
     let store = db.store_with_pool(6).await.unwrap();
     let mut seen = BTreeSet::new();
     for round in 0..ROUNDS {
@@ -471,14 +471,28 @@ async fn a_replace_racing_a_claim_never_changes_the_claimed_task(db: StoreDb) {
             .task_enqueue(task(&key, json!({"v": "orig"})))
             .await
             .unwrap();
+        // A head start of 0 to 1.5 ms, to the claim in even rounds and to the enqueue in odd
+        // ones, so both orders (and overlaps) happen on a loaded machine too.
+        let head_start = Duration::from_micros(500 * (round as u64 / 2 % 4));
+        let (claim_after, enqueue_after) = if round % 2 == 0 {
+            (Duration::ZERO, head_start)
+        } else {
+            (head_start, Duration::ZERO)
+        };
         let claimer = {
             let store = Arc::clone(&store);
-            tokio::spawn(async move { store.task_claim(claim("racer#1", &["uq.a"], 1)).await })
+            tokio::spawn(async move {
+                tokio::time::sleep(claim_after).await;
+                store.task_claim(claim("racer#1", &["uq.a"], 1)).await
+            })
         };
         let replacer = {
             let store = Arc::clone(&store);
             let t = mode(&key, json!({"v": "new"}), m);
-            tokio::spawn(async move { store.task_enqueue(t).await })
+            tokio::spawn(async move {
+                tokio::time::sleep(enqueue_after).await;
+                store.task_enqueue(t).await
+            })
         };
         let batch = claimer.await.unwrap().unwrap();
         let replaced = replacer.await.unwrap().unwrap();
@@ -713,5 +727,48 @@ async fn a_replace_in_your_own_transaction_commits_or_rolls_back_with_it(db: Sto
     tx.commit().await.unwrap();
     let t = store.task_get(first.id).await.unwrap().unwrap().task;
     assert_eq!(t.payload, json!({"v": 3}));
+    db.drop_db().await.unwrap();
+}
+
+conformance!(
+    concurrent_bulk_enqueues_with_modes_never_deadlock,
+    worker_threads = 4
+);
+/// Bulk enqueues with modes sharing keys in opposite orders, run at once, 20 times: each
+/// locks the keys in one order (tasks of one key keep their input order), so none deadlocks
+/// or fails, and every key ends with one task holding the last payload written for it.
+async fn concurrent_bulk_enqueues_with_modes_never_deadlock(db: StoreDb) {
+    let store = db.store_with_pool(6).await.unwrap();
+    let keys: Vec<String> = (0..8).map(|k| format!("bulk-{k}")).collect();
+    for round in 0..20 {
+        let batch = |rev: bool| -> Vec<NewTask> {
+            let mut ks: Vec<&String> = keys.iter().collect();
+            if rev {
+                ks.reverse();
+            }
+            ks.into_iter()
+                .map(|k| {
+                    mode(
+                        k,
+                        json!({ "round": round, "rev": rev }),
+                        OnConflict::Replace,
+                    )
+                })
+                .collect()
+        };
+        let (a, b) = {
+            let (sa, sb) = (Arc::clone(&store), Arc::clone(&store));
+            let (ba, bb) = (batch(false), batch(true));
+            tokio::join!(
+                tokio::spawn(async move { sa.task_enqueue_many(ba).await }),
+                tokio::spawn(async move { sb.task_enqueue_many(bb).await })
+            )
+        };
+        let (a, b) = (a.unwrap().unwrap(), b.unwrap().unwrap());
+        assert_eq!((a.len(), b.len()), (8, 8));
+    }
+    for k in &keys {
+        assert_eq!(holders(&db, k).await, 1, "{k}");
+    }
     db.drop_db().await.unwrap();
 }

@@ -278,12 +278,30 @@ where
             .ok_or_else(invisible_key);
     }
     let mut tx = begin(&mut conn, OP).await?;
-    let mut out = Vec::with_capacity(valid.len());
-    for v in &valid {
-        out.push(enqueue_valid(&mut tx, v).await?);
-    }
+    let out = enqueue_each(&mut tx, &valid).await?;
     tx.commit().await.map_err(StoreError::db(OP))?;
     Ok(out)
+}
+
+/// A batch with modes, task by task in `tx`, in key order: tasks of one key keep their input
+/// order (so the outcome is what input order gives: tasks of different keys never touch each
+/// other), and two batches sharing keys lock them in the same order and never deadlock.
+/// Results come back in input order.
+async fn enqueue_each(tx: &mut PgConnection, valid: &[ValidTask]) -> Result<Vec<Enqueued>> {
+    let mut order: Vec<usize> = (0..valid.len()).collect();
+    order.sort_by(|&a, &b| valid[a].idempotency_key.cmp(&valid[b].idempotency_key));
+    let mut out: Vec<Option<Enqueued>> = vec![None; valid.len()];
+    for i in order {
+        out[i] = Some(enqueue_valid(&mut *tx, &valid[i]).await?);
+    }
+    out.into_iter()
+        .map(|e| {
+            e.ok_or_else(|| StoreError::Corrupt {
+                what: "bulk enqueue",
+                detail: "a task of the batch got no result".into(),
+            })
+        })
+        .collect()
 }
 
 fn invisible_key() -> StoreError {
@@ -310,10 +328,7 @@ pub(super) async fn task_enqueue_many_with_retry(
             .await
             .map_err(StoreError::db(OP))?;
         if !plain {
-            let mut out = Vec::with_capacity(valid.len());
-            for v in &valid {
-                out.push(enqueue_valid(&mut tx, v).await?);
-            }
+            let out = enqueue_each(&mut tx, &valid).await?;
             tx.commit().await.map_err(StoreError::db(OP))?;
             return Ok(out);
         }
