@@ -78,7 +78,7 @@ impl FromStr for OnConflict {
 
 /// Checks a `unique_for` window: whole milliseconds within 1 ms..=365 days. Returns it in ms.
 pub fn check_unique_for(d: Duration) -> Result<i64, ValidationError> {
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(ValidationError::Invalid {
             field: "unique_for",
             detail: format!("{d:?} is not a whole number of milliseconds"),

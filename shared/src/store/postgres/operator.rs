@@ -154,7 +154,7 @@ impl OperatorStatements for Pg<'_> {
     /// READ COMMITTED: a key whose task a concurrent transaction committed mid-statement is
     /// visible to the next statement of this same transaction, so the insert looks again.
     async fn enqueue(tx: &mut Self::Tx, task: &ValidTask) -> Result<Enqueued> {
-        enqueue::enqueue_valid(&mut **tx, task).await
+        enqueue::enqueue_valid(tx, task).await
     }
 
     /// task_cancel.sql moves the task as [`flow::cancel_step`] says and returns it before and
