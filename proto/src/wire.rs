@@ -19,9 +19,10 @@ use std::fmt;
 
 use leasehold_shared::domain::outcome::CancelOutcome;
 use leasehold_shared::domain::{
-    AgentState, AttemptOutcome, AuditResult, LeaseOutcome, MemberState, ResourceState, Role,
-    ScheduleAddOutcome, TaskStatus,
+    AgentState, AttemptOutcome, AuditResult, LeaseOutcome, MemberState, OnConflict, ResourceState,
+    Role, ScheduleAddOutcome, TaskStatus,
 };
+use leasehold_shared::store::EnqueueOutcome;
 
 use crate::v1;
 
@@ -53,6 +54,47 @@ pub fn status_from_wire(value: i32) -> Option<TaskStatus> {
         v1::TaskStatus::PartiallySucceeded => TaskStatus::PartiallySucceeded,
         v1::TaskStatus::Cancelled => TaskStatus::Cancelled,
         v1::TaskStatus::Dead => TaskStatus::Dead,
+    })
+}
+
+/// An enqueue's conflict mode on the wire.
+pub fn on_conflict_to_wire(mode: OnConflict) -> v1::OnConflict {
+    match mode {
+        OnConflict::Skip => v1::OnConflict::Skip,
+        OnConflict::Replace => v1::OnConflict::Replace,
+        OnConflict::Debounce => v1::OnConflict::Debounce,
+    }
+}
+
+/// An enqueue's conflict mode from the wire: ON_CONFLICT_UNSPECIFIED is skip (an older
+/// client); `None` for numbers this build does not know.
+pub fn on_conflict_from_wire(value: i32) -> Option<OnConflict> {
+    Some(match v1::OnConflict::try_from(value).ok()? {
+        v1::OnConflict::Unspecified | v1::OnConflict::Skip => OnConflict::Skip,
+        v1::OnConflict::Replace => OnConflict::Replace,
+        v1::OnConflict::Debounce => OnConflict::Debounce,
+    })
+}
+
+/// What an enqueue did, on the wire.
+pub fn enqueue_outcome_to_wire(outcome: EnqueueOutcome) -> v1::EnqueueOutcome {
+    match outcome {
+        EnqueueOutcome::Created => v1::EnqueueOutcome::Created,
+        EnqueueOutcome::Existing => v1::EnqueueOutcome::Existing,
+        EnqueueOutcome::Replaced => v1::EnqueueOutcome::Replaced,
+        EnqueueOutcome::Debounced => v1::EnqueueOutcome::Debounced,
+    }
+}
+
+/// What an enqueue did, from the wire; `None` for ENQUEUE_OUTCOME_UNSPECIFIED (an agent from
+/// before unique enqueues: read `created`) and for numbers this build does not know.
+pub fn enqueue_outcome_from_wire(value: i32) -> Option<EnqueueOutcome> {
+    Some(match v1::EnqueueOutcome::try_from(value).ok()? {
+        v1::EnqueueOutcome::Unspecified => return None,
+        v1::EnqueueOutcome::Created => EnqueueOutcome::Created,
+        v1::EnqueueOutcome::Existing => EnqueueOutcome::Existing,
+        v1::EnqueueOutcome::Replaced => EnqueueOutcome::Replaced,
+        v1::EnqueueOutcome::Debounced => EnqueueOutcome::Debounced,
     })
 }
 

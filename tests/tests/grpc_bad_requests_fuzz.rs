@@ -270,6 +270,7 @@ fn call() -> impl Strategy<Value = Call> {
                     deadline_at_ms,
                     timeout_ms,
                     concurrency_key,
+                    ..Default::default()
                 })
             },
         );

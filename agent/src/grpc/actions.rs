@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire;
-use leasehold_shared::domain::AuditResult;
 use leasehold_shared::domain::outcome::CancelOutcome as Answer;
 use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
 use leasehold_shared::domain::validate::check_concurrency_key;
+use leasehold_shared::domain::{AuditResult, OnConflict};
 use leasehold_shared::store::{
     AuditEntry, CancelOutcome, CancelParams, EnqueueAuditedParams, NewTask, RequeueDeadParams,
     RequeueParams,
@@ -19,8 +19,9 @@ use leasehold_shared::{Actor, TaskId, TaskStatus};
 use tonic::{Request, Response, Status};
 
 use super::convert::{
-    dead_filter_from_wire, duration_from_wire, invalid, json_without_nul, status_to_wire,
-    task_id_from_wire, task_to_wire, task_type_from_wire, text_without_nul, time_from_wire,
+    dead_filter_from_wire, duration_from_wire, invalid, json_without_nul, on_conflict_from_wire,
+    status_to_wire, task_id_from_wire, task_to_wire, task_type_from_wire, text_without_nul,
+    time_from_wire, unique_for_from_wire,
 };
 use super::service::{Need, Service};
 use super::status::from_store;
@@ -161,6 +162,21 @@ impl Service {
         task.deadline = time_from_wire("deadline_at_ms", r.deadline_at_ms)?;
         task.idempotency_key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
         task.concurrency_key = concurrency_key;
+        task.on_conflict = on_conflict_from_wire(r.on_conflict)?;
+        task.unique_for = unique_for_from_wire(r.unique_for_ms)?;
+        if task.idempotency_key.is_none() {
+            if task.on_conflict != OnConflict::Skip {
+                return Err(Status::invalid_argument(format!(
+                    "on_conflict: {} needs an idempotency_key",
+                    task.on_conflict
+                )));
+            }
+            if task.unique_for.is_some() {
+                return Err(Status::invalid_argument(
+                    "unique_for_ms: needs an idempotency_key",
+                ));
+            }
+        }
         let store = &self.core.store;
         let enqueued = store
             .task_enqueue_audited(EnqueueAuditedParams { task, actor })
@@ -175,6 +191,12 @@ impl Service {
             id: enqueued.id.0,
             created: enqueued.created,
             task,
+            outcome: wire::enqueue_outcome_to_wire(enqueued.outcome).into(),
+            existing_status: enqueued
+                .existing_status
+                .map_or(pb::TaskStatus::Unspecified, status_to_wire)
+                .into(),
+            released_from: enqueued.released_from.map_or(0, |id| id.0),
         }))
     }
 

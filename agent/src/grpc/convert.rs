@@ -10,7 +10,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire;
-use leasehold_shared::domain::AgentState;
+use leasehold_shared::domain::unique::{MAX_UNIQUE_FOR, check_unique_for};
+use leasehold_shared::domain::{AgentState, OnConflict};
 use leasehold_shared::domain::{Attempt, Task};
 use leasehold_shared::store::{AgentRecord, Blocker, DeadFilter};
 use leasehold_shared::{Progress, TaskError, TaskId, TaskStatus, TaskType};
@@ -309,6 +310,30 @@ pub fn duration_from_wire(field: &str, value: i64) -> Result<Option<Duration>, S
     }
 }
 
+/// An Enqueue's `on_conflict`: UNSPECIFIED is skip; an unknown number is refused.
+pub fn on_conflict_from_wire(n: i32) -> Result<OnConflict, Status> {
+    wire::on_conflict_from_wire(n).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "on_conflict: {n} is not a conflict mode (SKIP, REPLACE or DEBOUNCE)"
+        ))
+    })
+}
+
+/// An Enqueue's `unique_for_ms`: 0 is none; otherwise 1..=365 days.
+pub fn unique_for_from_wire(ms: i64) -> Result<Option<Duration>, Status> {
+    let Some(d) = duration_from_wire("unique_for_ms", ms)? else {
+        return Ok(None);
+    };
+    check_unique_for(d)
+        .map_err(|_| {
+            Status::invalid_argument(format!(
+                "unique_for_ms: {ms} ms is not within 1..={} (365 days)",
+                MAX_UNIQUE_FOR.as_millis()
+            ))
+        })
+        .map(|_| Some(d))
+}
+
 /// The dead-letter filter of a RequeueDead request.
 pub fn dead_filter_from_wire(r: &pb::RequeueDeadRequest) -> Result<DeadFilter, Status> {
     let filter = DeadFilter {
@@ -336,6 +361,42 @@ pub fn dead_filter_from_wire(r: &pb::RequeueDeadRequest) -> Result<DeadFilter, S
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    #[test]
+    fn conflict_modes_from_the_wire_and_unknown_ones_refused() {
+        for m in OnConflict::ALL {
+            let n = wire::on_conflict_to_wire(m) as i32;
+            assert_eq!(on_conflict_from_wire(n).unwrap(), m);
+        }
+        assert_eq!(on_conflict_from_wire(0).unwrap(), OnConflict::Skip);
+        for n in [4, 99, -1] {
+            let e = on_conflict_from_wire(n).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().starts_with("on_conflict: "), "{}", e.message());
+        }
+    }
+
+    #[test]
+    fn unique_for_from_the_wire_is_1ms_to_365_days() {
+        assert_eq!(unique_for_from_wire(0).unwrap(), None);
+        assert_eq!(
+            unique_for_from_wire(1).unwrap(),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(
+            unique_for_from_wire(31_536_000_000).unwrap(),
+            Some(MAX_UNIQUE_FOR)
+        );
+        for ms in [-1, 31_536_000_001, i64::MAX, i64::MIN] {
+            let e = unique_for_from_wire(ms).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(
+                e.message().starts_with("unique_for_ms: "),
+                "{}",
+                e.message()
+            );
+        }
+    }
 
     #[test]
     fn every_wire_status_round_trips_and_unspecified_or_unknown_ones_are_refused() {

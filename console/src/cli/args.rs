@@ -12,7 +12,7 @@ use leasehold_shared::TaskStatus;
 use leasehold_shared::domain::policy::MAX_BREAKER_FAILURES;
 use leasehold_shared::domain::schedule::MAX_CATCH_UP;
 use leasehold_shared::domain::validate::{MAX_ATTEMPTS_LIMIT, MAX_PAGE_SIZE};
-use leasehold_shared::domain::{AuditResult, RateLimit};
+use leasehold_shared::domain::{AuditResult, OnConflict, RateLimit};
 
 use super::values::{self, Limit, TimeOrDuration};
 use super::{DEFAULT_LIST_LIMIT, DEFAULT_WAIT_INTERVAL};
@@ -66,9 +66,32 @@ pub struct EnqueueArgs {
     )]
     pub max_attempts: Option<i32>,
 
-    /// Idempotency key: enqueueing the same key again returns the existing task.
+    /// Idempotency key: enqueueing the same key again returns the existing task (see
+    /// --on-conflict and --unique-for).
     #[arg(long, value_name = "KEY", value_parser = values::idempotency_key)]
     pub idempotency_key: Option<String>,
+
+    /// When the idempotency key is held by a task: `skip` returns it unchanged (the default);
+    /// `replace` gives a waiting one this enqueue's payload, priority, delay, deadline,
+    /// timeout, attempts and concurrency key; `debounce` moves a waiting one's start to now +
+    /// --delay and gives it this payload. A running or finished task is never changed.
+    #[arg(
+        long,
+        value_name = "MODE",
+        value_parser = values::on_conflict,
+        requires = "idempotency_key"
+    )]
+    pub on_conflict: Option<OnConflict>,
+
+    /// The key blocks new tasks only while its task is unfinished or finished less than this
+    /// long ago; after that a new task is created with the key (1ms to 365d, whole ms).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = values::unique_for,
+        requires = "idempotency_key"
+    )]
+    pub unique_for: Option<Duration>,
 
     /// Concurrency key (a tenant, an account; 1-200 bytes, no control characters): tasks of
     /// the type sharing it run at most the type's per-key limit at a time (`concurrency set N

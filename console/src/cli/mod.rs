@@ -336,10 +336,20 @@ pub enum Command {
     /// Enqueue one task
     ///
     /// Output (table): `enqueued task 42 (type noop, priority 0)` (with --concurrency-key:
-    /// `enqueued task 42 (type noop, priority 0, concurrency key acme)`), or, when the
-    /// idempotency key matched an existing task, `task 42 already exists (idempotency key K)`.
+    /// `enqueued task 42 (type noop, priority 0, concurrency key acme)`; with --unique-for,
+    /// when a finished task gave the key up: `…, idempotency key "K" released by task 41)`),
+    /// or, when the idempotency key matched an existing task:
+    ///   skip      `task 42 already exists (idempotency key K)`
+    ///   replace   `task 42 replaced (idempotency key "K")`
+    ///   debounce  `task 42 debounced to 2026-12-08T10:00:30.000Z (in 30s; idempotency key "K")`
+    ///   not waiting (replace, debounce)  `task 42 exists (running; idempotency key "K")`
     /// Output (json): the task as stored (the object `tasks show` prints under "task") plus
-    /// "created": false when the key matched an existing task.
+    /// "created" (false when the key matched an existing task), "outcome" (created,
+    /// existing, replaced, debounced), "existing_status" (the status the key's task had when
+    /// found, else null) and "released_from" (the task that gave the key up, else null).
+    /// Exit codes: 0 whatever the outcome (a conflict that changed nothing is no failure);
+    /// 2 bad input (--on-conflict or --unique-for without --idempotency-key, an unknown mode,
+    /// --unique-for outside 1ms..=365d) with no call made; 3 and 4 as every command.
     #[command(verbatim_doc_comment)]
     Enqueue(EnqueueArgs),
 

@@ -15,10 +15,11 @@ use leasehold_shared::TaskType;
 use leasehold_shared::domain::policy::{
     MAX_BREAKER_WINDOW, MAX_POLICY_DURATION, MAX_RATE_PERIOD, MAX_RATE_STARTS,
 };
+use leasehold_shared::domain::unique::check_unique_for;
 use leasehold_shared::domain::validate::{
     MAX_CONCURRENCY_KEY_LEN, MAX_IDEMPOTENCY_KEY_LEN, check_concurrency_key,
 };
-use leasehold_shared::domain::{RateLimit, ScheduleName};
+use leasehold_shared::domain::{OnConflict, RateLimit, ScheduleName};
 use leasehold_shared::store::resources::{
     GroupName, LockName, MAX_GROUP_NAME_LEN as MAX_SHARD_GROUP_LEN, MAX_LOCK_NAME_LEN,
     MAX_SHARDS as MAX_SHARD_COUNT, check_shard_count,
@@ -108,6 +109,18 @@ pub fn epoch_ms(flag: &str, t: DateTime<Utc>) -> Result<i64, String> {
 /// Milliseconds of a duration, for the wire's `int64` fields.
 pub fn duration_ms(flag: &str, d: Duration) -> Result<i64, String> {
     i64::try_from(d.as_millis()).map_err(|_| format!("{flag}: duration is too long"))
+}
+
+/// An enqueue's conflict mode: `skip`, `replace` or `debounce`.
+pub fn on_conflict(s: &str) -> Result<OnConflict, String> {
+    s.trim().parse::<OnConflict>().map_err(|e| e.to_string())
+}
+
+/// A `--unique-for` window: a duration of whole milliseconds within 1ms..=365d.
+pub fn unique_for(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    check_unique_for(d).map_err(|e| e.to_string())?;
+    Ok(d)
 }
 
 /// A task type name, checked as the agent checks it.

@@ -476,6 +476,7 @@ impl AgentService for Fake {
             id: 42,
             created,
             task: Some(t),
+            ..Default::default()
         }))
     }
 

@@ -9,6 +9,7 @@ pub mod schedule;
 pub mod shard;
 pub mod status;
 pub mod task;
+pub mod unique;
 pub mod validate;
 
 #[cfg(test)]
@@ -23,4 +24,5 @@ pub use policy::{BreakerPolicy, Policy, PolicyPatch, PolicyScope, RateLimit, Ret
 pub use schedule::{CronExpr, MissedTicks, Schedule, ScheduleBuilder, ScheduleName};
 pub use status::{TaskAction, TaskStatus, TransitionError};
 pub use task::{Actor, Attempt, AttemptOutcome, Progress, Role, Task, TaskError};
+pub use unique::OnConflict;
 pub use validate::{InputLimits, ValidationError};

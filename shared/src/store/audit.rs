@@ -14,7 +14,7 @@ use sqlx::query::Query;
 use sqlx::{Database, Encode, Type};
 
 use super::params::{DeadFilter, ValidTask};
-use super::{AuditEntry, AuditListParams, Enqueued, StoreError};
+use super::{AuditEntry, AuditListParams, EnqueueOutcome, Enqueued, StoreError};
 use crate::domain::AuditResult;
 use crate::domain::{Actor, PolicyPatch, PolicyScope, Role};
 
@@ -82,6 +82,15 @@ pub(crate) fn enqueue_params(valid: &ValidTask) -> serde_json::Value {
             map.insert("argv_truncated".into(), serde_json::Value::Bool(true));
         }
     }
+    // The unique-enqueue settings, when not the defaults (rows of plain enqueues unchanged).
+    if let Some(map) = params.as_object_mut() {
+        if !valid.is_plain() {
+            map.insert("on_conflict".into(), json!(valid.on_conflict.as_str()));
+        }
+        if let Some(ms) = valid.unique_for_ms {
+            map.insert("unique_for_ms".into(), json!(ms));
+        }
+    }
     params
 }
 
@@ -131,28 +140,50 @@ fn cut_to(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// The row of an operator's enqueue: `applied`, or `noop` when the idempotency key matched.
+/// The row of an operator's enqueue: `applied` when it created a task or replaced or
+/// debounced the idempotency key's waiting task, `noop` when the key's task was left unchanged;
+/// the detail says which.
 pub(crate) fn enqueue_entry(
     actor: &Actor,
     done: &Enqueued,
     params: serde_json::Value,
 ) -> AuditEntry {
+    let (result, detail) = match done.outcome {
+        EnqueueOutcome::Created => (
+            AuditResult::Applied,
+            done.released_from.map(|old| {
+                format!("idempotency key released by task {old}, finished at least unique_for ago")
+            }),
+        ),
+        EnqueueOutcome::Existing => (
+            AuditResult::Noop,
+            Some(format!(
+                "idempotency key already used by task {}; nothing enqueued",
+                done.id
+            )),
+        ),
+        EnqueueOutcome::Replaced => (
+            AuditResult::Applied,
+            Some(format!(
+                "idempotency key's waiting task {} replaced",
+                done.id
+            )),
+        ),
+        EnqueueOutcome::Debounced => (
+            AuditResult::Applied,
+            Some(format!(
+                "idempotency key's waiting task {} debounced",
+                done.id
+            )),
+        ),
+    };
     AuditEntry {
         actor: actor.clone(),
         action: "enqueue".into(),
         target: format!("task:{}", done.id),
         params: Some(params),
-        result: if done.created {
-            AuditResult::Applied
-        } else {
-            AuditResult::Noop
-        },
-        detail: (!done.created).then(|| {
-            format!(
-                "idempotency key already used by task {}; nothing enqueued",
-                done.id
-            )
-        }),
+        result,
+        detail,
     }
 }
 

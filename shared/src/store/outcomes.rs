@@ -14,6 +14,68 @@ pub struct Enqueued {
     pub id: TaskId,
     /// False when the idempotency key matched an existing task, which is returned instead.
     pub created: bool,
+    /// What happened: created, or what was done to the key's existing task.
+    #[serde(default)]
+    pub outcome: EnqueueOutcome,
+    /// The status the key's existing task had when this enqueue found it (`None` when
+    /// created, and when the bulk statement found it: it reads no status).
+    #[serde(default)]
+    pub existing_status: Option<TaskStatus>,
+    /// With `unique_for`: the finished task that gave the key up to this one.
+    #[serde(default)]
+    pub released_from: Option<TaskId>,
+}
+
+impl Enqueued {
+    /// A new task.
+    pub fn created(id: TaskId) -> Self {
+        Enqueued {
+            id,
+            created: true,
+            outcome: EnqueueOutcome::Created,
+            existing_status: None,
+            released_from: None,
+        }
+    }
+
+    /// The key's existing task `id` (found in `status`) is returned after `outcome`
+    /// ([`EnqueueOutcome::Existing`] when it was left unchanged).
+    pub fn existing(id: TaskId, outcome: EnqueueOutcome, status: Option<TaskStatus>) -> Self {
+        Enqueued {
+            id,
+            created: false,
+            outcome,
+            existing_status: status,
+            released_from: None,
+        }
+    }
+}
+
+/// What an enqueue did (see [`crate::domain::OnConflict`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnqueueOutcome {
+    /// A new task (its key was free, or a holder finished `unique_for` ago gave it up).
+    #[default]
+    Created,
+    /// The key's task was returned unchanged (skip, or it was no longer waiting).
+    Existing,
+    /// The key's waiting task took the new enqueue's settings (`replace`).
+    Replaced,
+    /// The key's waiting task's start was pushed back and its payload replaced (`debounce`).
+    Debounced,
+}
+
+impl EnqueueOutcome {
+    /// The outcome's word (`created`, `existing`, `replaced`, `debounced`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EnqueueOutcome::Created => "created",
+            EnqueueOutcome::Existing => "existing",
+            EnqueueOutcome::Replaced => "replaced",
+            EnqueueOutcome::Debounced => "debounced",
+        }
+    }
 }
 
 /// Tasks claimed by one claim statement, with the database time of the claim.

@@ -8,14 +8,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::policy::{DEFAULT_MAX_ATTEMPTS, MAX_POLICY_DURATION};
 use crate::domain::task::MAX_ERROR_CODE_LEN;
+use crate::domain::unique::check_unique_for;
 use crate::domain::validate::{
     MAX_ATTEMPTS_LIMIT, MAX_BULK_ENQUEUE, MAX_CLAIM_BATCH, MAX_DELAY_MS, MAX_PAGE_SIZE,
     MAX_TIMEOUT_MS, check_concurrency_key, check_idempotency_key, check_range, check_result,
     payload_text,
 };
 use crate::domain::{
-    Actor, AgentId, AgentState, AuditResult, InputLimits, LeaseEpoch, LeaseKey, PolicyPatch,
-    PolicyScope, Progress, TaskError, TaskId, TaskStatus, TaskType, ValidationError,
+    Actor, AgentId, AgentState, AuditResult, InputLimits, LeaseEpoch, LeaseKey, OnConflict,
+    PolicyPatch, PolicyScope, Progress, TaskError, TaskId, TaskStatus, TaskType, ValidationError,
 };
 
 /// A task to enqueue. Build with [`NewTask::new`] and the `with_…` methods.
@@ -35,8 +36,19 @@ pub struct NewTask {
     pub timeout: Option<Duration>,
     /// Attempts before the task is dead-lettered.
     pub max_attempts: i32,
-    /// Enqueueing the same key again returns the existing task.
+    /// Enqueueing the same key again returns the existing task (or, with `on_conflict`,
+    /// replaces or debounces it while it waits).
     pub idempotency_key: Option<String>,
+    /// What an enqueue does when its idempotency key is held by an existing task (needs an
+    /// idempotency key unless `skip`).
+    #[serde(default)]
+    pub on_conflict: OnConflict,
+    /// The key blocks new tasks only while its holder is unfinished or finished less than
+    /// this long ago (database time); after that the holder gives the key up and the enqueue
+    /// creates a new task. `None`: a finished holder keeps its key while its row exists.
+    /// Whole milliseconds, 1 ms..=365 days; needs an idempotency key.
+    #[serde(default)]
+    pub unique_for: Option<Duration>,
     /// The task's concurrency key (a tenant, an account): keys of a type take turns, and a
     /// type's per-key limit caps the running tasks of each key.
     #[serde(default)]
@@ -56,6 +68,8 @@ impl NewTask {
             timeout: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             idempotency_key: None,
+            on_conflict: OnConflict::Skip,
+            unique_for: None,
             concurrency_key: None,
         }
     }
@@ -100,6 +114,19 @@ impl NewTask {
         self
     }
 
+    /// What to do when the idempotency key is held (see [`OnConflict`]).
+    pub fn with_on_conflict(mut self, mode: OnConflict) -> Self {
+        self.on_conflict = mode;
+        self
+    }
+
+    /// Let a holder of the idempotency key that finished `window` ago or longer give the key
+    /// up to this enqueue.
+    pub fn with_unique_for(mut self, window: Duration) -> Self {
+        self.unique_for = Some(window);
+        self
+    }
+
     /// Checks every field and returns the values as bound to the insert statement.
     pub fn validate(&self, limits: &InputLimits) -> Result<ValidTask, ValidationError> {
         let payload = payload_text(&self.payload, limits)?;
@@ -110,6 +137,22 @@ impl NewTask {
         if let Some(key) = &self.concurrency_key {
             check_concurrency_key(key)?;
         }
+        if self.idempotency_key.is_none() && self.on_conflict != OnConflict::Skip {
+            return Err(ValidationError::Invalid {
+                field: "on_conflict",
+                detail: format!("{} needs an idempotency key", self.on_conflict),
+            });
+        }
+        let unique_for_ms = match self.unique_for {
+            Some(_) if self.idempotency_key.is_none() => {
+                return Err(ValidationError::Invalid {
+                    field: "unique_for",
+                    detail: "needs an idempotency key".into(),
+                });
+            }
+            Some(window) => Some(check_unique_for(window)?),
+            None => None,
+        };
         if self.delay.is_some() && self.run_at.is_some() {
             return Err(ValidationError::Invalid {
                 field: "run_at",
@@ -156,6 +199,8 @@ impl NewTask {
             max_attempts: self.max_attempts,
             idempotency_key: self.idempotency_key.clone(),
             concurrency_key: self.concurrency_key.clone(),
+            on_conflict: self.on_conflict,
+            unique_for_ms,
         })
     }
 }
@@ -173,6 +218,16 @@ pub struct ValidTask {
     pub max_attempts: i32,
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
+    pub on_conflict: OnConflict,
+    pub unique_for_ms: Option<i64>,
+}
+
+impl ValidTask {
+    /// A skip without `unique_for`: the one-statement insert-or-find (and the bulk
+    /// statement) settle it; anything else takes the locking path.
+    pub fn is_plain(&self) -> bool {
+        self.on_conflict == OnConflict::Skip && self.unique_for_ms.is_none()
+    }
 }
 
 /// Validates a bulk enqueue: its size and every task.

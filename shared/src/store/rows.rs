@@ -156,7 +156,11 @@ pub(crate) fn task<R: Columns>(row: &R) -> Result<Task> {
         lease_epoch: LeaseEpoch(row.int("lease_epoch")?),
         lease_until: row.opt_time("lease_until")?,
         heartbeat_at: row.opt_time("heartbeat_at")?,
-        idempotency_key: row.opt_text("idempotency_key")?,
+        // A task that gave its key up to a newer one (`unique_for`) still shows it.
+        idempotency_key: match row.opt_text("idempotency_key")? {
+            Some(key) => Some(key),
+            None => row.opt_text("released_idempotency_key")?,
+        },
         concurrency_key: row.opt_text("concurrency_key")?,
         progress: parse::<Progress>(row.json("progress")?, "task progress")?,
         snoozes: row.small("snoozes")?,

@@ -154,15 +154,7 @@ impl OperatorStatements for Pg<'_> {
     /// READ COMMITTED: a key whose task a concurrent transaction committed mid-statement is
     /// visible to the next statement of this same transaction, so the insert looks again.
     async fn enqueue(tx: &mut Self::Tx, task: &ValidTask) -> Result<Enqueued> {
-        for _ in 0..3 {
-            if let Some(done) = enqueue::enqueue_valid(&mut **tx, task).await? {
-                return Ok(done);
-            }
-        }
-        Err(StoreError::Corrupt {
-            what: "enqueue",
-            detail: "idempotency key kept conflicting with an invisible row".into(),
-        })
+        enqueue::enqueue_valid(tx, task).await
     }
 
     /// task_cancel.sql moves the task as [`flow::cancel_step`] says and returns it before and

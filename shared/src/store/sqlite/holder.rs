@@ -1,4 +1,4 @@
-//! Enqueue, claim and the holder writes (renew, progress, complete, release). Each runs in one
+//! Claim and the holder writes (renew, progress, complete, release). Each runs in one
 //! BEGIN IMMEDIATE transaction: it holds the write lock from its first read, so what it reads
 //! is what it changes. Holder writes carry the lease key (task, owner, epoch) and change
 //! nothing when it no longer matches: the outcome says `Fenced`.
@@ -11,168 +11,14 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 use super::rows::{self, get, micros, span, status, task};
 use super::{commit, json_list, sql, write_tx};
-use crate::domain::{
-    BreakerState, InputLimits, LeaseEpoch, Policy, PolicyScope, RateLimit, TaskId, TaskStatus,
-};
+use crate::domain::{BreakerState, LeaseEpoch, Policy, PolicyScope, RateLimit, TaskId, TaskStatus};
 use crate::store::KeyCursors;
 use crate::store::lifecycle;
-use crate::store::params::{ValidTask, validate_bulk};
 use crate::store::{
-    CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, Enqueued,
-    HolderWrite, NewTask, ProgressParams, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams,
-    RenewedLease, Result, StoreError,
+    CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, HolderWrite,
+    ProgressParams, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RenewedLease, Result,
+    StoreError,
 };
-
-pub(super) async fn task_enqueue(
-    pool: &SqlitePool,
-    task: &NewTask,
-    limits: &InputLimits,
-) -> Result<Enqueued> {
-    let valid = task.validate(limits)?;
-    let (mut tx, now) = write_tx(pool, "task_enqueue").await?;
-    let done = enqueue_valid(&mut tx, &valid, now).await?;
-    commit(tx, "task_enqueue").await?;
-    Ok(done)
-}
-
-pub(super) async fn task_enqueue_many(
-    pool: &SqlitePool,
-    tasks: &[NewTask],
-    limits: &InputLimits,
-) -> Result<Vec<Enqueued>> {
-    let valid = validate_bulk(tasks, limits)?;
-    if valid.is_empty() {
-        return Ok(Vec::new());
-    }
-    let (mut tx, now) = write_tx(pool, "task_enqueue_many").await?;
-    let out = if valid.iter().all(|v| v.idempotency_key.is_none()) {
-        insert_many(&mut tx, &valid, now).await?
-    } else {
-        // Keys: each row looks its key up first (a key may also repeat within the batch).
-        let mut out = Vec::with_capacity(valid.len());
-        for v in &valid {
-            out.push(enqueue_valid(&mut tx, v, now).await?);
-        }
-        out
-    };
-    commit(tx, "task_enqueue_many").await?;
-    Ok(out)
-}
-
-/// Inserts tasks without idempotency keys in one statement. Rows are inserted in the order
-/// json_each yields them and ids grow with each insert, so the sorted ids are the input order.
-async fn insert_many(
-    tx: &mut SqliteConnection,
-    valid: &[ValidTask],
-    now: i64,
-) -> Result<Vec<Enqueued>> {
-    const OP: &str = "task_enqueue_many";
-    let rows: Vec<serde_json::Value> = valid
-        .iter()
-        .map(|v| {
-            json!([
-                v.task_type,
-                v.payload,
-                v.priority,
-                match v.run_at {
-                    Some(at) => micros(at),
-                    None => now.saturating_add(v.delay_ms.saturating_mul(1000)),
-                },
-                v.deadline.map(micros),
-                v.timeout_ms,
-                v.max_attempts,
-                v.concurrency_key,
-            ])
-        })
-        .collect();
-    let mut ids: Vec<i64> = sqlx::query_scalar(sql::task_enqueue_many)
-        .bind(rows::to_text(&rows, "tasks")?)
-        .bind(now)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
-    if ids.len() != valid.len() {
-        return Err(StoreError::Corrupt {
-            what: "bulk enqueue",
-            detail: format!("{} ids for {} tasks", ids.len(), valid.len()),
-        });
-    }
-    ids.sort_unstable();
-    Ok(ids
-        .into_iter()
-        .map(|id| Enqueued {
-            id: TaskId(id),
-            created: true,
-        })
-        .collect())
-}
-
-/// Enqueues one task on `conn` — pass your own transaction to enqueue atomically with your
-/// business data (the task exists if and only if you commit; begin it with `BEGIN IMMEDIATE`
-/// when it also reads). With an idempotency key already used, returns the existing task
-/// (`created = false`). Times come from SQLite's clock, as in the store.
-pub async fn task_enqueue_on(
-    conn: &mut SqliteConnection,
-    task: &NewTask,
-    limits: &InputLimits,
-) -> Result<Enqueued> {
-    let valid = task.validate(limits)?;
-    let now: i64 = sqlx::query_scalar(sql::db_now)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(StoreError::db("task_enqueue"))?;
-    enqueue_valid(conn, &valid, now).await
-}
-
-/// Inserts one validated task inside a write transaction (or finds the task of its
-/// idempotency key: the write lock means no concurrent insert can slip in between).
-pub(super) async fn enqueue_valid(
-    tx: &mut SqliteConnection,
-    v: &ValidTask,
-    now: i64,
-) -> Result<Enqueued> {
-    let available_at = match v.run_at {
-        Some(at) => micros(at),
-        None => now.saturating_add(v.delay_ms.saturating_mul(1000)),
-    };
-    // Insert first: a key already used inserts nothing (even one committed by another process
-    // a moment ago), and only then is the existing task looked up. A read before the write
-    // would race on an autocommit connection and upgrade a deferred transaction's snapshot.
-    let inserted: Option<i64> = sqlx::query_scalar(sql::task_enqueue)
-        .bind(&v.task_type)
-        .bind(&v.payload)
-        .bind(v.priority)
-        .bind(available_at)
-        .bind(v.deadline.map(micros))
-        .bind(v.timeout_ms)
-        .bind(v.max_attempts)
-        .bind(&v.idempotency_key)
-        .bind(now)
-        .bind(&v.concurrency_key)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db("task_enqueue"))?;
-    if let Some(id) = inserted {
-        return Ok(Enqueued {
-            id: TaskId(id),
-            created: true,
-        });
-    }
-    let existing: Option<i64> = sqlx::query_scalar(sql::task_enqueue_existing)
-        .bind(&v.idempotency_key)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::db("task_enqueue"))?;
-    existing
-        .map(|id| Enqueued {
-            id: TaskId(id),
-            created: false,
-        })
-        .ok_or_else(|| StoreError::Corrupt {
-            what: "enqueue",
-            detail: "the insert was skipped but no task holds its idempotency key".into(),
-        })
-}
 
 async fn policies(tx: &mut SqliteConnection, op: &'static str) -> Result<Vec<Policy>> {
     Ok(policies_and_breakers(tx, op).await?.0)

@@ -25,6 +25,7 @@
 //! happened whole or not at all. A writer that cannot get the lock within the busy timeout is
 //! [`StoreError::Busy`] and changed nothing.
 
+mod enqueue;
 mod file;
 mod holder;
 mod maintenance;
@@ -35,8 +36,8 @@ mod resources;
 mod rows;
 mod schedules;
 
+pub use enqueue::task_enqueue_on;
 pub use file::{DATABASE_FILE_MODE, FileState, prepare_database_file};
-pub use holder::task_enqueue_on;
 pub use operator::audit_write_on;
 pub use resources::resource_fence;
 
@@ -76,6 +77,8 @@ pub(crate) mod sql {
             tx_begin_write,
             task_enqueue,
             task_enqueue_existing,
+            task_enqueue_release,
+            task_enqueue_replace,
             task_enqueue_many,
             task_claim_probe,
             breaker_tries,
@@ -402,6 +405,7 @@ pub(super) fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String> {
 /// Each [`Driver`](super::driver::Driver) operation's function, under the operation's name
 /// (where the area file names it otherwise, renamed here).
 mod ops {
+    pub(super) use super::enqueue::{task_enqueue, task_enqueue_many};
     pub(super) use super::holder::*;
     pub(super) use super::maintenance::*;
     pub(super) use super::operator::{

@@ -9,7 +9,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::rows::{self, get, get_opt_time, get_time, micros, policy, time};
-use super::{WriteTx, commit, holder, read_tx, sql, write_tx};
+use super::{WriteTx, commit, enqueue, read_tx, sql, write_tx};
 use crate::domain::{LeaseEpoch, Policy, TaskId, TaskStatus};
 use crate::store::audit::backend::{self, Backend, Columns, row_by};
 use crate::store::audit::operator::{self as flow, CancelRow, OperatorStatements, bind_policy};
@@ -157,7 +157,7 @@ impl Columns for SqliteRow {
 impl OperatorStatements for Lite<'_> {
     async fn enqueue(tx: &mut LiteTx, task: &ValidTask) -> Result<Enqueued> {
         let now = tx.now;
-        holder::enqueue_valid(tx, task, now).await
+        enqueue::enqueue_valid(tx, task, now).await
     }
 
     async fn task_cancel(tx: &mut LiteTx, id: TaskId) -> Result<Option<CancelRow>> {

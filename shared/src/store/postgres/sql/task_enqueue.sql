@@ -1,6 +1,7 @@
 -- One task. $1 type, $2 payload text, $3 priority, $4 delay ms, $5 run_at, $6 deadline,
 -- $7 timeout ms, $8 max attempts, $9 idempotency key, $10 concurrency key.
--- A known idempotency key returns the existing row with created = false.
+-- A known idempotency key returns the existing row with created = false and its status
+-- (read, not locked: task_enqueue_lock.sql locks it when the enqueue's mode changes it).
 WITH ins AS (
     INSERT INTO tasks (task_type, payload, priority, available_at, deadline_at, timeout_ms,
                        max_attempts, idempotency_key, concurrency_key)
@@ -8,7 +9,7 @@ WITH ins AS (
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
-SELECT id, true AS created FROM ins
+SELECT id, true AS created, NULL::text AS status FROM ins
 UNION ALL
-SELECT t.id, false AS created FROM tasks t
+SELECT t.id, false AS created, t.status::text AS status FROM tasks t
 WHERE $9::text IS NOT NULL AND t.idempotency_key = $9 AND NOT EXISTS (SELECT 1 FROM ins)

@@ -1,0 +1,18 @@
+-- Unique enqueues (issue 24): `unique_for` lets a task that finished long enough ago give its
+-- idempotency key up to a new enqueue of the same key.
+--
+-- Design: the old row moves its key to `released_idempotency_key` (and `idempotency_key`
+-- becomes NULL) in the transaction that inserts the key's new task, under the old row's lock.
+-- Chosen over a unique index on (idempotency_key, key_generation) because:
+-- * `tasks_idempotency_key_idx` and every `ON CONFLICT (idempotency_key)` stay as they are:
+--   the plain one-statement enqueue, the bulk enqueue's plan and applications' own
+--   `INSERT … ON CONFLICT (idempotency_key) DO NOTHING` keep working unchanged, and "at most
+--   one task holds a key" is still the index's own guarantee, not a rule of the code;
+-- * finding a key's current holder stays one index lookup, with no max(generation) to read;
+-- * this migration adds a nullable column only (no table rewrite, no index build), so it is
+--   safe to run with agents running.
+-- History is kept: the old row, its attempts and its audit rows stay, and reads show the key
+-- (`coalesce(idempotency_key, released_idempotency_key)`), so `tasks show` / GetTask of the
+-- old task still name it. Without `unique_for` no key is ever released: keys of finished tasks
+-- stay unique while their rows exist, as before.
+ALTER TABLE tasks ADD COLUMN released_idempotency_key leasehold_idempotency_key;
