@@ -168,6 +168,15 @@ fn progress_text(value: Option<&serde_json::Value>) -> String {
     }
 }
 
+/// `2 of 25`, and how often the task was snoozed when it was (snoozes give the attempt back).
+fn attempt_text(t: &TaskView) -> String {
+    match t.snoozes {
+        0 => format!("{} of {}", t.attempt, t.max_attempts),
+        1 => format!("{} of {}, snoozed once", t.attempt, t.max_attempts),
+        n => format!("{} of {}, snoozed {n} times", t.attempt, t.max_attempts),
+    }
+}
+
 /// The lines of `tasks show` in table mode, cut to `width` columns (`None`: not cut, every
 /// payload line).
 pub fn show_lines(d: &TaskDetail, width: Option<usize>) -> Vec<String> {
@@ -179,7 +188,7 @@ pub fn show_lines(d: &TaskDetail, width: Option<usize>) -> Vec<String> {
         fit.field("status", t.status.as_str()),
         fit.field("type", &t.task_type),
         fit.field("priority", &t.priority.to_string()),
-        fit.field("attempt", &format!("{} of {}", t.attempt, t.max_attempts)),
+        fit.field("attempt", &attempt_text(t)),
         fit.field("lease", &lease_text(t)),
         fit.field("created", &when(t.created_at, now)),
         fit.field("available", &when(t.available_at, now)),
@@ -217,6 +226,17 @@ pub fn show_lines(d: &TaskDetail, width: Option<usize>) -> Vec<String> {
             ),
         ),
         fit.field("progress", &progress_text(t.progress.as_ref())),
+        fit.field(
+            "checkpoint",
+            &match &t.checkpoint {
+                Some(c) => format!(
+                    "{} (saved {})",
+                    compact(Some(c)),
+                    when(t.checkpoint_at, now)
+                ),
+                None => "-".to_owned(),
+            },
+        ),
         fit.field("result", &compact(t.result.as_ref())),
         "payload:".to_owned(),
     ];
@@ -515,6 +535,14 @@ mod tests {
         assert!(text.contains("last error       smtp_timeout: connection timed out (retryable)"));
         assert!(text.contains("timeout          30s"));
         assert!(text.contains("concurrency key  acme\n"), "{text}");
+        assert!(
+            text.contains("attempt          3 of 3, snoozed 2 times\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"checkpoint       {"page":7} (saved 2025-12-01T11:20:02.500Z"#),
+            "{text}"
+        );
         assert!(
             text.contains("finished         2025-12-01T11:20:03.123Z (0ms ago)"),
             "{text}"
