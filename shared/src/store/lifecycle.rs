@@ -170,16 +170,26 @@ pub fn settle_snooze(
 /// The snooze cap of `task_type`: its own row's, the global row's where unset, the default
 /// where neither is set.
 pub fn max_snoozes_for(policies: &[Policy], task_type: &str) -> u32 {
+    over_global(policies, task_type, Policy::max_snoozes_over)
+}
+
+/// `setting` of `task_type`'s own row (the global row when the type has none) over the global
+/// row (an empty one when there is none).
+fn over_global<T>(
+    policies: &[Policy],
+    task_type: &str,
+    setting: impl Fn(&Policy, &Policy) -> T,
+) -> T {
     let inherit = Policy::inherit(PolicyScope::Global);
     let global = policies
         .iter()
         .find(|p| p.scope == PolicyScope::Global)
         .unwrap_or(&inherit);
-    policies
+    let own = policies
         .iter()
         .find(|p| matches!(&p.scope, PolicyScope::Type(t) if t.as_str() == task_type))
-        .unwrap_or(global)
-        .max_snoozes_over(global)
+        .unwrap_or(global);
+    setting(own, global)
 }
 
 /// Decides one held attempt's completion: [`settle_outcome`], or [`settle_failure`] with the
@@ -278,16 +288,7 @@ pub fn retry_delay(retry: &RetryPolicy, attempt: i64, sample: f64) -> Duration {
 /// The retry settings of `task_type`: its own row's, the global row's where unset, the
 /// defaults where neither is set.
 pub fn retry_policy_for(policies: &[Policy], task_type: &str) -> RetryPolicy {
-    let inherit = Policy::inherit(PolicyScope::Global);
-    let global = policies
-        .iter()
-        .find(|p| p.scope == PolicyScope::Global)
-        .unwrap_or(&inherit);
-    policies
-        .iter()
-        .find(|p| matches!(&p.scope, PolicyScope::Type(t) if t.as_str() == task_type))
-        .unwrap_or(global)
-        .retry_over(global)
+    over_global(policies, task_type, Policy::retry_over)
 }
 
 /// Refuses a batch of completions naming one task twice, or carrying an invalid result,

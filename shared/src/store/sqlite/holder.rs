@@ -573,44 +573,52 @@ pub(super) async fn task_progress(
     pool: &SqlitePool,
     params: &ProgressParams,
 ) -> Result<HolderWrite> {
-    const OP: &str = "task_progress";
-    let key = &params.key;
     let progress = rows::to_text(&params.progress, "task progress")?;
-    let (mut tx, _now) = write_tx(pool, OP).await?;
-    let done = sqlx::query(sql::task_progress)
-        .bind(key.id.0)
-        .bind(key.owner.as_str())
-        .bind(key.epoch.0)
-        .bind(progress)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(OP))?;
-    commit(tx, OP).await?;
-    Ok(if done.rows_affected() == 1 {
-        HolderWrite::Held
-    } else {
-        HolderWrite::Fenced
-    })
+    holder_write(
+        pool,
+        "task_progress",
+        sql::task_progress,
+        &params.key,
+        progress,
+    )
+    .await
 }
 
 pub(super) async fn task_checkpoint(
     pool: &SqlitePool,
     params: &CheckpointParams,
 ) -> Result<HolderWrite> {
-    const OP: &str = "task_checkpoint";
-    let key = &params.key;
     let checkpoint = rows::to_text(&params.checkpoint, "task checkpoint")?;
-    let (mut tx, now) = write_tx(pool, OP).await?;
-    let done = sqlx::query(sql::task_checkpoint)
+    holder_write(
+        pool,
+        "task_checkpoint",
+        sql::task_checkpoint,
+        &params.key,
+        checkpoint,
+    )
+    .await
+}
+
+/// A fenced write of one JSON column by the holder of `key`: `statement` takes ?1 id, ?2
+/// owner, ?3 epoch, ?4 the value, ?5 now (which it may leave unused).
+async fn holder_write(
+    pool: &SqlitePool,
+    op: &'static str,
+    statement: &'static str,
+    key: &crate::LeaseKey,
+    value: String,
+) -> Result<HolderWrite> {
+    let (mut tx, now) = write_tx(pool, op).await?;
+    let done = sqlx::query(statement)
         .bind(key.id.0)
         .bind(key.owner.as_str())
         .bind(key.epoch.0)
-        .bind(checkpoint)
+        .bind(value)
         .bind(now)
         .execute(&mut *tx)
         .await
-        .map_err(StoreError::db(OP))?;
-    commit(tx, OP).await?;
+        .map_err(StoreError::db(op))?;
+    commit(tx, op).await?;
     Ok(if done.rows_affected() == 1 {
         HolderWrite::Held
     } else {
