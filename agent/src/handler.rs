@@ -77,7 +77,12 @@ pub struct TaskTransaction {
     tx: sqlx::Transaction<'static, sqlx::Postgres>,
     key: LeaseKey,
     completed: Arc<std::sync::Mutex<Option<Completion>>>,
+    ending: Option<EndingHook>,
 }
+
+/// Tells the runtime an execution is ending by its own transaction (before the commit), so a
+/// renewal that finds the lease gone afterwards is not taken for a lost lease.
+pub(crate) type EndingHook = Arc<dyn Fn() + Send + Sync>;
 
 impl fmt::Debug for TaskTransaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -96,9 +101,9 @@ impl TaskTransaction {
     /// Completes the task with `outcome` in this transaction and commits it: the handler's
     /// writes and the completion land together or not at all. Returns `outcome` (return it
     /// from the handler). Errors: `lease_lost` (permanent) when the lease moved on — rolled
-    /// back, nothing landed; `commit_failed` (retryable) when the database failed, in which
-    /// case the runtime's own completion afterwards tells whether the commit landed (a repeat)
-    /// or not.
+    /// back, nothing landed; `commit_failed` (retryable) when the database failed — if the
+    /// commit landed after all, the task is finished and the runtime's failure write after it
+    /// is fenced (logged); if not, the attempt failed and is retried as usual.
     pub async fn complete(mut self, outcome: Outcome) -> Result<Outcome, HandlerError> {
         let completion = outcome.completion();
         let params = CompleteParams {
@@ -108,7 +113,11 @@ impl TaskTransaction {
         let decided =
             leasehold_shared::store::postgres::task_complete_in(&mut self.tx, &params).await;
         match decided {
-            Ok(CompleteOutcome::Applied { .. } | CompleteOutcome::Repeated { .. }) => {}
+            Ok(CompleteOutcome::Applied { .. } | CompleteOutcome::Repeated { .. }) => {
+                if let Some(ending) = &self.ending {
+                    ending();
+                }
+            }
             Ok(CompleteOutcome::Fenced) => {
                 if let Err(e) = self.tx.rollback().await {
                     tracing::warn!(task.id = self.key.id.0, error = %e, "rollback after a fenced completion failed (the connection's end rolls back)");
@@ -295,6 +304,8 @@ pub struct TaskContext {
     pub(crate) checkpoint: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
     /// Set when a [`TaskTransaction`] committed the task's completion.
     pub(crate) completed: Arc<std::sync::Mutex<Option<Completion>>>,
+    /// Called by a [`TaskTransaction`] right before it commits the completion.
+    pub(crate) ending: Option<EndingHook>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -339,6 +350,7 @@ impl TaskContext {
             pool: None,
             checkpoint: Arc::default(),
             completed: Arc::default(),
+            ending: None,
         };
         (ctx, ContextStopper(stop))
     }
@@ -418,10 +430,20 @@ impl TaskContext {
                 "transactional completion needs the PostgreSQL store; the embedded SQLite store does not offer it",
             ));
         };
-        let tx = pool
+        let mut tx = pool
             .begin()
             .await
             .map_err(|e| HandlerError::from_error("begin_failed", &e))?;
+        // The agent's pool bounds its own statements and idle transactions by half the lease
+        // TTL; the handler's transaction is bounded by the attempt instead (the runtime drops
+        // it — and so rolls it back — on a stop, a timeout or a lost lease).
+        sqlx::query(
+            "SELECT set_config('statement_timeout', '0', true), \
+                    set_config('idle_in_transaction_session_timeout', '0', true)",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| HandlerError::from_error("begin_failed", &e))?;
         Ok(TaskTransaction {
             tx,
             key: LeaseKey {
@@ -430,6 +452,7 @@ impl TaskContext {
                 epoch: self.epoch,
             },
             completed: Arc::clone(&self.completed),
+            ending: self.ending.clone(),
         })
     }
 

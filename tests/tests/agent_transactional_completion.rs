@@ -4,7 +4,8 @@
 //! attempt is SIGSTOPped inside that transaction, past its lease's TTL; another agent recovers
 //! the task and runs it: its business row and its completion land together. When the stale
 //! agent resumes, its transaction — business row and completion — is rolled back: exactly one
-//! business row exists, the new holder's.
+//! business row exists, the new holder's. The fence that refuses a stale transaction's
+//! completion is shown on its own in the second test.
 
 use std::time::Duration;
 
@@ -97,7 +98,20 @@ async fn a_stale_holder_rolls_back_its_writes_with_its_completion() {
         ("succeeded", 3, fresh_id.as_str())
     );
 
-    // The stale agent resumes: its transaction must not land.
+    // The stale transaction is still open (its session was not ended by the agent pool's own
+    // statement and idle timeouts, which are half the TTL): the frozen handler holds it.
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND backend_xid IS NOT NULL
+           AND state = 'idle in transaction'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(open, 1, "the frozen handler's transaction is still open");
+    // The stale agent resumes: its transaction must not land. The runtime drops the execution
+    // (its lease is gone), which rolls the transaction back; had the handler reached its
+    // completion first, the fence would have refused it (the test below).
     stale.cont().unwrap();
     wait_until("the stale transaction ended", WAIT, || {
         let pool = db.pool.clone();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use leasehold_shared::domain::{AttemptOutcome, PolicyPatch, PolicyScope, Task};
 use leasehold_shared::store::{
     CancelParams, CheckpointParams, CompleteOutcome, CompleteParams, Completion, HolderWrite,
-    NewTask, PolicySetParams, RecoverParams, ReleaseParams, StoreError,
+    NewTask, PolicySetParams, RecoverParams, ReleaseParams, RequeueParams, StoreError,
 };
 use leasehold_shared::{Actor, LeaseKey, Store, TaskError, TaskId, TaskStatus};
 use leasehold_tests::helpers::{agent, claim, tt};
@@ -167,6 +167,16 @@ async fn snoozes_past_max_snoozes_dead_letter_the_task(db: StoreDb) {
     }
     let t = one(&*store, "w#1", "sz.c").await;
     let outcome = snooze(&*store, held(&t, "w#1"), Duration::ZERO).await;
+    // Sent again (a reply lost), the refused snooze is a repeat, not a fenced write.
+    assert!(
+        matches!(
+            snooze(&*store, held(&t, "w#1"), Duration::ZERO).await,
+            CompleteOutcome::Repeated {
+                status: TaskStatus::Dead
+            }
+        ),
+        "a repeated refused snooze"
+    );
     assert!(
         matches!(
             outcome,
@@ -198,6 +208,24 @@ async fn snoozes_past_max_snoozes_dead_letter_the_task(db: StoreDb) {
         ],
         "the refused snooze is the failed final attempt"
     );
+
+    // A requeue gives the task fresh snoozes as well as fresh attempts.
+    store
+        .task_requeue(RequeueParams {
+            id,
+            actor: Actor::operator("test"),
+        })
+        .await
+        .unwrap();
+    let task = store.task_get(id).await.unwrap().unwrap().task;
+    assert_eq!(
+        (task.status, task.attempt, task.snoozes),
+        (TaskStatus::Queued, 0, 0)
+    );
+    let t = one(&*store, "w#1", "sz.c").await;
+    snooze(&*store, held(&t, "w#1"), Duration::ZERO).await;
+    let task = store.task_get(id).await.unwrap().unwrap().task;
+    assert_eq!((task.status, task.snoozes), (TaskStatus::Queued, 1));
 
     // Inherited from the global row: 0 snoozes allowed.
     set_max_snoozes(&*store, PolicyScope::Global, Some(0)).await;
@@ -411,7 +439,10 @@ async fn bad_checkpoints_and_snoozes_are_refused_and_change_nothing(db: StoreDb)
             actor: Actor::operator("test"),
         })
         .await;
-    assert!(refused.is_err());
+    assert!(
+        matches!(refused, Err(StoreError::Invalid(_))),
+        "{refused:?}"
+    );
     let policies = store.policy_list().await.unwrap();
     assert!(policies.iter().all(|p| p.max_snoozes.is_none()));
     db.drop_db().await.unwrap();

@@ -136,6 +136,13 @@ pub(crate) fn start(
         pool: core.database.pg_pool().cloned(),
         checkpoint: Arc::new(std::sync::Mutex::new(task.checkpoint.clone())),
         completed: Arc::default(),
+        ending: Some({
+            let core = Arc::clone(core);
+            let (id, epoch) = (key.id, key.epoch);
+            Arc::new(move || {
+                core.book.finish_execution(id, epoch);
+            })
+        }),
     };
     let span = tracing::debug_span!(
         "execution",
@@ -157,7 +164,8 @@ pub(crate) fn start(
                 core.fenced("progress", key.id, key.epoch);
             }
             let reason = stop.reason();
-            if reason == Some(StopReason::LeaseLost) || !still_held {
+            let committed = in_transaction.completed_in_transaction();
+            if committed.is_none() && (reason == Some(StopReason::LeaseLost) || !still_held) {
                 // Someone else owns the task now (or will): write nothing.
                 tracing::warn!(
                     task.id = key.id.0,
@@ -176,7 +184,7 @@ pub(crate) fn start(
             }
             // A completion the handler's own transaction committed is the attempt's end,
             // whatever the handler did after it; written again below, it is a repeat.
-            let action = match in_transaction.completed_in_transaction() {
+            let action = match committed {
                 Some(completion) => FinishAction::Complete(completion),
                 None => finish_action(&core, &task.task_type, ran, reason, stop_at),
             };

@@ -77,9 +77,11 @@ impl Lines {
     }
 }
 
-impl Drop for Lines {
-    /// A last line without a newline counts too.
-    fn drop(&mut self) {
+impl Lines {
+    /// The output ended (end of file): a last line without a newline counts too. Reading that
+    /// stops early (the drain grace ran out) drops the scanner instead, so a line cut short is
+    /// never saved.
+    pub(super) fn finish(mut self) {
         if !self.line.is_empty() || self.too_long {
             self.end_line();
         }
@@ -171,7 +173,7 @@ mod tests {
             lines.push(chunk);
             take(&mut rx);
         }
-        drop(lines);
+        lines.finish();
         take(&mut rx);
         seen
     }
@@ -218,7 +220,7 @@ mod tests {
             lines.push(chunk);
             assert!(lines.line.len() <= MAX_LINE);
         }
-        drop(lines);
+        lines.finish();
         big.extend_from_slice(b"\"\nLEASEHOLD_CHECKPOINT 3\n");
         assert_eq!(scan(&[&big]), vec!["3"]);
     }

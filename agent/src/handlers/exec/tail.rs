@@ -93,7 +93,12 @@ where
             read = read_some(&mut reader, &mut buf) => read,
         };
         match read {
-            Ok(0) => break,
+            Ok(0) => {
+                if let Some(lines) = lines.take() {
+                    lines.finish();
+                }
+                break;
+            }
             Ok(n) => {
                 tail.push(&buf[..n]);
                 if let Some(lines) = &mut lines {

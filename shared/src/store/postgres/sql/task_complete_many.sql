@@ -1,6 +1,6 @@
 -- End attempts, one per input row, as the store decided them (store/lifecycle.rs: one rule for
--- every store): $1 ids, $2 owners, $3 epochs, $4 outcomes (succeeded | partially_succeeded |
--- failed | cancelled), $5 new statuses, $6 retry times (null: available_at stays), $7 errors
+-- every store): $1 ids, $2 owners, $3 epochs, $4 the attempts' outcomes (succeeded |
+-- partially_succeeded | failed | cancelled | snoozed), $5 new statuses, $6 retry times (null: available_at stays), $7 errors
 -- (null: last_error stays), $8 whether the result is written, $9 results, $10 whether the task
 -- is finished, $11 whether it is a snooze (the attempt is given back, one more snooze counted).
 -- A failure or a snooze was decided on the row task_complete_read.sql read and locked in this

@@ -1,4 +1,5 @@
--- Operator requeue of finished task $1: back to queued, due now, with a fresh set of attempts.
+-- Operator requeue of finished task $1: back to queued, due now, with a fresh set of attempts
+-- and snoozes (the checkpoint is kept: the next attempt resumes from it).
 -- The fencing epoch keeps growing (the next claim bumps it); the last error is kept as history.
 -- A finished task's last attempt lives in its own row (final_outcome); it is written out to
 -- task_attempt_rows before the row is reset, so the requeued task keeps its whole history.
@@ -16,7 +17,7 @@ kept AS (
 upd AS (
     UPDATE tasks t
     SET status = 'queued', attempt = 0, available_at = now(), lease_until = NULL, heartbeat_at = NULL,
-        started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, final_outcome = NULL,
+        started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, snoozes = 0, final_outcome = NULL,
         updated_at = now()
     FROM cur
     WHERE t.id = cur.id AND cur.status IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead')

@@ -7,7 +7,7 @@
 WITH upd AS (
     UPDATE tasks t
     SET status = 'queued', attempt = 0, available_at = now(), lease_until = NULL, heartbeat_at = NULL,
-        started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, final_outcome = NULL,
+        started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, snoozes = 0, final_outcome = NULL,
         updated_at = now()
     FROM tasks old
     WHERE old.id = t.id

@@ -8,7 +8,7 @@ WITH upd AS (
   AND (?4 IS NULL OR finished_at >= ?4)
   AND (?5 IS NULL OR finished_at < ?5))
 UPDATE tasks SET status = 'queued', attempt = 0, available_at = ?1, lease_until = NULL,
-    heartbeat_at = NULL, started_at = NULL, finished_at = NULL, result = NULL, progress = NULL,
+    heartbeat_at = NULL, started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, snoozes = 0,
     updated_at = ?1
 WHERE id IN (SELECT id FROM upd)
 RETURNING id
