@@ -76,13 +76,9 @@ impl Outcome {
 pub struct TaskTransaction {
     tx: sqlx::Transaction<'static, sqlx::Postgres>,
     key: LeaseKey,
-    completed: Arc<std::sync::Mutex<Option<Completion>>>,
-    ending: Option<EndingHook>,
+    /// The execution's link to the runtime (always there: a context without one cannot begin).
+    sink: Arc<ProgressSink>,
 }
-
-/// Tells the runtime an execution is ending by its own transaction (before the commit), so a
-/// renewal that finds the lease gone afterwards is not taken for a lost lease.
-pub(crate) type EndingHook = Arc<dyn Fn() + Send + Sync>;
 
 impl fmt::Debug for TaskTransaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -114,9 +110,7 @@ impl TaskTransaction {
             leasehold_shared::store::postgres::task_complete_in(&mut self.tx, &params).await;
         match decided {
             Ok(CompleteOutcome::Applied { .. } | CompleteOutcome::Repeated { .. }) => {
-                if let Some(ending) = &self.ending {
-                    ending();
-                }
+                self.sink.ending();
             }
             Ok(CompleteOutcome::Fenced) => {
                 if let Err(e) = self.tx.rollback().await {
@@ -141,6 +135,7 @@ impl TaskTransaction {
             .await
             .map_err(|e| HandlerError::from_error("commit_failed", &e))?;
         *self
+            .sink
             .completed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(completion);
@@ -299,13 +294,8 @@ pub struct TaskContext {
     pub(crate) progress: Option<Arc<ProgressSink>>,
     pub(crate) agent: Option<AgentId>,
     pub(crate) pool: Option<sqlx::PgPool>,
-    /// The last checkpoint saved for the task: the one this attempt started with, then each
-    /// one it saves (shared by the context's clones).
-    pub(crate) checkpoint: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
-    /// Set when a [`TaskTransaction`] committed the task's completion.
-    pub(crate) completed: Arc<std::sync::Mutex<Option<Completion>>>,
-    /// Called by a [`TaskTransaction`] right before it commits the completion.
-    pub(crate) ending: Option<EndingHook>,
+    /// A standalone context's checkpoint (one run by the runtime keeps it in `progress`).
+    pub(crate) standalone_checkpoint: Option<Arc<std::sync::Mutex<Option<serde_json::Value>>>>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -348,9 +338,7 @@ impl TaskContext {
             progress: None,
             agent: None,
             pool: None,
-            checkpoint: Arc::default(),
-            completed: Arc::default(),
-            ending: None,
+            standalone_checkpoint: Some(Arc::default()),
         };
         (ctx, ContextStopper(stop))
     }
@@ -362,11 +350,20 @@ impl TaskContext {
         self
     }
 
+    /// Where the last checkpoint is kept: the runtime's sink, or a standalone context's own.
+    fn checkpoint_slot(&self) -> Option<&std::sync::Mutex<Option<serde_json::Value>>> {
+        match &self.progress {
+            Some(sink) => Some(&sink.checkpoint),
+            None => self.standalone_checkpoint.as_deref(),
+        }
+    }
+
     fn set_checkpoint(&self, checkpoint: Option<serde_json::Value>) {
-        *self
-            .checkpoint
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = checkpoint;
+        if let Some(slot) = self.checkpoint_slot() {
+            *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = checkpoint;
+        }
     }
 
     /// The task's id.
@@ -424,7 +421,8 @@ impl TaskContext {
     /// # }
     /// ```
     pub async fn begin(&self) -> Result<TaskTransaction, HandlerError> {
-        let (Some(pool), Some(owner)) = (&self.pool, &self.agent) else {
+        let (Some(pool), Some(owner), Some(sink)) = (&self.pool, &self.agent, &self.progress)
+        else {
             return Err(HandlerError::permanent(
                 "unsupported",
                 "transactional completion needs the PostgreSQL store; the embedded SQLite store does not offer it",
@@ -451,17 +449,8 @@ impl TaskContext {
                 owner: owner.clone(),
                 epoch: self.epoch,
             },
-            completed: Arc::clone(&self.completed),
-            ending: self.ending.clone(),
+            sink: Arc::clone(sink),
         })
-    }
-
-    /// The completion a [`TaskTransaction`] committed, if one did.
-    pub(crate) fn completed_in_transaction(&self) -> Option<Completion> {
-        self.completed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
     }
 
     /// The fencing epoch of this attempt's lease.
@@ -509,10 +498,11 @@ impl TaskContext {
     /// The last checkpoint saved for this task: by an earlier attempt (after a failure, a lost
     /// lease, a release or a snooze) until this attempt saves its own. `None` on a fresh task.
     pub fn checkpoint(&self) -> Option<serde_json::Value> {
-        self.checkpoint
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.checkpoint_slot().and_then(|slot| {
+            slot.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        })
     }
 
     /// [`TaskContext::checkpoint`] deserialised as `T`; an error (permanent `bad_checkpoint`)

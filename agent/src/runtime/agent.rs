@@ -210,7 +210,7 @@ impl AgentBuilder {
             .map_err(|e| AgentError::store_while("registering the agent", e))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let core = Arc::new(Core {
-            book: LeaseBook::new(settings.concurrency),
+            book: Arc::new(LeaseBook::new(settings.concurrency)),
             settings,
             id: record.id,
             store: main,

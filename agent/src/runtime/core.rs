@@ -193,7 +193,7 @@ pub(crate) struct Core {
     pub(crate) database: AnyStore,
     pub(crate) handlers: HandlerRegistry,
     pub(crate) types: Vec<TaskType>,
-    pub(crate) book: LeaseBook,
+    pub(crate) book: Arc<LeaseBook>,
     pub(crate) listeners: Listeners,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) policies: PolicyCache,

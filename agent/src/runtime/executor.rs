@@ -40,7 +40,7 @@ enum Ran {
 /// Records a claimed task in the book and starts its execution.
 pub(crate) fn start(
     core: &Arc<Core>,
-    task: Task,
+    mut task: Task,
     claimed_at: Instant,
     db_now: chrono::DateTime<chrono::Utc>,
     timings: &mut BatchTimings,
@@ -114,13 +114,16 @@ pub(crate) fn start(
         owner: core.id.clone(),
         epoch: task.lease_epoch,
     };
-    let progress = Arc::new(ProgressSink::new(
-        key.clone(),
-        Arc::clone(&core.store),
-        DEFAULT_PROGRESS_INTERVAL,
-        DEFAULT_PROGRESS_EVERY,
-        Arc::clone(&core.feed),
-    ));
+    let progress = Arc::new(
+        ProgressSink::new(
+            key.clone(),
+            Arc::clone(&core.store),
+            DEFAULT_PROGRESS_INTERVAL,
+            DEFAULT_PROGRESS_EVERY,
+            Arc::clone(&core.feed),
+        )
+        .holding(task.checkpoint.take(), Arc::clone(&core.book)),
+    );
     let ctx = TaskContext {
         id: task.id,
         task_type: task.task_type.clone(),
@@ -134,15 +137,7 @@ pub(crate) fn start(
         progress: Some(Arc::clone(&progress)),
         agent: Some(core.id.clone()),
         pool: core.database.pg_pool().cloned(),
-        checkpoint: Arc::new(std::sync::Mutex::new(task.checkpoint.clone())),
-        completed: Arc::default(),
-        ending: Some({
-            let core = Arc::clone(core);
-            let (id, epoch) = (key.id, key.epoch);
-            Arc::new(move || {
-                core.book.finish_execution(id, epoch);
-            })
-        }),
+        standalone_checkpoint: None,
     };
     let span = tracing::debug_span!(
         "execution",
@@ -152,7 +147,6 @@ pub(crate) fn start(
         attempt = task.attempt
     );
     let core = Arc::clone(core);
-    let in_transaction = ctx.clone();
     tokio::spawn(
         async move {
             let ran = run_handler(&core, ctx, task.payload, &stop, stop_at, stop_reason).await;
@@ -164,7 +158,11 @@ pub(crate) fn start(
                 core.fenced("progress", key.id, key.epoch);
             }
             let reason = stop.reason();
-            let committed = in_transaction.completed_in_transaction();
+            let committed = progress
+                .completed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
             if committed.is_none() && (reason == Some(StopReason::LeaseLost) || !still_held) {
                 // Someone else owns the task now (or will): write nothing.
                 tracing::warn!(

@@ -659,7 +659,7 @@ pub(crate) fn core(
     let (tx, rx) = mpsc::unbounded_channel();
     let types = handlers.task_types();
     let core = Core {
-        book: LeaseBook::new(settings.concurrency),
+        book: Arc::new(LeaseBook::new(settings.concurrency)),
         settings,
         id: agent_id(),
         store: Arc::new(unreachable.clone()) as Arc<dyn Store>,

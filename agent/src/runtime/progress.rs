@@ -28,10 +28,17 @@ struct State {
     updates: u32,
 }
 
-/// Where a handler's progress goes.
+/// Where a handler's progress goes, and what its execution shares with the runtime: the last
+/// checkpoint, a completion its own transaction committed, and the lease book to tell before
+/// that commit.
 pub struct ProgressSink {
     key: LeaseKey,
     store: Arc<dyn Store>,
+    /// The last checkpoint saved for the task (the claimed one, then each one saved).
+    pub(crate) checkpoint: std::sync::Mutex<Option<serde_json::Value>>,
+    /// Set when a handler's transaction committed the task's completion.
+    pub(crate) completed: std::sync::Mutex<Option<leasehold_shared::store::Completion>>,
+    book: Option<Arc<super::book::LeaseBook>>,
     interval: Duration,
     every: u32,
     state: Mutex<State>,
@@ -50,6 +57,9 @@ impl ProgressSink {
         Self {
             key,
             store,
+            checkpoint: std::sync::Mutex::new(None),
+            completed: std::sync::Mutex::new(None),
+            book: None,
             interval,
             every: every.max(1),
             state: Mutex::new(State {
@@ -82,6 +92,26 @@ impl ProgressSink {
         let mut state = self.state.lock().await;
         if state.latest.is_some() && state.latest != state.written {
             self.write(&mut state).await;
+        }
+    }
+
+    /// This sink with the claimed `checkpoint` and the `book` its execution's lease is in.
+    pub(crate) fn holding(
+        mut self,
+        checkpoint: Option<serde_json::Value>,
+        book: Arc<super::book::LeaseBook>,
+    ) -> Self {
+        self.checkpoint = std::sync::Mutex::new(checkpoint);
+        self.book = Some(book);
+        self
+    }
+
+    /// The execution is about to end by its own transaction's commit: its lease leaves the
+    /// executing set now, so a renewal that finds it gone after the commit is not taken for a
+    /// lost lease (the completer's write afterwards settles it).
+    pub(crate) fn ending(&self) {
+        if let Some(book) = &self.book {
+            book.finish_execution(self.key.id, self.key.epoch);
         }
     }
 
