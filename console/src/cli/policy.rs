@@ -44,8 +44,9 @@ pub enum PolicyCommand {
     /// policy keeps its backoff, timeout and slow-after (only its max-attempts and
     /// max-snoozes clear). Operator token needed (exit 4 otherwise); bad flags exit 2 and
     /// change nothing.
-    /// Output (table): `type email policy: max attempts 5 (was 25, default); backoff base 2s
-    /// (was 30s, global)`, or `… (nothing changed)`.
+    /// Output (table): `type email: max attempts 5 (was 25, default)`; several changes as
+    /// `type email:` then one line each (`  backoff base 2s (was 30s, global)`); or
+    /// `type email: nothing changed`.
     /// Output (json): {"task_type":"email" or null,"previous":SETTINGS,"current":SETTINGS},
     /// SETTINGS as the settings of `policy show --output json`.
     #[command(verbatim_doc_comment)]

@@ -276,13 +276,14 @@ impl Changed {
     }
 }
 
-/// `type email policy: max attempts 5 (was 25, default); timeout 30s (was 30m, global)`.
+/// `type email: max attempts 5 (was 25, default)` for one change; for several, `type email:`
+/// then one indented line per change (each fits 80 columns); `type email: nothing changed`.
 pub fn line(c: &Changed) -> String {
     let scope = scope_name(c.task_type.as_deref().unwrap_or_default());
-    if c.lines.is_empty() {
-        format!("{scope}: nothing changed")
-    } else {
-        format!("{scope}: {}", c.lines.join("; "))
+    match c.lines.as_slice() {
+        [] => format!("{scope}: nothing changed"),
+        [one] => format!("{scope}: {one}"),
+        many => format!("{scope}:\n  {}", many.join("\n  ")),
     }
 }
 
