@@ -10,25 +10,15 @@ WITH input AS MATERIALIZED (
          WITH ORDINALITY AS i(task_type, payload, priority, delay_ms, run_at, deadline_at,
                               timeout_ms, max_attempts, idempotency_key, concurrency_key, ord)
 ),
--- A task without its own max attempts takes its type's policy value, else the global row's,
--- else 25 (DEFAULT_MAX_ATTEMPTS): resolved once per distinct type of the batch, then joined.
-type_attempts AS MATERIALIZED (
-    SELECT s.task_type, coalesce(tp.max_attempts, gp.max_attempts, 25) AS max_attempts
-    FROM (SELECT DISTINCT task_type FROM input WHERE max_attempts IS NULL) s
-    LEFT JOIN policies tp ON tp.scope = s.task_type
-    LEFT JOIN policies gp ON gp.scope = '*'
-),
 ins AS (
     INSERT INTO tasks (id, task_type, payload, priority, available_at, deadline_at, timeout_ms,
                        max_attempts, idempotency_key, concurrency_key)
-    SELECT input.id, input.task_type, input.payload::jsonb, input.priority,
-           coalesce(input.run_at, now() + make_interval(secs => input.delay_ms / 1000.0)),
-           input.deadline_at, input.timeout_ms, coalesce(input.max_attempts, ta.max_attempts),
-           input.idempotency_key, input.concurrency_key
+    SELECT id, task_type, payload::jsonb, priority,
+           coalesce(run_at, now() + make_interval(secs => delay_ms / 1000.0)),
+           deadline_at, timeout_ms, max_attempts, idempotency_key, concurrency_key
     FROM input
-    LEFT JOIN type_attempts ta ON input.max_attempts IS NULL AND ta.task_type = input.task_type
     -- Key order, so two batches sharing keys lock them in the same order and never deadlock.
-    ORDER BY input.idempotency_key, input.ord
+    ORDER BY idempotency_key, ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key
 )
