@@ -280,7 +280,7 @@ where
     let valid = validate_bulk(tasks, limits)?;
     let mut conn = conn.acquire().await.map_err(StoreError::db(OP))?;
     if valid.iter().all(ValidTask::is_plain) {
-        return enqueue_many_valid(&mut *conn, &valid)
+        return enqueue_many_valid(&mut conn, &valid)
             .await?
             .ok_or_else(invisible_key);
     }
@@ -339,7 +339,7 @@ pub(super) async fn task_enqueue_many_with_retry(
             tx.commit().await.map_err(StoreError::db(OP))?;
             return Ok(out);
         }
-        match enqueue_many_valid(&mut *tx, &valid).await? {
+        match enqueue_many_valid(&mut tx, &valid).await? {
             Some(done) => {
                 tx.commit().await.map_err(StoreError::db(OP))?;
                 return Ok(done);
