@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire;
 use leasehold_shared::domain::outcome::CancelOutcome as Answer;
-use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
 use leasehold_shared::domain::validate::check_concurrency_key;
 use leasehold_shared::domain::{AuditResult, OnConflict};
 use leasehold_shared::store::{
@@ -153,10 +152,9 @@ impl Service {
             ))
         })?;
         let mut task = NewTask::new(task_type, payload).with_priority(priority);
-        task.max_attempts = match r.max_attempts {
-            0 => DEFAULT_MAX_ATTEMPTS,
-            n => n,
-        };
+        // 0 (unset): the type's policy, else the global one's, else the default; the store
+        // resolves it in the insert.
+        task.max_attempts = (r.max_attempts != 0).then_some(r.max_attempts);
         task.delay = duration_from_wire("delay_ms", r.delay_ms)?;
         task.timeout = duration_from_wire("timeout_ms", r.timeout_ms)?;
         task.deadline = time_from_wire("deadline_at_ms", r.deadline_at_ms)?;

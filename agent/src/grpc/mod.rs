@@ -28,6 +28,7 @@ pub mod overview;
 pub mod page;
 pub mod peer;
 mod policy;
+mod policy_settings;
 mod reads;
 pub mod resources;
 pub mod schedules;

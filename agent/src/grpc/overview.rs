@@ -1,7 +1,8 @@
 //! `GetOverview`: counts per task type for consoles, served from a cache.
 //!
-//! Invariant: the database answers at most one overview query per [`OVERVIEW_MAX_AGE`] per
-//! agent, however many consoles ask — the callers of one refresh wait on the same query (the
+//! Invariant: the database answers at most one overview query (and one read of the small
+//! `policies` table, for each type's settings in force) per [`OVERVIEW_MAX_AGE`] per agent,
+//! however many consoles ask — the callers of one refresh wait on the same query (the
 //! lock is held across it) and share its answer. Polling `count(*)` from every dashboard is what
 //! hurts other queues at scale; this keeps the cost flat.
 //!
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_proto::v1 as pb;
+use leasehold_shared::domain::{Policy, PolicyScope};
 use leasehold_shared::store::{BreakerStatus, Overview, RateFill, Store, StoreError};
 use tokio::sync::Mutex;
 
@@ -35,18 +37,35 @@ impl OverviewCache {
         {
             return Ok(Arc::clone(overview));
         }
-        let fresh = Arc::new(to_wire(store.task_overview().await?));
+        let overview = store.task_overview().await?;
+        let policies = store.policy_list().await?;
+        let fresh = Arc::new(to_wire(overview, &policies));
         *last = Some((Instant::now(), Arc::clone(&fresh)));
         Ok(fresh)
     }
 }
 
-fn to_wire(o: Overview) -> pb::GetOverviewResponse {
+fn to_wire(o: Overview, policies: &[Policy]) -> pb::GetOverviewResponse {
+    let global = policies
+        .iter()
+        .find(|p| p.scope == PolicyScope::Global)
+        .cloned()
+        .unwrap_or_else(|| Policy::inherit(PolicyScope::Global));
+    let settings_of = |t: &leasehold_shared::TaskType| {
+        let scope = PolicyScope::Type(t.clone());
+        let row = policies
+            .iter()
+            .find(|p| p.scope == scope)
+            .cloned()
+            .unwrap_or_else(|| Policy::inherit(scope));
+        super::policy_settings::settings(&row, &global)
+    };
     pb::GetOverviewResponse {
         types: o
             .types
             .into_iter()
             .map(|t| pb::TypeSummary {
+                settings: settings_of(&t.task_type),
                 task_type: t.task_type.as_str().to_string(),
                 queued: t.queued,
                 scheduled: t.scheduled,

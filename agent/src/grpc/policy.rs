@@ -1,5 +1,5 @@
 //! The policy RPCs (SetConcurrency, SetRateLimit, SetShedAfter, SetBreaker, PauseType,
-//! ResumeType): operators only. A global, type or per-key
+//! ResumeType; GetPolicy and SetPolicy are in `policy_settings`): operators only. A global, type or per-key
 //! change goes through the store, which writes its `policy_set` audit row in the same
 //! transaction; this agent's local limit is audited here first, then applied at once.
 
@@ -25,7 +25,7 @@ pub const LOCAL_LIMIT_ACTION: &str = "set_concurrency";
 impl Service {
     /// The caller of a policy change of scope `key` (a type, `*`), who must be allowed to act;
     /// a refusal is audited against `policy:KEY`.
-    async fn policy_caller<T>(
+    pub(super) async fn policy_caller<T>(
         &self,
         request: &Request<T>,
         key: &str,
@@ -298,7 +298,7 @@ impl Service {
     /// Validates and applies one policy change (audited by the store as `policy_set`); with
     /// the warning that no live agent serves the type, when that is so (applied either way, as
     /// a pause is: a type nobody serves is likely misspelt).
-    async fn change_policy(
+    pub(super) async fn change_policy(
         &self,
         scope: PolicyScope,
         patch: PolicyPatch,

@@ -355,6 +355,20 @@ impl AgentService for Service {
     ) -> Result<Response<pb::ListSuspectLeasesResponse>, Status> {
         self.list_suspect_leases_rpc(request).await
     }
+
+    async fn get_policy(
+        &self,
+        request: Request<pb::GetPolicyRequest>,
+    ) -> Result<Response<pb::GetPolicyResponse>, Status> {
+        self.get_policy_rpc(request).await
+    }
+
+    async fn set_policy(
+        &self,
+        request: Request<pb::SetPolicyRequest>,
+    ) -> Result<Response<pb::SetPolicyResponse>, Status> {
+        self.set_policy_rpc(request).await
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 mod args;
 mod demo;
+mod policy;
 pub mod values;
 
 pub use args::{
@@ -21,6 +22,7 @@ pub use args::{
 pub use demo::{
     DEFAULT_DEMO_AGENTS, DEFAULT_HEADLESS_DURATION, DemoArgs, MAX_DEMO_AGENTS, MAX_DEMO_DURATION,
 };
+pub use policy::{PolicyCommand, PolicyField, PolicySetArgs, PolicyShowArgs};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -442,6 +444,10 @@ pub enum Command {
     /// Circuit breakers: stop claiming a type for a cooldown after N failures within a window.
     #[command(subcommand)]
     Breaker(BreakerCommand),
+
+    /// Per-type policy: max attempts, backoff, timeout, slow threshold, max snoozes.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
 
     /// Stop claiming tasks of a type on every agent; running ones finish
     ///

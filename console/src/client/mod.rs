@@ -403,6 +403,40 @@ impl Agent {
         })
     }
 
+    /// GetPolicy; an agent older than per-type policies says so.
+    pub async fn get_policy(&self, r: v1::GetPolicyRequest) -> Result<v1::GetPolicyResponse> {
+        let what = policy_what("show", &r.task_type);
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.get_policy(r).await
+            })
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::Unimplemented,
+                "this agent is older than `leasehold policy`; upgrade it",
+            )
+        })
+    }
+
+    /// SetPolicy; an agent older than per-type policies says so.
+    pub async fn set_policy(&self, r: v1::SetPolicyRequest) -> Result<v1::SetPolicyResponse> {
+        let what = policy_what("set", &r.task_type);
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.set_policy(r).await
+            })
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::Unimplemented,
+                "this agent is older than `leasehold policy`; upgrade it",
+            )
+        })
+    }
+
     pub async fn pause_type(&self, task_type: String) -> Result<v1::PauseTypeResponse> {
         let what = format!("pause type {task_type}");
         let r = v1::PauseTypeRequest { task_type };
@@ -671,6 +705,15 @@ fn endpoint(settings: &Settings) -> Result<Endpoint> {
     endpoint
         .tls_config(config)
         .map_err(|e| Error::usage(format!("TLS settings: {}", cause_chain(&e))))
+}
+
+/// `show the policy of type email`, `set the global policy`.
+fn policy_what(verb: &str, task_type: &str) -> String {
+    if task_type.is_empty() {
+        format!("{verb} the global policy")
+    } else {
+        format!("{verb} the policy of type {task_type}")
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub mod dlq;
 pub mod enqueue;
 pub mod locks;
 pub mod pause;
+pub mod policy;
 pub mod ratelimit;
 pub mod requeue;
 pub mod schedules;
@@ -32,8 +33,8 @@ use chrono::Utc;
 
 use crate::cli::{
     AgentsCommand, AuditCommand, BreakerCommand, Command, ConcurrencyCommand, DlqCommand,
-    GlobalArgs, LocksCommand, RatelimitCommand, SchedulesCommand, ShardsCommand, ShedCommand,
-    TasksCommand,
+    GlobalArgs, LocksCommand, PolicyCommand, RatelimitCommand, SchedulesCommand, ShardsCommand,
+    ShedCommand, TasksCommand,
 };
 use crate::client::{self, Agent};
 use crate::error::Result;
@@ -107,6 +108,14 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
         }
         Command::Breaker(BreakerCommand::Ls) => {
             breaker::run_ls(&Agent::connect(&settings).await?, out).await
+        }
+        Command::Policy(PolicyCommand::Show(args)) => {
+            let request = policy::prepare_show(&args);
+            policy::run_show(&Agent::connect(&settings).await?, request, out).await
+        }
+        Command::Policy(PolicyCommand::Set(args)) => {
+            let request = policy::prepare_set(&args)?;
+            policy::run_set(&Agent::connect(&settings).await?, request, out).await
         }
         Command::Pause(args) => {
             pause::run_pause(&Agent::connect(&settings).await?, args.task_type, out).await

@@ -392,7 +392,7 @@ mod tests {
             .filter(|t| t.timeout == Some(HANG_TIMEOUT))
             .collect();
         assert_eq!(hang.len(), 1);
-        assert_eq!(hang[0].max_attempts, 1);
+        assert_eq!(hang[0].max_attempts, Some(1));
         assert_eq!(hang[0].payload, json!({ "ms": 600_000 }));
         assert!(schedule.tick(1).iter().all(|t| t.timeout.is_none()));
     }

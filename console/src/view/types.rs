@@ -14,11 +14,15 @@
 //! RATE, then SHED/M, then BREAKER (last: an open breaker stops the whole type; the header
 //! names open ones too), as in `leasehold types` (`12/50/…` would mislead), and the counts
 //! stay.
+//!
+//! Under the table, one line gives the selected type's retry, timeout and attempt settings in
+//! force (`attempts 5 · backoff 2s..5m ×2 ±0.2 · timeout 30s · slow 1m · snoozes 100`), from
+//! the same overview (nothing from an agent older than per-type policies).
 
 use ratatui::Frame;
-use ratatui::layout::{Constraint, Rect};
-use ratatui::text::Span;
-use ratatui::widgets::Cell;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph};
 
 use leasehold_proto::v1 as pb;
 
@@ -79,6 +83,26 @@ fn breaker_cell(ty: &pb::TypeSummary, now_ms: i64) -> (String, u8) {
     }
 }
 
+/// The selected type's settings line, or `None` when the agent sent none (or not all).
+pub fn settings_line(ty: &pb::TypeSummary) -> Option<String> {
+    use leasehold_shared::domain::policy::duration_text;
+    let value = |name: &str| ty.settings.iter().find(|s| s.name == name).map(|s| s.value);
+    let d = |name: &str| {
+        value(name).map(|ms| duration_text(std::time::Duration::from_millis(ms.max(0.0) as u64)))
+    };
+    Some(format!(
+        "attempts {} · backoff {}..{} ×{} ±{} · timeout {} · slow {} · snoozes {}",
+        value("max_attempts")? as u64,
+        d("retry_base_ms")?,
+        d("retry_max_ms")?,
+        value("retry_multiplier")?,
+        value("retry_jitter")?,
+        d("timeout_ms")?,
+        d("slow_after_ms")?,
+        value("max_snoozes")? as u64,
+    ))
+}
+
 /// A column as wide as its widest cell, never cut.
 fn whole<S: AsRef<str>>(header: &str, cells: impl IntoIterator<Item = S>) -> Fit {
     Fit::fixed(Fit::of(header, cells, 1, u16::MAX).natural)
@@ -92,6 +116,21 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         .selected
         .as_deref()
         .and_then(|k| rows.iter().position(|r| r.task_type == k));
+    let detail = selected.and_then(|i| settings_line(rows[i]));
+    let area = match &detail {
+        Some(line) if area.height > 4 => {
+            let [table_area, line_area] =
+                Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);
+            let width = usize::from(line_area.width).saturating_sub(1);
+            let text = format!(" {}", untrusted(line, width));
+            frame.render_widget(
+                Paragraph::new(Line::from(Span::styled(text, theme.dim()))),
+                line_area,
+            );
+            table_area
+        }
+        _ => area,
+    };
     let wide = area.width >= 120;
     let names: Vec<String> = rows.iter().map(|ty| untrusted(&ty.task_type, 64)).collect();
     let counts: Vec<[String; 6]> = rows

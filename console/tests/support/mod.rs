@@ -1002,6 +1002,25 @@ impl AgentService for Fake {
             truncated: false,
         }))
     }
+
+    async fn get_policy(
+        &self,
+        request: Request<v1::GetPolicyRequest>,
+    ) -> Result<Response<v1::GetPolicyResponse>, Status> {
+        self.record(&request, "get_policy".into(), false)?;
+        Ok(Response::new(v1::GetPolicyResponse {
+            task_type: request.into_inner().task_type,
+            ..Default::default()
+        }))
+    }
+
+    async fn set_policy(
+        &self,
+        request: Request<v1::SetPolicyRequest>,
+    ) -> Result<Response<v1::SetPolicyResponse>, Status> {
+        self.record(&request, "set_policy".into(), true)?;
+        Ok(Response::new(v1::SetPolicyResponse::default()))
+    }
 }
 
 /// A canned lock.

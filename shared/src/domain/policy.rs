@@ -25,8 +25,11 @@ pub const DEFAULT_RETRY_JITTER: f64 = 0.2;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Default time after which a running task is flagged slow.
 pub const DEFAULT_SLOW_THRESHOLD: Duration = Duration::from_secs(60);
-/// Default attempts before a task is dead-lettered.
+/// Default attempts before a task is dead-lettered (a task enqueued without its own
+/// `max_attempts` takes its type's, else the global row's, else this).
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 25;
+/// Highest `max_attempts` a policy row accepts.
+pub const MAX_POLICY_MAX_ATTEMPTS: u32 = 1000;
 /// Default snoozes a task may take before the next one dead-letters it.
 pub const DEFAULT_MAX_SNOOZES: u32 = 100;
 /// Highest `max_snoozes` accepted.
@@ -322,6 +325,11 @@ pub struct Policy {
     /// value inherits the global row's, [`DEFAULT_MAX_SNOOZES`] when neither sets it.
     #[serde(default)]
     pub max_snoozes: Option<u32>,
+    /// Attempts a task enqueued without its own `max_attempts` gets (1..=1000). A type's unset
+    /// value inherits the global row's, [`DEFAULT_MAX_ATTEMPTS`] when neither sets it. Read at
+    /// enqueue: changing it does not change tasks already enqueued.
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
 }
 
 impl Policy {
@@ -342,7 +350,16 @@ impl Policy {
             per_key_concurrency: None,
             breaker: None,
             max_snoozes: None,
+            max_attempts: None,
         }
+    }
+
+    /// This row's max attempts with an unset value taken from `global`.
+    pub fn max_attempts_over(&self, global: &Policy) -> i32 {
+        self.max_attempts
+            .or(global.max_attempts)
+            .and_then(|n| i32::try_from(n).ok())
+            .unwrap_or(DEFAULT_MAX_ATTEMPTS)
     }
 
     /// This row's snooze cap with an unset value taken from `global`.
@@ -392,6 +409,8 @@ pub struct PolicyPatch {
     pub breaker: Option<Option<BreakerPolicy>>,
     #[serde(default)]
     pub max_snoozes: Option<Option<u32>>,
+    #[serde(default)]
+    pub max_attempts: Option<Option<u32>>,
 }
 
 impl PolicyPatch {
@@ -435,6 +454,9 @@ impl PolicyPatch {
         }
         if let Some(v) = self.max_snoozes {
             p.max_snoozes = v;
+        }
+        if let Some(v) = self.max_attempts {
+            p.max_attempts = v;
         }
         p
     }
@@ -528,6 +550,14 @@ impl PolicyPatch {
             return Err(ValidationError::OutOfRange {
                 field: "max_snoozes",
                 detail: format!("{n} is not within 0..={MAX_MAX_SNOOZES}"),
+            });
+        }
+        if let Some(Some(n)) = self.max_attempts
+            && !(1..=MAX_POLICY_MAX_ATTEMPTS).contains(&n)
+        {
+            return Err(ValidationError::OutOfRange {
+                field: "max_attempts",
+                detail: format!("{n} is not within 1..={MAX_POLICY_MAX_ATTEMPTS}"),
             });
         }
         if let Some(Some(m)) = self.retry_multiplier
@@ -695,6 +725,14 @@ mod tests {
             },
             PolicyPatch {
                 retry_base: Some(None),
+                ..Default::default()
+            },
+            PolicyPatch {
+                max_attempts: Some(Some(0)),
+                ..Default::default()
+            },
+            PolicyPatch {
+                max_attempts: Some(Some(1001)),
                 ..Default::default()
             },
         ];

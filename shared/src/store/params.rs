@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::policy::{DEFAULT_MAX_ATTEMPTS, MAX_POLICY_DURATION};
+use crate::domain::policy::MAX_POLICY_DURATION;
 use crate::domain::task::MAX_ERROR_CODE_LEN;
 use crate::domain::unique::check_unique_for;
 use crate::domain::validate::{
@@ -34,8 +34,10 @@ pub struct NewTask {
     pub deadline: Option<DateTime<Utc>>,
     /// Max run time of one attempt (None: the type's policy).
     pub timeout: Option<Duration>,
-    /// Attempts before the task is dead-lettered.
-    pub max_attempts: i32,
+    /// Attempts before the task is dead-lettered (None: the type's policy, else the global
+    /// policy's, else [`crate::domain::policy::DEFAULT_MAX_ATTEMPTS`], resolved by the store at
+    /// enqueue).
+    pub max_attempts: Option<i32>,
     /// Enqueueing the same key again returns the existing task (or, with `on_conflict`,
     /// replaces or debounces it while it waits).
     pub idempotency_key: Option<String>,
@@ -66,7 +68,7 @@ impl NewTask {
             run_at: None,
             deadline: None,
             timeout: None,
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_attempts: None,
             idempotency_key: None,
             on_conflict: OnConflict::Skip,
             unique_for: None,
@@ -100,7 +102,7 @@ impl NewTask {
     }
 
     pub fn with_max_attempts(mut self, attempts: i32) -> Self {
-        self.max_attempts = attempts;
+        self.max_attempts = Some(attempts);
         self
     }
 
@@ -130,7 +132,9 @@ impl NewTask {
     /// Checks every field and returns the values as bound to the insert statement.
     pub fn validate(&self, limits: &InputLimits) -> Result<ValidTask, ValidationError> {
         let payload = payload_text(&self.payload, limits)?;
-        check_range("max_attempts", self.max_attempts, 1..=MAX_ATTEMPTS_LIMIT)?;
+        if let Some(attempts) = self.max_attempts {
+            check_range("max_attempts", attempts, 1..=MAX_ATTEMPTS_LIMIT)?;
+        }
         if let Some(key) = &self.idempotency_key {
             check_idempotency_key(key)?;
         }
@@ -215,7 +219,8 @@ pub struct ValidTask {
     pub run_at: Option<DateTime<Utc>>,
     pub deadline: Option<DateTime<Utc>>,
     pub timeout_ms: Option<i64>,
-    pub max_attempts: i32,
+    /// None: the store binds NULL and the statement takes the type's policy value.
+    pub max_attempts: Option<i32>,
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
     pub on_conflict: OnConflict,

@@ -227,6 +227,7 @@ pub(crate) fn policy<R: RecordColumns>(row: &R) -> Result<Policy> {
         per_key_concurrency: row.opt_int("per_key_concurrency")?.map(count),
         breaker: breaker_policy(row)?,
         max_snoozes: row.opt_int("max_snoozes")?.map(count),
+        max_attempts: row.opt_int("max_attempts")?.map(count),
     })
 }
 

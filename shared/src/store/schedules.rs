@@ -411,7 +411,7 @@ pub(crate) fn first_fire(s: &Schedule, now: DateTime<Utc>) -> Option<DateTime<Ut
 pub(crate) fn tick_task(s: &Schedule, key: String) -> NewTask {
     let mut task = NewTask::new(s.task_type().clone(), s.payload().clone());
     task.priority = s.priority();
-    task.max_attempts = s.max_attempts();
+    task.max_attempts = Some(s.max_attempts());
     task.idempotency_key = Some(key);
     task
 }
@@ -862,7 +862,7 @@ mod tests {
         assert!(
             ticks
                 .iter()
-                .all(|(_, t)| t.priority == 7 && t.max_attempts == 2)
+                .all(|(_, t)| t.priority == 7 && t.max_attempts == Some(2))
         );
         assert_eq!(next, Some("2026-06-01T12:00:03Z".parse().unwrap()));
         assert!(trigger_key(s.name(), now).starts_with("schedule:tick:manual:"));

@@ -49,6 +49,7 @@ fn the_table_fits_80_columns_and_never_cuts_a_count() {
         shed_last_minute: 0,
         per_key_limit: None,
         breaker: None,
+        settings: Vec::new(),
     };
     let huge = v1::TypeSummary {
         task_type: format!("{}\u{1b}[2J", "x".repeat(70)),

@@ -195,7 +195,7 @@ pub(crate) fn policy_result(before: &Policy, stored: &Policy) -> AuditResult {
 /// Binds a policy's columns to either store's `policy_upsert`, which both number so: 1 scope
 /// key, 2 concurrency limit (as `limit` stores it), 3 paused, 4 retry base (ms), 5 retry
 /// multiplier, 6 retry max (ms), 7 jitter, 8 timeout (ms), 9 slow threshold (ms), 10 11 rate
-/// limit, 12 shed after, 13 per-key limit, 14 15 16 breaker, 17 max snoozes.
+/// limit, 12 shed after, 13 per-key limit, 14 15 16 breaker, 17 max snoozes, 18 max attempts.
 pub(crate) fn bind_policy<'q, DB, T>(
     query: Query<'q, DB, DB::Arguments>,
     key: &str,
@@ -229,6 +229,7 @@ where
         .bind(next.breaker.map(|b| b.within_ms()))
         .bind(next.breaker.map(|b| b.cooldown_ms()))
         .bind(next.max_snoozes.map(i64::from))
+        .bind(next.max_attempts.map(i64::from))
 }
 
 /// Enqueue and its audit row in one transaction. Order: validation (invalid input writes

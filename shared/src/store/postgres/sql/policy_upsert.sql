@@ -2,15 +2,16 @@
 -- $5 retry multiplier, $6 retry max ms, $7 retry jitter, $8 timeout ms, $9 slow ms, $10 rate
 -- limit starts, $11 rate limit period ms (both null: no rate limit), $12 shed after ms, $13 per-key
 -- concurrency, $14 $15 $16 breaker failures, window ms, cooldown ms (all null: no breaker),
--- $17 max snoozes.
+-- $17 max snoozes, $18 max attempts.
 -- The breaker's state is the leader's: a breaker set anew starts closed, counting failures
 -- from now; a cleared one is closed.
 INSERT INTO policies AS p (scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms,
                            retry_jitter, timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms,
                            per_key_concurrency, breaker_failures, breaker_within_ms,
-                           breaker_cooldown_ms, breaker_since, max_snoozes, updated_at)
+                           breaker_cooldown_ms, breaker_since, max_snoozes, max_attempts,
+                           updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-        CASE WHEN $14::integer IS NOT NULL THEN now() END, $17, now())
+        CASE WHEN $14::integer IS NOT NULL THEN now() END, $17, $18, now())
 ON CONFLICT (scope) DO UPDATE
 SET max_concurrency = EXCLUDED.max_concurrency,
     paused = EXCLUDED.paused,
@@ -34,8 +35,9 @@ SET max_concurrency = EXCLUDED.max_concurrency,
     breaker_within_ms = EXCLUDED.breaker_within_ms,
     breaker_cooldown_ms = EXCLUDED.breaker_cooldown_ms,
     max_snoozes = EXCLUDED.max_snoozes,
+    max_attempts = EXCLUDED.max_attempts,
     updated_at = now()
 RETURNING scope, max_concurrency, paused, retry_base_ms, retry_multiplier, retry_max_ms, retry_jitter,
           timeout_ms, slow_ms, rate_starts, rate_period_ms, shed_after_ms,
           per_key_concurrency, breaker_failures, breaker_within_ms, breaker_cooldown_ms,
-          breaker_state, breaker_since, breaker_until, max_snoozes
+          breaker_state, breaker_since, breaker_until, max_snoozes, max_attempts

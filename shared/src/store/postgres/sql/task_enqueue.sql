@@ -1,11 +1,16 @@
 -- One task. $1 type, $2 payload text, $3 priority, $4 delay ms, $5 run_at, $6 deadline,
--- $7 timeout ms, $8 max attempts, $9 idempotency key, $10 concurrency key.
+-- $7 timeout ms, $8 max attempts (null: the type's policy, else the global row's, else 25 =
+-- DEFAULT_MAX_ATTEMPTS), $9 idempotency key, $10 concurrency key.
 -- A known idempotency key returns the existing row with created = false and its status
 -- (read, not locked: task_enqueue_lock.sql locks it when the enqueue's mode changes it).
 WITH ins AS (
     INSERT INTO tasks (task_type, payload, priority, available_at, deadline_at, timeout_ms,
                        max_attempts, idempotency_key, concurrency_key)
-    VALUES ($1, $2::jsonb, $3, coalesce($5, now() + make_interval(secs => $4 / 1000.0)), $6, $7, $8, $9, $10)
+    VALUES ($1, $2::jsonb, $3, coalesce($5, now() + make_interval(secs => $4 / 1000.0)), $6, $7,
+            coalesce($8::integer,
+                     (SELECT max_attempts FROM policies WHERE scope = $1),
+                     (SELECT max_attempts FROM policies WHERE scope = '*'), 25),
+            $9, $10)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
