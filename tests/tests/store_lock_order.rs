@@ -112,7 +112,7 @@ async fn batch_statements_use_the_primary_key_after_an_analyze() {
             "",
             "('{1,2,3}', '{a#1,a#1,a#1}', '{1,1,1}', '{succeeded,succeeded,succeeded}', \
              '{succeeded,succeeded,succeeded}', '{NULL,NULL,NULL}', '{NULL,NULL,NULL}', \
-             '{t,t,t}', '{NULL,NULL,NULL}', '{t,t,t}')",
+             '{t,t,t}', '{NULL,NULL,NULL}', '{t,t,t}', '{f,f,f}')",
         ),
         (
             "task_complete_read",
