@@ -47,10 +47,10 @@ use super::{
     CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, DeniedCalls,
     EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams, HolderWrite, IdleReport,
     IdleReportParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, NewTask,
-    Overview, PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecoverParams, Recovered,
-    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
-    RequeueParams, Result, ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
-    TaskListParams, TaskPage, UnservedParams,
+    Overview, PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecentRun,
+    RecentRunsParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome,
+    RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, ShedParams, Store,
+    StoreError, SuspectLease, SuspectParams, TaskDetail, TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -88,6 +88,7 @@ pub trait Driver: Send + Sync + 'static {
         params: &UnservedParams,
     ) -> Result<Vec<(TaskId, TaskType)>>;
     async fn task_count_claimable(&self, task_types: &[TaskType]) -> Result<u64>;
+    async fn task_recent_runs(&self, params: &RecentRunsParams) -> Result<Vec<RecentRun>>;
     async fn task_idle_report(&self, params: &IdleReportParams) -> Result<IdleReport>;
     async fn lease_list_suspect(&self, params: &SuspectParams) -> Result<Vec<SuspectLease>>;
 
@@ -285,6 +286,20 @@ impl<D: Driver> Store for D {
 
     async fn task_count_claimable(&self, task_types: Vec<TaskType>) -> Result<u64> {
         Driver::task_count_claimable(self, &task_types).await
+    }
+
+    async fn task_recent_runs(&self, params: RecentRunsParams) -> Result<Vec<RecentRun>> {
+        params.validate()?;
+        let mut runs = Driver::task_recent_runs(self, &params).await?;
+        // The backend returns every success in the scan, newest first (a per-type limit in
+        // SQL costs a sort of the whole scan); the newest `per_type` of each are kept here.
+        let mut kept: std::collections::HashMap<TaskType, u32> = Default::default();
+        runs.retain(|r| {
+            let n = kept.entry(r.task_type.clone()).or_default();
+            *n += 1;
+            *n <= params.per_type
+        });
+        Ok(runs)
     }
 
     async fn task_idle_report(&self, params: IdleReportParams) -> Result<IdleReport> {

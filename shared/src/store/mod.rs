@@ -142,6 +142,9 @@ pub trait Store: Send + Sync + 'static {
         &self,
         params: UnservedParams,
     ) -> Result<Vec<(TaskId, TaskType)>>;
+    /// The run times of the newest successful runs of some types (newest first), bounded as
+    /// [`RecentRunsParams`] says.
+    async fn task_recent_runs(&self, params: RecentRunsParams) -> Result<Vec<RecentRun>>;
     /// Tasks of these types that a claim could take now (due, not paused).
     async fn task_count_claimable(&self, task_types: Vec<TaskType>) -> Result<u64>;
     /// The work of the run's task types as it stands now, for `--exit-when-idle`: pending

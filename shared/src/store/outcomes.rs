@@ -1,6 +1,8 @@
 //! Typed results of store operations. A fenced holder write is [`HolderWrite::Fenced`] or
 //! [`CompleteOutcome::Fenced`]: counted, logged and streamed by the caller, never an error.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -191,6 +193,15 @@ pub struct Recovered {
     pub revoked_epoch: LeaseEpoch,
     /// The status it was moved to (retry_wait, dead or cancelled).
     pub status: TaskStatus,
+}
+
+/// One successful run of a type, from [`RecentRunsParams`](super::RecentRunsParams).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentRun {
+    pub task_type: TaskType,
+    /// From the claim that started the attempt to the completion that recorded its success
+    /// (database clock).
+    pub run_time: Duration,
 }
 
 /// A lease whose renewal is overdue but which recovery may not take yet.

@@ -594,6 +594,28 @@ impl SuspectParams {
     }
 }
 
+/// Most successful runs per type [`RecentRunsParams`] may ask for.
+pub const MAX_RECENT_RUNS: u32 = 10_000;
+/// Most finished tasks [`RecentRunsParams`] may look through.
+pub const MAX_RECENT_SCAN: u32 = 1_000_000;
+
+/// The run times of the newest successful runs of some types, newest first: at most
+/// `per_type` of each, found among the newest `scan` finished tasks (so the read is bounded
+/// however large the history is). For the slow-compared-with-history rule.
+#[derive(Debug, Clone)]
+pub struct RecentRunsParams {
+    pub task_types: Vec<TaskType>,
+    pub per_type: u32,
+    pub scan: u32,
+}
+
+impl RecentRunsParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_range("per_type", self.per_type, 1..=MAX_RECENT_RUNS)?;
+        check_range("scan", self.scan, 1..=MAX_RECENT_SCAN).map(drop)
+    }
+}
+
 /// Change a policy row.
 #[derive(Debug, Clone)]
 pub struct PolicySetParams {

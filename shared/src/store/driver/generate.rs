@@ -97,6 +97,9 @@ macro_rules! impl_driver {
                 async fn task_count_claimable(&self, task_types: &[TaskType]) -> Result<u64> {
                     ops::task_count_claimable(&self.pool, task_types).await
                 }
+                async fn task_recent_runs(&self, p: &RecentRunsParams) -> Result<Vec<RecentRun>> {
+                    ops::task_recent_runs(&self.pool, p).await
+                }
                 async fn task_idle_report(&self, p: &IdleReportParams) -> Result<IdleReport> {
                     ops::task_idle_report(&self.pool, p).await
                 }

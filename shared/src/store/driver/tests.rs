@@ -127,6 +127,7 @@ mod ops {
         task_purge_finished(p),
         task_dead_letter_unserved(p),
         task_count_claimable(p),
+        task_recent_runs(p),
         task_idle_report(p),
         lease_list_suspect(p),
         policy_change(p),

@@ -20,8 +20,8 @@ use crate::domain::{LeaseEpoch, TaskId, TaskType};
 use crate::store::lifecycle;
 use crate::store::{BreakerTickParams, BreakerTransition, ShedParams};
 use crate::store::{
-    ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
-    SuspectParams, UnservedParams,
+    ExpireDeadlinesParams, PurgeParams, RecentRun, RecentRunsParams, RecoverParams, Recovered,
+    Result, StoreError, SuspectLease, SuspectParams, UnservedParams,
 };
 
 pub(super) async fn lease_recover_expired(
@@ -131,6 +131,33 @@ pub(super) async fn task_shed(
             ))
         })
         .collect()
+}
+
+pub(super) async fn task_recent_runs(
+    pool: &PgPool,
+    params: &RecentRunsParams,
+) -> Result<Vec<RecentRun>> {
+    const OP: &str = "task_recent_runs";
+    let types: Vec<&str> = params.task_types.iter().map(TaskType::as_str).collect();
+    // Indexed: the generic plan does not know the scan's LIMIT and could otherwise read and
+    // sort every finished row (the plan is a backward scan of tasks_finished_idx, no sort).
+    let mut tx = super::begin_indexed(pool, OP).await?;
+    let rows = sqlx::query(sql::task_recent_runs)
+        .bind(types)
+        .bind(i64::from(params.scan))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    tx.commit().await.map_err(StoreError::db(OP))?;
+    rows.iter().map(recent_run).collect()
+}
+
+fn recent_run(row: &sqlx::postgres::PgRow) -> Result<RecentRun> {
+    let us: i64 = get(row, "run_us")?;
+    Ok(RecentRun {
+        task_type: task_type(get(row, "task_type")?)?,
+        run_time: std::time::Duration::from_micros(u64::try_from(us).unwrap_or(0)),
+    })
 }
 
 pub(super) async fn lease_list_suspect(

@@ -98,6 +98,7 @@ pub(crate) mod sql {
             task_purge_finished,
             task_dead_letter_unserved,
             task_count_claimable,
+            task_recent_runs,
             task_idle_report,
             lease_list_suspect,
             policy_list,

@@ -19,8 +19,8 @@ use crate::domain::{LeaseEpoch, TaskId, TaskType};
 use crate::store::lifecycle;
 use crate::store::{BreakerTickParams, BreakerTransition, ShedParams};
 use crate::store::{
-    ExpireDeadlinesParams, PurgeParams, RecoverParams, Recovered, Result, StoreError, SuspectLease,
-    SuspectParams, UnservedParams,
+    ExpireDeadlinesParams, PurgeParams, RecentRun, RecentRunsParams, RecoverParams, Recovered,
+    Result, StoreError, SuspectLease, SuspectParams, UnservedParams,
 };
 
 fn stamp(us: i64) -> String {
@@ -358,6 +358,29 @@ pub(super) async fn task_count_claimable(pool: &SqlitePool, types: &[TaskType]) 
         .map_err(StoreError::db(OP))?;
     commit(tx, OP).await?;
     Ok(u64::try_from(n).unwrap_or(0))
+}
+
+pub(super) async fn task_recent_runs(
+    pool: &SqlitePool,
+    params: &RecentRunsParams,
+) -> Result<Vec<RecentRun>> {
+    const OP: &str = "task_recent_runs";
+    let names: Vec<&str> = params.task_types.iter().map(TaskType::as_str).collect();
+    let rows = sqlx::query(sql::task_recent_runs)
+        .bind(json_list(&names)?)
+        .bind(i64::from(params.scan))
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db(OP))?;
+    rows.iter()
+        .map(|row| {
+            let us: i64 = get(row, "run_us")?;
+            Ok(RecentRun {
+                task_type: task_type(get(row, "task_type")?)?,
+                run_time: std::time::Duration::from_micros(u64::try_from(us).unwrap_or(0)),
+            })
+        })
+        .collect()
 }
 
 pub(super) async fn lease_list_suspect(

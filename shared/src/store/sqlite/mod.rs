@@ -117,6 +117,7 @@ pub(crate) mod sql {
             agent_count_live,
             task_list_unserved,
             task_count_claimable,
+            task_recent_runs,
             lease_list_suspect,
             task_idle_report,
             audit_insert,
