@@ -250,6 +250,9 @@ impl WatchView {
                     .filter(|l| l.epoch == s.epoch)
                 {
                     l.slow = true;
+                    l.slow_rule = s.rule;
+                    l.slow_limit_ms = s.limit_ms;
+                    l.slow_history_runs = s.history_runs;
                 }
             }
             Kind::Stats(s) => self.stats = Some(s),

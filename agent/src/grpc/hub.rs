@@ -43,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use super::convert::{ms, progress_to_wire};
+use crate::runtime::SlowRule;
 use crate::runtime::core::Core;
 use crate::runtime::feed::FeedEvent;
 
@@ -459,6 +460,9 @@ impl Hub {
                         renewal_failure_reason: String::new(),
                         priority: i32::from(l.priority),
                         timeout_ms: i64::try_from(l.timeout.as_millis()).unwrap_or(i64::MAX),
+                        slow_rule: pb::SlowRule::Unspecified.into(),
+                        slow_limit_ms: 0,
+                        slow_history_runs: 0,
                     };
                     if !self.watchers.is_empty() {
                         self.delta(pb::delta::Kind::LeaseAcquired(lease.clone()));
@@ -561,15 +565,27 @@ impl Hub {
                 id,
                 epoch,
                 running_for,
+                rule,
             } => {
                 if let Some(lease) = self.view.get_mut(&id.0)
                     && lease.epoch == epoch.0
                 {
+                    let (wire_rule, runs) = match rule {
+                        SlowRule::Threshold { .. } => (pb::SlowRule::Threshold, 0),
+                        SlowRule::History { runs, .. } => (pb::SlowRule::History, runs),
+                    };
+                    let limit_ms = i64::try_from(rule.limit().as_millis()).unwrap_or(i64::MAX);
                     lease.slow = true;
+                    lease.slow_rule = wire_rule.into();
+                    lease.slow_limit_ms = limit_ms;
+                    lease.slow_history_runs = runs;
                     self.delta(pb::delta::Kind::Slow(pb::SlowTask {
                         task_id: id.0,
                         epoch: epoch.0,
                         running_ms: i64::try_from(running_for.as_millis()).unwrap_or(i64::MAX),
+                        rule: wire_rule.into(),
+                        limit_ms,
+                        history_runs: runs,
                     }));
                 }
             }

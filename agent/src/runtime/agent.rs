@@ -220,6 +220,7 @@ impl AgentBuilder {
             listeners: self.listeners,
             metrics: Arc::new(Metrics::new()),
             policies: PolicyCache::default(),
+            history: Default::default(),
             wake: tokio::sync::Notify::new(),
             wakes: std::sync::atomic::AtomicU64::new(0),
             finished: tx,

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use leasehold_shared::{LeaseEpoch, TaskId, TaskType};
 
+use super::events::SlowRule;
+use super::history::{HISTORY_FLOOR, RunHistory, TypeHistory};
 use crate::handler::StopSignal;
 
 /// One held lease.
@@ -38,6 +40,24 @@ pub(crate) struct Lease {
     pub(crate) executing: bool,
     pub(crate) flagged_slow: bool,
     pub(crate) cancel_seen: bool,
+}
+
+/// The rule an execution running for `running` has passed, if any: its fixed threshold, or
+/// its type's p95 (not before [`HISTORY_FLOOR`]); the lower limit when both have.
+fn slow_rule(lease: &Lease, running: Duration, history: Option<TypeHistory>) -> Option<SlowRule> {
+    let threshold = SlowRule::Threshold {
+        after: lease.slow_after,
+    };
+    let history = history
+        .map(|h| SlowRule::History {
+            p95: h.p95.max(HISTORY_FLOOR),
+            runs: h.runs,
+        })
+        .filter(|rule| rule.limit() < lease.slow_after);
+    [history, Some(threshold)]
+        .into_iter()
+        .flatten()
+        .find(|rule| running >= rule.limit())
 }
 
 /// A lease that just became something the runtime must act on.
@@ -271,17 +291,24 @@ impl LeaseBook {
         out
     }
 
-    /// Executions that just passed their slow threshold (each reported once).
-    pub(crate) fn newly_slow(&self, now: Instant) -> Vec<Noted> {
+    /// Executions that just passed their slow threshold or their type's p95 (each reported
+    /// once, with the rule that fired: the one with the lower limit when both have passed).
+    /// The p95 is the type's as it stands now (so a lease taken before the history was read
+    /// is judged by it too).
+    pub(crate) fn newly_slow(&self, now: Instant, history: &RunHistory) -> Vec<(Noted, SlowRule)> {
         let mut book = self.lock();
         let mut out = Vec::new();
         for (id, lease) in book.iter_mut() {
-            if lease.executing
-                && !lease.flagged_slow
-                && now.saturating_duration_since(lease.started) >= lease.slow_after
-            {
+            if !lease.executing || lease.flagged_slow {
+                continue;
+            }
+            let running = now.saturating_duration_since(lease.started);
+            if running < HISTORY_FLOOR.min(lease.slow_after) {
+                continue;
+            }
+            if let Some(rule) = slow_rule(lease, running, history.get(&lease.task_type)) {
                 lease.flagged_slow = true;
-                out.push(noted(*id, lease, now));
+                out.push((noted(*id, lease, now), rule));
             }
         }
         out
@@ -355,6 +382,62 @@ mod tests {
             flagged_slow: false,
             cancel_seen: false,
         }
+    }
+
+    #[test]
+    fn slow_rules_fire_once_the_lower_limit_is_passed() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let l = lease(1, s(10));
+        let h = |p95, runs| Some(TypeHistory { p95, runs });
+        // No history: the threshold only.
+        assert_eq!(slow_rule(&l, s(59), None), None);
+        assert_eq!(
+            slow_rule(&l, s(60), None),
+            Some(SlowRule::Threshold { after: s(60) })
+        );
+        // A p95 under the threshold fires first, and is reported when both have passed.
+        assert_eq!(slow_rule(&l, ms(4_999), h(s(5), 40)), None);
+        let history = Some(SlowRule::History {
+            p95: s(5),
+            runs: 40,
+        });
+        assert_eq!(slow_rule(&l, s(5), h(s(5), 40)), history);
+        assert_eq!(slow_rule(&l, s(90), h(s(5), 40)), history);
+        // A p95 above the threshold never fires: the threshold comes first.
+        assert_eq!(
+            slow_rule(&l, s(400), h(s(300), 40)),
+            Some(SlowRule::Threshold { after: s(60) })
+        );
+        // A p95 of milliseconds waits for the floor.
+        assert_eq!(slow_rule(&l, ms(999), h(ms(3), 200)), None);
+        assert_eq!(
+            slow_rule(&l, HISTORY_FLOOR, h(ms(3), 200)),
+            Some(SlowRule::History {
+                p95: HISTORY_FLOOR,
+                runs: 200
+            })
+        );
+    }
+
+    #[test]
+    fn a_slow_execution_is_reported_once_by_the_history_it_has_now() {
+        let book = LeaseBook::new(2);
+        let history = RunHistory::default();
+        let t = TaskType::new("t").unwrap_or_else(|_| unreachable!());
+        let mut l = lease(1, Duration::from_secs(10));
+        l.started = Instant::now() - Duration::from_secs(2);
+        book.insert(TaskId(1), l);
+        book.insert(TaskId(2), lease(1, Duration::from_secs(10)));
+        // No history yet: two seconds is not slow.
+        assert!(book.newly_slow(Instant::now(), &history).is_empty());
+        // The history arrives after the claim: it applies.
+        history.seed(&t, &[Duration::from_millis(1_500); 20]);
+        let first = book.newly_slow(Instant::now(), &history);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].0.id, TaskId(1));
+        assert!(matches!(first[0].1, SlowRule::History { runs: 20, .. }));
+        assert!(book.newly_slow(Instant::now(), &history).is_empty());
     }
 
     #[test]

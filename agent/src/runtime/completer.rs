@@ -287,6 +287,9 @@ impl Writer {
             (_, TaskStatus::Succeeded | TaskStatus::PartiallySucceeded) => {
                 if status == TaskStatus::Succeeded {
                     bump(&core.stats.succeeded, 1);
+                    if matches!(written, Completion::Succeeded { .. }) {
+                        core.history.record(&task_type, f.run_time);
+                    }
                 } else {
                     bump(&core.stats.partially_succeeded, 1);
                 }

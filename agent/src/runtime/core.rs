@@ -18,6 +18,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use super::book::LeaseBook;
 use super::events::{LifecycleEvent, Listeners};
 use super::feed::{Feed, FeedEvent};
+use super::history::RunHistory;
 use super::metrics::Metrics;
 use super::resources::{Held, LossReason, resource};
 use super::settings::RuntimeSettings;
@@ -197,6 +198,8 @@ pub(crate) struct Core {
     pub(crate) listeners: Listeners,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) policies: PolicyCache,
+    /// Each served type's recent successful runs, for the slow-compared-with-history rule.
+    pub(crate) history: RunHistory,
     /// Wakes the claimer: a NOTIFY arrived, a slot freed, the listener reconnected.
     pub(crate) wake: Notify,
     /// How many wake-ups there were: a claim worker whose claim came back short looks again at

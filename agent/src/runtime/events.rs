@@ -10,6 +10,33 @@ use std::time::Duration;
 
 use leasehold_shared::{AgentId, LeaseEpoch, TaskError, TaskId, TaskStatus, TaskType};
 
+/// Which rule flagged an execution slow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlowRule {
+    /// It ran past its type's fixed slow threshold (`slow_after`).
+    Threshold { after: Duration },
+    /// It ran past the p95 of its type's `runs` most recent successful runs (at least 20).
+    History { p95: Duration, runs: u32 },
+}
+
+impl SlowRule {
+    /// The running time past which the rule fired.
+    pub fn limit(&self) -> Duration {
+        match self {
+            SlowRule::Threshold { after } => *after,
+            SlowRule::History { p95, .. } => *p95,
+        }
+    }
+
+    /// A word for logs and metrics: `threshold` or `history`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SlowRule::Threshold { .. } => "threshold",
+            SlowRule::History { .. } => "history",
+        }
+    }
+}
+
 /// What happened to a task this agent held.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LifecycleEvent {
@@ -60,11 +87,13 @@ pub enum LifecycleEvent {
         task_type: TaskType,
         until: Option<chrono::DateTime<chrono::Utc>>,
     },
-    /// The execution has run longer than its type's slow threshold.
+    /// The execution has run longer than its type's slow threshold, or than the p95 of its
+    /// type's recent successful runs; `rule` says which (the first one passed).
     Slow {
         id: TaskId,
         task_type: TaskType,
         running_for: Duration,
+        rule: SlowRule,
     },
     /// The lease is gone (revoked, fenced, or not provable in time): the execution was stopped.
     LeaseLost {

@@ -25,6 +25,8 @@ use leasehold_shared::domain::LeaseOutcome;
 use leasehold_shared::{LeaseEpoch, Progress, TaskId, TaskType};
 use tokio::sync::mpsc;
 
+use super::events::SlowRule;
+
 /// Events the feed holds before it drops new ones.
 pub const FEED_CAPACITY: usize = 65_536;
 
@@ -85,11 +87,12 @@ pub(crate) enum FeedEvent {
         epoch: LeaseEpoch,
         progress: Progress,
     },
-    /// The execution passed its slow threshold.
+    /// The execution passed its slow threshold or its type's p95 (`rule`).
     Slow {
         id: TaskId,
         epoch: LeaseEpoch,
         running_for: Duration,
+        rule: SlowRule,
     },
     /// An operator asked to cancel the task.
     CancelRequested { id: TaskId, epoch: LeaseEpoch },

@@ -202,18 +202,27 @@ impl Renewable for Heartbeat {
                 reason: "unprovable",
             });
         }
-        for noted in core.book.newly_slow(now) {
-            core.metrics.slow(noted.task_type.as_str());
+        for (noted, rule) in core.book.newly_slow(now, &core.history) {
+            core.metrics.slow(noted.task_type.as_str(), rule.as_str());
             core.feed.push(FeedEvent::Slow {
                 id: noted.id,
                 epoch: noted.epoch,
                 running_for: noted.running_for,
+                rule,
             });
-            tracing::warn!(task.id = noted.id.0, task.r#type = noted.task_type.as_str(), running_for = ?noted.running_for, "slow task");
+            tracing::warn!(
+                task.id = noted.id.0,
+                task.r#type = noted.task_type.as_str(),
+                running_for = ?noted.running_for,
+                rule = rule.as_str(),
+                limit = ?rule.limit(),
+                "slow task"
+            );
             core.listeners.emit(LifecycleEvent::Slow {
                 id: noted.id,
                 task_type: noted.task_type,
                 running_for: noted.running_for,
+                rule,
             });
         }
     }

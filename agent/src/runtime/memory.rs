@@ -669,6 +669,7 @@ pub(crate) fn core(
         listeners: Listeners::default(),
         metrics: Arc::new(Metrics::new()),
         policies: PolicyCache::default(),
+        history: Default::default(),
         wake: Notify::new(),
         wakes: std::sync::atomic::AtomicU64::new(0),
         finished: tx,

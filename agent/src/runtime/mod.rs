@@ -12,6 +12,7 @@ pub mod events;
 mod executor;
 pub(crate) mod feed;
 mod heartbeat;
+pub(crate) mod history;
 pub mod idle;
 mod maintenance;
 #[cfg(test)]
@@ -29,7 +30,7 @@ mod supervisor;
 
 pub use agent::{Agent, AgentBuilder, AgentControl, Shutdown};
 pub use core::RunSummary;
-pub use events::{LifecycleEvent, LifecycleListener};
+pub use events::{LifecycleEvent, LifecycleListener, SlowRule};
 pub use metrics::Metrics;
 pub use resources::{HeldLock, LockOptions, LossReason, ShardOwnership};
 pub use settings::RuntimeSettings;

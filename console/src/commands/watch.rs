@@ -147,10 +147,13 @@ impl TableState {
                 )
             ),
             WatchEvent::Slow(s) => format!(
-                "slow task {} epoch {}: running {}",
+                "slow task {} epoch {}: running {}{}",
                 s.task_id,
                 s.epoch,
-                short_duration(s.running_ms)
+                short_duration(s.running_ms),
+                s.rule
+                    .map(|r| format!(", {}", r.text()))
+                    .unwrap_or_default()
             ),
             WatchEvent::Stats(s) => format!(
                 "stats {} active {}/{} held {} claimed {} ok {} failed {} dead {}",
@@ -179,6 +182,9 @@ fn lease_text(l: &LeaseView) -> String {
     );
     if l.slow {
         text.push_str(", slow");
+        if let Some(rule) = l.slow_rule {
+            text.push_str(&format!(" ({})", rule.short()));
+        }
     }
     if l.cancel_requested {
         text.push_str(", cancel requested");
@@ -273,6 +279,9 @@ mod tests {
                     task_id: 42,
                     epoch: 3,
                     running_ms: 300_000,
+                    rule: v1::SlowRule::History.into(),
+                    limit_ms: 240_000,
+                    history_runs: 200,
                 }),
             ],
         );
@@ -287,7 +296,9 @@ mod tests {
         }
         assert!(
             lines[1]
-                .contains(r#""kind":"slow","slow":{"task_id":42,"epoch":3,"running_ms":300000}"#)
+                .contains(r#""kind":"slow","slow":{"task_id":42,"epoch":3,"running_ms":300000,"rule":{"name":"history","limit_ms":240000,"history_runs":200}}"#),
+            "{}",
+            lines[1]
         );
     }
 
@@ -363,6 +374,59 @@ mod tests {
         for line in &all {
             assert!(width(line) <= WIDTH, "{line}");
             assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn slow_lines_say_which_rule_fired() {
+        let slow = |rule: v1::SlowRule, limit_ms, history_runs| {
+            Kind::Slow(v1::SlowTask {
+                task_id: 42,
+                epoch: 3,
+                running_ms: 302_000,
+                rule: rule.into(),
+                limit_ms,
+                history_runs,
+            })
+        };
+        let mut flagged = lease();
+        flagged.slow = true;
+        flagged.slow_rule = v1::SlowRule::History.into();
+        flagged.slow_limit_ms = 1_260;
+        flagged.slow_history_runs = 24;
+        let mut snapshot = update(0, 0, vec![]);
+        snapshot.snapshot = Some(v1::Snapshot {
+            leases: vec![flagged],
+            stats: None,
+            resources: vec![],
+        });
+        let mut table = TableState::default();
+        let mut all = Vec::new();
+        for u in [
+            snapshot,
+            update(
+                1,
+                0,
+                vec![
+                    slow(v1::SlowRule::History, 250_000, 200),
+                    slow(v1::SlowRule::Threshold, 60_000, 0),
+                    // An agent that does not say which rule.
+                    slow(v1::SlowRule::Unspecified, 0, 0),
+                ],
+            ),
+        ] {
+            for l in lines(u).unwrap_or_default() {
+                all.extend(table.lines(&l));
+            }
+        }
+        let text = all.join("\n");
+        for want in [
+            "lease task 42 noop epoch 3 attempt 1 by web-1#7, slow (p95 1.3s)",
+            "slow task 42 epoch 3: running 5m02s, past p95 4m10s of 200 runs",
+            "slow task 42 epoch 3: running 5m02s, past threshold 1m00s",
+            "#1 slow task 42 epoch 3: running 5m02s\n",
+        ] {
+            assert!(format!("{text}\n").contains(want), "{want}\n{text}");
         }
     }
 

@@ -18,6 +18,7 @@ use leasehold_proto::v1::delta::Kind;
 use serde::Serialize;
 
 use super::{Timestamp, WireError, opt_ms, opt_string, opt_time};
+use crate::output::text::short_duration;
 
 /// One printed line of `watch`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -140,6 +141,8 @@ pub struct LeaseView {
     pub timeout_ms: Option<i64>,
     pub progress: Option<ProgressView>,
     pub slow: bool,
+    /// Which rule flagged it slow (`null` while it is not, or from an agent that does not say).
+    pub slow_rule: Option<SlowRuleView>,
     pub cancel_requested: bool,
     pub renewal_failures: u32,
     pub renewal_failure_reason: Option<String>,
@@ -251,12 +254,68 @@ pub struct ProgressUpdateView {
     pub progress: Option<ProgressView>,
 }
 
-/// A lease past its slow threshold.
+/// A lease past its slow threshold or its type's p95.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SlowView {
     pub task_id: i64,
     pub epoch: i64,
     pub running_ms: i64,
+    /// Which rule fired; `null` from an agent that does not say.
+    pub rule: Option<SlowRuleView>,
+}
+
+/// Which rule flagged a lease slow, and past what running time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SlowRuleView {
+    /// `threshold` (the type's slow_after) or `history` (the p95 of its recent successful
+    /// runs).
+    pub name: &'static str,
+    pub limit_ms: i64,
+    /// With `history`: how many runs the p95 came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_runs: Option<u32>,
+}
+
+impl SlowRuleView {
+    /// The rule of a wire lease or slow delta; `None` when unspecified or unknown (an agent
+    /// older or newer than this console).
+    pub fn from_wire(rule: i32, limit_ms: i64, runs: u32) -> Option<Self> {
+        let name = match v1::SlowRule::try_from(rule).ok()? {
+            v1::SlowRule::Threshold => "threshold",
+            v1::SlowRule::History => "history",
+            v1::SlowRule::Unspecified => return None,
+        };
+        Some(Self {
+            name,
+            limit_ms: limit_ms.max(0),
+            history_runs: (name == "history").then_some(runs),
+        })
+    }
+
+    /// `past p95 4m10s of 200 runs` or `past threshold 1m00s`, for a line of text.
+    pub fn text(&self) -> String {
+        match self.history_runs {
+            Some(runs) => format!("past p95 {} of {runs} runs", self.limit()),
+            None => format!("past threshold {}", self.limit()),
+        }
+    }
+
+    /// `p95 4m10s` or `>1m00s`: the rule in a table cell.
+    pub fn short(&self) -> String {
+        match self.history_runs {
+            Some(_) => format!("p95 {}", self.limit()),
+            None => format!(">{}", self.limit()),
+        }
+    }
+
+    /// The limit, with a tenth of a second under 10 s (a p95 of 1.26 s is not "1s").
+    fn limit(&self) -> String {
+        if (1_000..10_000).contains(&self.limit_ms) {
+            format!("{:.1}s", self.limit_ms as f64 / 1000.0)
+        } else {
+            short_duration(self.limit_ms)
+        }
+    }
 }
 
 /// A task and the epoch of its holding.
@@ -281,6 +340,7 @@ impl LeaseView {
             priority: l.priority,
             progress: l.progress.map(ProgressView::from),
             slow: l.slow,
+            slow_rule: SlowRuleView::from_wire(l.slow_rule, l.slow_limit_ms, l.slow_history_runs),
             cancel_requested: l.cancel_requested,
             renewal_failures: l.renewal_failures,
             renewal_failure_reason: opt_string(l.renewal_failure_reason),
@@ -322,6 +382,7 @@ fn event(kind: Kind) -> Result<WatchEvent, WireError> {
             task_id: s.task_id,
             epoch: s.epoch,
             running_ms: opt_ms("running_ms", s.running_ms)?.unwrap_or(0),
+            rule: SlowRuleView::from_wire(s.rule, s.limit_ms, s.history_runs),
         }),
         Kind::Stats(s) => WatchEvent::Stats(StatsView::from(s)),
         Kind::CancelRequested(c) => WatchEvent::CancelRequested(TaskEpoch {

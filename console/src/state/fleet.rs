@@ -304,6 +304,9 @@ impl Conn {
             Kind::Slow(s) => {
                 if let Some(h) = self.holding(s.task_id, s.epoch) {
                     h.lease.slow = true;
+                    h.lease.slow_rule = s.rule;
+                    h.lease.slow_limit_ms = s.limit_ms;
+                    h.lease.slow_history_runs = s.history_runs;
                 }
             }
             Kind::Stats(s) => self.stats = Some(s),

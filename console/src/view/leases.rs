@@ -12,6 +12,7 @@ use super::text::{ago, clock, dur, untrusted};
 use super::theme::Theme;
 use super::{empty_text, title};
 use crate::convert::task::progress_of_wire;
+use crate::convert::watch::SlowRuleView;
 use crate::output::text::progress_short;
 use crate::state::{LeaseRow, RenewalKind, State, Suspect, View};
 
@@ -173,7 +174,18 @@ fn row<'a>(
         words.push("cancelling".into());
     }
     if l.slow {
-        words.push("slow".into());
+        // Which rule fired: the type's p95 or its fixed threshold (the narrow column has
+        // room for the rule's name only).
+        words.push(
+            match (
+                SlowRuleView::from_wire(l.slow_rule, l.slow_limit_ms, l.slow_history_runs),
+                wide,
+            ) {
+                (Some(rule), true) => format!("slow ({})", rule.short()),
+                (Some(rule), false) if rule.history_runs.is_some() => "slow p95".into(),
+                _ => "slow".into(),
+            },
+        );
     }
     if r.held.fenced.is_some() {
         words.push("fenced".into());

@@ -26,6 +26,13 @@ struct TypeLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SlowLabel {
+    task_type: String,
+    /// `threshold` or `history`: which rule flagged it.
+    rule: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BreakerLabel {
     task_type: String,
     to: String,
@@ -87,7 +94,7 @@ pub struct Metrics {
     clock_jumps: Family<DirectionLabel, Counter>,
     ticks: Family<TickLabel, Counter>,
     timeouts: Family<TypeLabel, Counter>,
-    slow: Family<TypeLabel, Counter>,
+    slow: Family<SlowLabel, Counter>,
     shed: Family<TypeLabel, Counter>,
     breakers: Family<BreakerLabel, Counter>,
     database_up: Gauge,
@@ -213,7 +220,8 @@ impl Metrics {
         );
         registry.register(
             "slow_tasks",
-            "Executions flagged slow, by type",
+            "Executions flagged slow, by type and rule (threshold: past the type's slow_after; \
+             history: past the p95 of its recent successful runs)",
             m.slow.clone(),
         );
         registry.register(
@@ -267,7 +275,14 @@ impl Metrics {
             };
             self.claimed.get_or_create(&label).inc_by(0);
             self.timeouts.get_or_create(&label).inc_by(0);
-            self.slow.get_or_create(&label).inc_by(0);
+            for rule in ["threshold", "history"] {
+                self.slow
+                    .get_or_create(&SlowLabel {
+                        task_type: t.to_string(),
+                        rule: rule.to_string(),
+                    })
+                    .inc_by(0);
+            }
         }
     }
 
@@ -405,10 +420,11 @@ impl Metrics {
             .inc();
     }
 
-    pub(crate) fn slow(&self, task_type: &str) {
+    pub(crate) fn slow(&self, task_type: &str, rule: &str) {
         self.slow
-            .get_or_create(&TypeLabel {
+            .get_or_create(&SlowLabel {
                 task_type: task_type.to_string(),
+                rule: rule.to_string(),
             })
             .inc();
     }
