@@ -2,7 +2,9 @@
 //! `leasehold schedules …` end to end (issue 7): the real `leasehold` binary against a real
 //! agent and database — add (with a warning for a type no live agent handles), bad input of
 //! every kind refused with exit 2 and nothing saved, ls, trigger, disable/enable, the leader
-//! firing the schedule, rm, the leader in `agents ls`, and the audit rows of it all.
+//! firing the schedule, rm, the leader in `agents ls`, and the audit rows of it all; a
+//! schedule without `--max-attempts` inherits the type's policy (shown in `ls`, taken by its
+//! tasks at each firing), one with it keeps its own.
 
 use std::time::Duration;
 
@@ -176,6 +178,12 @@ async fn schedules_add_trigger_and_the_rest_through_the_cli() {
         .unwrap();
     assert_eq!(cron, "*/2 * * * * *", "the refused add changed nothing");
 
+    // nightly has no max attempts of its own: its tasks take report.build's policy.
+    ok(&cli
+        .run(&["policy", "set", "report.build", "--max-attempts", "6"])
+        .await
+        .unwrap());
+
     // ls, as a table within 80 columns and as JSON.
     let table = cli.run(&["schedules", "ls"]).await.unwrap();
     ok(&table);
@@ -201,6 +209,13 @@ async fn schedules_add_trigger_and_the_rest_through_the_cli() {
     assert_eq!(listed[0]["time_zone"], "Europe/Berlin");
     assert_eq!(listed[0]["missed"], "catch_up");
     assert_eq!(listed[0]["catch_up_max"], 3);
+    assert_eq!(listed[0]["max_attempts"], Value::Null, "inherited");
+    assert_eq!(
+        listed[0]["max_attempts_in_force"], 6,
+        "report.build's policy"
+    );
+    assert_eq!(listed[1]["max_attempts"], Value::Null);
+    assert_eq!(listed[1]["max_attempts_in_force"], 25, "noop has no policy");
 
     // Trigger: one task now, outside the cron, with the schedule's fields.
     let fired = cli
@@ -212,17 +227,79 @@ async fn schedules_add_trigger_and_the_rest_through_the_cli() {
     let task_id = fired["task_id"].as_i64().unwrap();
     let key = fired["idempotency_key"].as_str().unwrap().to_string();
     assert!(key.starts_with("schedule:nightly:manual:"), "{key}");
-    let (task_type, payload, priority, stored_key): (String, Value, i16, String) = sqlx::query_as(
-        "SELECT task_type, payload, priority, idempotency_key FROM tasks WHERE id = $1",
-    )
-    .bind(task_id)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let task_of = |id: i64| {
+        sqlx::query_as::<_, (String, Value, i16, String, i32)>(
+            "SELECT task_type, payload, priority, idempotency_key, max_attempts \
+             FROM tasks WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+    };
+    let (task_type, payload, priority, stored_key, attempts) = task_of(task_id).await.unwrap();
     assert_eq!(
         (task_type.as_str(), payload, priority, stored_key.as_str()),
         ("report.build", json!({"region": "eu"}), 5, key.as_str())
     );
+    assert_eq!(attempts, 6, "the type's policy at the firing");
+
+    // Its own max attempts, then back to inheriting by replacing it without them.
+    let nightly_with = |extra: &[&'static str]| {
+        let mut args = vec![
+            "schedules",
+            "add",
+            "nightly",
+            "--cron",
+            "0 30 2 * * *",
+            "--type",
+            "report.build",
+            "--tz",
+            "Europe/Berlin",
+            "--missed",
+            "catch_up",
+            "--catch-up-max",
+            "3",
+            "--payload",
+            r#"{"region": "eu"}"#,
+            "--priority",
+            "5",
+            "--replace",
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    let own = cli
+        .run(&nightly_with(&["--max-attempts", "2"]))
+        .await
+        .unwrap();
+    ok(&own);
+    let own = own.json().unwrap();
+    assert_eq!(own["outcome"], "replaced", "{own}");
+    assert_eq!(own["schedule"]["max_attempts"], 2);
+    assert_eq!(own["schedule"]["max_attempts_in_force"], 2);
+    let fired = cli
+        .run(&["schedules", "trigger", "nightly", "--output", "json"])
+        .await
+        .unwrap();
+    ok(&fired);
+    let fired_id = fired.json().unwrap()["task_id"].as_i64().unwrap();
+    assert_eq!(task_of(fired_id).await.unwrap().4, 2, "its own");
+    let inherits = cli.run(&nightly_with(&[])).await.unwrap();
+    ok(&inherits);
+    let inherits = inherits.json().unwrap();
+    assert_eq!(
+        inherits["schedule"]["max_attempts"],
+        Value::Null,
+        "{inherits}"
+    );
+    assert_eq!(inherits["schedule"]["max_attempts_in_force"], 6);
+    let column: Option<i32> =
+        sqlx::query_scalar("SELECT max_attempts FROM schedules WHERE name = 'nightly'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(column, None);
     let missing = cli.run(&["schedules", "trigger", "nope"]).await.unwrap();
     usage(&missing, "nope");
 

@@ -1,21 +1,23 @@
 //! Store conformance: cron schedules — add, replace, declare, enable, disable, trigger and
 //! remove (each audited), and the leader's firing pass: one task per tick under the tick's
-//! key, fenced by the leader's term, the missed-tick policies, and rows it cannot read; on
-//! PostgreSQL and SQLite alike.
+//! key, fenced by the leader's term, the missed-tick policies, rows it cannot read, and the
+//! max attempts of fired tasks (the schedule's own, else the policy in force at the firing);
+//! on PostgreSQL and SQLite alike.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_shared::domain::ScheduleAddOutcome;
 use leasehold_shared::domain::schedule::{MissedTicks, Schedule};
+use leasehold_shared::domain::{PolicyPatch, PolicyScope, ScheduleAddOutcome};
 use leasehold_shared::store::{
-    AuditListParams, FireReport, LeaderElectParams, LeaderOutcome, ScheduleAddParams,
-    ScheduleEnableParams, ScheduleFireParams, ScheduleNameParams, ScheduleWriteMode,
-    TaskListParams,
+    AuditListParams, FireReport, LeaderElectParams, LeaderOutcome, PolicySetParams,
+    ScheduleAddParams, ScheduleEnableParams, ScheduleFireParams, ScheduleNameParams,
+    ScheduleWriteMode, TaskListParams,
 };
 use leasehold_shared::{Actor, AgentId, InputLimits, Role, Store, StoreError, TaskStatus};
+use leasehold_tests::helpers::tt;
 use leasehold_tests::{Rows, Sql, StoreDb, Val, conformance};
 
 const ON_TIME: Duration = Duration::from_secs(1);
@@ -607,5 +609,126 @@ async fn a_row_that_cannot_be_read_is_not_fired_and_says_why(db: StoreDb) {
         .unwrap();
     assert!(removed.is_none());
     assert!(store.schedule_list().await.unwrap().unreadable.is_empty());
+    db.drop_db().await.unwrap();
+}
+
+/// The max attempts of the tasks each schedule fired in `report`, by schedule name (a
+/// schedule that fired two ticks, one late and one on time, is listed once per value).
+async fn fired_attempts(store: &Arc<dyn Store>, report: &FireReport) -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    for t in &report.fired {
+        assert!(t.task.created, "{t:?}");
+        let task = store.task_get(t.task.id).await.unwrap().unwrap().task;
+        out.push((t.name.to_string(), task.max_attempts));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+async fn set_max_attempts(store: &Arc<dyn Store>, scope: PolicyScope, n: Option<u32>) {
+    store
+        .policy_set(PolicySetParams {
+            scope,
+            patch: PolicyPatch {
+                max_attempts: Some(n),
+                ..Default::default()
+            },
+            actor: ops(),
+        })
+        .await
+        .unwrap();
+}
+
+conformance!(a_schedule_without_max_attempts_takes_the_policy_in_force_at_each_firing);
+async fn a_schedule_without_max_attempts_takes_the_policy_in_force_at_each_firing(db: StoreDb) {
+    let store = db.store();
+    let leader = lead(&store, "a#1").await;
+    let of = |t: &str| PolicyScope::Type(tt(t));
+    let schedule = |name: &str, task_type: &str, own: Option<i32>| {
+        Schedule::builder(name, "* * * * * *", task_type)
+            .max_attempts_opt(own)
+            .build(&InputLimits::default())
+            .unwrap()
+    };
+    create(&store, schedule("inherits", "sched.pol", None)).await;
+    create(&store, schedule("own", "sched.pol", Some(3))).await;
+    create(&store, schedule("plain", "sched.none", None)).await;
+    let stored: Vec<_> = store
+        .schedule_list()
+        .await
+        .unwrap()
+        .schedules
+        .into_iter()
+        .map(|r| (r.schedule.name().to_string(), r.schedule.max_attempts()))
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            ("inherits".to_string(), None),
+            ("own".to_string(), Some(3)),
+            ("plain".to_string(), None)
+        ]
+    );
+
+    // Fires every schedule once, from a clean slate (so each tick's key is free again).
+    let fire_all = async |expected: [(&str, i32); 3]| {
+        db.execute(Sql::both("DELETE FROM tasks"), &[])
+            .await
+            .unwrap();
+        for name in ["inherits", "own", "plain"] {
+            backdate(&db, name, 3.0).await;
+        }
+        let report = fire(&store, &leader).await;
+        let expected: Vec<_> = expected.iter().map(|(n, m)| (n.to_string(), *m)).collect();
+        assert_eq!(fired_attempts(&store, &report).await, expected);
+    };
+
+    // No policy at all: the default.
+    fire_all([("inherits", 25), ("own", 3), ("plain", 25)]).await;
+    // The type's policy, read at the firing.
+    set_max_attempts(&store, of("sched.pol"), Some(5)).await;
+    fire_all([("inherits", 5), ("own", 3), ("plain", 25)]).await;
+    // A later change applies to the next firing; the global row to a type without its own.
+    set_max_attempts(&store, of("sched.pol"), Some(8)).await;
+    set_max_attempts(&store, PolicyScope::Global, Some(12)).await;
+    fire_all([("inherits", 8), ("own", 3), ("plain", 12)]).await;
+    // The type's value cleared: the global one.
+    set_max_attempts(&store, of("sched.pol"), None).await;
+    fire_all([("inherits", 12), ("own", 3), ("plain", 12)]).await;
+
+    // A trigger resolves them the same way.
+    let triggered = store
+        .schedule_trigger(ScheduleNameParams {
+            name: "inherits".parse().unwrap(),
+            actor: ops(),
+        })
+        .await
+        .unwrap();
+    let task = store.task_get(triggered.task.id).await.unwrap().unwrap();
+    assert_eq!(task.task.max_attempts, 12);
+
+    // Replacing with a value, then without one: it keeps the value, then inherits again.
+    let replace = |s| store.schedule_add(add(s, ScheduleWriteMode::Replace));
+    let set = replace(schedule("inherits", "sched.pol", Some(4)))
+        .await
+        .unwrap();
+    assert_eq!(set.record.schedule.max_attempts(), Some(4));
+    let back = replace(schedule("inherits", "sched.pol", None))
+        .await
+        .unwrap();
+    assert_eq!(back.outcome, ScheduleAddOutcome::Replaced);
+    assert_eq!(back.record.schedule.max_attempts(), None);
+
+    // The column still refuses a value out of range, and takes NULL.
+    let out_of_range = db
+        .update(Rows::Schedule("own"), &[("max_attempts", Val::Int(0))])
+        .await;
+    assert!(out_of_range.is_err(), "0 is out of range");
+    db.update(Rows::Schedule("own"), &[("max_attempts", Val::Null)])
+        .await
+        .unwrap();
+    let own = store.schedule_list().await.unwrap().schedules;
+    assert_eq!(own[1].schedule.max_attempts(), None);
     db.drop_db().await.unwrap();
 }

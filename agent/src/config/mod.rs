@@ -54,7 +54,7 @@
 //! missed = "catch_up"              # or "skip" (default): ticks no leader fired in time
 //! catch_up_max = 5                 # catch_up only, 1..=1000 (default 10)
 //! priority = 0
-//! max_attempts = 3
+//! max_attempts = 3                 # default: the type's policy, as in force at each firing
 //! enabled = true                   # for a new schedule only
 //! ```
 //!
@@ -78,7 +78,6 @@ pub use grpc::{GrpcConfig, TlsFile, TokenFile};
 pub use layers::Layers;
 pub use settings::{ExecSettings, LogFormat, OutputFormat, ScheduleFile, Settings};
 
-use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
 use leasehold_shared::domain::schedule::{DEFAULT_CATCH_UP, MissedTicks, Schedule};
 
 use crate::handlers::{BUILTIN, BuiltinOptions};
@@ -159,7 +158,7 @@ impl ScheduleFile {
         let mut builder = Schedule::builder(self.name, self.cron, self.task_type)
             .payload(self.payload.unwrap_or_else(|| serde_json::json!({})))
             .priority(self.priority.unwrap_or(0))
-            .max_attempts(self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS))
+            .max_attempts_opt(self.max_attempts)
             .enabled(self.enabled.unwrap_or(true))
             .missed(missed);
         if let Some(zone) = self.time_zone {

@@ -4,11 +4,15 @@
 //! payload, or one the handler of its type refuses (see [`crate::handlers::check_enqueue`];
 //! audited as `failed`) — is INVALID_ARGUMENT naming the field, and nothing is saved. A type no
 //! live agent handles is saved with a warning in the reply.
+//!
+//! A schedule without its own max attempts inherits them (wire 0, both ways): every reply's
+//! schedule also says what a task fired now would get (`max_attempts_in_force`), from the
+//! policies read for that reply.
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire;
-use leasehold_shared::domain::policy::DEFAULT_MAX_ATTEMPTS;
 use leasehold_shared::domain::schedule::{DEFAULT_CATCH_UP, MissedTicks, Schedule, ScheduleName};
+use leasehold_shared::domain::{Policy, PolicyScope, TaskType};
 use leasehold_shared::store::{
     ScheduleAddParams, ScheduleEnableParams, ScheduleNameParams, ScheduleRecord, ScheduleWriteMode,
     UnreadableSchedule,
@@ -20,8 +24,28 @@ use super::service::{Need, Service};
 use super::status::from_store;
 use crate::runtime::scheduler::unserved_warning;
 
-/// A stored schedule on the wire.
-pub fn schedule_to_wire(r: &ScheduleRecord) -> pb::Schedule {
+/// The policy rows a reply resolves inherited max attempts from.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptPolicies(Vec<Policy>);
+
+impl AttemptPolicies {
+    /// The max attempts a task of `task_type` enqueued without its own gets now: the type's
+    /// policy value, else the global one, else the default (as the enqueue resolves them).
+    pub fn for_type(&self, task_type: &TaskType) -> i32 {
+        let find = |scope: &PolicyScope| self.0.iter().find(|p| p.scope == *scope);
+        let global = find(&PolicyScope::Global)
+            .cloned()
+            .unwrap_or_else(|| Policy::inherit(PolicyScope::Global));
+        let scope = PolicyScope::Type(task_type.clone());
+        match find(&scope) {
+            Some(row) => row.max_attempts_over(&global),
+            None => Policy::inherit(scope).max_attempts_over(&global),
+        }
+    }
+}
+
+/// A stored schedule on the wire; its inherited max attempts resolved from `policies`.
+pub fn schedule_to_wire(r: &ScheduleRecord, policies: &AttemptPolicies) -> pb::Schedule {
     let s = &r.schedule;
     pb::Schedule {
         name: s.name().to_string(),
@@ -30,7 +54,10 @@ pub fn schedule_to_wire(r: &ScheduleRecord) -> pb::Schedule {
         task_type: s.task_type().to_string(),
         payload_json: s.payload().to_string(),
         priority: i32::from(s.priority()),
-        max_attempts: s.max_attempts(),
+        max_attempts: s.max_attempts().unwrap_or(0),
+        max_attempts_in_force: s
+            .max_attempts()
+            .unwrap_or_else(|| policies.for_type(s.task_type())),
         enabled: s.enabled(),
         missed: s.missed().as_str().to_string(),
         catch_up_max: s.missed().limit(),
@@ -101,9 +128,9 @@ pub fn schedule_from_wire(
     let mut builder = Schedule::builder(&r.name, &r.cron, &r.task_type)
         .payload(payload)
         .priority(priority)
-        .max_attempts(match r.max_attempts {
-            0 => DEFAULT_MAX_ATTEMPTS,
-            n => n,
+        .max_attempts_opt(match r.max_attempts {
+            0 => None,
+            n => Some(n),
         })
         .enabled(!r.disabled)
         .missed(missed);
@@ -114,6 +141,17 @@ pub fn schedule_from_wire(
 }
 
 impl Service {
+    /// The policy rows this reply's inherited max attempts are resolved from.
+    async fn attempt_policies(&self, op: &'static str) -> Result<AttemptPolicies, Status> {
+        let rows = self
+            .core
+            .store
+            .policy_list()
+            .await
+            .map_err(|e| from_store(op, e))?;
+        Ok(AttemptPolicies(rows))
+    }
+
     pub(super) async fn list_schedules_rpc(
         &self,
         request: Request<pb::ListSchedulesRequest>,
@@ -124,8 +162,12 @@ impl Service {
             .schedule_list()
             .await
             .map_err(|e| from_store("list_schedules", e))?;
-        let mut schedules: Vec<pb::Schedule> =
-            listing.schedules.iter().map(schedule_to_wire).collect();
+        let policies = self.attempt_policies("list_schedules").await?;
+        let mut schedules: Vec<pb::Schedule> = listing
+            .schedules
+            .iter()
+            .map(|r| schedule_to_wire(r, &policies))
+            .collect();
         schedules.extend(listing.unreadable.iter().map(unreadable_to_wire));
         schedules.sort_by(|a, b| a.name.cmp(&b.name));
         let now = store
@@ -177,10 +219,11 @@ impl Service {
             .await
             .map_err(|e| from_store("add_schedule", e))?;
         self.core.schedules_changed.notify_one();
+        let policies = self.attempt_policies("add_schedule").await?;
         let (add_outcome, outcome) = wire::write(added.outcome);
         #[allow(deprecated)] // `outcome` is filled for consoles older than `add_outcome`
         let response = pb::AddScheduleResponse {
-            schedule: Some(schedule_to_wire(&added.record)),
+            schedule: Some(schedule_to_wire(&added.record, &policies)),
             outcome,
             add_outcome,
             warnings: warning.into_iter().collect(),
@@ -209,8 +252,9 @@ impl Service {
             .await
             .map_err(|e| from_store("remove_schedule", e))?;
         self.core.schedules_changed.notify_one();
+        let policies = self.attempt_policies("remove_schedule").await?;
         Ok(Response::new(pb::RemoveScheduleResponse {
-            schedule: removed.as_ref().map(schedule_to_wire),
+            schedule: removed.as_ref().map(|r| schedule_to_wire(r, &policies)),
         }))
     }
 
@@ -244,8 +288,9 @@ impl Service {
             .await
             .map_err(|e| from_store("set_schedule_enabled", e))?;
         self.core.schedules_changed.notify_one();
+        let policies = self.attempt_policies("set_schedule_enabled").await?;
         Ok(Response::new(pb::SetScheduleEnabledResponse {
-            schedule: Some(schedule_to_wire(&done.record)),
+            schedule: Some(schedule_to_wire(&done.record, &policies)),
             changed: done.changed,
         }))
     }
@@ -275,9 +320,10 @@ impl Service {
             .await
             .map_err(|e| from_store("trigger_schedule", e))?
             .map(|d| task_to_wire(&d.task));
+        let policies = self.attempt_policies("trigger_schedule").await?;
         Ok(Response::new(pb::TriggerScheduleResponse {
             task,
-            schedule: Some(schedule_to_wire(&done.record)),
+            schedule: Some(schedule_to_wire(&done.record, &policies)),
         }))
     }
 }
@@ -302,7 +348,15 @@ mod tests {
         let limits = leasehold_shared::InputLimits::default();
         let s = schedule_from_wire(&add("tick", "* * * * * *"), &limits).unwrap();
         assert_eq!(s.missed(), MissedTicks::Skip);
-        assert_eq!(s.max_attempts(), DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(s.max_attempts(), None, "0 inherits");
+        let own = pb::AddScheduleRequest {
+            max_attempts: 5,
+            ..add("tick", "* * * * * *")
+        };
+        assert_eq!(
+            schedule_from_wire(&own, &limits).unwrap().max_attempts(),
+            Some(5)
+        );
         assert_eq!(s.time_zone().name(), "UTC");
         let catch_up = pb::AddScheduleRequest {
             missed: "catch_up".into(),
@@ -375,5 +429,52 @@ mod tests {
             },
             "priority",
         );
+        refused(
+            pb::AddScheduleRequest {
+                max_attempts: -1,
+                ..add("tick", "* * * * * *")
+            },
+            "max_attempts",
+        );
+    }
+
+    #[test]
+    fn an_inherited_max_attempts_is_shown_as_the_policies_resolve_it() {
+        let limits = leasehold_shared::InputLimits::default();
+        let record = |max_attempts: i32| ScheduleRecord {
+            schedule: schedule_from_wire(
+                &pb::AddScheduleRequest {
+                    max_attempts,
+                    ..add("tick", "* * * * * *")
+                },
+                &limits,
+            )
+            .unwrap(),
+            next_fire_at: None,
+            last_fired_at: None,
+            last_task_id: None,
+            last_task_status: None,
+            last_error: None,
+            created_at: chrono::Utc::now(),
+            updated_at: chrono::Utc::now(),
+        };
+        let noop = TaskType::new("noop").unwrap();
+        let mut global = Policy::inherit(PolicyScope::Global);
+        global.max_attempts = Some(9);
+        let mut own = Policy::inherit(PolicyScope::Type(noop.clone()));
+        own.max_attempts = Some(4);
+        let shown = |r: &ScheduleRecord, rows: Vec<Policy>| {
+            let s = schedule_to_wire(r, &AttemptPolicies(rows));
+            (s.max_attempts, s.max_attempts_in_force)
+        };
+        let inherits = record(0);
+        assert_eq!(shown(&inherits, vec![]), (0, 25), "the default");
+        assert_eq!(shown(&inherits, vec![global.clone()]), (0, 9), "global");
+        assert_eq!(
+            shown(&inherits, vec![global.clone(), own.clone()]),
+            (0, 4),
+            "the type's"
+        );
+        assert_eq!(shown(&record(2), vec![global, own]), (2, 2), "its own");
     }
 }

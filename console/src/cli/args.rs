@@ -559,8 +559,9 @@ pub enum SchedulesCommand {
     /// never fired), LAST OUTCOME (the status of the last tick's task, `error: MESSAGE` when
     /// the last firing could not enqueue, `-` when none). Times are the database's.
     /// Output (json): one line, an array of SCHEDULE: {"name","cron","description",
-    /// "time_zone","task_type","payload","priority","max_attempts","enabled","missed",
-    /// "catch_up_max","next_fire_at","next_fire_at_ms","last_fired_at","last_fired_at_ms",
+    /// "time_zone","task_type","payload","priority","max_attempts" (null: inherited from the
+    /// type's policy at each firing),"max_attempts_in_force" (what a task fired now gets; null
+    /// when the agent does not say),"enabled","missed","catch_up_max","next_fire_at","next_fire_at_ms","last_fired_at","last_fired_at_ms",
     /// "last_task_id","last_task_status","last_error","created_at","created_at_ms",
     /// "updated_at","updated_at_ms"}; times are RFC 3339 UTC strings next to the same time
     /// in ms, both null when none (a last task, status or error that is not set is null).
@@ -690,7 +691,9 @@ pub struct ScheduleAddArgs {
     )]
     pub priority: i16,
 
-    /// Most attempts of each task, the first included (default: 25).
+    /// Most attempts of each task, the first included. Without it the schedule inherits: each
+    /// task it fires takes the type's `policy set --max-attempts`, else the global one, else 25,
+    /// as in force when it fires (with --replace too: a replaced schedule without it inherits).
     #[arg(
         long,
         value_name = "N",

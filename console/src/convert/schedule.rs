@@ -3,12 +3,15 @@
 //! A time is shown twice, as an RFC 3339 UTC string and as ms since 1970, both `null` when
 //! the wire says 0 (never fired, never fires again). The last task's status is `null` when the
 //! wire says TASK_STATUS_UNSPECIFIED (no task, or one deleted by retention); a number this
-//! build does not know is bad wire data.
+//! build does not know is bad wire data. A schedule without its own max attempts (wire 0)
+//! shows `"max_attempts":null`: each task it fires takes its type's policy value, else the
+//! global one, else 25; `max_attempts_in_force` is what a task fired now gets (`null` when the
+//! agent does not say: an older agent, or a row it cannot read).
 //!
 //! ```text
 //! {"name":"nightly","cron":"0 0 2 * * *","description":"at 02:00:00","time_zone":"UTC",
-//!  "task_type":"report","payload":{},"priority":0,"max_attempts":3,"enabled":true,
-//!  "missed":"skip","catch_up_max":1,"next_fire_at":"…Z","next_fire_at_ms":1764554400000,
+//!  "task_type":"report","payload":{},"priority":0,"max_attempts":3 (null: inherited),
+//!  "max_attempts_in_force":3,"enabled":true,"missed":"skip","catch_up_max":1,"next_fire_at":"…Z","next_fire_at_ms":1764554400000,
 //!  "last_fired_at":null,"last_fired_at_ms":null,"last_task_id":null,"last_task_status":null,
 //!  "last_error":null,"created_at":"…Z","created_at_ms":…,"updated_at":"…Z","updated_at_ms":…}
 //! ```
@@ -30,7 +33,10 @@ pub struct ScheduleView {
     pub task_type: String,
     pub payload: serde_json::Value,
     pub priority: i16,
-    pub max_attempts: i32,
+    /// `None`: inherited from the policies at each firing.
+    pub max_attempts: Option<i32>,
+    /// What a task fired now gets; `None` when the agent does not say.
+    pub max_attempts_in_force: Option<i32>,
     pub enabled: bool,
     pub missed: String,
     pub catch_up_max: u32,
@@ -72,12 +78,16 @@ impl ScheduleView {
             field: "priority",
             value: i64::from(s.priority),
         })?;
-        if s.max_attempts < 0 {
-            return Err(WireError::OutOfRange {
-                field: "max_attempts",
-                value: i64::from(s.max_attempts),
-            });
-        }
+        let attempts = |field: &'static str, value: i32| match value {
+            0 => Ok(None),
+            1.. => Ok(Some(value)),
+            _ => Err(WireError::OutOfRange {
+                field,
+                value: i64::from(value),
+            }),
+        };
+        let max_attempts = attempts("max_attempts", s.max_attempts)?;
+        let max_attempts_in_force = attempts("max_attempts_in_force", s.max_attempts_in_force)?;
         let last_task_id = match s.last_task_id {
             0 => None,
             1.. => Some(s.last_task_id),
@@ -112,7 +122,8 @@ impl ScheduleView {
             task_type: s.task_type,
             payload,
             priority,
-            max_attempts: s.max_attempts,
+            max_attempts,
+            max_attempts_in_force,
             enabled: s.enabled,
             missed: s.missed,
             catch_up_max: s.catch_up_max,
@@ -173,6 +184,7 @@ pub(crate) mod tests {
             payload_json: r#"{"kind":"daily"}"#.into(),
             priority: 2,
             max_attempts: 3,
+            max_attempts_in_force: 3,
             enabled: true,
             missed: "skip".into(),
             catch_up_max: 1,
@@ -200,6 +212,7 @@ pub(crate) mod tests {
             "payload": {"kind": "daily"},
             "priority": 2,
             "max_attempts": 3,
+            "max_attempts_in_force": 3,
             "enabled": true,
             "missed": "skip",
             "catch_up_max": 1,
@@ -239,6 +252,27 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_inherited_max_attempts_is_null_next_to_the_value_in_force() {
+        let mut s = wire_schedule("inherits");
+        s.max_attempts = 0;
+        s.max_attempts_in_force = 7;
+        let json = ScheduleView::from_wire(s)
+            .ok()
+            .and_then(|v| serde_json::to_value(v).ok());
+        let json = json.unwrap_or_default();
+        assert_eq!(json["max_attempts"], serde_json::Value::Null);
+        assert_eq!(json["max_attempts_in_force"], 7);
+
+        let mut older = wire_schedule("older-agent");
+        older.max_attempts_in_force = 0;
+        let v = ScheduleView::from_wire(older).ok();
+        assert_eq!(
+            v.map(|v| (v.max_attempts, v.max_attempts_in_force)),
+            Some((Some(3), None))
+        );
+    }
+
+    #[test]
     fn bad_wire_schedules_are_refused() {
         type Spoil = fn(&mut v1::Schedule);
         let cases: Vec<(Spoil, &str)> = vec![
@@ -248,6 +282,7 @@ pub(crate) mod tests {
             (|s| s.last_fired_at_ms = i64::MAX, "last_fired_at_ms"),
             (|s| s.priority = 40_000, "priority"),
             (|s| s.max_attempts = -1, "max_attempts"),
+            (|s| s.max_attempts_in_force = -1, "max_attempts_in_force"),
             (|s| s.last_task_id = -4, "last_task_id"),
         ];
         for (spoil, needle) in cases {

@@ -212,6 +212,7 @@ pub fn schedule(name: &str) -> v1::Schedule {
         payload_json: "{}".into(),
         priority: 0,
         max_attempts: 3,
+        max_attempts_in_force: 3,
         enabled: !broken,
         missed: "skip".into(),
         catch_up_max: 1,

@@ -231,7 +231,8 @@ pub(crate) struct ScheduleRow {
     pub task_type: String,
     pub payload: serde_json::Value,
     pub priority: i16,
-    pub max_attempts: i32,
+    /// `None`: the schedule inherits (see [`Schedule::max_attempts`]).
+    pub max_attempts: Option<i32>,
     pub enabled: bool,
     pub missed: String,
     pub catch_up_max: i32,
@@ -269,7 +270,7 @@ impl ScheduleRow {
             .time_zone(&self.time_zone)
             .payload(self.payload.clone())
             .priority(self.priority)
-            .max_attempts(self.max_attempts)
+            .max_attempts_opt(self.max_attempts)
             .enabled(self.enabled)
             .missed(missed)
             .build(&read_limits())
@@ -298,7 +299,8 @@ pub(crate) struct StoredDefinition<'a> {
     pub task_type: &'a str,
     pub payload: &'a serde_json::Value,
     pub priority: i16,
-    pub max_attempts: i32,
+    /// NULL: inherit.
+    pub max_attempts: Option<i32>,
     pub enabled: bool,
     pub missed: &'static str,
     pub catch_up_max: i32,
@@ -407,11 +409,12 @@ pub(crate) fn first_fire(s: &Schedule, now: DateTime<Utc>) -> Option<DateTime<Ut
     s.next_after(now).filter(|t| *t != NEVER)
 }
 
-/// The task one tick (or a trigger) enqueues.
+/// The task one tick (or a trigger) enqueues. A schedule that inherits its max attempts gives
+/// none, so the enqueue resolves them from the policies in force now, as for any task.
 pub(crate) fn tick_task(s: &Schedule, key: String) -> NewTask {
     let mut task = NewTask::new(s.task_type().clone(), s.payload().clone());
     task.priority = s.priority();
-    task.max_attempts = Some(s.max_attempts());
+    task.max_attempts = s.max_attempts();
     task.idempotency_key = Some(key);
     task
 }
@@ -787,7 +790,7 @@ mod tests {
             task_type: "noop".into(),
             payload: json!({}),
             priority: 0,
-            max_attempts: 3,
+            max_attempts: Some(3),
             enabled: true,
             missed: "skip".into(),
             catch_up_max: 1,
@@ -866,5 +869,25 @@ mod tests {
         );
         assert_eq!(next, Some("2026-06-01T12:00:03Z".parse().unwrap()));
         assert!(trigger_key(s.name(), now).starts_with("schedule:tick:manual:"));
+
+        // Without its own max attempts, a schedule's ticks carry none: the enqueue resolves
+        // them from the policies in force at the firing.
+        let inherits = Schedule::builder("tick", "* * * * * *", "noop")
+            .build(&InputLimits::default())
+            .unwrap();
+        assert_eq!(StoredDefinition::of(&inherits).max_attempts, None);
+        let row = ScheduleRow {
+            max_attempts: None,
+            ..row
+        };
+        assert_eq!(row.schedule().unwrap().max_attempts(), None);
+        let FireStep::Fire { ticks, .. } = plan_fire(&row, now, Duration::from_secs(1)) else {
+            panic!("fires")
+        };
+        assert!(ticks.iter().all(|(_, t)| t.max_attempts.is_none()));
+        assert_eq!(
+            add_audit_params(&inherits, ScheduleWriteMode::Create)["max_attempts"],
+            serde_json::Value::Null
+        );
     }
 }

@@ -6,7 +6,6 @@ use chrono_tz::Tz;
 
 use super::{CronExpr, MissedTicks, Schedule, ScheduleName, parse_time_zone};
 use crate::domain::ids::TaskType;
-use crate::domain::policy::DEFAULT_MAX_ATTEMPTS;
 use crate::domain::validate::{
     InputLimits, MAX_ATTEMPTS_LIMIT, ValidationError, check_range, payload_text,
 };
@@ -15,8 +14,8 @@ use crate::domain::validate::{
 pub const DEFAULT_SCHEDULE_PRIORITY: i16 = 0;
 
 /// Collects a schedule's raw input; [`ScheduleBuilder::build`] validates it. Defaults: zone
-/// UTC, payload `{}`, priority [`DEFAULT_SCHEDULE_PRIORITY`], max attempts
-/// [`DEFAULT_MAX_ATTEMPTS`], enabled, [`MissedTicks::Skip`].
+/// UTC, payload `{}`, priority [`DEFAULT_SCHEDULE_PRIORITY`], max attempts inherited (see
+/// [`Schedule::max_attempts`]), enabled, [`MissedTicks::Skip`].
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ScheduleBuilder {
@@ -26,7 +25,7 @@ pub struct ScheduleBuilder {
     time_zone: Option<String>,
     payload: serde_json::Value,
     priority: i16,
-    max_attempts: i32,
+    max_attempts: Option<i32>,
     enabled: bool,
     missed: MissedTicks,
 }
@@ -52,6 +51,13 @@ impl ScheduleBuilder {
 
     /// Attempts each tick's task gets (`1..=1000`, as for any task).
     pub fn max_attempts(mut self, attempts: i32) -> Self {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
+    /// Attempts each tick's task gets, `None` to inherit them from the type's policy at each
+    /// firing (the default; see [`Schedule::max_attempts`]).
+    pub fn max_attempts_opt(mut self, attempts: Option<i32>) -> Self {
         self.max_attempts = attempts;
         self
     }
@@ -80,7 +86,10 @@ impl ScheduleBuilder {
         };
         let task_type = TaskType::new(self.task_type)?;
         payload_text(&self.payload, limits)?;
-        let max_attempts = check_range("max_attempts", self.max_attempts, 1..=MAX_ATTEMPTS_LIMIT)?;
+        let max_attempts = self
+            .max_attempts
+            .map(|n| check_range("max_attempts", n, 1..=MAX_ATTEMPTS_LIMIT))
+            .transpose()?;
         let missed = match self.missed {
             MissedTicks::Skip => MissedTicks::Skip,
             MissedTicks::CatchUp { max } => MissedTicks::catch_up(max)?,
@@ -114,7 +123,7 @@ impl Schedule {
             time_zone: None,
             payload: serde_json::Value::Object(serde_json::Map::new()),
             priority: DEFAULT_SCHEDULE_PRIORITY,
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_attempts: None,
             enabled: true,
             missed: MissedTicks::Skip,
         }
@@ -138,7 +147,7 @@ mod tests {
         assert_eq!(s.task_type().as_str(), "report.build");
         assert_eq!(s.payload(), &serde_json::json!({}));
         assert_eq!(s.priority(), 0);
-        assert_eq!(s.max_attempts(), DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(s.max_attempts(), None, "inherits by default");
         assert!(s.enabled());
         assert_eq!(s.missed(), MissedTicks::Skip);
 
@@ -153,8 +162,14 @@ mod tests {
             .unwrap();
         assert_eq!(
             (s.priority(), s.max_attempts(), s.enabled()),
-            (-3, 1000, false)
+            (-3, Some(1000), false)
         );
+        let inherits = Schedule::builder("n", "@hourly", "x")
+            .max_attempts(3)
+            .max_attempts_opt(None)
+            .build(&InputLimits::default())
+            .unwrap();
+        assert_eq!(inherits.max_attempts(), None);
         assert_eq!(s.missed().limit(), 1000);
 
         let ok = || Schedule::builder("nightly", "0 30 2 * * *", "report.build");

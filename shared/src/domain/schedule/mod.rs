@@ -76,7 +76,7 @@ pub struct Schedule {
     task_type: TaskType,
     payload: serde_json::Value,
     priority: i16,
-    max_attempts: i32,
+    max_attempts: Option<i32>,
     enabled: bool,
     missed: MissedTicks,
 }
@@ -112,8 +112,12 @@ impl Schedule {
         self.priority
     }
 
-    /// Attempts every tick's task gets, in `1..=1000`.
-    pub fn max_attempts(&self) -> i32 {
+    /// Attempts every tick's task gets, in `1..=1000`; `None` inherits: each fired task takes
+    /// its type's policy value, else the global one, else [`DEFAULT_MAX_ATTEMPTS`], as in force
+    /// when it is fired (as any task enqueued without its own).
+    ///
+    /// [`DEFAULT_MAX_ATTEMPTS`]: crate::domain::policy::DEFAULT_MAX_ATTEMPTS
+    pub fn max_attempts(&self) -> Option<i32> {
         self.max_attempts
     }
 

@@ -21,7 +21,7 @@ use super::{
     tick_task, trigger_entry, trigger_key, unreadable,
 };
 use crate::domain::{AgentId, InputLimits, Schedule};
-use crate::store::audit::backend::{Columns, agent_id, authorize, failed, status};
+use crate::store::audit::backend::{Columns, agent_id, authorize, failed, narrow, status};
 use crate::store::audit::operator::OperatorStatements;
 use crate::store::{Enqueued, NewTask, Result, StoreError};
 
@@ -117,7 +117,10 @@ pub(crate) fn schedule_row(r: &impl Columns) -> Result<ScheduleRow> {
         task_type: r.text("task_type")?,
         payload: r.json("payload")?.unwrap_or(serde_json::Value::Null),
         priority: r.small("priority")?,
-        max_attempts: r.small("max_attempts")?,
+        max_attempts: r
+            .opt_int("max_attempts")?
+            .map(|n| narrow(n, "max_attempts"))
+            .transpose()?,
         enabled: r.flag("enabled")?,
         missed: r.text("missed")?,
         catch_up_max: r.small("catch_up_max")?,
