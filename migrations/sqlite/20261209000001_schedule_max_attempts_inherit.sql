@@ -2,7 +2,8 @@
 --
 -- SQLite cannot drop a NOT NULL in place: the table is rebuilt with every column, default and
 -- CHECK it had (no trigger or view names it; its one index is dropped first and made again).
--- Every row is copied as it is, its max_attempts included.
+-- Every row is copied as it is, except a max_attempts of 25 (the old default), which becomes
+-- NULL (inherit), as on PostgreSQL.
 DROP INDEX schedules_due;
 CREATE TABLE schedules_rebuilt (
     name          TEXT    PRIMARY KEY
@@ -39,7 +40,7 @@ CREATE TABLE schedules_rebuilt (
 INSERT INTO schedules_rebuilt (name, cron, timezone, task_type, payload, priority, max_attempts,
                                enabled, last_fired_at, next_fire_at, created_at, updated_at,
                                missed, catch_up_max, last_task_id, last_error)
-SELECT name, cron, timezone, task_type, payload, priority, max_attempts,
+SELECT name, cron, timezone, task_type, payload, priority, NULLIF(max_attempts, 25),
        enabled, last_fired_at, next_fire_at, created_at, updated_at,
        missed, catch_up_max, last_task_id, last_error
 FROM schedules;
