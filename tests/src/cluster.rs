@@ -250,6 +250,99 @@ impl PgCluster {
         self.wait_answers().await
     }
 
+    /// A streaming standby of this cluster: a base backup (`pg_basebackup -R -X stream`, so it
+    /// follows this server), started on a free port with the same settings; returns once it
+    /// answers (read-only). Make it synchronous with `synchronous_standby_names` on this one.
+    pub async fn standby(&self) -> anyhow::Result<PgCluster> {
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-pgcluster-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .with_context(|| format!("removing stale {}", dir.display()))?;
+        }
+        let port = self.port.to_string();
+        server::run_pg_tool_with_env(
+            &self.bin,
+            "pg_basebackup",
+            self.as_root,
+            &self.env,
+            &[
+                "-h".as_ref(),
+                "127.0.0.1".as_ref(),
+                "-p".as_ref(),
+                port.as_ref(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "-D".as_ref(),
+                dir.as_os_str(),
+                "-R".as_ref(),
+                "-X".as_ref(),
+                "stream".as_ref(),
+                "-c".as_ref(),
+                "fast".as_ref(),
+            ],
+        )
+        .await
+        .map_err(|e| self.with_log(e, "pg_basebackup of the cluster"))?;
+        // The primary's socket and pid files came along; the standby makes its own.
+        let _ = std::fs::remove_file(dir.join("postmaster.pid"));
+        let mut standby = PgCluster {
+            dir,
+            port: 0,
+            bin: self.bin.clone(),
+            as_root: self.as_root,
+            extra: self.extra.clone(),
+            env: self.env.clone(),
+            running: false,
+        };
+        let mut last_error = None;
+        for _ in 0..START_ATTEMPTS {
+            standby.port = free_port()?;
+            match standby.pg_ctl_start().await {
+                Ok(()) => {
+                    standby.running = true;
+                    standby.wait_answers().await?;
+                    return Ok(standby);
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error
+            .unwrap_or_else(|| anyhow::anyhow!("no attempt made"))
+            .context("starting the standby"))
+    }
+
+    /// `pg_ctl promote`: a standby becomes a primary (accepts writes); returns once it does.
+    pub async fn promote(&self) -> anyhow::Result<()> {
+        let result = self
+            .pg_ctl(&[
+                "-D".as_ref(),
+                self.dir.as_os_str(),
+                "-w".as_ref(),
+                "-t".as_ref(),
+                PG_CTL_TIMEOUT_SECS.to_string().as_ref(),
+                "promote".as_ref(),
+            ])
+            .await;
+        result.map_err(|e| self.with_log(e, "pg_ctl promote"))
+    }
+
+    /// Runs one statement `sql` (simple protocol, no result) on the `postgres` database as the
+    /// superuser, e.g. `ALTER SYSTEM SET …` (one per call: several run as one transaction,
+    /// which ALTER SYSTEM refuses).
+    pub async fn admin_execute(&self, sql: &str) -> anyhow::Result<()> {
+        let mut conn = self.admin_connection().await?;
+        let done = sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+            .execute(&mut conn)
+            .await
+            .with_context(|| format!("running {sql} on port {}", self.port));
+        let _ = conn.close().await;
+        done.map(drop)
+    }
+
     /// The last lines of the server's log.
     pub fn log_tail(&self) -> String {
         server::log_tail(&self.log_path())

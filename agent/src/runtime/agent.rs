@@ -150,6 +150,7 @@ impl AgentBuilder {
                     // A half-open transaction holding lease rows would block renewals: end it
                     // well within the TTL.
                     idle_in_transaction_timeout: server_timeout,
+                    follow_failover: true,
                 },
             )
             // The store's error says "cannot connect to the database: …" itself.
@@ -184,6 +185,8 @@ impl AgentBuilder {
                         application_name: format!("leasehold-agent {name} heartbeat"),
                         statement_timeout: Some(timeout),
                         idle_in_transaction_timeout: timeout.max(Duration::from_millis(500)),
+                        // Opened again after each failure, on the server usable then.
+                        follow_failover: false,
                     };
                     let store = PgStore::connect(&url, options).await?;
                     Ok(Arc::new(store) as Arc<dyn Store>)

@@ -19,6 +19,7 @@
 mod claim;
 pub mod enqueue;
 mod holder;
+pub mod hosts;
 mod maintenance;
 pub mod operator;
 mod query;
@@ -27,7 +28,6 @@ mod resources;
 mod rows;
 mod schedules;
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -229,6 +229,10 @@ pub struct PgStoreOptions {
     /// A transaction left idle this long (its client stalled or gone half-open) is ended by
     /// the server, releasing its row locks.
     pub idle_in_transaction_timeout: Duration,
+    /// With a URL naming several servers or a `target_session_attrs`: watch the server in use
+    /// and move the pool to another after a failover (see [`hosts`]). Off for a store that is
+    /// opened again after each failure anyway (it finds the usable server as it connects).
+    pub follow_failover: bool,
 }
 
 impl Default for PgStoreOptions {
@@ -240,6 +244,7 @@ impl Default for PgStoreOptions {
             application_name: "leasehold".to_string(),
             statement_timeout: None,
             idle_in_transaction_timeout: Duration::from_secs(60),
+            follow_failover: true,
         }
     }
 }
@@ -284,9 +289,16 @@ impl PgStore {
                 format!("{}ms", timeout.as_millis().max(1)),
             ));
         }
-        let connect = connect_options(url)?
-            .application_name(&options.application_name)
-            .options(settings);
+        let targets = hosts::parse_targets(url)?;
+        let configure = |o: &PgConnectOptions| {
+            o.clone()
+                .application_name(&options.application_name)
+                .options(settings.clone())
+        };
+        if !targets.is_plain() {
+            return Self::connect_failover(targets, &options, configure).await;
+        }
+        let connect = configure(&targets.hosts[0]);
         // One plain attempt first: a refused connection, an unknown database or a bad
         // password is reported at once, in its own words. The pool would retry it until its
         // acquire timeout and then say only that it timed out.
@@ -309,6 +321,47 @@ impl PgStore {
             .connect_with(connect)
             .await
             .map_err(StoreError::db("connect"))?;
+        Ok(Self::from_pool(pool, options.limits))
+    }
+
+    /// [`PgStore::connect`] to a URL naming several servers or a `target_session_attrs`:
+    /// the first usable server in order, then a monitor that follows a failover (see
+    /// [`hosts`]).
+    async fn connect_failover(
+        targets: hosts::Targets,
+        options: &PgStoreOptions,
+        configure: impl Fn(&PgConnectOptions) -> PgConnectOptions,
+    ) -> Result<Self> {
+        let attrs = targets.attrs;
+        let failover = std::sync::Arc::new(hosts::Failover::new(
+            targets.hosts.iter().map(configure).collect(),
+            targets.names,
+            attrs,
+        ));
+        let probe = tokio::time::timeout(options.acquire_timeout, failover.find())
+            .await
+            .map_err(|_| StoreError::Database {
+                op: "connect",
+                source: sqlx::Error::PoolTimedOut,
+            })??;
+        tracing::info!(server = failover.current_name(), "database server chosen");
+        let stale = std::sync::Arc::clone(&failover);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move { hosts::check_new_connection(conn, attrs).await })
+            })
+            .before_acquire(move |_conn, meta| {
+                let stale = stale.is_stale(meta.age);
+                Box::pin(async move { Ok(!stale) })
+            })
+            .connect_with(failover.current())
+            .await
+            .map_err(StoreError::db("connect"))?;
+        if options.follow_failover {
+            std::sync::Arc::clone(&failover).spawn_monitor(pool.clone(), probe);
+        }
         Ok(Self::from_pool(pool, options.limits))
     }
 
@@ -422,12 +475,14 @@ pub struct ServerCounters {
     pub database: String,
 }
 
-/// Parses a PostgreSQL URL, refusing other schemes with a clear message.
+/// Parses a PostgreSQL URL, refusing other schemes with a clear message. A URL naming several
+/// servers gives the first (see [`hosts::parse_targets`] for all of them).
 pub fn connect_options(url: &str) -> Result<PgConnectOptions> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(StoreError::unsupported_url(url));
     }
-    PgConnectOptions::from_str(url).map_err(StoreError::db("parse database URL"))
+    let mut targets = hosts::parse_targets(url)?;
+    Ok(targets.hosts.swap_remove(0))
 }
 
 fn secs(d: Duration) -> f64 {

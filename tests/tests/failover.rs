@@ -1,0 +1,226 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! A failover under load (issue 25): a primary with a synchronous streaming standby
+//! (`pg_basebackup -R`, `synchronous_standby_names`), two agents given both servers in one URL
+//! (`postgres://h1,h2/db?target_session_attrs=read-write`), 600 ledger tasks running when the
+//! primary is stopped with `-m immediate` and the standby promoted (`pg_ctl promote`). The
+//! agents find the new primary without a restart and finish the work there: every completion
+//! acknowledged before the crash is on the new primary, every task ran to success, no epoch ran
+//! twice (the ledger), and work resumed within the lease TTL plus grace.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use leasehold_tests::cluster::test_pool;
+use leasehold_tests::fleet::spawn_agent;
+use leasehold_tests::{PgCluster, TestDb, ledger, wait_until};
+use serde_json::json;
+use sqlx::PgPool;
+
+const TASKS: usize = 600;
+const TTL: Duration = Duration::from_secs(10);
+const GRACE: Duration = Duration::from_secs(2);
+
+async fn succeeded_ids(pool: &PgPool) -> anyhow::Result<Vec<i64>> {
+    Ok(
+        sqlx::query_scalar("SELECT id FROM tasks WHERE status = 'succeeded' ORDER BY id")
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+async fn copy_execution_log(from: &PgPool, to: &PgPool) -> usize {
+    type Row = (
+        i64,
+        i64,
+        i64,
+        String,
+        DateTime<Utc>,
+        Option<DateTime<Utc>>,
+        Option<String>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT ledger_id, task_id, epoch, agent, started_at, finished_at, outcome \
+         FROM test_executions ORDER BY id",
+    )
+    .fetch_all(from)
+    .await
+    .unwrap();
+    for (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome) in &rows {
+        sqlx::query(
+            "INSERT INTO test_executions \
+                 (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(ledger_id)
+        .bind(task_id)
+        .bind(epoch)
+        .bind(agent)
+        .bind(started_at)
+        .bind(finished_at)
+        .bind(outcome)
+        .execute(to)
+        .await
+        .unwrap();
+    }
+    rows.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_follow_a_failover_to_a_synchronous_standby_and_lose_nothing() {
+    let mut primary = PgCluster::start().await.unwrap();
+    let (_, setup) = primary
+        .migrated_database_pool("leasehold_failover")
+        .await
+        .unwrap();
+    ledger::install(&setup).await.unwrap();
+    setup.close().await;
+    let standby = primary.standby().await.unwrap();
+    primary
+        .admin_execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        .await
+        .unwrap();
+    primary
+        .admin_execute("SELECT pg_reload_conf()")
+        .await
+        .unwrap();
+    let primary_pool = test_pool(&primary.url("leasehold_failover")).await.unwrap();
+    wait_until(
+        "the standby streams synchronously",
+        Duration::from_secs(30),
+        || {
+            let pool = primary_pool.clone();
+            async move {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+                )
+                .fetch_one(&pool)
+                .await?;
+                Ok(n == 1)
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    let log_db = TestDb::new().await.unwrap();
+    ledger::install(&log_db.pool).await.unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/leasehold_failover?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let ttl = format!("{}s", TTL.as_secs());
+    let grace = format!("{}s", GRACE.as_secs());
+    let mut agents = Vec::new();
+    for name in ["fo-a", "fo-b"] {
+        let agent = spawn_agent(
+            "leasehold-test-agent",
+            &url,
+            name,
+            "ledger",
+            &[
+                "--concurrency",
+                "16",
+                "--lease-ttl",
+                &ttl,
+                "--heartbeat",
+                "1s",
+                "--grace",
+                &grace,
+            ],
+            vec![("LEASEHOLD_TEST_LEDGER_URL".into(), log_db.url.clone())],
+        )
+        .await
+        .unwrap();
+        agent
+            .wait_registered(&primary_pool, name, Duration::from_secs(30))
+            .await
+            .unwrap();
+        agents.push(agent);
+    }
+
+    ledger::enqueue(&primary_pool, "ledger", TASKS, json!({"ms": 40}))
+        .await
+        .unwrap();
+    wait_until("150 tasks succeeded", Duration::from_secs(60), || {
+        let pool = primary_pool.clone();
+        async move { Ok(succeeded_ids(&pool).await?.len() >= 150) }
+    })
+    .await
+    .unwrap();
+    // Acknowledged before the crash (committed, so also on the synchronous standby).
+    let before: HashSet<i64> = succeeded_ids(&primary_pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    primary.stop_immediate().await.unwrap();
+    primary_pool.close().await;
+    standby.promote().await.unwrap();
+    let promoted = Instant::now();
+    let promoted_at: DateTime<Utc> = Utc::now();
+
+    let pool = test_pool(&standby.url("leasehold_failover")).await.unwrap();
+    let after: HashSet<i64> = succeeded_ids(&pool).await.unwrap().into_iter().collect();
+    let lost: Vec<&i64> = before.difference(&after).collect();
+    assert!(
+        lost.is_empty(),
+        "{} completions acknowledged before the crash are not on the new primary: {lost:?}",
+        lost.len()
+    );
+    assert!(before.len() < TASKS, "the crash came after the work ended");
+
+    // Work resumes on the new primary, within the TTL plus grace.
+    wait_until("a completion on the new primary", TTL + GRACE, || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM tasks WHERE status = 'succeeded' AND finished_at > $1",
+            )
+            .bind(promoted_at)
+            .fetch_one(&pool)
+            .await?;
+            Ok(n > 0)
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", agents[0].log_tail(40)));
+    let resumed = promoted.elapsed();
+    wait_until("every task succeeded", Duration::from_secs(120), || {
+        let pool = pool.clone();
+        async move { Ok(succeeded_ids(&pool).await?.len() == TASKS) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", agents[0].log_tail(40)));
+
+    let copied = copy_execution_log(&log_db.pool, &pool).await;
+    let report = ledger::expect_all_succeeded(&pool).await.unwrap();
+    assert_eq!(report.succeeded, TASKS as u64, "{report:?}");
+    assert!(copied >= TASKS, "{copied} executions logged");
+    for agent in &mut agents {
+        assert!(
+            agent.is_running(),
+            "{} exited:\n{}",
+            agent.label(),
+            agent.log_tail(30)
+        );
+        let log = agent.stderr_text().unwrap() + &agent.stdout_text().unwrap();
+        assert!(
+            log.contains("database failover"),
+            "{} did not log the failover:\n{}",
+            agent.label(),
+            agent.log_tail(40)
+        );
+    }
+    eprintln!(
+        "failover: {} acknowledged before the crash, resumed {resumed:?} after the promote; \
+         {report:?}",
+        before.len()
+    );
+    drop(agents);
+    pool.close().await;
+    drop(standby);
+    drop(primary);
+    log_db.drop_db().await.unwrap();
+}
