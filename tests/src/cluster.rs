@@ -254,6 +254,13 @@ impl PgCluster {
     /// follows this server), started on a free port with the same settings; returns once it
     /// answers (read-only). Make it synchronous with `synchronous_standby_names` on this one.
     pub async fn standby(&self) -> anyhow::Result<PgCluster> {
+        self.standby_with_env(self.env.clone()).await
+    }
+
+    /// [`PgCluster::standby`] whose server processes get the environment `env` instead of this
+    /// cluster's (e.g. a [`crate::faketime::FakeClock`] of its own: a standby whose clock is
+    /// not the primary's).
+    pub async fn standby_with_env(&self, env: Vec<(String, String)>) -> anyhow::Result<PgCluster> {
         let dir = std::env::temp_dir().join(format!(
             "leasehold-pgcluster-{}-{}",
             std::process::id(),
@@ -295,7 +302,7 @@ impl PgCluster {
             bin: self.bin.clone(),
             as_root: self.as_root,
             extra: self.extra.clone(),
-            env: self.env.clone(),
+            env,
             running: false,
         };
         let mut last_error = None;

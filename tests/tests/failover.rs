@@ -5,13 +5,15 @@
 //! primary is stopped with `-m immediate` and the standby promoted (`pg_ctl promote`). The
 //! agents find the new primary without a restart and finish the work there: every completion
 //! acknowledged before the crash is on the new primary, every task ran to success, no epoch ran
-//! twice (the ledger), and work resumed within the lease TTL plus grace.
+//! twice (the ledger), and work resumed within the lease TTL plus grace. A second run gives
+//! the standby a clock ten minutes ahead: the step the promote brings revokes no lease.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use leasehold_tests::cluster::test_pool;
+use leasehold_tests::faketime::FakeClock;
 use leasehold_tests::fleet::spawn_agent;
 use leasehold_tests::{PgCluster, TestDb, ledger, wait_until};
 use serde_json::json;
@@ -20,6 +22,8 @@ use sqlx::PgPool;
 const TASKS: usize = 600;
 const TTL: Duration = Duration::from_secs(10);
 const GRACE: Duration = Duration::from_secs(2);
+/// What an agent logs when it sees the database clock step forward.
+const JUMP_SEEN: &str = "database clock jumped forward";
 
 async fn succeeded_ids(pool: &PgPool) -> anyhow::Result<Vec<i64>> {
     Ok(
@@ -66,8 +70,16 @@ async fn copy_execution_log(from: &PgPool, to: &PgPool) -> usize {
     rows.len()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn agents_follow_a_failover_to_a_synchronous_standby_and_lose_nothing() {
+/// What one failover run saw.
+struct Seen {
+    report: ledger::LedgerReport,
+    logs: Vec<String>,
+}
+
+/// The scenario of the module doc, with tasks of `task_ms`; `standby_clock_ahead` (seconds)
+/// runs the standby on a clock of its own that far ahead of the primary's (libfaketime), so
+/// the promote steps the database clock.
+async fn failover_under_load(task_ms: u64, standby_clock_ahead: Option<i64>) -> Seen {
     let mut primary = PgCluster::start().await.unwrap();
     let (_, setup) = primary
         .migrated_database_pool("leasehold_failover")
@@ -75,7 +87,14 @@ async fn agents_follow_a_failover_to_a_synchronous_standby_and_lose_nothing() {
         .unwrap();
     ledger::install(&setup).await.unwrap();
     setup.close().await;
-    let standby = primary.standby().await.unwrap();
+    let clock = standby_clock_ahead.map(|_| FakeClock::new().unwrap());
+    let standby = match &clock {
+        Some(clock) => primary.standby_with_env(clock.env()).await.unwrap(),
+        None => primary.standby().await.unwrap(),
+    };
+    if let (Some(clock), Some(ahead)) = (&clock, standby_clock_ahead) {
+        clock.set_offset(ahead).unwrap();
+    }
     primary
         .admin_execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
         .await
@@ -140,7 +159,7 @@ async fn agents_follow_a_failover_to_a_synchronous_standby_and_lose_nothing() {
         agents.push(agent);
     }
 
-    ledger::enqueue(&primary_pool, "ledger", TASKS, json!({"ms": 40}))
+    ledger::enqueue(&primary_pool, "ledger", TASKS, json!({ "ms": task_ms }))
         .await
         .unwrap();
     wait_until("150 tasks succeeded", Duration::from_secs(60), || {
@@ -159,9 +178,13 @@ async fn agents_follow_a_failover_to_a_synchronous_standby_and_lose_nothing() {
     primary_pool.close().await;
     standby.promote().await.unwrap();
     let promoted = Instant::now();
-    let promoted_at: DateTime<Utc> = Utc::now();
 
     let pool = test_pool(&standby.url("leasehold_failover")).await.unwrap();
+    // The new primary's clock (ahead of the old one's when the standby's clock is).
+    let promoted_at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     let after: HashSet<i64> = succeeded_ids(&pool).await.unwrap().into_iter().collect();
     let lost: Vec<&i64> = before.difference(&after).collect();
     assert!(
@@ -198,6 +221,7 @@ async fn agents_follow_a_failover_to_a_synchronous_standby_and_lose_nothing() {
     let report = ledger::expect_all_succeeded(&pool).await.unwrap();
     assert_eq!(report.succeeded, TASKS as u64, "{report:?}");
     assert!(copied >= TASKS, "{copied} executions logged");
+    let mut logs = Vec::new();
     for agent in &mut agents {
         assert!(
             agent.is_running(),
@@ -212,10 +236,11 @@ async fn agents_follow_a_failover_to_a_synchronous_standby_and_lose_nothing() {
             agent.label(),
             agent.log_tail(40)
         );
+        logs.push(log);
     }
     eprintln!(
-        "failover: {} acknowledged before the crash, resumed {resumed:?} after the promote; \
-         {report:?}",
+        "failover (tasks of {task_ms} ms, standby clock ahead {standby_clock_ahead:?} s): {} \
+         acknowledged before the crash, resumed {resumed:?} after the promote; {report:?}",
         before.len()
     );
     drop(agents);
@@ -223,4 +248,33 @@ async fn agents_follow_a_failover_to_a_synchronous_standby_and_lose_nothing() {
     drop(standby);
     drop(primary);
     log_db.drop_db().await.unwrap();
+    Seen { report, logs }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_follow_a_failover_to_a_synchronous_standby_and_lose_nothing() {
+    let seen = failover_under_load(40, None).await;
+    // Every task ran once. A claim that committed in the instant of the crash (on the
+    // standby too, but never acknowledged to its agent) is recovered after the TTL and run
+    // then: a `lease_expired` attempt with no execution, not a second run.
+    assert_eq!(seen.report.executions, TASKS as u64, "{:?}", seen.report);
+    assert_eq!(seen.report.extra_executions, 0, "{:?}", seen.report);
+}
+
+/// A new primary whose clock is ten minutes ahead: every lease looks expired by its clock, but
+/// the agents see the database clock step and hold recovery while their heartbeats renew the
+/// leases at the new time — no lease is revoked and nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_primary_with_a_clock_ten_minutes_ahead_revokes_no_lease() {
+    let seen = failover_under_load(1_500, Some(600)).await;
+    assert_eq!(seen.report.lease_expired_attempts, 0, "{:?}", seen.report);
+    assert_eq!(
+        seen.report.extra_executions, 0,
+        "a task ran again: {:?}",
+        seen.report
+    );
+    assert!(
+        seen.logs.iter().any(|l| l.contains(JUMP_SEEN)),
+        "no agent saw the clock step"
+    );
 }
