@@ -107,6 +107,44 @@ async fn a_refused_connection_is_said_at_once_not_as_a_pool_timeout() {
     one_sentence(&stderr, "connection refused");
 }
 
+/// Several servers (libpq's syntax): none writable is named with every server tried, exit 3;
+/// a session attribute the agent cannot use is a usage error, exit 2, before any connection;
+/// a list whose second server is the live one works.
+#[tokio::test]
+async fn several_servers_in_the_url_are_tried_in_order() {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (a, b) = (free(), free());
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{a},127.0.0.1:{b}/x?target_session_attrs=read-write"
+    );
+    let (code, stderr) = run_on(&url).await;
+    assert_eq!(code, 3, "{stderr}");
+    one_sentence(
+        &stderr,
+        &format!("no writable server among 127.0.0.1:{a}, 127.0.0.1:{b}"),
+    );
+
+    let url =
+        format!("postgres://postgres@127.0.0.1:{a},127.0.0.1:{b}/x?target_session_attrs=standby");
+    let (code, stderr) = run_on(&url).await;
+    assert_eq!(code, 2, "{stderr}");
+    one_sentence(&stderr, "target_session_attrs=standby is not supported");
+
+    // The live server second: `migrate` goes through to it.
+    let db = TestDb::new_empty().await.unwrap();
+    let (scheme_user, rest) = db.url.split_once('@').unwrap();
+    let url = format!("{scheme_user}@127.0.0.1:{a},{rest}?target_session_attrs=read-write");
+    let (code, stdout, stderr) = agent_cmd(&["migrate", "--database-url", &url]).await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    db.drop_db().await.unwrap();
+}
+
 #[tokio::test]
 async fn migrate_twice_says_up_to_date() {
     let db = TestDb::new_empty().await.unwrap();
