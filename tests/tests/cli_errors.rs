@@ -127,7 +127,10 @@ async fn several_servers_in_the_url_are_tried_in_order() {
     assert_eq!(code, 3, "{stderr}");
     one_sentence(
         &stderr,
-        &format!("no writable server among 127.0.0.1:{a}, 127.0.0.1:{b}"),
+        &format!(
+            "no writable server among 127.0.0.1:{a} (connection refused), 127.0.0.1:{b} \
+             (connection refused)"
+        ),
     );
 
     let url =

@@ -24,15 +24,20 @@ use super::service::{Need, Service};
 use super::status::from_store;
 use crate::runtime::scheduler::unserved_warning;
 
-/// The policy rows a reply resolves inherited max attempts from.
+/// The policy rows a reply resolves inherited max attempts from; `None` when they could not
+/// be read (the reply then says 0, "unknown", rather than failing a change already made).
 #[derive(Debug, Clone, Default)]
-pub struct AttemptPolicies(Vec<Policy>);
+pub struct AttemptPolicies(Option<Vec<Policy>>);
 
 impl AttemptPolicies {
     /// The max attempts a task of `task_type` enqueued without its own gets now: the type's
-    /// policy value, else the global one, else the default (as the enqueue resolves them).
+    /// policy value, else the global one, else the default (as the enqueue resolves them);
+    /// 0 when the policies are unknown.
     pub fn for_type(&self, task_type: &TaskType) -> i32 {
-        let find = |scope: &PolicyScope| self.0.iter().find(|p| p.scope == *scope);
+        let Some(rows) = &self.0 else {
+            return 0;
+        };
+        let find = |scope: &PolicyScope| rows.iter().find(|p| p.scope == *scope);
         let global = find(&PolicyScope::Global)
             .cloned()
             .unwrap_or_else(|| Policy::inherit(PolicyScope::Global));
@@ -141,15 +146,17 @@ pub fn schedule_from_wire(
 }
 
 impl Service {
-    /// The policy rows this reply's inherited max attempts are resolved from.
-    async fn attempt_policies(&self, op: &'static str) -> Result<AttemptPolicies, Status> {
-        let rows = self
-            .core
-            .store
-            .policy_list()
-            .await
-            .map_err(|e| from_store(op, e))?;
-        Ok(AttemptPolicies(rows))
+    /// The policy rows this reply's inherited max attempts are resolved from. Read after the
+    /// change it reports, so a failure here must not fail the reply (a retried trigger would
+    /// enqueue twice): it is logged and the value in force is sent as 0, unknown.
+    async fn attempt_policies(&self, op: &'static str) -> AttemptPolicies {
+        match self.core.store.policy_list().await {
+            Ok(rows) => AttemptPolicies(Some(rows)),
+            Err(error) => {
+                tracing::warn!(%error, op, "reading policies for a schedule reply failed");
+                AttemptPolicies(None)
+            }
+        }
     }
 
     pub(super) async fn list_schedules_rpc(
@@ -162,7 +169,7 @@ impl Service {
             .schedule_list()
             .await
             .map_err(|e| from_store("list_schedules", e))?;
-        let policies = self.attempt_policies("list_schedules").await?;
+        let policies = self.attempt_policies("list_schedules").await;
         let mut schedules: Vec<pb::Schedule> = listing
             .schedules
             .iter()
@@ -219,7 +226,7 @@ impl Service {
             .await
             .map_err(|e| from_store("add_schedule", e))?;
         self.core.schedules_changed.notify_one();
-        let policies = self.attempt_policies("add_schedule").await?;
+        let policies = self.attempt_policies("add_schedule").await;
         let (add_outcome, outcome) = wire::write(added.outcome);
         #[allow(deprecated)] // `outcome` is filled for consoles older than `add_outcome`
         let response = pb::AddScheduleResponse {
@@ -252,7 +259,7 @@ impl Service {
             .await
             .map_err(|e| from_store("remove_schedule", e))?;
         self.core.schedules_changed.notify_one();
-        let policies = self.attempt_policies("remove_schedule").await?;
+        let policies = self.attempt_policies("remove_schedule").await;
         Ok(Response::new(pb::RemoveScheduleResponse {
             schedule: removed.as_ref().map(|r| schedule_to_wire(r, &policies)),
         }))
@@ -288,7 +295,7 @@ impl Service {
             .await
             .map_err(|e| from_store("set_schedule_enabled", e))?;
         self.core.schedules_changed.notify_one();
-        let policies = self.attempt_policies("set_schedule_enabled").await?;
+        let policies = self.attempt_policies("set_schedule_enabled").await;
         Ok(Response::new(pb::SetScheduleEnabledResponse {
             schedule: Some(schedule_to_wire(&done.record, &policies)),
             changed: done.changed,
@@ -320,7 +327,7 @@ impl Service {
             .await
             .map_err(|e| from_store("trigger_schedule", e))?
             .map(|d| task_to_wire(&d.task));
-        let policies = self.attempt_policies("trigger_schedule").await?;
+        let policies = self.attempt_policies("trigger_schedule").await;
         Ok(Response::new(pb::TriggerScheduleResponse {
             task,
             schedule: Some(schedule_to_wire(&done.record, &policies)),
@@ -464,7 +471,7 @@ mod tests {
         let mut own = Policy::inherit(PolicyScope::Type(noop.clone()));
         own.max_attempts = Some(4);
         let shown = |r: &ScheduleRecord, rows: Vec<Policy>| {
-            let s = schedule_to_wire(r, &AttemptPolicies(rows));
+            let s = schedule_to_wire(r, &AttemptPolicies(Some(rows)));
             (s.max_attempts, s.max_attempts_in_force)
         };
         let inherits = record(0);

@@ -146,12 +146,16 @@ impl RunHistory {
     }
 
     /// Runs of `task_type` read from the database (at most [`HISTORY_RUNS`] are kept), used
-    /// while the type has fewer than [`HISTORY_MIN_RUNS`] runs of this agent's; a seed
-    /// replaces an older one unless it is smaller (an emptier window of the newest tasks).
+    /// while the type has fewer than [`HISTORY_MIN_RUNS`] runs of this agent's. A newer seed
+    /// replaces the one held when it is enough for a p95 on its own, or larger; a smaller one
+    /// (fewer of the type's runs among the newest finished tasks) leaves it, so a rare type
+    /// keeps the last history it had rather than none.
     pub(crate) fn seed(&self, task_type: &TaskType, runs: &[Duration]) {
         let mut map = self.lock();
         let entry = map.entry(task_type.clone()).or_default();
-        if entry.own.len() >= HISTORY_MIN_RUNS || runs.len() < entry.seed.len() {
+        if entry.own.len() >= HISTORY_MIN_RUNS
+            || (runs.len() < HISTORY_MIN_RUNS && runs.len() < entry.seed.len())
+        {
             return;
         }
         entry.seed = runs.iter().take(HISTORY_RUNS).copied().collect();
@@ -248,13 +252,22 @@ mod tests {
     }
 
     #[test]
-    fn a_smaller_seed_does_not_replace_a_larger_one() {
+    fn a_seed_too_small_for_a_p95_does_not_replace_one_that_is_not() {
         let h = RunHistory::default();
         h.seed(&tt("a"), &[ms(7); 30]);
         h.seed(&tt("a"), &[ms(9); 10]);
         assert_eq!(h.get(&tt("a")).unwrap().p95, ms(7));
         h.seed(&tt("a"), &[ms(8); 30]);
         assert_eq!(h.get(&tt("a")).unwrap().p95, ms(8));
+        // A newer seed of at least twenty replaces a larger, older one.
+        h.seed(&tt("a"), &[ms(6); 20]);
+        assert_eq!(
+            h.get(&tt("a")).unwrap(),
+            TypeHistory {
+                p95: ms(6),
+                runs: 20
+            }
+        );
         h.seed(&tt("a"), &[ms(9); 300]);
         assert_eq!(
             h.get(&tt("a")).unwrap(),

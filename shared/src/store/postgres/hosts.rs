@@ -23,11 +23,11 @@
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
+use sqlx::{ConnectOptions, Connection};
 
 use crate::store::{Result, StoreError};
 
@@ -73,7 +73,10 @@ pub fn parse_targets(url: &str) -> Result<Targets> {
     };
     let (scheme, rest) = url
         .split_once("://")
+        .filter(|(scheme, _)| matches!(*scheme, "postgres" | "postgresql"))
         .ok_or_else(|| StoreError::unsupported_url(url))?;
+    // A fragment means nothing to a server (libpq ignores it too).
+    let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
     let (userinfo, hostlist) = match authority.rfind('@') {
@@ -187,6 +190,31 @@ pub(crate) async fn check_new_connection(
     Ok(())
 }
 
+/// The server each list of servers (by its `host:port` names) was last found usable on, by
+/// any store of this process: a store opened later — the heartbeat's connection of its own,
+/// opened again after each failure within a short budget — tries that one first rather than
+/// spending its budget on a server that is gone.
+static LAST_GOOD: Mutex<Vec<(Vec<String>, usize)>> = Mutex::new(Vec::new());
+
+fn last_good(names: &[String]) -> Option<usize> {
+    LAST_GOOD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .find(|(n, _)| n.as_slice() == names)
+        .map(|(_, i)| *i)
+}
+
+fn set_last_good(names: &[String], i: usize) {
+    let mut all = LAST_GOOD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match all.iter_mut().find(|(n, _)| n.as_slice() == names) {
+        Some(entry) => entry.1 = i,
+        None => all.push((names.to_vec(), i)),
+    }
+}
+
 /// The servers of one store and which one its pool uses (see the module doc).
 #[derive(Debug)]
 pub struct Failover {
@@ -214,6 +242,11 @@ impl Failover {
         self.targets[self.current.load(Ordering::Relaxed)].clone()
     }
 
+    /// `host:port` of every server, in URL order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
     /// `host:port` of the server in use.
     pub fn current_name(&self) -> &str {
         &self.names[self.current.load(Ordering::Relaxed)]
@@ -228,32 +261,50 @@ impl Failover {
             .is_some_and(|at| age > at.elapsed())
     }
 
-    async fn probe(&self, i: usize) -> Option<PgConnection> {
+    /// A connection to server `i` if it is usable, else why not.
+    async fn probe(&self, i: usize) -> std::result::Result<PgConnection, String> {
         let attempt = async {
             let mut conn = self.targets[i].connect().await?;
-            let ok = usable(&mut conn, self.attrs).await?;
-            Ok::<_, sqlx::Error>(ok.then_some(conn))
+            if usable(&mut conn, self.attrs).await? {
+                Ok(Ok(conn))
+            } else {
+                let _ = conn.close().await;
+                Ok(Err("in recovery".to_string()))
+            }
         };
         match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
             Ok(Ok(found)) => found,
-            Ok(Err(error)) => {
-                tracing::debug!(server = %self.names[i], %error, "server probe failed");
-                None
+            Ok(Err(sqlx::Error::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                Err("connection refused".to_string())
             }
-            Err(_) => {
-                tracing::debug!(server = %self.names[i], "server probe timed out");
-                None
-            }
+            Ok(Err(error)) => Err(StoreError::db("connect")(error)
+                .to_string()
+                .trim_start_matches("cannot connect to the database: ")
+                .to_string()),
+            Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
         }
     }
 
-    /// The first usable server in URL order, made current; its probe connection is returned
-    /// for the monitor to keep.
+    /// The first usable server — the one last found usable by this process first, then the
+    /// others in URL order — made current; its probe connection is returned (for the monitor
+    /// to keep). None usable: an error naming each server and why.
     pub async fn find(&self) -> Result<PgConnection> {
-        for i in 0..self.targets.len() {
-            if let Some(conn) = self.probe(i).await {
-                self.current.store(i, Ordering::Relaxed);
-                return Ok(conn);
+        let first = last_good(&self.names).filter(|i| *i < self.targets.len());
+        let order = first
+            .into_iter()
+            .chain((0..self.targets.len()).filter(|i| Some(*i) != first));
+        let mut why = Vec::with_capacity(self.targets.len());
+        for i in order {
+            match self.probe(i).await {
+                Ok(conn) => {
+                    self.current.store(i, Ordering::Relaxed);
+                    set_last_good(&self.names, i);
+                    return Ok(conn);
+                }
+                Err(reason) => {
+                    tracing::debug!(server = %self.names[i], %reason, "server not usable");
+                    why.push(format!("{} ({reason})", self.names[i]));
+                }
             }
         }
         let wanted = match self.attrs {
@@ -263,21 +314,25 @@ impl Failover {
         Err(StoreError::Database {
             op: "connect",
             source: sqlx::Error::Io(std::io::Error::other(format!(
-                "no {wanted} server among {} (each was tried in order)",
-                self.names.join(", ")
+                "no {wanted} server among {}",
+                why.join(", ")
             ))),
         })
     }
 
     /// Checks the current server every [`FAILOVER_CHECK_EVERY`] and moves `pool` to another
-    /// when it is gone or read-only; ends when the pool is closed.
-    pub fn spawn_monitor(self: Arc<Self>, pool: PgPool, probe: PgConnection) {
+    /// when it is gone or read-only; ends when the pool is closed or `alive` is gone (every
+    /// clone of the store dropped).
+    pub fn spawn_monitor(self: Arc<Self>, pool: PgPool, probe: PgConnection, alive: Weak<()>) {
         tokio::spawn(async move {
             let mut conn = Some(probe);
             let mut warned = false;
             loop {
                 tokio::time::sleep(FAILOVER_CHECK_EVERY).await;
-                if pool.is_closed() {
+                if pool.is_closed() || alive.strong_count() == 0 {
+                    if let Some(c) = conn.take() {
+                        let _ = c.close().await;
+                    }
                     break;
                 }
                 if let Some(c) = conn.as_mut() {
@@ -350,6 +405,8 @@ mod tests {
         assert_eq!(t.names, ["h1:5432", "h2:5432"]);
         let t = parse_targets("postgres://h1/app?target_session_attrs=any").unwrap();
         assert!(t.is_plain());
+        let t = parse_targets("postgres://h1,h2/app?target_session_attrs=read-write#x").unwrap();
+        assert_eq!(t.attrs, SessionAttrs::ReadWrite);
     }
 
     #[test]
@@ -359,6 +416,7 @@ mod tests {
             "postgres://h1,h2/app?target_session_attrs=standby",
             "postgres://h1,,h2/app",
             "postgres://h1,/app",
+            "mysql://h1,h2/app",
         ] {
             assert!(parse_targets(url).is_err(), "{url}");
         }

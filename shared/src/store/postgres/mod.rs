@@ -257,6 +257,8 @@ pub struct PgStore {
     /// Where this store's claims stand in each type's round of concurrency keys (shared by
     /// clones, so by every claimer of an agent).
     key_cursors: std::sync::Arc<crate::store::KeyCursors>,
+    /// Held by every clone; the failover watch (several servers) ends once all are dropped.
+    alive: Option<std::sync::Arc<()>>,
 }
 
 impl PgStore {
@@ -342,7 +344,11 @@ impl PgStore {
             .await
             .map_err(|_| StoreError::Database {
                 op: "connect",
-                source: sqlx::Error::PoolTimedOut,
+                source: sqlx::Error::Io(std::io::Error::other(format!(
+                    "no usable server found within {:?} among {}",
+                    options.acquire_timeout,
+                    failover.names().join(", ")
+                ))),
             })??;
         tracing::info!(server = failover.current_name(), "database server chosen");
         let stale = std::sync::Arc::clone(&failover);
@@ -359,10 +365,19 @@ impl PgStore {
             .connect_with(failover.current())
             .await
             .map_err(StoreError::db("connect"))?;
+        let mut store = Self::from_pool(pool, options.limits);
         if options.follow_failover {
-            std::sync::Arc::clone(&failover).spawn_monitor(pool.clone(), probe);
+            let alive = std::sync::Arc::new(());
+            std::sync::Arc::clone(&failover).spawn_monitor(
+                store.pool.clone(),
+                probe,
+                std::sync::Arc::downgrade(&alive),
+            );
+            store.alive = Some(alive);
+        } else {
+            let _ = sqlx::Connection::close(probe).await;
         }
-        Ok(Self::from_pool(pool, options.limits))
+        Ok(store)
     }
 
     /// Wraps an existing pool. Its connections should use READ COMMITTED (the server default)
@@ -372,6 +387,7 @@ impl PgStore {
             pool,
             limits,
             key_cursors: Default::default(),
+            alive: None,
         }
     }
 
