@@ -194,6 +194,46 @@ pub async fn enqueue_with(
     Ok(task_ids)
 }
 
+/// Copies the execution log (`test_executions`) of `from` into `to`'s: for a scenario whose
+/// handlers log to a database that outlives the one under test (a crashed or promoted server),
+/// so that [`check`] on `to` sees every execution. Returns the rows copied.
+pub async fn copy_executions(from: &PgPool, to: &PgPool) -> anyhow::Result<usize> {
+    type Row = (
+        i64,
+        i64,
+        i64,
+        String,
+        chrono::DateTime<chrono::Utc>,
+        Option<chrono::DateTime<chrono::Utc>>,
+        Option<String>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT ledger_id, task_id, epoch, agent, started_at, finished_at, outcome \
+         FROM test_executions ORDER BY id",
+    )
+    .fetch_all(from)
+    .await
+    .context("reading the execution log")?;
+    for (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome) in &rows {
+        sqlx::query(
+            "INSERT INTO test_executions \
+                 (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(ledger_id)
+        .bind(task_id)
+        .bind(epoch)
+        .bind(agent)
+        .bind(started_at)
+        .bind(finished_at)
+        .bind(outcome)
+        .execute(to)
+        .await
+        .context("copying the execution log")?;
+    }
+    Ok(rows.len())
+}
+
 /// Checks the ledger (see the module documentation) in one consistent snapshot. Fails with
 /// every violation counted and the first [`SHOWN_VIOLATIONS`] quoted.
 pub async fn check(pool: &PgPool) -> anyhow::Result<LedgerReport> {

@@ -20,7 +20,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
 use leasehold_shared::store::{CompleteOutcome, CompleteParams, Completion, NewTask};
 use leasehold_shared::{LeaseKey, Store, TaskId};
@@ -197,42 +196,6 @@ fn rolled_back(
     lost
 }
 
-/// Copies the execution log from the shared server into the cluster's `test_executions`.
-async fn copy_execution_log(from: &PgPool, to: &PgPool) -> anyhow::Result<usize> {
-    type Row = (
-        i64,
-        i64,
-        i64,
-        String,
-        DateTime<Utc>,
-        Option<DateTime<Utc>>,
-        Option<String>,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT ledger_id, task_id, epoch, agent, started_at, finished_at, outcome \
-         FROM test_executions ORDER BY id",
-    )
-    .fetch_all(from)
-    .await?;
-    for (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome) in &rows {
-        sqlx::query(
-            "INSERT INTO test_executions \
-                 (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(ledger_id)
-        .bind(task_id)
-        .bind(epoch)
-        .bind(agent)
-        .bind(started_at)
-        .bind(finished_at)
-        .bind(outcome)
-        .execute(to)
-        .await?;
-    }
-    Ok(rows.len())
-}
-
 /// Lines of the agent's stderr where a database call failed (any of them shows it saw the
 /// crash).
 fn failure_lines(agent: &AgentHandle) -> Vec<String> {
@@ -341,7 +304,7 @@ async fn t10_postgres_crash_right_after_claim_bursts_loses_no_acknowledged_write
         .unwrap_or_else(|e| panic!("{e:#}; end of t10-a's stderr:\n{}", agents[0].log_tail(40)));
     }
 
-    let copied = copy_execution_log(&log_db.pool, &pool).await.unwrap();
+    let copied = ledger::copy_executions(&log_db.pool, &pool).await.unwrap();
     let report = ledger::expect_all_succeeded(&pool).await.unwrap();
     let tasks = (ROUNDS * BURST) as u64;
     assert_eq!(report.succeeded, tasks, "{report:?}");

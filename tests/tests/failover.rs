@@ -33,43 +33,6 @@ async fn succeeded_ids(pool: &PgPool) -> anyhow::Result<Vec<i64>> {
     )
 }
 
-async fn copy_execution_log(from: &PgPool, to: &PgPool) -> usize {
-    type Row = (
-        i64,
-        i64,
-        i64,
-        String,
-        DateTime<Utc>,
-        Option<DateTime<Utc>>,
-        Option<String>,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT ledger_id, task_id, epoch, agent, started_at, finished_at, outcome \
-         FROM test_executions ORDER BY id",
-    )
-    .fetch_all(from)
-    .await
-    .unwrap();
-    for (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome) in &rows {
-        sqlx::query(
-            "INSERT INTO test_executions \
-                 (ledger_id, task_id, epoch, agent, started_at, finished_at, outcome) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(ledger_id)
-        .bind(task_id)
-        .bind(epoch)
-        .bind(agent)
-        .bind(started_at)
-        .bind(finished_at)
-        .bind(outcome)
-        .execute(to)
-        .await
-        .unwrap();
-    }
-    rows.len()
-}
-
 /// What one failover run saw.
 struct Seen {
     report: ledger::LedgerReport,
@@ -217,7 +180,7 @@ async fn failover_under_load(task_ms: u64, standby_clock_ahead: Option<i64>) -> 
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{}", agents[0].log_tail(40)));
 
-    let copied = copy_execution_log(&log_db.pool, &pool).await;
+    let copied = ledger::copy_executions(&log_db.pool, &pool).await.unwrap();
     let report = ledger::expect_all_succeeded(&pool).await.unwrap();
     assert_eq!(report.succeeded, TASKS as u64, "{report:?}");
     assert!(copied >= TASKS, "{copied} executions logged");
