@@ -109,6 +109,21 @@ struct RunArgs {
         hide_env_values = true
     )]
     database_url: Option<String>,
+    /// A direct PostgreSQL URL to LISTEN on for wake-ups, for a --database-url that leads
+    /// through a transaction pooler such as PgBouncer (which cannot carry them: without it the
+    /// agent polls). One server. Also LEASEHOLD_NOTIFY_DATABASE_URL.
+    #[arg(
+        long,
+        env = "LEASEHOLD_NOTIFY_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    notify_database_url: Option<String>,
+    /// `transaction`: run as behind a transaction pooler — every statement in a transaction of
+    /// its own, no prepared statements, settings per transaction. `auto` recognises PgBouncer
+    /// (it refuses the startup options) as the agent connects. [default: auto]
+    #[arg(long, env = "LEASEHOLD_POOLER", value_name = "auto|transaction")]
+    pooler: Option<String>,
     /// TOML config file (keys as the flags, with underscores).
     #[arg(long, env = "LEASEHOLD_CONFIG", value_name = "FILE")]
     #[serde(skip)]
@@ -487,7 +502,10 @@ async fn run(args: RunArgs, matches: &ArgMatches, extend: Option<Extend>) -> Res
         }
     }
     handlers.merge_enabled(extra, &config.handlers);
-    let mut builder = AgentBuilder::new(config.runtime.clone(), handlers);
+    let mut builder = AgentBuilder::new(config.runtime.clone(), handlers).pooler(config.pooler);
+    if let Some(url) = &config.notify_database_url {
+        builder = builder.notify_database_url(url);
+    }
     if let Some(addr) = config.metrics_listen {
         let listener = crate::runtime::metrics::bind_metrics(addr)
             .await

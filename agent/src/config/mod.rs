@@ -174,6 +174,10 @@ impl ScheduleFile {
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub database_url: String,
+    /// A direct PostgreSQL URL to LISTEN on (PostgreSQL only).
+    pub notify_database_url: Option<String>,
+    /// Whether PostgreSQL is reached through a transaction pooler.
+    pub pooler: leasehold_shared::store::postgres::Pooler,
     pub runtime: RuntimeSettings,
     pub handlers: Vec<String>,
     pub builtin: BuiltinOptions,
@@ -218,6 +222,25 @@ impl AgentConfig {
                 "database_url",
                 "must start with postgres:// (or postgresql://) or sqlite:// (sqlite://PATH)",
             ));
+        }
+        let pooler = s
+            .pooler
+            .parse::<leasehold_shared::store::postgres::Pooler>()
+            .map_err(|e| invalid("pooler", e))?;
+        let notify_database_url = s.notify_database_url.filter(|u| !u.trim().is_empty());
+        if let Some(url) = &notify_database_url {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(invalid(
+                    "notify_database_url",
+                    "must start with postgres:// (or postgresql://)",
+                ));
+            }
+            if database_url.starts_with("sqlite://") {
+                return Err(invalid(
+                    "notify_database_url",
+                    "is for a PostgreSQL database_url (SQLite has no LISTEN)",
+                ));
+            }
         }
         let handlers = s.handlers;
         if handlers.is_empty() {
@@ -349,6 +372,8 @@ impl AgentConfig {
             .map_err(|e| invalid("log_level", format!("{log_level:?}: {e}")))?;
         Ok(AgentConfig {
             database_url,
+            notify_database_url,
+            pooler,
             runtime,
             handlers,
             builtin,

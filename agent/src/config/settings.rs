@@ -153,6 +153,11 @@ pub struct Settings {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<ScheduleFile>,
     pub shard_groups: Vec<String>,
+    /// A direct PostgreSQL URL to LISTEN on (see `--notify-database-url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notify_database_url: Option<String>,
+    /// `auto` or `transaction` (see `--pooler`).
+    pub pooler: String,
 }
 
 impl Default for Settings {
@@ -200,6 +205,8 @@ impl Default for Settings {
             tokens: Vec::new(),
             schedules: Vec::new(),
             shard_groups: Vec::new(),
+            notify_database_url: None,
+            pooler: "auto".to_string(),
         }
     }
 }

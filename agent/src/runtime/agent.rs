@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
+use leasehold_shared::store::postgres::{PgStore, PgStoreOptions, Pooler};
 use leasehold_shared::store::sqlite::{SqliteStore, SqliteStoreOptions, is_sqlite_url};
 use leasehold_shared::store::{AgentRegisterParams, AnyStore, ReleaseParams};
 use leasehold_shared::{AgentId, InputLimits, Store};
@@ -67,6 +67,8 @@ pub struct AgentBuilder {
     metrics_listener: Option<TcpListener>,
     grpc: Option<GrpcOptions>,
     limits: InputLimits,
+    pooler: Pooler,
+    notify_url: Option<String>,
 }
 
 impl AgentBuilder {
@@ -78,7 +80,23 @@ impl AgentBuilder {
             metrics_listener: None,
             grpc: None,
             limits: InputLimits::default(),
+            pooler: Pooler::Auto,
+            notify_url: None,
         }
+    }
+
+    /// Whether PostgreSQL is reached through a transaction pooler such as PgBouncer (by
+    /// default recognised as the agent connects; see the README's "Running in production").
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
+        self
+    }
+
+    /// LISTEN for wake-ups on this direct PostgreSQL connection rather than the database URL's
+    /// (which, through a transaction pooler, cannot carry them: the agent polls without it).
+    pub fn notify_database_url(mut self, url: impl Into<String>) -> Self {
+        self.notify_url = Some(url.into());
+        self
     }
 
     /// Adds a lifecycle listener.
@@ -151,6 +169,8 @@ impl AgentBuilder {
                     // well within the TTL.
                     idle_in_transaction_timeout: server_timeout,
                     follow_failover: true,
+                    pooler: self.pooler,
+                    notify_url: self.notify_url.clone(),
                 },
             )
             // The store's error says "cannot connect to the database: …" itself.
@@ -158,6 +178,11 @@ impl AgentBuilder {
             AnyStore::Postgres(store)
         };
         let main = database.store();
+        // The heartbeat's connection goes the same way as the pool's, without finding out again.
+        let pooler = match &database {
+            AnyStore::Postgres(store) if store.behind_pooler() => Pooler::Transaction,
+            _ => Pooler::Auto,
+        };
         let connect: Connect<Arc<dyn Store>> = {
             let url = url.to_string();
             let limits = self.limits;
@@ -187,6 +212,8 @@ impl AgentBuilder {
                         idle_in_transaction_timeout: timeout.max(Duration::from_millis(500)),
                         // Opened again after each failure, on the server usable then.
                         follow_failover: false,
+                        pooler,
+                        notify_url: None,
                     };
                     let store = PgStore::connect(&url, options).await?;
                     Ok(Arc::new(store) as Arc<dyn Store>)

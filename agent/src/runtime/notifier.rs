@@ -42,6 +42,16 @@ impl Notifier {
 
     pub(crate) async fn run(self, stop: CancellationToken) {
         let kind = self.source.kind();
+        if kind == WakeKind::Poll {
+            tracing::warn!(
+                every = ?self.core.settings.poll_interval,
+                "polling for new tasks every {:?}: LISTEN cannot work through a transaction \
+                 pooler; give --notify-database-url a direct connection for wake-ups at once",
+                self.core.settings.poll_interval
+            );
+            stop.cancelled().await;
+            return;
+        }
         let patience = self.probe_every();
         loop {
             // Subscribes with backoff until it works; every new subscription starts it afresh.
@@ -98,6 +108,7 @@ fn log_failure(kind: WakeKind, error: &WakeError, retry_in: Option<Duration>) {
         (WakeKind::FileWatch, None) => {
             tracing::warn!(%error, "cannot watch the SQLite file; polling meanwhile");
         }
+        (WakeKind::Poll, _) => {}
     }
 }
 

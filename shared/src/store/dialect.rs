@@ -10,7 +10,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::migrate::Migrator;
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::audit::bind_audit_list;
 use super::rows::{Columns, RecordColumns, audit, fetch_mapped, policy, task_page};
@@ -43,27 +43,27 @@ pub(crate) trait Dialect: Database {
 }
 
 /// Every policy row, mapped.
-pub(crate) async fn policy_list<DB>(pool: &Pool<DB>) -> Result<Vec<Policy>>
+pub(crate) async fn policy_list<DB, P>(pool: &P) -> Result<Vec<Policy>>
 where
     DB: Dialect,
     DB::Row: RecordColumns,
     DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'p> &'p P: Executor<'p, Database = DB>,
 {
     let query = sqlx::query::<DB>(DB::POLICY_LIST);
     fetch_mapped(query, pool, "policy_list", policy).await
 }
 
 /// One page of the audit log, newest first (its input validated by the Store layer).
-pub(crate) async fn audit_list<DB>(
-    pool: &Pool<DB>,
+pub(crate) async fn audit_list<DB, P>(
+    pool: &P,
     params: &AuditListParams,
 ) -> Result<Vec<AuditRecord>>
 where
     DB: Dialect,
     DB::Row: Columns,
     DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'p> &'p P: Executor<'p, Database = DB>,
     i64: for<'t> Encode<'t, DB> + Type<DB>,
     Option<i64>: for<'t> Encode<'t, DB> + Type<DB>,
     for<'t> Option<&'t str>: Encode<'t, DB> + Type<DB>,
@@ -76,8 +76,8 @@ where
 /// One page of tasks from `statement`, the store's listing for `params.statuses`, which
 /// every listing numbers so: 1 the statuses (`statuses`, a list as the store binds one), 2
 /// type, 3 text, 4 ids below, 5 page size, 6 error code, 7 finished at or after.
-pub(crate) async fn task_list_page<DB, S>(
-    pool: &Pool<DB>,
+pub(crate) async fn task_list_page<DB, P, S>(
+    pool: &P,
     statement: &'static str,
     statuses: Option<S>,
     params: &TaskListParams,
@@ -86,7 +86,7 @@ where
     DB: Dialect,
     DB::Row: Columns,
     DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'p> &'p P: Executor<'p, Database = DB>,
     Option<S>: for<'t> Encode<'t, DB> + Type<DB>,
     i64: for<'t> Encode<'t, DB> + Type<DB>,
     Option<i64>: for<'t> Encode<'t, DB> + Type<DB>,
@@ -109,11 +109,11 @@ where
 
 /// How many migrations the database has applied, and how many this build knows. A database
 /// never migrated has applied 0.
-pub(crate) async fn migrations_applied<DB>(pool: &Pool<DB>) -> Result<(usize, usize)>
+pub(crate) async fn migrations_applied<DB, P>(pool: &P) -> Result<(usize, usize)>
 where
     DB: Dialect,
     DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'p> &'p P: Executor<'p, Database = DB>,
     (bool,): for<'r> FromRow<'r, DB::Row>,
     (i64,): for<'r> FromRow<'r, DB::Row>,
 {
@@ -140,11 +140,11 @@ where
 
 /// Deletes every task of `task_type` (and its attempts), whatever its status: for tools that
 /// own a type of their own, like the bench.
-pub(crate) async fn task_delete_of_type<DB>(pool: &Pool<DB>, task_type: &TaskType) -> Result<u64>
+pub(crate) async fn task_delete_of_type<DB, P>(pool: &P, task_type: &TaskType) -> Result<u64>
 where
     DB: Dialect,
     DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'p> &'p P: Executor<'p, Database = DB>,
     for<'t> &'t str: Encode<'t, DB> + Type<DB>,
 {
     let done = sqlx::query::<DB>(DB::TASK_DELETE_OF_TYPE)

@@ -56,6 +56,9 @@ pub enum WakeKind {
     Listen,
     /// SQLite's file change counter.
     FileWatch,
+    /// None: PostgreSQL behind a transaction pooler without a direct connection to LISTEN on
+    /// (LISTEN cannot work through one). The claimer's poll finds new work.
+    Poll,
 }
 
 /// A backend's source of "something changed" events; cheap to clone (it holds the pool).
@@ -67,6 +70,7 @@ pub struct WakeSource {
 #[derive(Debug, Clone)]
 enum Backend {
     Postgres(PgPool),
+    None,
     #[cfg(feature = "sqlite")]
     Sqlite(SqlitePool),
 }
@@ -76,6 +80,13 @@ impl WakeSource {
     pub(crate) fn postgres(pool: PgPool) -> WakeSource {
         WakeSource {
             backend: Backend::Postgres(pool),
+        }
+    }
+
+    /// No wake-up: a subscription never reports (see [`WakeKind::Poll`]).
+    pub(crate) fn poll() -> WakeSource {
+        WakeSource {
+            backend: Backend::None,
         }
     }
 
@@ -91,6 +102,7 @@ impl WakeSource {
     pub fn kind(&self) -> WakeKind {
         match &self.backend {
             Backend::Postgres(_) => WakeKind::Listen,
+            Backend::None => WakeKind::Poll,
             #[cfg(feature = "sqlite")]
             Backend::Sqlite(_) => WakeKind::FileWatch,
         }
@@ -102,6 +114,7 @@ impl WakeSource {
     pub async fn subscribe(&self, patience: Duration) -> Result<WakeSubscription, WakeError> {
         let inner = match &self.backend {
             Backend::Postgres(pool) => Inner::Listen(listen(pool, patience).await?),
+            Backend::None => Inner::Never,
             #[cfg(feature = "sqlite")]
             Backend::Sqlite(pool) => {
                 use sqlx::ConnectOptions;
@@ -139,6 +152,7 @@ pub struct WakeSubscription {
 
 enum Inner {
     Listen(PgListener),
+    Never,
     #[cfg(feature = "sqlite")]
     File {
         conn: SqliteConnection,
@@ -154,6 +168,7 @@ impl std::fmt::Debug for WakeSubscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &self.inner {
             Inner::Listen(_) => WakeKind::Listen,
+            Inner::Never => WakeKind::Poll,
             #[cfg(feature = "sqlite")]
             Inner::File { .. } => WakeKind::FileWatch,
         };
@@ -170,6 +185,7 @@ impl WakeSubscription {
         let patience = self.patience;
         match &mut self.inner {
             Inner::Listen(listener) => next_notification(listener, patience).await,
+            Inner::Never => std::future::pending().await,
             #[cfg(feature = "sqlite")]
             Inner::File {
                 conn,
@@ -184,6 +200,7 @@ impl WakeSubscription {
         match self.inner {
             // A listener has no graceful close; dropping it ends the connection.
             Inner::Listen(listener) => drop(listener),
+            Inner::Never => {}
             #[cfg(feature = "sqlite")]
             Inner::File { conn, .. } => {
                 let _ = sqlx::Connection::close(conn).await;

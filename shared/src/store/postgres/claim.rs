@@ -22,23 +22,22 @@
 //! When things fail: any error rolls the transaction back, so a claim either took its rows
 //! with their leases or took nothing.
 
-use sqlx::{PgPool, Row};
+use sqlx::Row;
+
+use super::db::Db;
 
 use super::rows::{claimed_task, get};
 use super::{secs, sql};
 use crate::store::{ClaimBatch, ClaimParams, KeyCursors, Result, StoreError};
 
 pub(super) async fn task_claim(
-    pool: &PgPool,
+    pool: &Db,
     params: &ClaimParams,
     cursors: &KeyCursors,
 ) -> Result<ClaimBatch> {
     params.validate()?;
     let types: Vec<&str> = params.task_types.iter().map(|t| t.as_str()).collect();
-    let mut tx = pool
-        .begin_with(super::BEGIN_READ_COMMITTED)
-        .await
-        .map_err(StoreError::db("task_claim"))?;
+    let mut tx = pool.begin().await.map_err(StoreError::db("task_claim"))?;
     let locked_rows = sqlx::query(sql::task_claim_lock)
         .bind(&types)
         .fetch_all(&mut *tx)

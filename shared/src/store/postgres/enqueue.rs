@@ -73,7 +73,7 @@ where
 /// Like [`task_enqueue`] on a pool, retrying the rare case where the conflicting row of an
 /// idempotency key was committed by a concurrent transaction after the statement began.
 pub(super) async fn task_enqueue_with_retry(
-    pool: &sqlx::PgPool,
+    pool: &super::db::Db,
     task: &NewTask,
     limits: &InputLimits,
 ) -> Result<Enqueued> {
@@ -87,10 +87,7 @@ pub(super) async fn task_enqueue_with_retry(
         }
         return Err(kept_conflicting());
     }
-    let mut tx = pool
-        .begin_with(BEGIN_READ_COMMITTED)
-        .await
-        .map_err(StoreError::db(OP))?;
+    let mut tx = pool.begin().await.map_err(StoreError::db(OP))?;
     let done = enqueue_keyed(&mut tx, &valid).await?;
     tx.commit().await.map_err(StoreError::db(OP))?;
     Ok(done)
@@ -322,7 +319,7 @@ fn invisible_key() -> StoreError {
 /// committed one of the batch's idempotency keys mid-statement (nothing is kept from a try
 /// that could not report every id).
 pub(super) async fn task_enqueue_many_with_retry(
-    pool: &sqlx::PgPool,
+    pool: &super::db::Db,
     tasks: &[NewTask],
     limits: &InputLimits,
 ) -> Result<Vec<Enqueued>> {
@@ -330,10 +327,7 @@ pub(super) async fn task_enqueue_many_with_retry(
     let valid = validate_bulk(tasks, limits)?;
     let plain = valid.iter().all(ValidTask::is_plain);
     for _ in 0..3 {
-        let mut tx = pool
-            .begin_with(BEGIN_READ_COMMITTED)
-            .await
-            .map_err(StoreError::db(OP))?;
+        let mut tx = pool.begin().await.map_err(StoreError::db(OP))?;
         if !plain {
             let out = enqueue_each(&mut tx, &valid).await?;
             tx.commit().await.map_err(StoreError::db(OP))?;

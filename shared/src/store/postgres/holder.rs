@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 
+use super::db::Db;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use sqlx::types::Json;
 
 use super::rows::{get, status};
@@ -26,7 +26,7 @@ fn split(leases: &[(TaskId, LeaseEpoch)]) -> (Vec<i64>, Vec<i64>) {
         .unzip()
 }
 
-pub(super) async fn lease_renew_many(pool: &PgPool, params: &RenewParams) -> Result<RenewOutcome> {
+pub(super) async fn lease_renew_many(pool: &Db, params: &RenewParams) -> Result<RenewOutcome> {
     params.validate()?;
     let (ids, epochs) = split(&params.leases);
     let query = sqlx::query(sql::lease_renew_many)
@@ -56,7 +56,7 @@ pub(super) async fn lease_renew_many(pool: &PgPool, params: &RenewParams) -> Res
     Ok(RenewOutcome::settled(now, renewed, &params.leases))
 }
 
-pub(super) async fn task_progress(pool: &PgPool, params: &ProgressParams) -> Result<HolderWrite> {
+pub(super) async fn task_progress(pool: &Db, params: &ProgressParams) -> Result<HolderWrite> {
     let key = &params.key;
     let row = sqlx::query(sql::task_progress)
         .bind(key.id.0)
@@ -73,10 +73,7 @@ pub(super) async fn task_progress(pool: &PgPool, params: &ProgressParams) -> Res
     })
 }
 
-pub(super) async fn task_checkpoint(
-    pool: &PgPool,
-    params: &CheckpointParams,
-) -> Result<HolderWrite> {
+pub(super) async fn task_checkpoint(pool: &Db, params: &CheckpointParams) -> Result<HolderWrite> {
     let key = &params.key;
     let row = sqlx::query(sql::task_checkpoint)
         .bind(key.id.0)
@@ -100,7 +97,7 @@ struct Decided<'a> {
 }
 
 pub(super) async fn task_complete_many(
-    pool: &PgPool,
+    pool: &Db,
     batch: &[CompleteParams],
 ) -> Result<Vec<CompleteOutcome>> {
     const OP: &str = "task_complete";
@@ -354,7 +351,7 @@ async fn write_decided(
 }
 
 pub(super) async fn lease_release_many(
-    pool: &PgPool,
+    pool: &Db,
     params: &ReleaseParams,
 ) -> Result<ReleaseOutcome> {
     let (ids, epochs) = split(&params.leases);

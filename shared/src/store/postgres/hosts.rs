@@ -163,15 +163,19 @@ async fn usable(
     conn: &mut PgConnection,
     attrs: SessionAttrs,
 ) -> std::result::Result<bool, sqlx::Error> {
+    // The simple protocol: one message and one answer, which a transaction pooler in front of
+    // the server cannot split over two of its server connections.
     match attrs {
-        SessionAttrs::Any => sqlx::query("SELECT 1")
+        SessionAttrs::Any => sqlx::raw_sql("SELECT 1")
             .execute(&mut *conn)
             .await
             .map(|_| true),
         SessionAttrs::ReadWrite => {
-            let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+            use sqlx::Row;
+            let row = sqlx::raw_sql("SELECT pg_is_in_recovery()")
                 .fetch_one(&mut *conn)
                 .await?;
+            let in_recovery: bool = row.try_get(0)?;
             Ok(!in_recovery)
         }
     }

@@ -11,7 +11,7 @@
 //! overwrites a finished or newer-epoch row; a holder that completes first wins, one that
 //! completes later is fenced.
 
-use sqlx::PgPool;
+use super::db::Db;
 use sqlx::types::Json;
 
 use super::rows::{agent_id, get, status, task_type};
@@ -25,7 +25,7 @@ use crate::store::{
 };
 
 pub(super) async fn lease_recover_expired(
-    pool: &PgPool,
+    pool: &Db,
     params: &RecoverParams,
 ) -> Result<Vec<Recovered>> {
     const OP: &str = "lease_recover_expired";
@@ -101,7 +101,7 @@ pub(super) async fn lease_recover_expired(
 }
 
 pub(super) async fn task_expire_deadlines(
-    pool: &PgPool,
+    pool: &Db,
     params: &ExpireDeadlinesParams,
 ) -> Result<Vec<TaskId>> {
     let rows = sqlx::query(sql::task_expire_deadlines)
@@ -114,10 +114,7 @@ pub(super) async fn task_expire_deadlines(
         .collect()
 }
 
-pub(super) async fn task_shed(
-    pool: &PgPool,
-    params: &ShedParams,
-) -> Result<Vec<(TaskId, TaskType)>> {
+pub(super) async fn task_shed(pool: &Db, params: &ShedParams) -> Result<Vec<(TaskId, TaskType)>> {
     let rows = sqlx::query(sql::task_shed)
         .bind(i64::from(params.limit))
         .fetch_all(pool)
@@ -134,7 +131,7 @@ pub(super) async fn task_shed(
 }
 
 pub(super) async fn task_recent_runs(
-    pool: &PgPool,
+    pool: &Db,
     params: &RecentRunsParams,
 ) -> Result<Vec<RecentRun>> {
     const OP: &str = "task_recent_runs";
@@ -161,7 +158,7 @@ fn recent_run(row: &sqlx::postgres::PgRow) -> Result<RecentRun> {
 }
 
 pub(super) async fn lease_list_suspect(
-    pool: &PgPool,
+    pool: &Db,
     params: &SuspectParams,
 ) -> Result<Vec<SuspectLease>> {
     let rows = sqlx::query(sql::lease_list_suspect)
@@ -175,7 +172,7 @@ pub(super) async fn lease_list_suspect(
         .collect()
 }
 
-pub(super) async fn task_purge_finished(pool: &PgPool, params: &PurgeParams) -> Result<u64> {
+pub(super) async fn task_purge_finished(pool: &Db, params: &PurgeParams) -> Result<u64> {
     let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
     let done = sqlx::query(sql::task_purge_finished)
         .bind(statuses)
@@ -188,7 +185,7 @@ pub(super) async fn task_purge_finished(pool: &PgPool, params: &PurgeParams) -> 
 }
 
 pub(super) async fn task_dead_letter_unserved(
-    pool: &PgPool,
+    pool: &Db,
     params: &UnservedParams,
 ) -> Result<Vec<(TaskId, TaskType)>> {
     let rows = sqlx::query(sql::task_dead_letter_unserved)
@@ -203,7 +200,7 @@ pub(super) async fn task_dead_letter_unserved(
         .collect()
 }
 
-pub(super) async fn task_count_claimable(pool: &PgPool, task_types: &[TaskType]) -> Result<u64> {
+pub(super) async fn task_count_claimable(pool: &Db, task_types: &[TaskType]) -> Result<u64> {
     let types: Vec<&str> = task_types.iter().map(TaskType::as_str).collect();
     let n: i64 = sqlx::query_scalar(sql::task_count_claimable)
         .bind(types)
@@ -214,7 +211,7 @@ pub(super) async fn task_count_claimable(pool: &PgPool, task_types: &[TaskType])
 }
 
 pub(super) async fn task_idle_report(
-    pool: &PgPool,
+    pool: &Db,
     params: &crate::store::IdleReportParams,
 ) -> Result<crate::store::IdleReport> {
     const OP: &str = "task_idle_report";
@@ -251,7 +248,7 @@ pub(super) async fn task_idle_report(
 /// The leader's move of the circuit breakers (breaker_tick.sql), each move audited in the same
 /// transaction.
 pub(super) async fn breaker_tick(
-    pool: &PgPool,
+    pool: &Db,
     params: &BreakerTickParams,
 ) -> Result<Vec<BreakerTransition>> {
     const OP: &str = "breaker_tick";

@@ -17,6 +17,7 @@
 //! business data; audit rows likewise ([`operator::audit_write`]).
 
 mod claim;
+mod db;
 pub mod enqueue;
 mod holder;
 pub mod hosts;
@@ -33,6 +34,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use db::Db;
+pub use db::Pooler;
 
 use super::{Result, StoreError};
 use crate::domain::InputLimits;
@@ -63,6 +67,7 @@ pub(crate) mod sql {
             db_now,
             tx_begin_read_committed,
             tx_begin_snapshot,
+            startup_settings_in_effect,
             plan_indexed,
             notify_tasks,
             task_enqueue,
@@ -185,13 +190,10 @@ pub(crate) const BEGIN_READ_COMMITTED: &str = sql::tx_begin_read_committed;
 /// Begins a READ COMMITTED transaction whose planner may only use index nested loops
 /// (sql/plan_indexed.sql), for the batch statements and the reads that decide them.
 pub(crate) async fn begin_indexed(
-    pool: &PgPool,
+    pool: &Db,
     op: &'static str,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-    let mut tx = pool
-        .begin_with(BEGIN_READ_COMMITTED)
-        .await
-        .map_err(StoreError::db(op))?;
+    let mut tx = pool.begin().await.map_err(StoreError::db(op))?;
     sqlx::query(sql::plan_indexed)
         .execute(&mut *tx)
         .await
@@ -203,7 +205,7 @@ pub(crate) async fn begin_indexed(
 /// index nested loops (sql/plan_indexed.sql): batch statements stay linear in their batch size
 /// whatever the table statistics say.
 pub(crate) async fn fetch_indexed<'q>(
-    pool: &PgPool,
+    pool: &Db,
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     op: &'static str,
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
@@ -233,6 +235,13 @@ pub struct PgStoreOptions {
     /// and move the pool to another after a failover (see [`hosts`]). Off for a store that is
     /// opened again after each failure anyway (it finds the usable server as it connects).
     pub follow_failover: bool,
+    /// Whether to run as behind a transaction pooler such as PgBouncer (see [`db`]); by
+    /// default recognised as the store connects.
+    pub pooler: Pooler,
+    /// Where [`PgStore::wake_source`] LISTENs: a direct connection (`postgres://…`, one
+    /// server). Without it the store's own server is used — unless that is a transaction
+    /// pooler, through which LISTEN cannot work: the agent polls instead.
+    pub notify_url: Option<String>,
 }
 
 impl Default for PgStoreOptions {
@@ -245,6 +254,8 @@ impl Default for PgStoreOptions {
             statement_timeout: None,
             idle_in_transaction_timeout: Duration::from_secs(60),
             follow_failover: true,
+            pooler: Pooler::Auto,
+            notify_url: None,
         }
     }
 }
@@ -252,13 +263,16 @@ impl Default for PgStoreOptions {
 /// The PostgreSQL implementation of [`Store`].
 #[derive(Debug, Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    pool: Db,
     limits: InputLimits,
     /// Where this store's claims stand in each type's round of concurrency keys (shared by
     /// clones, so by every claimer of an agent).
     key_cursors: std::sync::Arc<crate::store::KeyCursors>,
     /// Held by every clone; the failover watch (several servers) ends once all are dropped.
     alive: Option<std::sync::Arc<()>>,
+    /// Where to LISTEN when that is not the store's own server ([`PgStoreOptions::notify_url`]):
+    /// a pool of one connection, opened when first wanted.
+    notify: Option<PgPool>,
 }
 
 impl PgStore {
@@ -292,20 +306,113 @@ impl PgStore {
             ));
         }
         let targets = hosts::parse_targets(url)?;
-        let configure = |o: &PgConnectOptions| {
+        let notify = options
+            .notify_url
+            .as_deref()
+            .map(notify_connect_options)
+            .transpose()?
+            .map(|o| {
+                PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(options.acquire_timeout)
+                    .connect_lazy_with(o.application_name(&options.application_name))
+            });
+        let direct = |o: &PgConnectOptions| {
             o.clone()
                 .application_name(&options.application_name)
                 .options(settings.clone())
         };
-        if !targets.is_plain() {
-            return Self::connect_failover(targets, &options, configure).await;
+        // Behind a transaction pooler: no startup parameters it would refuse (the settings
+        // go with each transaction instead), no named statements (see [`db`]).
+        let pooled = |o: &PgConnectOptions| {
+            o.clone()
+                .application_name(&options.application_name)
+                .extra_float_digits(None)
+                .statement_cache_capacity(0)
+        };
+        let behind_pooler = match options.pooler {
+            Pooler::Transaction => true,
+            Pooler::Auto => Self::pooler_in_use(&targets, &options, &direct).await?,
+        };
+        if behind_pooler && options.pooler == Pooler::Auto {
+            tracing::info!(
+                "connection pooler in use: every statement runs in a transaction of its own, \
+                 without prepared statements, the settings set per transaction"
+            );
         }
-        let connect = configure(&targets.hosts[0]);
-        // One plain attempt first: a refused connection, an unknown database or a bad
-        // password is reported at once, in its own words. The pool would retry it until its
-        // acquire timeout and then say only that it timed out.
-        match tokio::time::timeout(options.acquire_timeout, connect.connect()).await {
-            Ok(Ok(conn)) => {
+        let mut store = match (targets.is_plain(), behind_pooler) {
+            // Finding out whether a pooler is in use connected once already.
+            (true, false) => {
+                let tried = options.pooler == Pooler::Auto;
+                Self::connect_one(&direct(&targets.hosts[0]), &options, tried).await?
+            }
+            (true, true) => Self::connect_one(&pooled(&targets.hosts[0]), &options, false).await?,
+            (false, false) => Self::connect_failover(targets, &options, direct).await?,
+            (false, true) => Self::connect_failover(targets, &options, pooled).await?,
+        };
+        if behind_pooler {
+            store.pool = Db::pooled(store.pool.pool.clone(), &settings);
+        }
+        store.notify = notify;
+        Ok(store)
+    }
+
+    /// Whether the first server of `targets` that answers is a transaction pooler (see
+    /// [`db`]): it refuses the startup `options` parameter, or takes it and drops it. With
+    /// one server its connection failure is the answer; with several, one that fails is
+    /// skipped (the failover connect then reports each).
+    async fn pooler_in_use(
+        targets: &hosts::Targets,
+        options: &PgStoreOptions,
+        direct: &impl Fn(&PgConnectOptions) -> PgConnectOptions,
+    ) -> Result<bool> {
+        let plain = targets.is_plain();
+        for host in &targets.hosts {
+            let connect = direct(host);
+            match tokio::time::timeout(options.acquire_timeout, connect.connect()).await {
+                Ok(Ok(mut conn)) => {
+                    let in_effect = db::startup_settings_in_effect(&mut conn).await;
+                    let _ = sqlx::Connection::close(conn).await;
+                    match in_effect {
+                        Ok(in_effect) => return Ok(!in_effect),
+                        Err(error) if plain => return Err(StoreError::db("connect")(error)),
+                        Err(_) => continue,
+                    }
+                }
+                Ok(Err(error)) if db::refused_startup_parameter(&error) => return Ok(true),
+                Ok(Err(error)) if plain => return Err(StoreError::db("connect")(error)),
+                Err(_elapsed) if plain => {
+                    return Err(StoreError::Database {
+                        op: "connect",
+                        source: sqlx::Error::PoolTimedOut,
+                    });
+                }
+                Ok(Err(_)) | Err(_) => continue,
+            }
+        }
+        Ok(false)
+    }
+
+    /// A pool of `connect`'s connections, after one plain attempt (unless `tried` already): a
+    /// refused connection, an unknown database or a bad password is reported at once, in its
+    /// own words. The pool would retry it until its acquire timeout and then say only that it
+    /// timed out.
+    async fn connect_one(
+        connect: &PgConnectOptions,
+        options: &PgStoreOptions,
+        tried: bool,
+    ) -> Result<Self> {
+        let attempt = async {
+            if tried {
+                return Ok(Ok(None));
+            }
+            tokio::time::timeout(options.acquire_timeout, connect.connect())
+                .await
+                .map(|r| r.map(Some))
+        };
+        match attempt.await {
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(conn))) => {
                 // The pool opens its own connections; this one only proved the way works.
                 let _ = sqlx::Connection::close(conn).await;
             }
@@ -320,7 +427,7 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await
             .map_err(StoreError::db("connect"))?;
         Ok(Self::from_pool(pool, options.limits))
@@ -369,7 +476,7 @@ impl PgStore {
         if options.follow_failover {
             let alive = std::sync::Arc::new(());
             std::sync::Arc::clone(&failover).spawn_monitor(
-                store.pool.clone(),
+                store.pool().clone(),
                 probe,
                 std::sync::Arc::downgrade(&alive),
             );
@@ -384,16 +491,22 @@ impl PgStore {
     /// for single statements; transactions the store opens set it themselves.
     pub fn from_pool(pool: PgPool, limits: InputLimits) -> Self {
         Self {
-            pool,
+            pool: Db::direct(pool),
             limits,
             key_cursors: Default::default(),
             alive: None,
+            notify: None,
         }
     }
 
     /// The pool, for callers that enqueue inside their own transactions.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        &self.pool.pool
+    }
+
+    /// Whether the store runs as behind a transaction pooler (see [`db`]).
+    pub fn behind_pooler(&self) -> bool {
+        self.pool.is_pooled()
     }
 
     /// The input limits this store enforces.
@@ -403,14 +516,26 @@ impl PgStore {
 
     /// Applies pending migrations. Safe to run twice and from several hosts at once (the
     /// migrator holds an advisory lock while it works).
+    ///
+    /// Refused behind a transaction pooler: the migrator's advisory lock is a session lock,
+    /// which the pooler would leave held on whichever server connection took it.
     pub async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.pool).await?;
+        if self.behind_pooler() {
+            return Err(StoreError::Invalid(crate::ValidationError::Invalid {
+                field: "database_url",
+                detail: MIGRATE_THROUGH_POOLER.to_string(),
+            }));
+        }
+        MIGRATOR.run(self.pool()).await?;
         Ok(())
     }
 
     /// Closes the pool.
     pub async fn close(&self) {
-        self.pool.close().await;
+        if let Some(notify) = &self.notify {
+            notify.close().await;
+        }
+        self.pool.pool.close().await;
     }
 
     /// The server's counters now (see [`ServerCounters`]), counting the connections whose
@@ -457,10 +582,45 @@ impl PgStore {
         })
     }
 
-    /// This database's wake-up: LISTEN on [`NOTIFY_CHANNEL`], on connections of its own.
+    /// This database's wake-up: LISTEN on [`NOTIFY_CHANNEL`], on a connection of its own —
+    /// to [`PgStoreOptions::notify_url`] when given, else to the store's server unless that
+    /// is a transaction pooler (none then: the agent polls).
     pub fn wake_source(&self) -> super::wake::WakeSource {
-        super::wake::WakeSource::postgres(self.pool.clone())
+        match (&self.notify, self.behind_pooler()) {
+            (Some(notify), _) => super::wake::WakeSource::postgres(notify.clone()),
+            (None, false) => super::wake::WakeSource::postgres(self.pool().clone()),
+            (None, true) => super::wake::WakeSource::poll(),
+        }
     }
+}
+
+/// Why `migrate` is refused behind a transaction pooler.
+pub const MIGRATE_THROUGH_POOLER: &str = "this URL leads through a transaction pooler (such as \
+PgBouncer): migrations hold a session-level advisory lock, which the pooler would leave held on \
+one of its server connections; run `leasehold-agent migrate` with a direct connection to \
+PostgreSQL";
+
+/// The connection options of a notify URL (`--notify-database-url`): one PostgreSQL server,
+/// no settings (LISTEN needs none), nothing a pooler in session mode would refuse.
+fn notify_connect_options(url: &str) -> Result<PgConnectOptions> {
+    let targets = hosts::parse_targets(url).map_err(|e| match e {
+        StoreError::Invalid(crate::ValidationError::Invalid { detail, .. }) => {
+            StoreError::Invalid(crate::ValidationError::Invalid {
+                field: "notify_database_url",
+                detail,
+            })
+        }
+        other => other,
+    })?;
+    if !targets.is_plain() {
+        return Err(StoreError::Invalid(crate::ValidationError::Invalid {
+            field: "notify_database_url",
+            detail: "name one server (LISTEN is not allowed on a standby, so there is \
+                     nothing to fail over to)"
+                .to_string(),
+        }));
+    }
+    Ok(targets.hosts[0].clone().extra_float_digits(None))
 }
 
 /// SQLSTATE `object_not_in_prerequisite_state`: what pg_stat_statements answers when its library
@@ -534,17 +694,17 @@ mod ops {
         audit_list, migrations_applied, policy_list, task_delete_of_type,
     };
 
+    use super::db::Db;
     use super::operator::Pg;
-    use sqlx::PgPool;
 
     // The resource lease and schedule operations, written once over the backend seam
     // (`store/audit/backend.rs`), each run on this store.
-    crate::store::resources::flow::resource_entry_points!(Pg, PgPool);
-    crate::store::schedules::flow::schedule_entry_points!(Pg, PgPool);
+    crate::store::resources::flow::resource_entry_points!(Pg, Db);
+    crate::store::schedules::flow::schedule_entry_points!(Pg, Db);
 
     /// NOTIFY on [`NOTIFY_CHANNEL`](super::NOTIFY_CHANNEL). A hint only: agents poll as well,
     /// so a lost notification delays, never loses, work.
-    pub(super) async fn wake(pool: &sqlx::PgPool) {
+    pub(super) async fn wake(pool: &super::db::Db) {
         if let Err(error) = sqlx::query(super::sql::notify_tasks).execute(pool).await {
             tracing::debug!(%error, "notify failed");
         }

@@ -6,7 +6,9 @@
 
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::{Column, PgExecutor, PgPool, Postgres, Row, Transaction, TypeInfo};
+use sqlx::{Column, PgExecutor, Postgres, Row, Transaction, TypeInfo};
+
+use super::db::Db;
 
 use super::rows::{get, policy};
 use super::{enqueue, sql, tx_now};
@@ -22,7 +24,7 @@ pub async fn audit_write<'e, E: PgExecutor<'e>>(executor: E, entry: &AuditEntry)
 }
 
 /// Writes the one `denied` row of `calls` (validated first: bad input writes nothing).
-pub(super) async fn audit_write_denied(pool: &PgPool, calls: &DeniedCalls) -> Result<()> {
+pub(super) async fn audit_write_denied(pool: &Db, calls: &DeniedCalls) -> Result<()> {
     let count = calls.validated_count()?;
     audit_insert(
         pool,
@@ -58,17 +60,12 @@ async fn audit_insert<'e, E: PgExecutor<'e>>(
     Ok(())
 }
 
-pub(super) async fn begin(
-    pool: &PgPool,
-    op: &'static str,
-) -> Result<Transaction<'static, Postgres>> {
-    pool.begin_with(super::BEGIN_READ_COMMITTED)
-        .await
-        .map_err(StoreError::db(op))
+pub(super) async fn begin(pool: &Db, op: &'static str) -> Result<Transaction<'static, Postgres>> {
+    pool.begin().await.map_err(StoreError::db(op))
 }
 
 /// The PostgreSQL store as the shared operations see it.
-pub(super) struct Pg<'a>(pub(super) &'a PgPool);
+pub(super) struct Pg<'a>(pub(super) &'a Db);
 
 impl Backend for Pg<'_> {
     type Tx = Transaction<'static, Postgres>;
@@ -79,10 +76,7 @@ impl Backend for Pg<'_> {
     }
 
     async fn snapshot(&self, op: &'static str) -> Result<Self::Tx> {
-        self.0
-            .begin_with(sql::tx_begin_snapshot)
-            .await
-            .map_err(StoreError::db(op))
+        self.0.begin_snapshot().await.map_err(StoreError::db(op))
     }
 
     async fn now(tx: &mut Self::Tx, op: &'static str) -> Result<chrono::DateTime<chrono::Utc>> {
@@ -241,4 +235,4 @@ impl OperatorStatements for Pg<'_> {
 }
 
 // The `Store` methods, each the shared operation on this store.
-crate::store::audit::operator::operator_entry_points!(Pg, PgPool);
+crate::store::audit::operator::operator_entry_points!(Pg, Db);

@@ -2,8 +2,8 @@
 //! (policies and the audit log, which both backends list alike, are `store/dialect.rs`). Their
 //! input arrives validated (the Store layer, `store/driver.rs`).
 
+use super::db::Db;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 
 use super::rows::{attempt, get, task};
 use super::{secs, sql};
@@ -16,7 +16,7 @@ use crate::store::{
     TaskListParams, TaskPage,
 };
 
-pub(super) async fn db_now(pool: &PgPool) -> Result<DateTime<Utc>> {
+pub(super) async fn db_now(pool: &Db) -> Result<DateTime<Utc>> {
     let row = sqlx::query(sql::db_now)
         .fetch_one(pool)
         .await
@@ -24,7 +24,7 @@ pub(super) async fn db_now(pool: &PgPool) -> Result<DateTime<Utc>> {
     get(&row, "now")
 }
 
-pub(super) async fn task_list(pool: &PgPool, params: &TaskListParams) -> Result<TaskPage> {
+pub(super) async fn task_list(pool: &Db, params: &TaskListParams) -> Result<TaskPage> {
     let statuses: Option<Vec<&str>> =
         (!params.statuses.is_empty()).then(|| params.statuses.iter().map(|s| s.as_str()).collect());
     // Plans are generic, so the statuses that have their own partial index get a statement that
@@ -39,7 +39,7 @@ pub(super) async fn task_list(pool: &PgPool, params: &TaskListParams) -> Result<
     task_list_page(pool, statement, statuses, params).await
 }
 
-pub(super) async fn task_get(pool: &PgPool, id: TaskId) -> Result<Option<TaskDetail>> {
+pub(super) async fn task_get(pool: &Db, id: TaskId) -> Result<Option<TaskDetail>> {
     let Some(row) = sqlx::query(sql::task_get)
         .bind(id.0)
         .fetch_optional(pool)
@@ -60,7 +60,7 @@ pub(super) async fn task_get(pool: &PgPool, id: TaskId) -> Result<Option<TaskDet
     }))
 }
 
-pub(super) async fn task_explain(pool: &PgPool, params: &ExplainParams) -> Result<Vec<Blocker>> {
+pub(super) async fn task_explain(pool: &Db, params: &ExplainParams) -> Result<Vec<Blocker>> {
     let cap = i64::try_from(EXPLAIN_AHEAD_CAP + 1).unwrap_or(i64::MAX);
     let row = sqlx::query(sql::task_explain)
         .bind(params.id.0)
@@ -74,7 +74,7 @@ pub(super) async fn task_explain(pool: &PgPool, params: &ExplainParams) -> Resul
     Ok(blockers(&facts))
 }
 
-pub(super) async fn task_overview(pool: &PgPool) -> Result<Overview> {
+pub(super) async fn task_overview(pool: &Db) -> Result<Overview> {
     let cap = i64::try_from(OVERVIEW_TYPES_CAP + 2).unwrap_or(i64::MAX);
     let rows = sqlx::query(sql::task_overview)
         .bind(cap)

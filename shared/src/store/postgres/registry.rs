@@ -14,7 +14,7 @@
 //!
 //! Registration input arrives validated (the Store layer, `store/driver.rs`).
 
-use sqlx::PgPool;
+use super::db::Db;
 
 use super::rows::{agent, agent_id, get};
 use super::{secs, sql};
@@ -33,7 +33,7 @@ fn non_negative(field: &'static str, value: u32) -> Result<i32> {
     })
 }
 
-pub(super) async fn agent_register(pool: &PgPool, p: &AgentRegisterParams) -> Result<AgentRecord> {
+pub(super) async fn agent_register(pool: &Db, p: &AgentRegisterParams) -> Result<AgentRecord> {
     let types: Vec<&str> = p.task_types.iter().map(|t| t.as_str()).collect();
     let row = sqlx::query(sql::agent_register)
         .bind(&p.name)
@@ -50,7 +50,7 @@ pub(super) async fn agent_register(pool: &PgPool, p: &AgentRegisterParams) -> Re
     agent(&row)
 }
 
-pub(super) async fn agent_heartbeat(pool: &PgPool, p: &AgentHeartbeatParams) -> Result<bool> {
+pub(super) async fn agent_heartbeat(pool: &Db, p: &AgentHeartbeatParams) -> Result<bool> {
     let row = sqlx::query(sql::agent_heartbeat)
         .bind(p.id.as_str())
         .bind(p.state.as_str())
@@ -62,7 +62,7 @@ pub(super) async fn agent_heartbeat(pool: &PgPool, p: &AgentHeartbeatParams) -> 
     Ok(row.is_some())
 }
 
-pub(super) async fn agent_list(pool: &PgPool) -> Result<Vec<AgentRecord>> {
+pub(super) async fn agent_list(pool: &Db) -> Result<Vec<AgentRecord>> {
     let rows = sqlx::query(sql::agent_list)
         .fetch_all(pool)
         .await
@@ -70,7 +70,7 @@ pub(super) async fn agent_list(pool: &PgPool) -> Result<Vec<AgentRecord>> {
     rows.iter().map(agent).collect()
 }
 
-pub(super) async fn agent_mark_stopped(pool: &PgPool, id: &AgentId) -> Result<()> {
+pub(super) async fn agent_mark_stopped(pool: &Db, id: &AgentId) -> Result<()> {
     sqlx::query(sql::agent_mark_stopped)
         .bind(id.as_str())
         .execute(pool)
@@ -80,7 +80,7 @@ pub(super) async fn agent_mark_stopped(pool: &PgPool, id: &AgentId) -> Result<()
 }
 
 pub(super) async fn leader_attempt_elect(
-    pool: &PgPool,
+    pool: &Db,
     p: &LeaderElectParams,
 ) -> Result<LeaderOutcome> {
     let row = sqlx::query(sql::leader_attempt_elect)
@@ -108,7 +108,7 @@ pub(super) async fn leader_attempt_elect(
     })
 }
 
-pub(super) async fn leader_renew(pool: &PgPool, p: &LeaderRenewParams) -> Result<LeaderRenewal> {
+pub(super) async fn leader_renew(pool: &Db, p: &LeaderRenewParams) -> Result<LeaderRenewal> {
     let row = sqlx::query(sql::leader_renew)
         .bind(p.owner.as_str())
         .bind(p.term)
@@ -124,11 +124,7 @@ pub(super) async fn leader_renew(pool: &PgPool, p: &LeaderRenewParams) -> Result
     })
 }
 
-pub(super) async fn leader_resign(
-    pool: &PgPool,
-    owner: &AgentId,
-    term: i64,
-) -> Result<HolderWrite> {
+pub(super) async fn leader_resign(pool: &Db, owner: &AgentId, term: i64) -> Result<HolderWrite> {
     let row = sqlx::query(sql::leader_resign)
         .bind(owner.as_str())
         .bind(term)

@@ -8,8 +8,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use sqlx::PgConnection;
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, PgPool};
+
+use super::db::Db;
 
 use super::operator::Pg;
 use super::rows::get;
@@ -23,8 +25,8 @@ use crate::store::{HolderWrite, Result, StoreError};
 
 type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
 
-async fn extend(
-    conn: &mut PgConnection,
+async fn extend<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
     lease: Fenced<'_>,
     ttl: Duration,
     op: &'static str,
@@ -68,14 +70,13 @@ impl ResourceStatements for Pg<'_> {
         ttl: Duration,
         op: &'static str,
     ) -> Result<Option<PgRow>> {
-        extend(tx, lease, ttl, op).await
+        extend(&mut **tx, lease, ttl, op).await
     }
 
     /// One statement, outside any transaction.
     async fn resource_renew(&self, lease: Fenced<'_>, ttl: Duration) -> Result<Option<PgRow>> {
         const OP: &str = "resource_renew";
-        let mut conn = self.0.acquire().await.map_err(StoreError::db(OP))?;
-        extend(&mut conn, lease, ttl, OP).await
+        extend(self.0, lease, ttl, OP).await
     }
 
     async fn resource_release(tx: &mut Tx, lease: Fenced<'_>) -> Result<Option<PgRow>> {
@@ -148,7 +149,7 @@ impl ResourceStatements for Pg<'_> {
 /// Renews every lease and membership of `p` in one statement: its rows are the leases
 /// renewed (`kind` lease) and the groups whose membership was (`kind` member).
 pub(super) async fn resource_renew_many(
-    pool: &PgPool,
+    pool: &Db,
     p: &ResourceRenewParams,
 ) -> Result<ResourceRenewOutcome> {
     const OP: &str = "resource_renew_many";
@@ -184,7 +185,7 @@ pub(super) async fn resource_renew_many(
     Ok(out)
 }
 
-pub(super) async fn shard_join(pool: &PgPool, p: &ShardJoinParams) -> Result<()> {
+pub(super) async fn shard_join(pool: &Db, p: &ShardJoinParams) -> Result<()> {
     crate::store::resources::check_ttl("ttl", p.ttl)?;
     let joined = sqlx::query(sql::shard_join)
         .bind(p.group.as_str())
@@ -196,7 +197,7 @@ pub(super) async fn shard_join(pool: &PgPool, p: &ShardJoinParams) -> Result<()>
     crate::store::resources::joined(&p.group, joined.is_some())
 }
 
-pub(super) async fn shard_leave(pool: &PgPool, group: &GroupName, member: &AgentId) -> Result<()> {
+pub(super) async fn shard_leave(pool: &Db, group: &GroupName, member: &AgentId) -> Result<()> {
     sqlx::query(sql::shard_leave)
         .bind(group.as_str())
         .bind(member.as_str())
@@ -207,7 +208,7 @@ pub(super) async fn shard_leave(pool: &PgPool, group: &GroupName, member: &Agent
 }
 
 /// Prunes history rows older than `older_than` (memberships go with their group's shards).
-pub(super) async fn resource_history_prune(pool: &PgPool, older_than: Duration) -> Result<u64> {
+pub(super) async fn resource_history_prune(pool: &Db, older_than: Duration) -> Result<u64> {
     let done = sqlx::query(sql::resource_history_prune)
         .bind(secs(older_than))
         .execute(pool)

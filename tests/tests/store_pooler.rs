@@ -1,0 +1,143 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The PostgreSQL store run as behind a transaction pooler (issue 25; `--pooler transaction`,
+//! forced here against PostgreSQL itself, so that what is measured is the store's own
+//! behaviour and not the pooler's): every statement it runs on its own runs in a transaction
+//! of its own that carries the store's settings (`SET LOCAL` with the BEGIN), since the
+//! startup `options` that carry them on a direct connection cannot pass a pooler. The
+//! statement timeout is the observable one: a cancel waiting on a row lock another session
+//! holds is ended by it. The end-to-end runs through a real PgBouncer are in `pgbouncer.rs`.
+
+use std::time::{Duration, Instant};
+
+use leasehold_shared::store::postgres::{PgStore, PgStoreOptions, Pooler};
+use leasehold_shared::store::{CancelOutcome, CancelParams, Store};
+use leasehold_shared::{Actor, StoreError, TaskId};
+use leasehold_tests::TestDb;
+use leasehold_tests::factory::{TaskSpec, insert_task};
+use leasehold_tests::helpers::claim;
+
+const TIMEOUT: Duration = Duration::from_millis(300);
+
+async fn store(db: &TestDb, pooler: Pooler) -> PgStore {
+    PgStore::connect(
+        &db.url,
+        PgStoreOptions {
+            max_connections: 2,
+            statement_timeout: Some(TIMEOUT),
+            pooler,
+            ..PgStoreOptions::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// A cancel of task `id` while another session holds its row lock: what the store says, and
+/// how long it waited.
+async fn cancel_while_locked(
+    db: &TestDb,
+    store: &PgStore,
+    id: i64,
+) -> (Result<CancelOutcome, StoreError>, Duration) {
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let cancelled = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.task_cancel(CancelParams {
+            id: TaskId(id),
+            actor: Actor::operator("test"),
+        }),
+    )
+    .await
+    .expect("the cancel waited 10 s: no statement timeout in effect");
+    let waited = started.elapsed();
+    holder.rollback().await.unwrap();
+    (cancelled, waited)
+}
+
+fn is_statement_timeout(e: &StoreError) -> bool {
+    format!("{e:?}").contains("57014") || e.to_string().contains("statement timeout")
+}
+
+#[tokio::test]
+async fn the_settings_hold_in_every_transaction_behind_a_pooler() {
+    let db = TestDb::new().await.unwrap();
+    let pooled = store(&db, Pooler::Transaction).await;
+    assert!(pooled.behind_pooler());
+    let id = insert_task(&db.pool, TaskSpec::new("ops", "queued"))
+        .await
+        .unwrap();
+    let (cancelled, waited) = cancel_while_locked(&db, &pooled, id).await;
+    match &cancelled {
+        Err(e) if is_statement_timeout(e) => {}
+        other => panic!("expected the statement timeout, got {other:?}"),
+    }
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+    // Nothing changed, and the store's connection is usable afterwards (no transaction left
+    // open on it): the same cancel now goes through.
+    let status: String = sqlx::query_scalar("SELECT status::text FROM tasks WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "queued");
+    let done = pooled
+        .task_cancel(CancelParams {
+            id: TaskId(id),
+            actor: Actor::operator("test"),
+        })
+        .await
+        .unwrap();
+    assert_eq!(done, CancelOutcome::Cancelled);
+    pooled.close().await;
+    db.drop_db().await.unwrap();
+}
+
+/// Positive control for the test above: a store straight to PostgreSQL is recognised as such,
+/// its settings travel with the connection, and the same wait ends the same way.
+#[tokio::test]
+async fn straight_to_postgres_is_recognised_and_the_settings_hold_too() {
+    let db = TestDb::new().await.unwrap();
+    let direct = store(&db, Pooler::Auto).await;
+    assert!(!direct.behind_pooler());
+    let id = insert_task(&db.pool, TaskSpec::new("ops", "queued"))
+        .await
+        .unwrap();
+    let (cancelled, waited) = cancel_while_locked(&db, &direct, id).await;
+    assert!(
+        matches!(&cancelled, Err(e) if is_statement_timeout(e)),
+        "{cancelled:?}"
+    );
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+    direct.close().await;
+    db.drop_db().await.unwrap();
+}
+
+/// The hot path behind a pooler: claims, renewals and completions, each batch statement in a
+/// transaction of its own, and migrations refused (their lock is a session's).
+#[tokio::test]
+async fn the_task_lifecycle_runs_and_migrations_are_refused_behind_a_pooler() {
+    let db = TestDb::new().await.unwrap();
+    let pooled = store(&db, Pooler::Transaction).await;
+    for _ in 0..5 {
+        insert_task(&db.pool, TaskSpec::new("ops", "queued"))
+            .await
+            .unwrap();
+    }
+    let batch = pooled.task_claim(claim("a", &["ops"], 10)).await.unwrap();
+    assert_eq!(batch.tasks.len(), 5);
+    let migrate = pooled.migrate().await;
+    match migrate {
+        Err(StoreError::Invalid(e)) => {
+            assert!(e.to_string().contains("direct connection"), "{e}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    pooled.close().await;
+    db.drop_db().await.unwrap();
+}
