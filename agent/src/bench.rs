@@ -74,6 +74,8 @@ pub struct BenchConfig {
     pub concurrency: Option<u32>,
     pub batch: Option<u32>,
     pub latency_samples: u32,
+    /// Where the agents LISTEN, for a `database_url` through a transaction pooler.
+    pub notify_database_url: Option<String>,
 }
 
 /// What the bench prints. The `…_per_task` figures are the drain's (see the module's doc);
@@ -199,8 +201,17 @@ async fn enqueue(store: &dyn Store, task_type: &TaskType, n: u64, backlog: bool)
 }
 
 /// The server's counters once no connection named like `pattern` is left (each flushed its
-/// statistics as it exited); `None` on SQLite.
+/// statistics as it exited); `None` on SQLite. Behind a transaction pooler the server
+/// connections stay open in the pooler's pool: the counters are read once an idle backend has
+/// flushed its statistics (PostgreSQL does within [`IDLE_STATS_FLUSH`]).
 async fn counters_when_gone(store: &AnyStore, pattern: &str) -> Result<Option<ServerCounters>> {
+    if store.behind_pooler() {
+        tokio::time::sleep(IDLE_STATS_FLUSH).await;
+        return store
+            .server_counters(pattern)
+            .await
+            .context("reading the server's counters");
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let Some(counters) = store
@@ -222,6 +233,10 @@ async fn counters_when_gone(store: &AnyStore, pattern: &str) -> Result<Option<Se
     }
 }
 
+/// How long an idle PostgreSQL backend may keep its statistics before flushing them (10 s,
+/// PGSTAT_IDLE_INTERVAL), and a margin.
+const IDLE_STATS_FLUSH: Duration = Duration::from_secs(11);
+
 /// Running bench agents.
 struct Fleet {
     controls: Vec<AgentControl>,
@@ -240,16 +255,20 @@ impl Fleet {
         for n in 0..config.agents {
             let mut handlers = HandlerRegistry::new();
             handlers.register(task_type.clone(), Noop);
-            let agent = AgentBuilder::new(
+            let mut builder = AgentBuilder::new(
                 RuntimeSettings {
                     name: format!("bench-{}-{n}", std::process::id()),
                     ..settings.clone()
                 },
                 handlers,
-            )
-            .connect(&config.database_url)
-            .await
-            .with_context(|| format!("starting bench agent {n}"))?;
+            );
+            if let Some(url) = &config.notify_database_url {
+                builder = builder.notify_database_url(url);
+            }
+            let agent = builder
+                .connect(&config.database_url)
+                .await
+                .with_context(|| format!("starting bench agent {n}"))?;
             agents.push(agent);
         }
         Ok(agents)

@@ -361,6 +361,10 @@ enum Command {
         /// Idle pickup samples (one task at a time).
         #[arg(long, default_value_t = 200)]
         latency_samples: u32,
+        /// A direct PostgreSQL URL the agents LISTEN on, for a --database-url through a
+        /// transaction pooler (as `run --notify-database-url`).
+        #[arg(long, value_name = "URL")]
+        notify_database_url: Option<String>,
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
     },
@@ -450,6 +454,7 @@ async fn dispatch(cli: Cli, matches: &ArgMatches, extend: Option<Extend>) -> Res
             concurrency,
             batch,
             latency_samples,
+            notify_database_url,
             output,
         } => {
             // Quiet unless RUST_LOG asks (the bench's output is its report).
@@ -466,6 +471,7 @@ async fn dispatch(cli: Cli, matches: &ArgMatches, extend: Option<Extend>) -> Res
                 concurrency,
                 batch,
                 latency_samples,
+                notify_database_url,
             };
             let report = bench::run(&config).await?;
             match output {

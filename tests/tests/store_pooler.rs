@@ -118,10 +118,10 @@ async fn straight_to_postgres_is_recognised_and_the_settings_hold_too() {
     db.drop_db().await.unwrap();
 }
 
-/// The hot path behind a pooler: claims, renewals and completions, each batch statement in a
-/// transaction of its own, and migrations refused (their lock is a session's).
+/// Claims behind a pooler (a batch statement in a transaction of its own); `migrate` on an
+/// up-to-date database has nothing to do and says so without taking the migrator's lock.
 #[tokio::test]
-async fn the_task_lifecycle_runs_and_migrations_are_refused_behind_a_pooler() {
+async fn claims_run_and_an_up_to_date_database_needs_no_migration_behind_a_pooler() {
     let db = TestDb::new().await.unwrap();
     let pooled = store(&db, Pooler::Transaction).await;
     for _ in 0..5 {
@@ -131,13 +131,29 @@ async fn the_task_lifecycle_runs_and_migrations_are_refused_behind_a_pooler() {
     }
     let batch = pooled.task_claim(claim("a", &["ops"], 10)).await.unwrap();
     assert_eq!(batch.tasks.len(), 5);
-    let migrate = pooled.migrate().await;
-    match migrate {
+    pooled.migrate().await.unwrap();
+    pooled.close().await;
+    db.drop_db().await.unwrap();
+}
+
+/// A pending migration behind a pooler is refused (its lock is a session's, which the pooler
+/// would leave held on one of its server connections), and nothing is applied.
+#[tokio::test]
+async fn a_pending_migration_is_refused_behind_a_pooler() {
+    let db = TestDb::new_empty().await.unwrap();
+    let pooled = store(&db, Pooler::Transaction).await;
+    match pooled.migrate().await {
         Err(StoreError::Invalid(e)) => {
             assert!(e.to_string().contains("direct connection"), "{e}");
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
+    let tables: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(tables, 0, "nothing may be applied");
     pooled.close().await;
     db.drop_db().await.unwrap();
 }

@@ -120,6 +120,15 @@ impl AnyStore {
         }
     }
 
+    /// Whether the store runs as behind a transaction pooler (PostgreSQL through PgBouncer).
+    pub fn behind_pooler(&self) -> bool {
+        match self {
+            AnyStore::Postgres(s) => s.behind_pooler(),
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(_) => false,
+        }
+    }
+
     /// The backend's wake-up source (LISTEN, or the SQLite file's change counter).
     pub fn wake_source(&self) -> super::WakeSource {
         match self {

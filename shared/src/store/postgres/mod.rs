@@ -517,10 +517,15 @@ impl PgStore {
     /// Applies pending migrations. Safe to run twice and from several hosts at once (the
     /// migrator holds an advisory lock while it works).
     ///
-    /// Refused behind a transaction pooler: the migrator's advisory lock is a session lock,
-    /// which the pooler would leave held on whichever server connection took it.
+    /// Behind a transaction pooler, refused when a migration is pending (nothing to do
+    /// otherwise): the migrator's advisory lock is a session lock, which the pooler would leave
+    /// held on whichever server connection took it.
     pub async fn migrate(&self) -> Result<()> {
         if self.behind_pooler() {
+            let (applied, known) = crate::store::dialect::migrations_applied(&self.pool).await?;
+            if applied >= known {
+                return Ok(());
+            }
             return Err(StoreError::Invalid(crate::ValidationError::Invalid {
                 field: "database_url",
                 detail: MIGRATE_THROUGH_POOLER.to_string(),
