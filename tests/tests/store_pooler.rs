@@ -157,3 +157,27 @@ async fn a_pending_migration_is_refused_behind_a_pooler() {
     pooled.close().await;
     db.drop_db().await.unwrap();
 }
+
+/// `--notify-database-url` names one server: LISTEN is refused on a standby, so a list has
+/// nothing to fail over to. Refused as bad input before anything connects.
+#[tokio::test]
+async fn a_notify_url_naming_several_servers_is_refused() {
+    let db = TestDb::new().await.unwrap();
+    let refused = PgStore::connect(
+        &db.url,
+        PgStoreOptions {
+            notify_url: Some("postgres://u@h1:5432,h2:5432/db".into()),
+            ..PgStoreOptions::default()
+        },
+    )
+    .await;
+    match refused {
+        Err(StoreError::Invalid(e)) => {
+            let text = e.to_string();
+            assert!(text.starts_with("notify_database_url"), "{text}");
+            assert!(text.contains("one server"), "{text}");
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| "a store")),
+    }
+    db.drop_db().await.unwrap();
+}

@@ -650,6 +650,30 @@ pub(crate) mod tests {
                 "tls: give both tls.cert and tls.key (--tls-cert, --tls-key)",
                 "--tls-key)",
             ),
+            (
+                "",
+                vec![("pooler", "session".into())],
+                vec![],
+                "pooler: \"session\" is not auto or transaction",
+                "(environment variable LEASEHOLD_POOLER)",
+            ),
+            (
+                "notify_database_url = \"mysql://x\"",
+                vec![],
+                vec![],
+                "notify_database_url: must start with postgres://",
+                &file,
+            ),
+            (
+                "",
+                vec![],
+                vec![
+                    ("database_url", "sqlite:///q.db".into()),
+                    ("notify_database_url", "postgres://u@h/db".into()),
+                ],
+                "notify_database_url: is for a PostgreSQL database_url",
+                "(flag --notify-database-url)",
+            ),
         ];
         for (file, env, flags, starts, ends) in cases {
             let layers = case(file, &env, &flags);
