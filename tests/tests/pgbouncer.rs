@@ -227,6 +227,8 @@ async fn ten_thousand_tasks_through_pgbouncer_transaction_mode() {
     expect_running(&mut agents);
 
     let report = ledger::expect_all_succeeded(&pool).await.unwrap();
+    print_samples("10,000 tasks, three agents, pool of 8", &samples, elapsed);
+    println!("{report:?}");
     assert_eq!(report.succeeded, TASKS as u64, "{report:?}");
     assert_eq!(
         report.executions, TASKS as u64,
@@ -258,8 +260,6 @@ async fn ten_thousand_tasks_through_pgbouncer_transaction_mode() {
         agents[2].log_tail(30)
     );
 
-    print_samples("10,000 tasks, three agents, pool of 8", &samples, elapsed);
-    println!("{report:?}");
     assert!(samples.count >= 3, "too few samples: {samples:?}");
     assert!(
         samples.max_upstream_servers >= 1,
@@ -332,6 +332,7 @@ async fn fifty_agents_through_pgbouncer() {
     expect_running(&mut agents);
 
     let report = ledger::expect_all_succeeded(&pool).await.unwrap();
+    print_samples("2,000 tasks, 50 agents, pool of 20", &samples, elapsed);
     assert_eq!(report.succeeded, tasks as u64, "{report:?}");
     assert_eq!(
         report.executions, tasks as u64,
@@ -359,7 +360,6 @@ async fn fifty_agents_through_pgbouncer() {
     let min = per_agent.iter().map(|(_, n)| *n).min().unwrap();
     let max = per_agent.iter().map(|(_, n)| *n).max().unwrap();
     let mean = tasks as f64 / AGENTS as f64;
-    print_samples("2,000 tasks, 50 agents, pool of 20", &samples, elapsed);
     println!(
         "50 agents registered {startup:.1?} after the first spawn; tasks per agent: min {min}, \
          mean {mean:.1}, max {max}; {report:?}"
