@@ -12,6 +12,8 @@
 //! - 50 agents (`--concurrency 2`, `--max-connections 2`) share a pool of 20 server
 //!   connections: 2,000 tasks of 20–50 ms each ran once, every agent ran some and none more
 //!   than three times the mean; the server connections stayed within 20 throughout.
+//! - `LEASEHOLD_POOLER=transaction` forces pooler mode on a direct connection (the agent
+//!   works and polls), while `auto` on a direct connection finds no pooler.
 //! - `migrate` through PgBouncer is refused (exit 2, "direct connection": migrations hold a
 //!   session-level advisory lock, which transaction pooling would hand to other clients) and
 //!   changes nothing, on an empty database and on a migrated one.
@@ -496,5 +498,67 @@ async fn migrate_through_pgbouncer_is_refused() {
     empty.close().await;
     migrated.close().await;
     drop(bouncer);
+    drop(cluster);
+}
+
+/// `LEASEHOLD_POOLER=transaction` forces pooler mode on a direct connection: the statements
+/// run as they would through PgBouncer and the agent polls (no notify URL given); an agent in
+/// `auto` mode on the same direct connection finds no pooler (the detection's negative
+/// control) and says neither thing. Together they drain the tasks cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_pooler_mode_on_a_direct_connection() {
+    const DB: &str = "leasehold_forced_pooler";
+    const TASKS: usize = 1_000;
+    let cluster = PgCluster::start().await.unwrap();
+    let (url, pool) = cluster.migrated_database_pool(DB).await.unwrap();
+    ledger::install(&pool).await.unwrap();
+
+    let mut agents = Vec::new();
+    let names: Vec<String> = vec!["forced".into(), "auto".into()];
+    for (name, pooler) in [("forced", "transaction"), ("auto", "auto")] {
+        let mut args: Vec<&str> = LEASE_ARGS.to_vec();
+        args.extend(["--concurrency", "64"]);
+        agents.push(
+            spawn_agent(
+                "leasehold-test-agent",
+                &url,
+                name,
+                "ledger",
+                &args,
+                vec![
+                    ("LEASEHOLD_TEST_LEDGER_URL".into(), url.clone()),
+                    ("LEASEHOLD_POOLER".into(), pooler.into()),
+                ],
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    wait_all_registered(&pool, &mut agents, &names, Duration::from_secs(60)).await;
+    ledger::enqueue(&pool, "ledger", TASKS, json!({}))
+        .await
+        .unwrap();
+    wait_succeeded(&pool, TASKS as i64, Duration::from_secs(90), &agents).await;
+    expect_running(&mut agents);
+    let report = ledger::expect_all_succeeded(&pool).await.unwrap();
+    assert_eq!(
+        report.executions, TASKS as u64,
+        "every task ran exactly once: {report:?}"
+    );
+
+    let forced = agent_log(&agents[0]);
+    assert!(
+        forced.contains(POLLING),
+        "the agent forced into pooler mode does not say it polls:\n{}",
+        agents[0].log_tail(30)
+    );
+    let auto = agent_log(&agents[1]);
+    assert!(
+        !auto.contains(POOLER_SEEN) && !auto.contains(POLLING),
+        "the agent in auto mode took a direct connection for a pooler:\n{}",
+        agents[1].log_tail(30)
+    );
+    drop(agents);
+    pool.close().await;
     drop(cluster);
 }
