@@ -4,12 +4,12 @@
 //!
 //! For end-to-end and fault tests: real agent processes to signal ([`agent`]), a TCP proxy
 //! that resets, blackholes or delays connections ([`proxy`]), a private PostgreSQL server to
-//! restart or crash ([`cluster`]) and the ledger that proves nothing was lost or done twice
-//! ([`ledger`]) and no concurrency limit exceeded ([`limits`]); for the soak, a process's
-//! memory and descriptors ([`procstat`]); operator calls checked against the audit log
-//! ([`operator`]). The interactive console runs in a real terminal, a private tmux server
-//! ([`tmux`]). Shared-host tests run the CLI with a clean environment as root or as another
-//! user ([`local_access`]).
+//! restart or crash ([`cluster`]), a private PgBouncer in front of one ([`pgbouncer`]) and
+//! the ledger that proves nothing was lost or done twice ([`ledger`]) and no concurrency limit
+//! exceeded ([`limits`]); for the soak, a process's memory and descriptors ([`procstat`]);
+//! operator calls checked against the audit log ([`operator`]). The interactive console runs
+//! in a real terminal, a private tmux server ([`tmux`]). Shared-host tests run the CLI with a
+//! clean environment as root or as another user ([`local_access`]).
 //!
 //! The store conformance suite runs each test against PostgreSQL and SQLite alike:
 //! [`store_db`] gives a per-test database of either backend behind `Arc<dyn Store>`, raw setup
@@ -52,6 +52,7 @@ pub mod ledger;
 pub mod limits;
 pub mod local_access;
 pub mod operator;
+pub mod pgbouncer;
 pub mod procstat;
 pub mod proxy;
 pub mod scenario;
@@ -68,6 +69,7 @@ pub use db::TestDb;
 pub use factory::{TaskSpec, backdate_lease, insert_task};
 pub use inspect::{attempt_rows, audit_rows, count, task_row, task_status};
 pub use ledger::LedgerReport;
+pub use pgbouncer::{PgBouncer, PgBouncerOptions};
 pub use proxy::{ProxyMode, TcpProxy};
 pub use scratch::scratch_dir;
 pub use server::admin_url;
