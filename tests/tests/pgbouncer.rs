@@ -14,9 +14,10 @@
 //!   than three times the mean; the server connections stayed within 20 throughout.
 //! - `LEASEHOLD_POOLER=transaction` forces pooler mode on a direct connection (the agent
 //!   works and polls), while `auto` on a direct connection finds no pooler.
-//! - `migrate` through PgBouncer is refused (exit 2, "direct connection": migrations hold a
-//!   session-level advisory lock, which transaction pooling would hand to other clients) and
-//!   changes nothing, on an empty database and on a migrated one.
+//! - `migrate` through PgBouncer with a migration pending is refused (exit 2, "direct
+//!   connection": migrations hold a session-level advisory lock, which transaction pooling
+//!   would hand to other clients) and changes nothing; on an up-to-date database it has
+//!   nothing to do and says so (exit 0, schema unchanged).
 //!
 //! Each test has its own cluster, migrated directly (the cluster's own URL) before any agent
 //! starts. The ledger handler's own connection (`LEASEHOLD_TEST_LEDGER_URL`) goes to the cluster
@@ -462,10 +463,22 @@ async fn migrate_through_pgbouncer_is_refused() {
         .await
         .unwrap();
 
-    for (db, pool) in [
-        ("leasehold_empty", &empty),
-        ("leasehold_migrated", &migrated),
-    ] {
+    // An up-to-date database has nothing to migrate: said so, nothing locked or changed.
+    let before = schema(&migrated).await;
+    let (code, stdout, stderr) = migrate(&bouncer.url("leasehold_migrated")).await;
+    assert_eq!(
+        code, 0,
+        "up-to-date migrate through PgBouncer:\n{stdout}{stderr}"
+    );
+    assert!(stdout.contains("up to date"), "{stdout}");
+    assert_eq!(
+        schema(&migrated).await,
+        before,
+        "the migrated schema changed"
+    );
+
+    // A pending migration is refused.
+    for (db, pool) in [("leasehold_empty", &empty)] {
         let before = schema(pool).await;
         let (code, stdout, stderr) = migrate(&bouncer.url(db)).await;
         assert_eq!(
