@@ -575,3 +575,77 @@ async fn forced_pooler_mode_on_a_direct_connection() {
     pool.close().await;
     drop(cluster);
 }
+
+/// Wake-ups through PgBouncer: with `--notify-database-url` (a direct connection) an agent
+/// that polls only every 30 s picks up a task enqueued while it is idle at once, by LISTEN;
+/// the same agent without it (the positive control) leaves the task waiting for its poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_ups_come_over_the_notify_url_through_pgbouncer() {
+    const DB: &str = "leasehold_pgbouncer_notify";
+    let (cluster, bouncer, pool) = pooled_cluster(DB, &[], PgBouncerOptions::default()).await;
+    let direct = cluster.url(DB);
+    let through = bouncer.url(DB);
+    for (name, notify) in [("listens", true), ("polls", false)] {
+        let mut extra = vec!["--poll-interval", "30s"];
+        if notify {
+            extra.extend(["--notify-database-url", direct.as_str()]);
+        }
+        let mut agents = vec![spawn_ledger_agent(&through, &direct, name, &extra).await];
+        wait_all_registered(
+            &pool,
+            &mut agents,
+            &[name.to_string()],
+            Duration::from_secs(60),
+        )
+        .await;
+        // Past the claim an agent makes as it starts: idle now until a wake-up or its poll.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let before: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status = 'succeeded'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        ledger::enqueue(&pool, "ledger", 1, json!({}))
+            .await
+            .unwrap();
+        let enqueued = Instant::now();
+        let picked = wait_until("the task succeeded", Duration::from_secs(5), || {
+            let pool = pool.clone();
+            async move {
+                let done: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status = 'succeeded'")
+                        .fetch_one(&pool)
+                        .await?;
+                Ok(done > before)
+            }
+        })
+        .await;
+        println!(
+            "{name}: {}",
+            match &picked {
+                Ok(_) => format!("done {:?} after the enqueue", enqueued.elapsed()),
+                Err(_) => "still waiting 5 s after the enqueue".to_string(),
+            }
+        );
+        if notify {
+            assert!(
+                picked.is_ok(),
+                "the agent with a notify URL did not pick the task up within 5 s:\n{}",
+                agents[0].log_tail(30)
+            );
+        } else {
+            assert!(
+                picked.is_err(),
+                "the agent without a notify URL picked the task up before its poll: the \
+                 control proves nothing"
+            );
+            assert!(agent_log(&agents[0]).contains(POLLING));
+        }
+        expect_running(&mut agents);
+        agents[0].sigterm().unwrap();
+        agents[0].wait_exit(Duration::from_secs(30)).await.unwrap();
+    }
+    pool.close().await;
+    drop(bouncer);
+    drop(cluster);
+}
