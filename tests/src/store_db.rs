@@ -6,9 +6,14 @@
 //!   conformance!(claim_order);  async fn claim_order(db: StoreDb) { … }
 //!        │
 //!        ├─▶ claim_order::postgres   StoreDb::new(Backend::Postgres)  a fresh database (TestDb)
-//!        └─▶ claim_order::sqlite     StoreDb::new(Backend::Sqlite)    a fresh file in the temp dir
+//!        ├─▶ claim_order::sqlite     StoreDb::new(Backend::Sqlite)    a fresh file in the temp dir
+//!        └─▶ claim_order::pgbouncer  StoreDb::new_behind_pgbouncer()  a fresh database, the store
+//!                                    through a PgBouncer of its own in transaction mode
 //! ```
-//! `cargo test -p leasehold-tests --test store_claims sqlite` runs the SQLite half only.
+//! `cargo test -p leasehold-tests --test store_claims sqlite` runs the SQLite part only. The
+//! PgBouncer part is PostgreSQL for the SQL the test runs itself (`backend()`); only the store
+//! under test goes through the pooler, which proves that no store operation relies on session
+//! state, prepared statements kept between transactions or a statement outside a transaction.
 //!
 //! Raw SQL bypasses the store under test, so a test can put rows in exactly the state it needs
 //! and read back exactly what the store wrote. Where the dialects differ (PostgreSQL
@@ -26,11 +31,12 @@ mod sqlite;
 use std::sync::Arc;
 
 use anyhow::Context;
-use leasehold_shared::store::postgres::PgStore;
+use leasehold_shared::store::postgres::{PgStore, PgStoreOptions};
 use leasehold_shared::{InputLimits, Store};
 use sqlx::{PgPool, SqlitePool};
 
 use crate::db::TestDb;
+use crate::pgbouncer::{PgBouncer, PgBouncerOptions};
 pub use raw::{Arg, Rows, Sql, Val, WriteTx};
 use sqlite::SqliteDb;
 
@@ -73,6 +79,9 @@ enum Conn {
 pub struct StoreDb {
     conn: Conn,
     store: Arc<dyn Store>,
+    /// The PostgreSQL store under test goes through this PgBouncer (transaction mode), raw SQL
+    /// straight to the database ([`StoreDb::new_behind_pgbouncer`]).
+    bouncer: Option<PgBouncer>,
 }
 
 impl std::fmt::Debug for StoreDb {
@@ -95,6 +104,7 @@ impl StoreDb {
                 Ok(StoreDb {
                     conn: Conn::Sqlite(db),
                     store,
+                    bouncer: None,
                 })
             }
         }
@@ -111,6 +121,7 @@ impl StoreDb {
                 Ok(StoreDb {
                     conn: Conn::Sqlite(db),
                     store,
+                    bouncer: None,
                 })
             }
         }
@@ -122,7 +133,60 @@ impl StoreDb {
         StoreDb {
             conn: Conn::Pg(Box::new(db)),
             store,
+            bouncer: None,
         }
+    }
+
+    /// A fresh PostgreSQL database, migrated, whose store under test connects through a
+    /// PgBouncer of its own in transaction mode (the store finds the pooler itself, as an agent
+    /// does); raw SQL and [`StoreDb::pg_pool`] go to the database directly. Its
+    /// [`StoreDb::backend`] is PostgreSQL (the SQL dialect).
+    pub async fn new_behind_pgbouncer() -> anyhow::Result<StoreDb> {
+        let db = TestDb::new().await?;
+        let upstream = db.connect_options();
+        let bouncer = PgBouncer::start(
+            upstream.get_host(),
+            upstream.get_port(),
+            PgBouncerOptions {
+                default_pool_size: POOL_SIZE,
+                ..PgBouncerOptions::default()
+            },
+        )
+        .await?;
+        let store = Self::bounced_store(&bouncer, &db, POOL_SIZE, InputLimits::default()).await?;
+        Ok(StoreDb {
+            conn: Conn::Pg(Box::new(db)),
+            store,
+            bouncer: Some(bouncer),
+        })
+    }
+
+    async fn bounced_store(
+        bouncer: &PgBouncer,
+        db: &TestDb,
+        max: u32,
+        limits: InputLimits,
+    ) -> anyhow::Result<Arc<dyn Store>> {
+        let store = PgStore::connect(
+            &bouncer.url(db.name()),
+            PgStoreOptions {
+                max_connections: max,
+                limits,
+                ..PgStoreOptions::default()
+            },
+        )
+        .await
+        .context("connecting the store through PgBouncer")?;
+        anyhow::ensure!(
+            store.behind_pooler(),
+            "the store did not recognise PgBouncer as a transaction pooler"
+        );
+        Ok(Arc::new(store))
+    }
+
+    /// Whether the store under test goes through PgBouncer.
+    pub fn behind_pgbouncer(&self) -> bool {
+        self.bouncer.is_some()
     }
 
     /// Which backend this is.
@@ -158,21 +222,27 @@ impl StoreDb {
 
     /// Another store over the same database, enforcing `limits`.
     pub async fn store_with_limits(&self, limits: InputLimits) -> anyhow::Result<Arc<dyn Store>> {
-        match &self.conn {
-            Conn::Pg(db) => Ok(Arc::new(PgStore::from_pool(db.pool.clone(), limits))),
-            Conn::Sqlite(db) => db.store(POOL_SIZE, limits).await,
+        match (&self.conn, &self.bouncer) {
+            (Conn::Pg(db), Some(bouncer)) => {
+                Self::bounced_store(bouncer, db, POOL_SIZE, limits).await
+            }
+            (Conn::Pg(db), None) => Ok(Arc::new(PgStore::from_pool(db.pool.clone(), limits))),
+            (Conn::Sqlite(db), _) => db.store(POOL_SIZE, limits).await,
         }
     }
 
     /// Another store over the same database with a pool of its own of up to `max`
     /// connections (for tests with many concurrent callers). Closed by [`StoreDb::drop_db`].
     pub async fn store_with_pool(&self, max: u32) -> anyhow::Result<Arc<dyn Store>> {
-        match &self.conn {
-            Conn::Pg(db) => Ok(Arc::new(PgStore::from_pool(
+        match (&self.conn, &self.bouncer) {
+            (Conn::Pg(db), Some(bouncer)) => {
+                Self::bounced_store(bouncer, db, max, InputLimits::default()).await
+            }
+            (Conn::Pg(db), None) => Ok(Arc::new(PgStore::from_pool(
                 db.pool_with(max).await?,
                 InputLimits::default(),
             ))),
-            Conn::Sqlite(db) => db.store(max, InputLimits::default()).await,
+            (Conn::Sqlite(db), _) => db.store(max, InputLimits::default()).await,
         }
     }
 
@@ -209,6 +279,8 @@ impl StoreDb {
     /// directory).
     pub async fn drop_db(self) -> anyhow::Result<()> {
         drop(self.store);
+        // PgBouncer first: its server connections would keep the database from being dropped.
+        drop(self.bouncer);
         match self.conn {
             Conn::Pg(db) => (*db).drop_db().await,
             Conn::Sqlite(db) => db
@@ -221,8 +293,9 @@ impl StoreDb {
 
 /// Runs the conformance test `name` — an `async fn name(db: StoreDb)` beside the macro call,
 /// which should end with `db.drop_db().await.unwrap()` — once per backend: it expands into a
-/// module `name` of two `#[tokio::test]` functions, `name::postgres` and `name::sqlite`, each
-/// giving the test a fresh [`StoreDb`] of its backend. `worker_threads = N` runs both on a
+/// module `name` of three `#[tokio::test]` functions, `name::postgres`, `name::sqlite` and
+/// `name::pgbouncer` (PostgreSQL with the store behind PgBouncer), each giving the test a fresh
+/// [`StoreDb`] of its own. `by_backend` tests (their own fixtures) run on the first two. `worker_threads = N` runs both on a
 /// multi-threaded runtime of N workers; `by_backend` gives the test the [`Backend`] instead
 /// (`async fn name(backend: Backend)`), for tests that make their own fixture.
 ///
@@ -250,6 +323,11 @@ macro_rules! conformance {
             async fn sqlite() {
                 $crate::conformance!(@run $name Sqlite);
             }
+
+            #[tokio::test]
+            async fn pgbouncer() {
+                $crate::conformance!(@bounced $name);
+            }
         }
     };
     ($name:ident, worker_threads = $workers:literal) => {
@@ -262,6 +340,11 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = $workers)]
             async fn sqlite() {
                 $crate::conformance!(@run $name Sqlite);
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = $workers)]
+            async fn pgbouncer() {
+                $crate::conformance!(@bounced $name);
             }
         }
     };
@@ -284,6 +367,12 @@ macro_rules! conformance {
             .unwrap_or_else(|error| {
                 panic!("creating the {} test database: {error:#}", stringify!($backend))
             });
+        super::$name(db).await
+    };
+    (@bounced $name:ident) => {
+        let db = $crate::store_db::StoreDb::new_behind_pgbouncer()
+            .await
+            .unwrap_or_else(|error| panic!("creating the PgBouncer test database: {error:#}"));
         super::$name(db).await
     };
 }
