@@ -121,8 +121,9 @@ struct RunArgs {
     notify_database_url: Option<String>,
     /// `transaction`: run as behind a transaction pooler — every statement in a transaction of
     /// its own, no prepared statements, settings per transaction. `auto` recognises PgBouncer
-    /// (it refuses the startup options) as the agent connects. [default: auto]
-    #[arg(long, env = "LEASEHOLD_POOLER", value_name = "auto|transaction")]
+    /// (it refuses the startup options) as the agent connects; `none` skips that (straight to
+    /// PostgreSQL). [default: auto]
+    #[arg(long, env = "LEASEHOLD_POOLER", value_name = "auto|transaction|none")]
     pooler: Option<String>,
     /// TOML config file (keys as the flags, with underscores).
     #[arg(long, env = "LEASEHOLD_CONFIG", value_name = "FILE")]

@@ -399,6 +399,10 @@ impl TaskContext {
     /// The agent's PostgreSQL pool, for handlers that work in the same database (enqueue
     /// follow-up tasks, write results in their own transactions). Holding its connections for
     /// long delays claims and completions, never heartbeats (those have their own connection).
+    ///
+    /// Behind a transaction pooler (PgBouncer) run statements on it only inside a transaction
+    /// (`pool.begin()` … `commit()`, or [`TaskContext::begin`]): a statement run on the pool
+    /// directly is sent in two exchanges, which the pooler may hand to two server connections.
     pub fn pool(&self) -> Option<&sqlx::PgPool> {
         self.pool.as_ref()
     }
@@ -428,8 +432,10 @@ impl TaskContext {
                 "transactional completion needs the PostgreSQL store; the embedded SQLite store does not offer it",
             ));
         };
+        // READ COMMITTED said, not inherited: behind a transaction pooler the connection does
+        // not carry the store's startup settings.
         let mut tx = pool
-            .begin()
+            .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
             .await
             .map_err(|e| HandlerError::from_error("begin_failed", &e))?;
         // The agent's pool bounds its own statements and idle transactions by half the lease

@@ -5,7 +5,7 @@
 //! as a child of the test (so drop can stop it: `SIGTERM`, then `SIGKILL`), listening on a
 //! free port of 127.0.0.1 only (no unix socket), with trust authentication for the users
 //! `postgres` and `root`. Every database name maps to the same one upstream (`* = host=… port=…`).
-//! `ignore_startup_parameters` is deliberately **not** set: a client that sends a startup
+//! `ignore_startup_parameters` is **not** set unless a test asks: a client that sends a startup
 //! parameter PgBouncer does not track (`options`, sqlx's default `extra_float_digits`) is
 //! refused, as on a stock installation, and the agent must cope with that.
 //!
@@ -63,6 +63,9 @@ pub struct PgBouncerOptions {
     pub default_pool_size: u32,
     /// `max_client_conn`: most client connections in all.
     pub max_client_conn: u32,
+    /// `ignore_startup_parameters` (comma-separated), or none: a stock PgBouncer refuses
+    /// `options`; one told to ignore it drops the settings silently.
+    pub ignore_startup_parameters: Option<String>,
 }
 
 impl Default for PgBouncerOptions {
@@ -71,6 +74,7 @@ impl Default for PgBouncerOptions {
             pool_mode: "transaction".to_string(),
             default_pool_size: 10,
             max_client_conn: 1000,
+            ignore_startup_parameters: None,
         }
     }
 }
@@ -214,12 +218,18 @@ impl PgBouncer {
              min_pool_size = 0\n\
              reserve_pool_size = 0\n\
              max_client_conn = {max_client}\n\
-             server_idle_timeout = 5\n\
+             server_idle_timeout = 60\n\
              server_login_retry = 1\n\
              logfile = {dir}/pgbouncer.log\n\
              log_connections = 0\n\
              log_disconnections = 0\n\
-             stats_period = 60\n",
+             stats_period = 60\n\
+             {ignore}",
+            ignore = o
+                .ignore_startup_parameters
+                .as_deref()
+                .map(|p| format!("ignore_startup_parameters = {p}\n"))
+                .unwrap_or_default(),
             port = self.port,
             pool_mode = o.pool_mode,
             pool_size = o.default_pool_size,

@@ -590,6 +590,16 @@ async fn wake_ups_come_over_the_notify_url_through_pgbouncer() {
         if notify {
             extra.extend(["--notify-database-url", direct.as_str()]);
         }
+        // A sentinel waiting before the agent starts: its first claim takes it, and once it
+        // succeeded the agent is idle until a wake-up or its next poll, 30 s on.
+        let before: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status = 'succeeded'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        ledger::enqueue(&pool, "ledger", 1, json!({}))
+            .await
+            .unwrap();
         let mut agents = vec![spawn_ledger_agent(&through, &direct, name, &extra).await];
         wait_all_registered(
             &pool,
@@ -598,13 +608,8 @@ async fn wake_ups_come_over_the_notify_url_through_pgbouncer() {
             Duration::from_secs(60),
         )
         .await;
-        // Past the claim an agent makes as it starts: idle now until a wake-up or its poll.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let before: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status = 'succeeded'")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+        wait_succeeded(&pool, before + 1, Duration::from_secs(30), &agents).await;
+        let before = before + 1;
         ledger::enqueue(&pool, "ledger", 1, json!({}))
             .await
             .unwrap();

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use leasehold_shared::store::postgres::{PgStore, PgStoreOptions, Pooler};
 use leasehold_shared::store::{CancelOutcome, CancelParams, Store};
 use leasehold_shared::{Actor, StoreError, TaskId};
-use leasehold_tests::TestDb;
 use leasehold_tests::factory::{TaskSpec, insert_task};
 use leasehold_tests::helpers::claim;
+use leasehold_tests::proxy::addr_of_url;
+use leasehold_tests::{PgBouncer, PgBouncerOptions, ProxyMode, TcpProxy, TestDb};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 
@@ -178,6 +179,131 @@ async fn a_notify_url_naming_several_servers_is_refused() {
             assert!(text.contains("one server"), "{text}");
         }
         other => panic!("expected a refusal, got {:?}", other.map(|_| "a store")),
+    }
+    db.drop_db().await.unwrap();
+}
+
+/// A PgBouncer told to ignore the startup `options` (`ignore_startup_parameters = options`)
+/// drops the settings without a word, and a database set up to look like them
+/// (`plan_cache_mode = force_generic_plan`, as a DBA might set it for that very reason) must not
+/// hide it: the store checks a value of its own attempt, which no setting can give, and runs
+/// as behind a pooler; work through it is correct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooler_that_drops_the_startup_options_is_recognised_whatever_the_database_sets() {
+    let db = TestDb::new().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE {} SET plan_cache_mode = force_generic_plan",
+        leasehold_tests::db::quote_ident(db.name())
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let upstream = db.connect_options();
+    let bouncer = PgBouncer::start(
+        upstream.get_host(),
+        upstream.get_port(),
+        PgBouncerOptions {
+            ignore_startup_parameters: Some("extra_float_digits, options".into()),
+            ..PgBouncerOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let store = PgStore::connect(&bouncer.url(db.name()), PgStoreOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        store.behind_pooler(),
+        "PgBouncer ignoring the startup options was taken for PostgreSQL"
+    );
+    for _ in 0..20 {
+        insert_task(&db.pool, TaskSpec::new("ops", "queued"))
+            .await
+            .unwrap();
+    }
+    let store = std::sync::Arc::new(store);
+    let mut claims = tokio::task::JoinSet::new();
+    for n in 0..4 {
+        let store = std::sync::Arc::clone(&store);
+        claims.spawn(async move {
+            let mut got = 0;
+            for _ in 0..5 {
+                got += store
+                    .task_claim(claim(&format!("a{n}"), &["ops"], 1))
+                    .await
+                    .unwrap()
+                    .tasks
+                    .len();
+                store.db_now().await.unwrap();
+            }
+            got
+        });
+    }
+    let claimed: usize = claims.join_all().await.into_iter().sum();
+    assert_eq!(claimed, 20);
+    store.close().await;
+    drop(bouncer);
+    db.drop_db().await.unwrap();
+}
+
+/// A URL naming several servers whose first does not answer at all (a host powered off: a
+/// black hole, not a refusal): once a store found the second, a store opened again — as the
+/// agent's heartbeat connection is after each failure, within a renewal's budget — goes to the
+/// second first, in auto mode as with the mode given. Finding out about a pooler must not spend
+/// the budget on the dead server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_opened_again_goes_to_the_server_found_last_even_when_finding_out_the_pooler() {
+    let db = TestDb::new().await.unwrap();
+    let real = addr_of_url(&db.url).await.unwrap();
+    let dead = TcpProxy::start(real).await.unwrap();
+    dead.set_mode(ProxyMode::Blackhole);
+    let url = format!(
+        "postgres://{}@{},{}/{}",
+        db.connect_options().get_username(),
+        dead.addr(),
+        real,
+        db.name()
+    );
+    let first = PgStore::connect(
+        &url,
+        PgStoreOptions {
+            acquire_timeout: Duration::from_secs(20),
+            follow_failover: false,
+            ..PgStoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    first.close().await;
+    for pooler in [Pooler::Auto, Pooler::None] {
+        let started = Instant::now();
+        let again = PgStore::connect(
+            &url,
+            PgStoreOptions {
+                max_connections: 1,
+                acquire_timeout: Duration::from_millis(1500),
+                follow_failover: false,
+                pooler,
+                ..PgStoreOptions::default()
+            },
+        )
+        .await;
+        let took = started.elapsed();
+        assert!(
+            again.is_ok(),
+            "{pooler}: opened again within 1.5 s failed after {took:?}: {:?}",
+            again.err()
+        );
+        // The heartbeat opens its store within its renewal's budget, which the acquire timeout
+        // is set to: the whole open must fit in it, not each of its steps.
+        assert!(
+            took < Duration::from_millis(1500),
+            "{pooler}: opening again took {took:?}, past the 1.5 s budget"
+        );
+        if let Ok(store) = again {
+            assert!(!store.behind_pooler());
+            store.close().await;
+        }
     }
     db.drop_db().await.unwrap();
 }

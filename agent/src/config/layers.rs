@@ -654,7 +654,7 @@ pub(crate) mod tests {
                 "",
                 vec![("pooler", "session".into())],
                 vec![],
-                "pooler: \"session\" is not auto or transaction",
+                "pooler: \"session\" is not auto, transaction or none",
                 "(environment variable LEASEHOLD_POOLER)",
             ),
             (

@@ -181,7 +181,7 @@ impl AgentBuilder {
         // The heartbeat's connection goes the same way as the pool's, without finding out again.
         let pooler = match &database {
             AnyStore::Postgres(store) if store.behind_pooler() => Pooler::Transaction,
-            _ => Pooler::Auto,
+            _ => Pooler::None,
         };
         let connect: Connect<Arc<dyn Store>> = {
             let url = url.to_string();

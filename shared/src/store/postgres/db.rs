@@ -25,8 +25,9 @@
 //!
 //! The pooler is recognised as the store connects ([`super::PgStore::connect`]): PgBouncer
 //! refuses the startup `options` parameter ("unsupported startup parameter"), and one told to
-//! ignore it (`ignore_startup_parameters = options`) leaves the settings not in effect.
-//! [`Pooler::Transaction`] forces the mode for a pooler that does neither.
+//! ignore it (`ignore_startup_parameters = options`) leaves a value of the attempt's own, sent
+//! with the settings, not in effect. [`Pooler::Transaction`] forces the mode for a pooler that
+//! does neither; [`Pooler::None`] skips the finding out.
 
 use std::sync::Arc;
 
@@ -46,6 +47,9 @@ pub enum Pooler {
     Auto,
     /// Always run as behind a transaction pooler.
     Transaction,
+    /// Straight to PostgreSQL: no finding out (a store opened again by a process that knows,
+    /// such as the agent's heartbeat connection).
+    None,
 }
 
 impl std::str::FromStr for Pooler {
@@ -55,7 +59,8 @@ impl std::str::FromStr for Pooler {
         match s.trim() {
             "auto" => Ok(Pooler::Auto),
             "transaction" => Ok(Pooler::Transaction),
-            other => Err(format!("{other:?} is not auto or transaction")),
+            "none" => Ok(Pooler::None),
+            other => Err(format!("{other:?} is not auto, transaction or none")),
         }
     }
 }
@@ -65,6 +70,7 @@ impl std::fmt::Display for Pooler {
         f.write_str(match self {
             Pooler::Auto => "auto",
             Pooler::Transaction => "transaction",
+            Pooler::None => "none",
         })
     }
 }
@@ -223,18 +229,22 @@ pub(super) fn refused_startup_parameter(error: &sqlx::Error) -> bool {
         if e.message().contains("unsupported startup parameter"))
 }
 
-/// Whether the settings sent as the startup `options` are in effect on `conn` (a pooler told to
-/// ignore the parameter drops them). Asked with the simple protocol: one message, one round trip,
-/// whatever answers it.
-pub(super) async fn startup_settings_in_effect(
+/// The startup setting [`startup_check_in_effect`] reads back: a placeholder of our own.
+pub(super) const STARTUP_CHECK: &str = "leasehold.startup_check";
+
+/// Whether the value `nonce`, sent as [`STARTUP_CHECK`] in the startup `options`, is in effect
+/// on `conn` (a pooler told to ignore the parameter drops it). Asked with the simple protocol:
+/// one message, one round trip, whatever answers it.
+pub(super) async fn startup_check_in_effect(
     conn: &mut sqlx::PgConnection,
+    nonce: &str,
 ) -> Result<bool, sqlx::Error> {
     use sqlx::Row;
     let row = sqlx::raw_sql(sql::startup_settings_in_effect)
         .fetch_one(conn)
         .await?;
-    let plan_cache_mode: String = row.try_get(0)?;
-    Ok(plan_cache_mode == "force_generic_plan")
+    let value: Option<String> = row.try_get(0)?;
+    Ok(value.as_deref() == Some(nonce))
 }
 
 #[cfg(test)]
@@ -271,6 +281,7 @@ mod tests {
     fn the_mode_reads_as_written() {
         assert_eq!("auto".parse::<Pooler>(), Ok(Pooler::Auto));
         assert_eq!(" transaction ".parse::<Pooler>(), Ok(Pooler::Transaction));
+        assert_eq!("none".parse::<Pooler>(), Ok(Pooler::None));
         assert!("session".parse::<Pooler>().is_err());
         assert_eq!(Pooler::Transaction.to_string(), "transaction");
     }

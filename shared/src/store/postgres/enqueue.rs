@@ -48,6 +48,9 @@ const TRIES: usize = 4;
 /// (`created = false`) or, as the task's [`OnConflict`] and `unique_for` say, replaces or
 /// debounces it, or creates a new task in place of a holder finished long enough ago; see
 /// [`Enqueued::outcome`].
+///
+/// Behind a transaction pooler such as PgBouncer, pass your transaction: outside one a
+/// statement may be parsed on one server connection and executed on another.
 pub async fn task_enqueue<'c, A>(conn: A, task: &NewTask, limits: &InputLimits) -> Result<Enqueued>
 where
     A: Acquire<'c, Database = Postgres>,

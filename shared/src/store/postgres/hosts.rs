@@ -200,6 +200,16 @@ pub(crate) async fn check_new_connection(
 /// spending its budget on a server that is gone.
 static LAST_GOOD: Mutex<Vec<(Vec<String>, usize)>> = Mutex::new(Vec::new());
 
+/// The order to try the servers `names` in: the one last found usable by this process
+/// first, then the others as listed.
+pub(crate) fn try_order(names: &[String]) -> Vec<usize> {
+    let first = last_good(names).filter(|i| *i < names.len());
+    first
+        .into_iter()
+        .chain((0..names.len()).filter(|i| Some(*i) != first))
+        .collect()
+}
+
 fn last_good(names: &[String]) -> Option<usize> {
     LAST_GOOD
         .lock()
@@ -293,10 +303,7 @@ impl Failover {
     /// others in URL order — made current; its probe connection is returned (for the monitor
     /// to keep). None usable: an error naming each server and why.
     pub async fn find(&self) -> Result<PgConnection> {
-        let first = last_good(&self.names).filter(|i| *i < self.targets.len());
-        let order = first
-            .into_iter()
-            .chain((0..self.targets.len()).filter(|i| Some(*i) != first));
+        let order = try_order(&self.names);
         let mut why = Vec::with_capacity(self.targets.len());
         for i in order {
             match self.probe(i).await {

@@ -194,10 +194,18 @@ pub(crate) async fn begin_indexed(
     op: &'static str,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
     let mut tx = pool.begin().await.map_err(StoreError::db(op))?;
-    sqlx::query(sql::plan_indexed)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db(op))?;
+    if pool.is_pooled() {
+        // Not prepared behind a pooler: the simple protocol takes one round trip, not two.
+        sqlx::raw_sql(sql::plan_indexed)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(op))?;
+    } else {
+        sqlx::query(sql::plan_indexed)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(op))?;
+    }
     Ok(tx)
 }
 
@@ -332,6 +340,7 @@ impl PgStore {
         };
         let behind_pooler = match options.pooler {
             Pooler::Transaction => true,
+            Pooler::None => false,
             Pooler::Auto => Self::pooler_in_use(&targets, &options, &direct).await?,
         };
         if behind_pooler && options.pooler == Pooler::Auto {
@@ -358,27 +367,39 @@ impl PgStore {
     }
 
     /// Whether the first server of `targets` that answers is a transaction pooler (see
-    /// [`db`]): it refuses the startup `options` parameter, or takes it and drops it. With
-    /// one server its connection failure is the answer; with several, one that fails is
-    /// skipped (the failover connect then reports each).
+    /// [`db`]): it refuses the startup `options` parameter, or takes it and drops it — told
+    /// by a value of this attempt's own sent with the settings, which no server, database or
+    /// role setting can give. With one server its failure is the answer; with several they
+    /// are tried in [`hosts::try_order`], each for at most [`hosts::PROBE_TIMEOUT`], and one
+    /// that fails is skipped (the failover connect then reports each). The whole takes at most
+    /// the acquire timeout; past it the answer is no.
     async fn pooler_in_use(
         targets: &hosts::Targets,
         options: &PgStoreOptions,
         direct: &impl Fn(&PgConnectOptions) -> PgConnectOptions,
     ) -> Result<bool> {
         let plain = targets.is_plain();
-        for host in &targets.hosts {
-            let connect = direct(host);
-            match tokio::time::timeout(options.acquire_timeout, connect.connect()).await {
-                Ok(Ok(mut conn)) => {
-                    let in_effect = db::startup_settings_in_effect(&mut conn).await;
-                    let _ = sqlx::Connection::close(conn).await;
-                    match in_effect {
-                        Ok(in_effect) => return Ok(!in_effect),
-                        Err(error) if plain => return Err(StoreError::db("connect")(error)),
-                        Err(_) => continue,
-                    }
-                }
+        let nonce = format!("{:016x}", fastrand::u64(..));
+        let deadline = tokio::time::Instant::now() + options.acquire_timeout;
+        let per_server = if plain {
+            options.acquire_timeout
+        } else {
+            hosts::PROBE_TIMEOUT.min(options.acquire_timeout)
+        };
+        for i in hosts::try_order(&targets.names) {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let connect = direct(&targets.hosts[i]).options([(db::STARTUP_CHECK, nonce.as_str())]);
+            let attempt = async {
+                let mut conn = connect.connect().await?;
+                let in_effect = db::startup_check_in_effect(&mut conn, &nonce).await;
+                let _ = sqlx::Connection::close(conn).await;
+                in_effect
+            };
+            match tokio::time::timeout(per_server.min(left), attempt).await {
+                Ok(Ok(in_effect)) => return Ok(!in_effect),
                 Ok(Err(error)) if db::refused_startup_parameter(&error) => return Ok(true),
                 Ok(Err(error)) if plain => return Err(StoreError::db("connect")(error)),
                 Err(_elapsed) if plain => {
@@ -499,7 +520,10 @@ impl PgStore {
         }
     }
 
-    /// The pool, for callers that enqueue inside their own transactions.
+    /// The pool, for callers that enqueue inside their own transactions. Behind a transaction
+    /// pooler ([`PgStore::behind_pooler`]) its connections keep no prepared statements, but a
+    /// statement run on it outside a transaction may still be parsed on one server connection
+    /// and executed on another: use it inside `begin()` … `commit()` only.
     pub fn pool(&self) -> &PgPool {
         &self.pool.pool
     }

@@ -1,4 +1,4 @@
--- Whether the settings sent as the startup `options` parameter are in effect (a pooler told to
--- ignore the parameter drops them): plan_cache_mode, which the store sends as
--- force_generic_plan. Run with the simple protocol. No parameters.
-SELECT current_setting('plan_cache_mode')
+-- Whether the startup `options` parameter took effect (a pooler told to ignore it drops it): the
+-- value of leasehold.startup_check, a placeholder of the store's own that the connection sent
+-- there, or NULL. Run with the simple protocol. No parameters.
+SELECT current_setting('leasehold.startup_check', true)
