@@ -307,3 +307,27 @@ async fn a_store_opened_again_goes_to_the_server_found_last_even_when_finding_ou
     }
     db.drop_db().await.unwrap();
 }
+
+/// Behind a pooler `migrate` has nothing to do only when the database applied exactly this
+/// build's migrations: one whose recorded checksum differs (edited, or another build's) is
+/// refused as a pending one is, rather than reported up to date.
+#[tokio::test]
+async fn a_differing_migration_is_refused_behind_a_pooler() {
+    let db = TestDb::new().await.unwrap();
+    sqlx::query(
+        "UPDATE _sqlx_migrations SET checksum = '\\x00'::bytea \
+         WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let pooled = store(&db, Pooler::Transaction).await;
+    match pooled.migrate().await {
+        Err(StoreError::Invalid(e)) => {
+            assert!(e.to_string().contains("direct connection"), "{e}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    pooled.close().await;
+    db.drop_db().await.unwrap();
+}

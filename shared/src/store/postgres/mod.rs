@@ -159,6 +159,7 @@ pub(crate) mod sql {
             wake_probe,
             migrations_table_exists,
             migrations_count_applied,
+            migrations_applied_list,
             task_delete_of_type,
             server_counters,
             server_statement_calls,
@@ -541,13 +542,12 @@ impl PgStore {
     /// Applies pending migrations. Safe to run twice and from several hosts at once (the
     /// migrator holds an advisory lock while it works).
     ///
-    /// Behind a transaction pooler, refused when a migration is pending (nothing to do
-    /// otherwise): the migrator's advisory lock is a session lock, which the pooler would leave
+    /// Behind a transaction pooler, refused unless the database applied exactly this build's
+    /// migrations (nothing to do then): the migrator's advisory lock is a session lock, which the pooler would leave
     /// held on whichever server connection took it.
     pub async fn migrate(&self) -> Result<()> {
         if self.behind_pooler() {
-            let (applied, known) = crate::store::dialect::migrations_applied(&self.pool).await?;
-            if applied >= known {
+            if self.migrations_match().await? {
                 return Ok(());
             }
             return Err(StoreError::Invalid(crate::ValidationError::Invalid {
@@ -557,6 +557,29 @@ impl PgStore {
         }
         MIGRATOR.run(self.pool()).await?;
         Ok(())
+    }
+
+    /// Whether the database applied exactly this build's migrations (versions and checksums):
+    /// what `migrate` needs to have nothing to do. A database never migrated has applied none.
+    async fn migrations_match(&self) -> Result<bool> {
+        const OP: &str = "migrate";
+        let exists: bool = sqlx::query_scalar(sql::migrations_table_exists)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?;
+        if !exists {
+            return Ok(false);
+        }
+        let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(sql::migrations_applied_list)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?;
+        let known: Vec<(i64, Vec<u8>)> = MIGRATOR
+            .iter()
+            .filter(|m| !m.migration_type.is_down_migration())
+            .map(|m| (m.version, m.checksum.to_vec()))
+            .collect();
+        Ok(applied == known)
     }
 
     /// Closes the pool.
@@ -625,9 +648,9 @@ impl PgStore {
 
 /// Why `migrate` is refused behind a transaction pooler.
 pub const MIGRATE_THROUGH_POOLER: &str = "this URL leads through a transaction pooler (such as \
-PgBouncer): migrations hold a session-level advisory lock, which the pooler would leave held on \
-one of its server connections; run `leasehold-agent migrate` with a direct connection to \
-PostgreSQL";
+PgBouncer) and the database's migrations are not this build's (one is pending, or they differ): \
+migrations hold a session-level advisory lock, which the pooler would leave held on one of its \
+server connections; run `leasehold-agent migrate` with a direct connection to PostgreSQL";
 
 /// The connection options of a notify URL (`--notify-database-url`): one PostgreSQL server,
 /// no settings (LISTEN needs none), nothing a pooler in session mode would refuse.
