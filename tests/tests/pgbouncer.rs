@@ -118,6 +118,31 @@ async fn wait_succeeded(pool: &PgPool, n: i64, timeout: Duration, agents: &[Agen
     }
 }
 
+/// Waits until `tasks` succeeded (enqueued at `start`), stops `sampler`, and checks that the
+/// agents still run and that every task succeeded and ran exactly once (the ledger); prints
+/// the samples under `label`.
+async fn drained_once(
+    pool: &PgPool,
+    tasks: usize,
+    start: Instant,
+    sampler: ConnectionSampler,
+    agents: &mut [AgentHandle],
+    label: &str,
+) -> (Samples, ledger::LedgerReport) {
+    wait_succeeded(pool, tasks as i64, Duration::from_secs(120), agents).await;
+    let elapsed = start.elapsed();
+    let samples = sampler.finish().await.unwrap();
+    expect_running(agents);
+    let report = ledger::expect_all_succeeded(pool).await.unwrap();
+    print_samples(label, &samples, elapsed);
+    assert_eq!(report.succeeded, tasks as u64, "{report:?}");
+    assert_eq!(
+        report.executions, tasks as u64,
+        "every task ran exactly once: {report:?}"
+    );
+    (samples, report)
+}
+
 /// Waits up to `timeout` until every agent of `agents` is registered as running (by name);
 /// fails at once, quoting its log, when one of them exits first. Their ids by name.
 async fn wait_all_registered(
@@ -228,19 +253,16 @@ async fn ten_thousand_tasks_through_pgbouncer_transaction_mode() {
     ledger::enqueue(&pool, "ledger", TASKS, json!({}))
         .await
         .unwrap();
-    wait_succeeded(&pool, TASKS as i64, Duration::from_secs(120), &agents).await;
-    let elapsed = start.elapsed();
-    let samples = sampler.finish().await.unwrap();
-    expect_running(&mut agents);
-
-    let report = ledger::expect_all_succeeded(&pool).await.unwrap();
-    print_samples("10,000 tasks, three agents, pool of 8", &samples, elapsed);
+    let (samples, report) = drained_once(
+        &pool,
+        TASKS,
+        start,
+        sampler,
+        &mut agents,
+        "10,000 tasks, three agents, pool of 8",
+    )
+    .await;
     println!("{report:?}");
-    assert_eq!(report.succeeded, TASKS as u64, "{report:?}");
-    assert_eq!(
-        report.executions, TASKS as u64,
-        "every task ran exactly once: {report:?}"
-    );
     assert_eq!(report.successes_without_execution, 0, "{report:?}");
 
     for agent in &agents {
@@ -333,18 +355,15 @@ async fn fifty_agents_through_pgbouncer() {
             .await
             .unwrap();
     }
-    wait_succeeded(&pool, tasks as i64, Duration::from_secs(120), &agents).await;
-    let elapsed = start.elapsed();
-    let samples = sampler.finish().await.unwrap();
-    expect_running(&mut agents);
-
-    let report = ledger::expect_all_succeeded(&pool).await.unwrap();
-    print_samples("2,000 tasks, 50 agents, pool of 20", &samples, elapsed);
-    assert_eq!(report.succeeded, tasks as u64, "{report:?}");
-    assert_eq!(
-        report.executions, tasks as u64,
-        "every task ran exactly once: {report:?}"
-    );
+    let (samples, report) = drained_once(
+        &pool,
+        tasks,
+        start,
+        sampler,
+        &mut agents,
+        "2,000 tasks, 50 agents, pool of 20",
+    )
+    .await;
 
     // Who ran what: the final holder of each succeeded task.
     let by_owner: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
@@ -590,8 +609,8 @@ async fn wake_ups_come_over_the_notify_url_through_pgbouncer() {
         if notify {
             extra.extend(["--notify-database-url", direct.as_str()]);
         }
-        // A sentinel waiting before the agent starts: its first claim takes it, and once it
-        // succeeded the agent is idle until a wake-up or its next poll, 30 s on.
+        // A sentinel waiting before the agent starts: its first claim takes it, and a while
+        // after it succeeded the agent is idle until a wake-up or its next poll, 30 s on.
         let before: i64 =
             sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status = 'succeeded'")
                 .fetch_one(&pool)
@@ -609,6 +628,8 @@ async fn wake_ups_come_over_the_notify_url_through_pgbouncer() {
         )
         .await;
         wait_succeeded(&pool, before + 1, Duration::from_secs(30), &agents).await;
+        // And the claim a finished run frees capacity for: past it too.
+        tokio::time::sleep(Duration::from_secs(3)).await;
         let before = before + 1;
         ledger::enqueue(&pool, "ledger", 1, json!({}))
             .await
