@@ -23,6 +23,9 @@
 //!
 //! ```toml
 //! database_url = "postgres://leasehold@db/leasehold"   # or "sqlite:///var/lib/leasehold/q.sqlite"
+//! # through PgBouncer: database_url names it, LISTEN goes to PostgreSQL itself
+//! # notify_database_url = "postgres://leasehold@db1:5432/leasehold"
+//! # pooler = "auto"                       # or "transaction" | "none"
 //! id = "worker-1"
 //! handlers = ["exec", "sleep"]
 //! concurrency = 50

@@ -156,7 +156,7 @@ pub struct Settings {
     /// A direct PostgreSQL URL to LISTEN on (see `--notify-database-url`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notify_database_url: Option<String>,
-    /// `auto` or `transaction` (see `--pooler`).
+    /// `auto`, `transaction` or `none` (see `--pooler`).
     pub pooler: String,
 }
 
