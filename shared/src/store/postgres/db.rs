@@ -129,25 +129,28 @@ impl Db {
 
     /// Begins a READ COMMITTED transaction.
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        match &self.pooled {
-            None => self.pool.begin_with(sql::tx_begin_read_committed).await,
-            Some(begins) => {
-                self.pool
-                    .begin_with(AssertSqlSafe(begins.read_committed.clone()))
-                    .await
-            }
-        }
+        self.begin_as(sql::tx_begin_read_committed, |b| &b.read_committed)
+            .await
     }
 
     /// Begins a read-only transaction whose every statement reads one snapshot.
     pub(crate) async fn begin_snapshot(
         &self,
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        self.begin_as(sql::tx_begin_snapshot, |b| &b.snapshot).await
+    }
+
+    /// Begins with `direct`, or behind a pooler with its counterpart carrying the settings.
+    async fn begin_as(
+        &self,
+        direct: &'static str,
+        pooled: fn(&PooledBegins) -> &String,
+    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         match &self.pooled {
-            None => self.pool.begin_with(sql::tx_begin_snapshot).await,
+            None => self.pool.begin_with(direct).await,
             Some(begins) => {
                 self.pool
-                    .begin_with(AssertSqlSafe(begins.snapshot.clone()))
+                    .begin_with(AssertSqlSafe(pooled(begins).clone()))
                     .await
             }
         }
@@ -240,9 +243,7 @@ pub(super) async fn startup_check_in_effect(
     nonce: &str,
 ) -> Result<bool, sqlx::Error> {
     use sqlx::Row;
-    let row = sqlx::raw_sql(sql::startup_settings_in_effect)
-        .fetch_one(conn)
-        .await?;
+    let row = sqlx::raw_sql(sql::startup_check).fetch_one(conn).await?;
     let value: Option<String> = row.try_get(0)?;
     Ok(value.as_deref() == Some(nonce))
 }

@@ -67,7 +67,7 @@ pub(crate) mod sql {
             db_now,
             tx_begin_read_committed,
             tx_begin_snapshot,
-            startup_settings_in_effect,
+            startup_check,
             plan_indexed,
             notify_tasks,
             task_enqueue,
