@@ -41,6 +41,14 @@ GRANT SELECT ON _sqlx_migrations TO leasehold_agent;
 -- Tasks: enqueue, claim, renew, complete, cancel, requeue, recovery, dead-lettering (UPDATE),
 -- purge of finished tasks past retention (DELETE); SELECT … FOR UPDATE needs UPDATE too.
 GRANT SELECT, INSERT, UPDATE, DELETE ON tasks TO leasehold_agent;
+-- tasks is partitioned by the day a task finished; statements through tasks need no grant on
+-- its partitions, but retention deletes row by row from the three that are not one day's.
+GRANT SELECT, UPDATE, DELETE ON tasks_live, tasks_done_kept, tasks_done_default TO leasehold_agent;
+-- The leader makes the coming days' partitions and drops those past retention through these
+-- two functions, which run with the tables' owner's rights (the role may not create or drop
+-- tables itself).
+GRANT EXECUTE ON FUNCTION leasehold_tasks_done_partition(date) TO leasehold_agent;
+GRANT EXECUTE ON FUNCTION leasehold_tasks_done_drop(date, text[], double precision) TO leasehold_agent;
 -- Attempts: the rows of attempts a task outlived (a retried failure, a release, an expired
 -- lease), written as they end; deleted with their task by the trigger tasks_delete_attempts
 -- (which runs with the rights of the deleting role). `task_attempts` is the view over them and

@@ -86,7 +86,7 @@ async fn a_backlog_is_drained_from_and_the_drain_cost_per_task_reported_on_postg
         Duration::from_secs(15),
         || async {
             let inserted: i64 = sqlx::query_scalar(
-                "SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'tasks'",
+                "SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'tasks_live'",
             )
             .fetch_one(&db.pool)
             .await?;

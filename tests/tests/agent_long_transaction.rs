@@ -78,7 +78,7 @@ async fn phase(pool: &PgPool) -> (Latency, Vec<i64>) {
 /// Runs `VACUUM tasks` and returns the dead row versions it had to leave.
 async fn vacuum_leaves(pool: &PgPool) -> i64 {
     sqlx::raw_sql("VACUUM tasks").execute(pool).await.unwrap();
-    sqlx::query_scalar("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'tasks'")
+    sqlx::query_scalar("SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'tasks'::regclass)")
         .fetch_one(pool)
         .await
         .unwrap()

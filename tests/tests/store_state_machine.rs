@@ -633,8 +633,8 @@ async fn heartbeat_renewals_are_hot_updates_that_rewrite_no_index() {
             .unwrap();
         leases.push((TaskId(id), LeaseEpoch(1)));
     }
-    let stats = "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'tasks'";
-    let hot_stats = "SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tasks'";
+    let stats = "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'tasks_live'";
+    let hot_stats = "SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tasks_live'";
     let (upd_before, hot_before) = (
         count(&db.pool, stats).await.unwrap(),
         count(&db.pool, hot_stats).await.unwrap(),

@@ -183,6 +183,27 @@ impl StoreError {
         }
     }
 
+    /// True when the statement lost a race with a task moving between partitions of the
+    /// PostgreSQL `tasks` table (migration 20261210000001), and the same statement or
+    /// transaction, run again, sees where the task went: it waited on a row that a finish or a
+    /// requeue moved (SQLSTATE 40001, "tuple to be locked was already moved to another
+    /// partition"), or it inserted an idempotency key whose holder finished meanwhile (the
+    /// `tasks_idempotency_key_done` trigger). READ COMMITTED statements raise 40001 only so.
+    pub fn is_partition_race(&self) -> bool {
+        let StoreError::Database {
+            source: sqlx::Error::Database(db),
+            ..
+        } = self
+        else {
+            return false;
+        };
+        match db.code().as_deref() {
+            Some("40001") => true,
+            Some("23505") => db.constraint() == Some("tasks_idempotency_key_done"),
+            _ => false,
+        }
+    }
+
     /// True when the database answered and refused the statement (any SQLSTATE or SQLite
     /// code), as opposed to a connection, pool, TLS or protocol failure of [`Self::Database`].
     pub fn is_database_refusal(&self) -> bool {
@@ -210,6 +231,31 @@ impl StoreError {
                     ..
                 }
         )
+    }
+}
+
+/// Most runs of one operation that lost a race with a task moving partitions
+/// ([`StoreError::is_partition_race`]); a run sees every move committed before it, so a second
+/// run settles it unless the task moved again meanwhile.
+const PARTITION_RACE_RUNS: usize = 4;
+
+/// Runs `operation` (one statement, or a transaction that committed nothing when it failed)
+/// again while it loses a race with a task moving partitions. Every other outcome is returned
+/// as it is.
+pub(crate) async fn retry_partition_race<T, F, Fut>(mut operation: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut runs = 1;
+    loop {
+        match operation().await {
+            Err(error) if error.is_partition_race() && runs < PARTITION_RACE_RUNS => {
+                tracing::debug!(%error, "a task moved partitions under the statement; running it again");
+                runs += 1;
+            }
+            done => return done,
+        }
     }
 }
 

@@ -33,7 +33,7 @@ mod any;
 mod audit;
 mod dialect;
 mod driver;
-mod error;
+pub(crate) mod error;
 pub mod explain;
 pub mod idle;
 mod key_cursors;

@@ -29,55 +29,92 @@ macro_rules! impl_driver {
                     ops::db_now(&self.pool).await
                 }
                 async fn task_enqueue(&self, task: &NewTask) -> Result<Enqueued> {
-                    ops::task_enqueue(&self.pool, task, &self.limits).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_enqueue(&self.pool, task, &self.limits)
+                    })
+                    .await
                 }
                 async fn task_enqueue_audited(&self, p: &EnqueueAuditedParams) -> Result<Enqueued> {
-                    ops::task_enqueue_audited(&self.pool, p, &self.limits).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_enqueue_audited(&self.pool, p, &self.limits)
+                    })
+                    .await
                 }
                 async fn task_enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
-                    ops::task_enqueue_many(&self.pool, tasks, &self.limits).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_enqueue_many(&self.pool, tasks, &self.limits)
+                    })
+                    .await
                 }
                 async fn task_claim(&self, p: &ClaimParams) -> Result<ClaimBatch> {
-                    ops::task_claim(&self.pool, p, &self.key_cursors).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_claim(&self.pool, p, &self.key_cursors)
+                    })
+                    .await
                 }
                 async fn lease_renew_many(&self, p: &RenewParams) -> Result<RenewOutcome> {
-                    ops::lease_renew_many(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::lease_renew_many(&self.pool, p)
+                    })
+                    .await
                 }
                 async fn task_progress(&self, p: &ProgressParams) -> Result<HolderWrite> {
-                    ops::task_progress(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| ops::task_progress(&self.pool, p))
+                        .await
                 }
                 async fn task_checkpoint(&self, p: &CheckpointParams) -> Result<HolderWrite> {
-                    ops::task_checkpoint(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_checkpoint(&self.pool, p)
+                    })
+                    .await
                 }
                 async fn task_complete_many(
                     &self,
                     batch: &[CompleteParams],
                 ) -> Result<Vec<CompleteOutcome>> {
-                    ops::task_complete_many(&self.pool, batch).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_complete_many(&self.pool, batch)
+                    })
+                    .await
                 }
                 async fn lease_release_many(&self, p: &ReleaseParams) -> Result<ReleaseOutcome> {
-                    ops::lease_release_many(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::lease_release_many(&self.pool, p)
+                    })
+                    .await
                 }
                 async fn task_cancel(&self, p: &CancelParams) -> Result<CancelOutcome> {
-                    ops::task_cancel(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| ops::task_cancel(&self.pool, p))
+                        .await
                 }
                 async fn task_requeue(&self, p: &RequeueParams) -> Result<RequeueOutcome> {
-                    ops::task_requeue(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| ops::task_requeue(&self.pool, p))
+                        .await
                 }
                 async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> Result<u64> {
-                    ops::task_requeue_dead(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_requeue_dead(&self.pool, p)
+                    })
+                    .await
                 }
                 async fn lease_recover_expired(&self, p: &RecoverParams) -> Result<Vec<Recovered>> {
-                    ops::lease_recover_expired(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::lease_recover_expired(&self.pool, p)
+                    })
+                    .await
                 }
                 async fn task_expire_deadlines(
                     &self,
                     p: &ExpireDeadlinesParams,
                 ) -> Result<Vec<TaskId>> {
-                    ops::task_expire_deadlines(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_expire_deadlines(&self.pool, p)
+                    })
+                    .await
                 }
                 async fn task_shed(&self, p: &ShedParams) -> Result<Vec<(TaskId, TaskType)>> {
-                    ops::task_shed(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| ops::task_shed(&self.pool, p))
+                        .await
                 }
                 async fn breaker_tick(
                     &self,
@@ -86,13 +123,19 @@ macro_rules! impl_driver {
                     ops::breaker_tick(&self.pool, p).await
                 }
                 async fn task_purge_finished(&self, p: &PurgeParams) -> Result<u64> {
-                    ops::task_purge_finished(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_purge_finished(&self.pool, p)
+                    })
+                    .await
                 }
                 async fn task_dead_letter_unserved(
                     &self,
                     p: &UnservedParams,
                 ) -> Result<Vec<(TaskId, TaskType)>> {
-                    ops::task_dead_letter_unserved(&self.pool, p).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_dead_letter_unserved(&self.pool, p)
+                    })
+                    .await
                 }
                 async fn task_count_claimable(&self, task_types: &[TaskType]) -> Result<u64> {
                     ops::task_count_claimable(&self.pool, task_types).await
@@ -161,10 +204,16 @@ macro_rules! impl_driver {
                     &self,
                     p: &ScheduleNameParams,
                 ) -> Result<ScheduleTriggered> {
-                    ops::schedule_trigger(&self.pool, p, &self.limits).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::schedule_trigger(&self.pool, p, &self.limits)
+                    })
+                    .await
                 }
                 async fn schedule_fire_due(&self, p: &ScheduleFireParams) -> Result<FireReport> {
-                    ops::schedule_fire_due(&self.pool, p, &self.limits).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::schedule_fire_due(&self.pool, p, &self.limits)
+                    })
+                    .await
                 }
                 async fn lock_acquire(&self, p: &LockAcquireParams) -> Result<LockAcquired> {
                     ops::lock_acquire(&self.pool, p).await

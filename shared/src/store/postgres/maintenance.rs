@@ -172,16 +172,97 @@ pub(super) async fn lease_list_suspect(
         .collect()
 }
 
+/// Retention of finished tasks. `tasks` is partitioned by the UTC day a task finished
+/// (migration 20261210000001), so with a retention of a day or more whole days go at once: a
+/// day's partition is dropped once its last task is past retention (tasks are kept up to a day
+/// longer than asked), its tasks of other statuses first moved to `tasks_done_kept`; only the
+/// partitions that are not one day's (kept, default, stray finished rows in `tasks_live`) are
+/// deleted from row by row. A shorter retention deletes row by row everywhere. Each call
+/// first makes sure the partitions of today and the next two days exist.
 pub(super) async fn task_purge_finished(pool: &Db, params: &PurgeParams) -> Result<u64> {
+    const OP: &str = "task_purge_finished";
     let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
-    let done = sqlx::query(sql::task_purge_finished)
-        .bind(statuses)
+    match sqlx::query_scalar::<_, i64>(sql::task_done_partitions_ensure)
+        .fetch_one(pool)
+        .await
+    {
+        Ok(0) => {}
+        Ok(created) => tracing::info!(created, "created day partitions for finished tasks"),
+        // Finished tasks of a day without a partition go to tasks_done_default: retention
+        // still works, so this is worth a warning and not a failed purge.
+        Err(error) => tracing::warn!(%error, "could not create day partitions for finished tasks"),
+    }
+    if params.older_than < WHOLE_DAY {
+        let done = sqlx::query(sql::task_purge_finished)
+            .bind(&statuses)
+            .bind(secs(params.older_than))
+            .bind(i64::from(params.limit))
+            .execute(pool)
+            .await
+            .map_err(StoreError::db(OP))?;
+        return Ok(done.rows_affected());
+    }
+    let days: Vec<chrono::NaiveDate> = sqlx::query_scalar(sql::task_done_partitions_due)
+        .bind(secs(params.older_than))
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let mut purged: u64 = 0;
+    for day in days {
+        purged += drop_day(pool, day, &statuses, params.older_than).await?;
+    }
+    let rows: i64 = sqlx::query_scalar(sql::task_purge_finished_undivided)
+        .bind(&statuses)
         .bind(secs(params.older_than))
         .bind(i64::from(params.limit))
-        .execute(pool)
+        .fetch_one(pool)
         .await
-        .map_err(StoreError::db("task_purge_finished"))?;
-    Ok(done.rows_affected())
+        .map_err(StoreError::db(OP))?;
+    Ok(purged + u64::try_from(rows).unwrap_or(0))
+}
+
+/// Retention below this is served row by row: a day partition cannot be dropped before its
+/// day is over.
+const WHOLE_DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// How long dropping a day's partition may wait for its instant of exclusive lock on `tasks`
+/// (every claim and completion waits behind it meanwhile); past it, the drop is given up and
+/// tried at the next retention pass.
+const DROP_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '200ms'";
+
+/// Drops `day`'s partition (see [`task_purge_finished`]); 0 when it was not due after all, or
+/// when its lock could not be had in time (logged; the next pass tries again).
+async fn drop_day(
+    pool: &Db,
+    day: chrono::NaiveDate,
+    statuses: &[&str],
+    older_than: std::time::Duration,
+) -> Result<u64> {
+    const OP: &str = "task_purge_finished";
+    let mut tx = pool.begin().await.map_err(StoreError::db(OP))?;
+    sqlx::query(DROP_LOCK_TIMEOUT)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let dropped = sqlx::query_scalar::<_, i64>(sql::task_done_partition_drop)
+        .bind(day)
+        .bind(statuses)
+        .bind(secs(older_than))
+        .fetch_one(&mut *tx)
+        .await;
+    let dropped = match dropped {
+        Ok(n) => n,
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
+            tracing::info!(%day, "dropping the finished tasks of a day waited too long for its lock; trying again at the next retention pass");
+            return Ok(0);
+        }
+        Err(e) => return Err(StoreError::db(OP)(e)),
+    };
+    tx.commit().await.map_err(StoreError::db(OP))?;
+    if dropped > 0 {
+        tracing::info!(%day, tasks = dropped, "dropped the day partition of finished tasks past retention");
+    }
+    Ok(u64::try_from(dropped).unwrap_or(0))
 }
 
 pub(super) async fn task_dead_letter_unserved(

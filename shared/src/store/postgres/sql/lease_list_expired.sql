@@ -5,7 +5,7 @@
 SELECT id, task_type, status, lease_owner, lease_epoch, lease_until, attempt, max_attempts,
        now() AS now
 FROM tasks
-WHERE status IN ('running', 'cancel_requested')
+WHERE done_on = 'infinity' AND status IN ('running', 'cancel_requested')
   AND lease_until + make_interval(secs => $1) < now()
   AND ($3::timestamptz IS NULL OR now() <= $3::timestamptz)
 ORDER BY lease_until

@@ -20,9 +20,11 @@ upd AS (
         available_at = now(),
         last_error = coalesce(i.error, t.last_error),
         finished_at = CASE WHEN i.finished THEN now() END,
+        done_on = CASE WHEN i.finished THEN (now() AT TIME ZONE 'UTC')::date ELSE 'infinity'::date END,
         updated_at = now()
     FROM input i
     WHERE t.id = i.id
+      AND t.done_on = 'infinity'
       AND t.lease_owner = i.owner
       AND t.lease_epoch = i.epoch
       AND CASE WHEN t.status IN ('running', 'cancel_requested') AND t.lease_until < now()

@@ -8,7 +8,7 @@ WITH cur AS (
     SELECT t.id, t.status, t.attempt, t.started_at, t.lease_epoch
     FROM tasks t
     JOIN unnest($2::bigint[], $3::bigint[]) AS l(id, epoch) ON t.id = l.id AND t.lease_epoch = l.epoch
-    WHERE t.lease_owner = $1 AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
+    WHERE t.done_on = 'infinity' AND t.lease_owner = $1 AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
     ORDER BY t.id
     FOR UPDATE OF t
 ),
@@ -19,9 +19,10 @@ upd AS (
         available_at = now(),
         lease_until = NULL,
         finished_at = CASE WHEN cur.status = 'cancel_requested' THEN now() END,
+        done_on = CASE WHEN cur.status = 'cancel_requested' THEN (now() AT TIME ZONE 'UTC')::date ELSE 'infinity'::date END,
         updated_at = now()
     FROM cur
-    WHERE t.id = cur.id
+    WHERE t.id = cur.id AND t.done_on = 'infinity'
     RETURNING t.id
 ),
 attempt_row AS (

@@ -19,7 +19,7 @@ locked AS (
     SELECT t.id
     FROM tasks t
     JOIN unnest($2::bigint[], $3::bigint[]) AS l(id, epoch) ON t.id = l.id AND t.lease_epoch = l.epoch
-    WHERE t.lease_owner = $1 AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
+    WHERE t.done_on = 'infinity' AND t.lease_owner = $1 AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
     ORDER BY t.id
     FOR UPDATE OF t
 ),
@@ -28,7 +28,7 @@ renewed AS (
     SET lease_until = now() + make_interval(secs => $4),
         heartbeat_at = now()
     FROM locked
-    WHERE t.id = locked.id
+    WHERE t.id = locked.id AND t.done_on = 'infinity'
     RETURNING t.id, t.lease_epoch, t.lease_until, t.status = 'cancel_requested' AS cancel_requested
 )
 SELECT now() AS now, r.id, r.lease_epoch, r.lease_until, r.cancel_requested

@@ -4,5 +4,5 @@
 UPDATE tasks
 SET checkpoint = $4::jsonb,
     checkpoint_at = now()
-WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND CASE WHEN status IN ('running', 'cancel_requested') THEN true ELSE false END
+WHERE id = $1 AND done_on = 'infinity' AND lease_owner = $2 AND lease_epoch = $3 AND CASE WHEN status IN ('running', 'cancel_requested') THEN true ELSE false END
 RETURNING id

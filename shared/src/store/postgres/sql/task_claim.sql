@@ -35,7 +35,8 @@ global_cap AS (
         WHEN NOT ('*' = ANY($5::text[])) THEN 0
         ELSE least($3::bigint,
             CASE WHEN g.max_concurrency IS NOT NULL THEN greatest(g.max_concurrency - (
-                SELECT count(*) FROM tasks r WHERE r.status IN ('running', 'cancel_requested')), 0)
+                SELECT count(*) FROM tasks r WHERE r.done_on = 'infinity'
+                    AND r.status IN ('running', 'cancel_requested')), 0)
             END,
             (SELECT left_ FROM rate WHERE scope = '*'))
     END AS cap
@@ -56,7 +57,7 @@ type_cap AS (
                                      THEN least(1, coalesce(p.max_concurrency, 1))
                                      ELSE p.max_concurrency END - (
                            SELECT count(*) FROM tasks r
-                           WHERE r.status IN ('running', 'cancel_requested')
+                           WHERE r.done_on = 'infinity' AND r.status IN ('running', 'cancel_requested')
                              AND r.task_type = t.task_type)
                          - CASE WHEN p.breaker_state = 'half_open' THEN (
                                -- Tries since it half-opened that ended, well or badly.
@@ -88,7 +89,7 @@ open_types AS (
 candidates AS (
     SELECT id, task_type, priority, available_at
     FROM tasks
-    WHERE status IN ('queued', 'retry_wait')
+    WHERE done_on = 'infinity' AND status IN ('queued', 'retry_wait')
       AND available_at <= now()
       AND (deadline_at IS NULL OR deadline_at > now())
       AND task_type = ANY((SELECT types FROM open_types)::text[])
@@ -134,7 +135,7 @@ SET status = 'running',
     progress = NULL,
     updated_at = statement_timestamp()
 FROM chosen
-WHERE t.id = chosen.id
+WHERE t.id = chosen.id AND t.done_on = 'infinity'
 -- The columns this statement just set to known values (status, owner, the three times that are
 -- statement_timestamp(), progress) are not sent back: the caller fills them in from db_now.
 -- The caller reads these columns by position (rows.rs, claimed_task): keep the order.

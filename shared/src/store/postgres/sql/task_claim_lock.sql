@@ -57,5 +57,5 @@ UNION ALL
 SELECT t.task_type, NULL, NULL, 'keyed'
 FROM unnest($1::text[]) AS t(task_type)
 WHERE EXISTS (SELECT 1 FROM tasks k
-              WHERE k.task_type = t.task_type AND k.status IN ('queued', 'retry_wait')
+              WHERE k.done_on = 'infinity' AND k.task_type = t.task_type AND k.status IN ('queued', 'retry_wait')
                 AND k.concurrency_key IS NOT NULL)

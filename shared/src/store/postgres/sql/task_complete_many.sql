@@ -31,6 +31,7 @@ upd AS (
         available_at = coalesce(i.retry_at, t.available_at),
         last_error = coalesce(i.error, t.last_error),
         finished_at = CASE WHEN i.finished THEN now() END,
+        done_on = CASE WHEN i.finished THEN (now() AT TIME ZONE 'UTC')::date ELSE 'infinity'::date END,
         lease_until = NULL,
         result = CASE WHEN i.set_result THEN i.result ELSE t.result END,
         final_outcome = CASE WHEN i.finished THEN i.outcome END,
@@ -38,7 +39,7 @@ upd AS (
         snoozes = CASE WHEN i.snoozed THEN t.snoozes + 1 ELSE t.snoozes END,
         updated_at = now()
     FROM input i
-    WHERE t.id = i.id AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
+    WHERE t.id = i.id AND t.done_on = 'infinity' AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
       AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
     -- The attempt that ran: a snooze gave it back above.
     RETURNING t.id, t.status, t.available_at, t.lease_epoch,

@@ -6,7 +6,7 @@
 -- time the decision and the write both use.
 SELECT t.id, t.task_type, t.status, t.attempt, t.max_attempts, t.deadline_at, t.snoozes, now() AS now
 FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS i(id, owner, epoch)
-JOIN tasks t ON t.id = i.id AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
+JOIN tasks t ON t.id = i.id AND t.done_on = 'infinity' AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
 WHERE CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END
 ORDER BY t.id
 FOR UPDATE OF t

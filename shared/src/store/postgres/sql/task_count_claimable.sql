@@ -2,7 +2,7 @@
 -- type that is not paused (globally or by type). Used by `--exit-when-idle`.
 SELECT count(*) AS n
 FROM tasks t
-WHERE t.status IN ('queued', 'retry_wait')
+WHERE t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
   AND t.available_at <= now()
   AND (t.deadline_at IS NULL OR t.deadline_at > now())
   AND t.task_type = ANY($1::text[])

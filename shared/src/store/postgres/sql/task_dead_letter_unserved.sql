@@ -14,7 +14,7 @@ served AS (
 ),
 unserved AS (
     SELECT t.id FROM tasks t
-    WHERE t.status IN ('queued', 'retry_wait')
+    WHERE t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
       AND t.available_at < now() - make_interval(secs => $1)
       AND EXISTS (SELECT 1 FROM live)
       AND NOT EXISTS (SELECT 1 FROM served s WHERE s.task_type = t.task_type)
@@ -29,7 +29,8 @@ SET status = 'dead',
         'message', format('no running agent handles task type %s', t.task_type),
         'retryable', false),
     finished_at = now(),
+    done_on = (now() AT TIME ZONE 'UTC')::date,
     updated_at = now()
 FROM unserved
-WHERE t.id = unserved.id AND t.status IN ('queued', 'retry_wait')
+WHERE t.id = unserved.id AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
 RETURNING t.id, t.task_type

@@ -17,9 +17,14 @@ ins AS (
            coalesce(run_at, now() + make_interval(secs => delay_ms / 1000.0)),
            deadline_at, timeout_ms, max_attempts, idempotency_key, concurrency_key
     FROM input
+    -- A key a finished task holds is not inserted (the unique index sees live tasks only; see
+    -- task_enqueue.sql): the join below finds that task.
+    WHERE input.idempotency_key IS NULL
+       OR NOT EXISTS (SELECT 1 FROM tasks d
+                      WHERE d.idempotency_key = input.idempotency_key AND d.done_on <> 'infinity')
     -- Key order, so two batches sharing keys lock them in the same order and never deadlock.
     ORDER BY idempotency_key, ord
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (idempotency_key, done_on) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key
 )
 SELECT i.ord,

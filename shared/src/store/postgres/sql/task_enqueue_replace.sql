@@ -17,5 +17,5 @@ SET payload = $2::jsonb,
                                       (SELECT p.max_attempts FROM policies p WHERE p.scope = '*'), 25) END,
     concurrency_key = CASE WHEN $10::boolean THEN concurrency_key ELSE $9::text END,
     updated_at = now()
-WHERE id = $1 AND status IN ('queued', 'retry_wait')
+WHERE id = $1 AND done_on = 'infinity' AND status IN ('queued', 'retry_wait')
 RETURNING id

@@ -1,7 +1,7 @@
 -- Dead-letter up to $1 waiting tasks whose deadline passed (database time).
 WITH due AS (
     SELECT id FROM tasks
-    WHERE deadline_at IS NOT NULL AND deadline_at <= now() AND status IN ('queued', 'retry_wait')
+    WHERE done_on = 'infinity' AND deadline_at IS NOT NULL AND deadline_at <= now() AND status IN ('queued', 'retry_wait')
     ORDER BY deadline_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -13,7 +13,8 @@ SET status = 'dead',
         'message', format('deadline %s passed before the task could finish', t.deadline_at),
         'retryable', false),
     finished_at = now(),
+    done_on = (now() AT TIME ZONE 'UTC')::date,
     updated_at = now()
 FROM due
-WHERE t.id = due.id AND t.status IN ('queued', 'retry_wait') AND t.deadline_at <= now()
+WHERE t.id = due.id AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait') AND t.deadline_at <= now()
 RETURNING t.id

@@ -13,7 +13,7 @@ WITH RECURSIVE cur AS (
     SELECT t.task_type, coalesce(c.after, '') AS after,
            least($4::int + 8 + (
                SELECT count(*) FROM tasks r
-               WHERE r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type
+               WHERE r.done_on = 'infinity' AND r.status IN ('running', 'cancel_requested') AND r.task_type = t.task_type
                  AND r.concurrency_key IS NOT NULL)::int, 1000) AS budget
     FROM unnest($1::text[]) AS t(task_type)
     LEFT JOIN unnest($2::text[], $3::text[]) AS c(task_type, after) ON c.task_type = t.task_type
@@ -32,7 +32,7 @@ room AS (
                           THEN least(1, coalesce(p.max_concurrency, 1))
                           ELSE p.max_concurrency END <= (
                      SELECT count(*) FROM tasks r
-                     WHERE r.status IN ('running', 'cancel_requested')
+                     WHERE r.done_on = 'infinity' AND r.status IN ('running', 'cancel_requested')
                        AND r.task_type = c.task_type)) AS roomy
     FROM cur c
 ),
@@ -46,9 +46,9 @@ fwd(task_type, k, due, n, d, budget) AS (
         SELECT x.k, EXISTS (
                    SELECT 1 FROM tasks t
                    WHERE t.task_type = c.task_type AND t.concurrency_key = x.k
-                     AND t.status IN ('queued', 'retry_wait') AND t.available_at <= now()) AS due
+                     AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait') AND t.available_at <= now()) AS due
         FROM (SELECT t.concurrency_key AS k FROM tasks t
-              WHERE t.task_type = c.task_type AND t.status IN ('queued', 'retry_wait')
+              WHERE t.task_type = c.task_type AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
                 AND t.concurrency_key > c.after
               ORDER BY t.concurrency_key LIMIT 1) x
     ) f
@@ -59,9 +59,9 @@ fwd(task_type, k, due, n, d, budget) AS (
         SELECT x.k, EXISTS (
                    SELECT 1 FROM tasks t
                    WHERE t.task_type = w.task_type AND t.concurrency_key = x.k
-                     AND t.status IN ('queued', 'retry_wait') AND t.available_at <= now()) AS due
+                     AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait') AND t.available_at <= now()) AS due
         FROM (SELECT t.concurrency_key AS k FROM tasks t
-              WHERE t.task_type = w.task_type AND t.status IN ('queued', 'retry_wait')
+              WHERE t.task_type = w.task_type AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
                 AND t.concurrency_key > w.k
               ORDER BY t.concurrency_key LIMIT 1) x
     ) nx
@@ -79,9 +79,9 @@ back(task_type, k, due, n, d, budget, max_d, after) AS (
         SELECT x.k, EXISTS (
                    SELECT 1 FROM tasks t
                    WHERE t.task_type = c.task_type AND t.concurrency_key = x.k
-                     AND t.status IN ('queued', 'retry_wait') AND t.available_at <= now()) AS due
+                     AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait') AND t.available_at <= now()) AS due
         FROM (SELECT t.concurrency_key AS k FROM tasks t
-              WHERE t.task_type = c.task_type AND t.status IN ('queued', 'retry_wait')
+              WHERE t.task_type = c.task_type AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
                 AND t.concurrency_key > ''
               ORDER BY t.concurrency_key LIMIT 1) x
     ) f
@@ -93,9 +93,9 @@ back(task_type, k, due, n, d, budget, max_d, after) AS (
         SELECT x.k, EXISTS (
                    SELECT 1 FROM tasks t
                    WHERE t.task_type = w.task_type AND t.concurrency_key = x.k
-                     AND t.status IN ('queued', 'retry_wait') AND t.available_at <= now()) AS due
+                     AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait') AND t.available_at <= now()) AS due
         FROM (SELECT t.concurrency_key AS k FROM tasks t
-              WHERE t.task_type = w.task_type AND t.status IN ('queued', 'retry_wait')
+              WHERE t.task_type = w.task_type AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
                 AND t.concurrency_key > w.k
               ORDER BY t.concurrency_key LIMIT 1) x
     ) nx

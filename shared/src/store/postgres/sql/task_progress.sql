@@ -4,5 +4,5 @@
 -- that whole partial index (dead entries included) instead of looking the ids up by primary key.
 UPDATE tasks
 SET progress = $4::jsonb
-WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND CASE WHEN status IN ('running', 'cancel_requested') THEN true ELSE false END
+WHERE id = $1 AND done_on = 'infinity' AND lease_owner = $2 AND lease_epoch = $3 AND CASE WHEN status IN ('running', 'cancel_requested') THEN true ELSE false END
 RETURNING id

@@ -1,7 +1,8 @@
--- Delete up to $3 finished tasks of statuses $1 whose finished_at is older than $2 seconds of
+-- Row by row, over every partition (a retention shorter than a day, which partitions by day
+-- cannot serve): delete up to $3 finished tasks of statuses $1 whose finished_at is older than $2 seconds of
 -- database time (retention). Their attempts go with them (statement trigger on tasks).
 WITH old AS (
-    SELECT id FROM tasks
+    SELECT id, done_on FROM tasks
     WHERE status IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead')
       AND status = ANY($1::text[])
       AND finished_at < now() - make_interval(secs => $2)
@@ -11,4 +12,4 @@ WITH old AS (
 )
 DELETE FROM tasks t
 USING old
-WHERE t.id = old.id AND t.status = ANY($1::text[])
+WHERE t.id = old.id AND t.done_on = old.done_on AND t.status = ANY($1::text[])

@@ -8,9 +8,9 @@ WITH upd AS (
     UPDATE tasks t
     SET status = 'queued', attempt = 0, available_at = now(), lease_until = NULL, heartbeat_at = NULL,
         started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, snoozes = 0, final_outcome = NULL,
-        updated_at = now()
+        done_on = 'infinity', updated_at = now()
     FROM tasks old
-    WHERE old.id = t.id
+    WHERE old.id = t.id AND old.done_on = t.done_on
       AND t.status = 'dead'
       AND ($1::text IS NULL OR t.task_type = $1)
       AND ($2::text IS NULL OR t.last_error ->> 'code' = $2)

@@ -14,12 +14,12 @@ cutoff AS (
 ),
 prio AS (
     (SELECT priority FROM tasks
-     WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NULL
+     WHERE done_on = 'infinity' AND status IN ('queued', 'retry_wait') AND concurrency_key IS NULL
        AND EXISTS (SELECT 1 FROM shed)
      ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT t.priority FROM tasks t
-            WHERE t.status IN ('queued', 'retry_wait') AND t.concurrency_key IS NULL
+            WHERE t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait') AND t.concurrency_key IS NULL
               AND t.priority < p.priority
             ORDER BY t.priority DESC LIMIT 1)
     FROM prio p
@@ -31,7 +31,7 @@ due AS (
     CROSS JOIN LATERAL (
         SELECT t.id, s.shed_after_ms
         FROM tasks t JOIN shed s ON s.task_type = t.task_type
-        WHERE t.status IN ('queued', 'retry_wait') AND t.concurrency_key IS NULL
+        WHERE t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait') AND t.concurrency_key IS NULL
           AND t.priority = p.priority
           AND t.available_at <= (SELECT at FROM cutoff)
           AND t.available_at <= now() - make_interval(secs => s.shed_after_ms / 1000.0)
@@ -44,7 +44,7 @@ due AS (
     FROM shed s
     CROSS JOIN LATERAL (
         SELECT t.id FROM tasks t
-        WHERE t.task_type = s.task_type AND t.status IN ('queued', 'retry_wait')
+        WHERE t.task_type = s.task_type AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
           AND t.concurrency_key IS NOT NULL
           AND t.available_at <= now() - make_interval(secs => s.shed_after_ms / 1000.0)
         LIMIT $1
@@ -55,7 +55,7 @@ due AS (
 -- retry_wait since the walk above read it is waiting again but due anew, and stays.
 locked AS (
     SELECT t.id, due.shed_after_ms FROM tasks t JOIN due ON due.id = t.id
-    WHERE t.status IN ('queued', 'retry_wait')
+    WHERE t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
       AND t.available_at <= now() - make_interval(secs => due.shed_after_ms / 1000.0)
     FOR UPDATE OF t SKIP LOCKED
 )
@@ -68,8 +68,9 @@ SET status = 'cancelled',
                           t.task_type, trim_scale(round(l.shed_after_ms / 1000.0, 3))),
         'retryable', false),
     finished_at = now(),
+    done_on = (now() AT TIME ZONE 'UTC')::date,
     updated_at = now()
 FROM locked l
-WHERE t.id = l.id AND t.status IN ('queued', 'retry_wait')
+WHERE t.id = l.id AND t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
   AND t.available_at <= now() - make_interval(secs => l.shed_after_ms / 1000.0)
 RETURNING t.id, t.task_type
