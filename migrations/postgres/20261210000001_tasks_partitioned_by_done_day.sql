@@ -32,6 +32,16 @@
 -- Upgrading rewrites `tasks` (every row is copied into the new table) under an exclusive lock:
 -- stop the agents, run `leasehold-agent migrate`, start them.
 
+-- The rights other roles hold on what this replaces (the agents' role of
+-- deploy/postgres/agent-role.sql above all), given again at the end on the new objects.
+CREATE TEMP TABLE leasehold_old_grants AS
+SELECT c.relname::text AS rel,
+       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee,
+       a.privilege_type AS privilege
+FROM pg_class c, aclexplode(c.relacl) a
+WHERE c.oid IN ('tasks'::regclass, 'task_attempts'::regclass, 'tasks_id_seq'::regclass)
+  AND a.grantee <> c.relowner;
+
 DROP VIEW task_attempts;
 ALTER TABLE tasks RENAME TO tasks_unpartitioned;
 
@@ -46,9 +56,17 @@ CREATE SEQUENCE tasks_id_seq_new;
 SELECT setval('tasks_id_seq_new', last_value, is_called) FROM tasks_id_seq;
 ALTER TABLE tasks ALTER COLUMN id SET DEFAULT nextval('tasks_id_seq_new');
 
-CREATE TABLE tasks_live PARTITION OF tasks FOR VALUES IN ('infinity') WITH (fillfactor = 80);
+-- Half of each page left free, as migration 20261201000001 set for tasks: a claim's and a
+-- completion's new row versions stay on their page (HOT).
+CREATE TABLE tasks_live PARTITION OF tasks FOR VALUES IN ('infinity') WITH (fillfactor = 50);
+-- Only finished tasks outside tasks_live: a plain UPDATE that would make one waiting again
+-- where it lies (where no claim looks) fails instead; `leasehold tasks requeue` moves it back.
 CREATE TABLE tasks_done_kept PARTITION OF tasks FOR VALUES IN ('-infinity');
+ALTER TABLE tasks_done_kept ADD CONSTRAINT tasks_done_kept_finished
+    CHECK (status IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead'));
 CREATE TABLE tasks_done_default PARTITION OF tasks DEFAULT;
+ALTER TABLE tasks_done_default ADD CONSTRAINT tasks_done_default_finished
+    CHECK (status IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead'));
 
 -- The partition of finished day `day`, created on its own and then attached: ATTACH takes a
 -- SHARE UPDATE EXCLUSIVE lock on tasks (CREATE TABLE … PARTITION OF would take an exclusive
@@ -62,7 +80,7 @@ CREATE TABLE tasks_done_default PARTITION OF tasks DEFAULT;
 -- more than the role's DELETE on tasks already could: this one only adds a partition for a day
 -- at most a week ahead.
 CREATE FUNCTION leasehold_tasks_done_partition(day date) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     name text := 'tasks_done_' || to_char(day, 'YYYYMMDD');
 BEGIN
@@ -78,6 +96,8 @@ BEGIN
     END IF;
     EXECUTE format('CREATE TABLE %I (LIKE tasks INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)', name);
     EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (done_on = %L::date)', name, name || '_day', day);
+    EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (status IN (''succeeded'', ''partially_succeeded'', ''cancelled'', ''dead''))',
+                   name, name || '_finished');
     EXECUTE format('ALTER TABLE tasks ATTACH PARTITION %I FOR VALUES IN (%L)', name, day);
     RETURN true;
 END
@@ -90,7 +110,7 @@ $$;
 -- takes an exclusive lock on tasks for an instant, after the slow part: the caller sets a
 -- lock_timeout and tries again later when it cannot have it.
 CREATE FUNCTION leasehold_tasks_done_drop(day date, statuses text[], older_than double precision)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     name text := 'tasks_done_' || to_char(day, 'YYYYMMDD');
     dropped bigint;
@@ -111,21 +131,26 @@ $$;
 REVOKE EXECUTE ON FUNCTION leasehold_tasks_done_partition(date) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION leasehold_tasks_done_drop(date, text[], double precision) FROM PUBLIC;
 
--- Partitions for every day the existing finished rows finished on, and today and the next two.
+-- Partitions for the days of the last month the existing finished rows finished on, and today
+-- and the next three; tasks finished before that go to tasks_done_kept (retention deletes them
+-- row by row) rather than make a table per day of a long history in one transaction.
 SELECT leasehold_tasks_done_partition(d)
 FROM (
     SELECT DISTINCT (coalesce(finished_at, updated_at) AT TIME ZONE 'UTC')::date AS d
     FROM tasks_unpartitioned
     WHERE status IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead')
+      AND coalesce(finished_at, updated_at) >= now() - interval '31 days'
     UNION
-    SELECT ((now() AT TIME ZONE 'UTC')::date + n) FROM generate_series(0, 2) AS n
+    SELECT ((now() AT TIME ZONE 'UTC')::date + n) FROM generate_series(0, 3) AS n
 ) days;
 
 INSERT INTO tasks
 SELECT o.*,
-       CASE WHEN o.status IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead')
+       CASE WHEN o.status NOT IN ('succeeded', 'partially_succeeded', 'cancelled', 'dead')
+            THEN 'infinity'::date
+            WHEN coalesce(o.finished_at, o.updated_at) >= now() - interval '31 days'
             THEN (coalesce(o.finished_at, o.updated_at) AT TIME ZONE 'UTC')::date
-            ELSE 'infinity'::date END
+            ELSE '-infinity'::date END
 FROM tasks_unpartitioned o;
 
 DROP TABLE tasks_unpartitioned;
@@ -139,21 +164,16 @@ ALTER SEQUENCE tasks_id_seq OWNED BY tasks.id;
 ALTER TABLE tasks_live ADD CONSTRAINT tasks_pkey PRIMARY KEY (id, done_on);
 ALTER TABLE tasks ADD CONSTRAINT tasks_all_pkey PRIMARY KEY (id, done_on);
 
+-- Waiting and running rows are only ever in tasks_live: their indexes are its own (the
+-- statements that use them name done_on = 'infinity'), and the day partitions carry only the
+-- indexes a finished row is found by.
 CREATE INDEX tasks_claim_idx ON tasks_live (priority DESC, available_at, id)
-    WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NULL;
-CREATE INDEX tasks_all_claim_idx ON tasks (priority DESC, available_at, id)
     WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NULL;
 CREATE INDEX tasks_claim_key_idx ON tasks_live (task_type, concurrency_key, priority DESC, available_at, id)
     WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NOT NULL;
-CREATE INDEX tasks_all_claim_key_idx ON tasks (task_type, concurrency_key, priority DESC, available_at, id)
-    WHERE status IN ('queued', 'retry_wait') AND concurrency_key IS NOT NULL;
 CREATE INDEX tasks_leased_type_idx ON tasks_live (task_type, concurrency_key)
     WHERE status IN ('running', 'cancel_requested');
-CREATE INDEX tasks_all_leased_type_idx ON tasks (task_type, concurrency_key)
-    WHERE status IN ('running', 'cancel_requested');
 CREATE INDEX tasks_deadline_idx ON tasks_live (deadline_at)
-    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'retry_wait');
-CREATE INDEX tasks_all_deadline_idx ON tasks (deadline_at)
     WHERE deadline_at IS NOT NULL AND status IN ('queued', 'retry_wait');
 CREATE INDEX tasks_dead_idx ON tasks_live (id) WHERE status = 'dead';
 CREATE INDEX tasks_all_dead_idx ON tasks (id) WHERE status = 'dead';
@@ -174,10 +194,17 @@ CREATE UNIQUE INDEX tasks_all_idempotency_key_idx ON tasks (idempotency_key, don
 -- committed while the insert waited on the holder's live index entry.
 -- It reads with the owner's rights, so a role that may only INSERT INTO tasks still enqueues.
 CREATE FUNCTION leasehold_idempotency_key_finished_holder() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     holder bigint;
 BEGIN
+    -- Under REPEATABLE READ or SERIALIZABLE this query would read the transaction's snapshot
+    -- and miss a holder whose move committed while the insert waited on it: refuse instead.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'enqueue a task with an idempotency key in a READ COMMITTED transaction (this one is %)',
+            current_setting('transaction_isolation')
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
     SELECT id INTO holder FROM tasks
     WHERE idempotency_key = NEW.idempotency_key AND done_on <> 'infinity' AND id <> NEW.id
     LIMIT 1;
@@ -210,5 +237,61 @@ SELECT id, lease_epoch, attempt, lease_owner, started_at, finished_at, final_out
        CASE WHEN final_outcome = 'failed' THEN last_error END
 FROM tasks
 WHERE final_outcome IS NOT NULL;
+
+-- Attempts of type `task_type` started and ended since `since` (its breaker half-opened): the
+-- claim's cap of a half-open type. A function, so the claim's own plan names tasks_live only
+-- (reading every partition would lock each of them, and their indexes, on every claim) and
+-- history is read only while a breaker is half open; plpgsql, so it is not inlined back.
+CREATE FUNCTION leasehold_half_open_ended(task_type text, since timestamptz) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT count(*) FROM tasks r
+            WHERE r.status IN ('succeeded', 'partially_succeeded')
+              AND r.finished_at >= since AND r.started_at >= since
+              AND r.task_type = leasehold_half_open_ended.task_type)
+         + (SELECT count(*) FROM task_attempt_rows a JOIN tasks r ON r.id = a.task_id
+            WHERE a.outcome = 'failed' AND a.finished_at >= since AND a.started_at >= since
+              AND r.task_type = leasehold_half_open_ended.task_type)
+         + (SELECT count(*) FROM tasks r
+            WHERE r.final_outcome = 'failed' AND r.task_type = leasehold_half_open_ended.task_type
+              AND r.finished_at >= since AND r.started_at >= since);
+END
+$$;
+
+-- The SECURITY DEFINER functions find tables in the schema of tasks only (and temporary
+-- objects last), whatever the caller's search_path.
+DO $$
+DECLARE
+    schema text := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                    WHERE c.oid = 'tasks'::regclass);
+BEGIN
+    EXECUTE format('ALTER FUNCTION leasehold_tasks_done_partition(date) SET search_path = %I, pg_temp', schema);
+    EXECUTE format('ALTER FUNCTION leasehold_tasks_done_drop(date, text[], double precision) SET search_path = %I, pg_temp', schema);
+    EXECUTE format('ALTER FUNCTION leasehold_idempotency_key_finished_holder() SET search_path = %I, pg_temp', schema);
+END
+$$;
+
+-- The rights held before, on the new objects: on tasks also on the three partitions retention
+-- deletes from row by row, and a role that could delete tasks may run retention's functions.
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT * FROM leasehold_old_grants LOOP
+        EXECUTE format('GRANT %s ON %s TO %s', g.privilege,
+                       CASE g.rel WHEN 'tasks_id_seq' THEN 'SEQUENCE tasks_id_seq' ELSE g.rel END,
+                       g.grantee);
+        IF g.rel = 'tasks' AND g.privilege IN ('SELECT', 'UPDATE', 'DELETE') THEN
+            EXECUTE format('GRANT %s ON tasks_live, tasks_done_kept, tasks_done_default TO %s',
+                           g.privilege, g.grantee);
+        END IF;
+        IF g.rel = 'tasks' AND g.privilege = 'DELETE' THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION leasehold_tasks_done_partition(date) TO %s', g.grantee);
+            EXECUTE format('GRANT EXECUTE ON FUNCTION leasehold_tasks_done_drop(date, text[], double precision) TO %s', g.grantee);
+        END IF;
+    END LOOP;
+END
+$$;
+DROP TABLE leasehold_old_grants;
 
 ANALYZE tasks;

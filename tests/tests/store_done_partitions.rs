@@ -516,3 +516,141 @@ async fn an_idempotency_key_stays_with_its_task_after_the_task_finishes() {
     assert_eq!(holders, 1);
     db.drop_db().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_transactional_completion_that_waited_on_a_task_finished_elsewhere_is_fenced() {
+    let db = TestDb::new().await.unwrap();
+    let store = db.store();
+    todays_partition(&db.pool).await;
+    store
+        .task_enqueue(NewTask::new(tt("p.txn"), json!({})))
+        .await
+        .unwrap();
+    let held = store
+        .task_claim(claim(OWNER, &["p.txn"], 1))
+        .await
+        .unwrap()
+        .tasks
+        .remove(0);
+    // Another transaction (the leader recovering what it took for an expired lease) finishes
+    // the task while the handler's own transaction completes it.
+    let other = finish_uncommitted(&db, held.id).await;
+    let pool = db.pool.clone();
+    let handler = tokio::spawn(async move {
+        let mut tx = pool.begin().await.unwrap();
+        let outcome = leasehold_shared::store::postgres::task_complete_in(
+            &mut tx,
+            &leasehold_shared::store::CompleteParams {
+                key: key(held.id.0, OWNER, held.lease_epoch.0),
+                completion: Completion::Succeeded { result: None },
+            },
+        )
+        .await;
+        tx.rollback().await.unwrap();
+        outcome
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!handler.is_finished(), "the completion waits on the row");
+    other.commit().await.unwrap();
+    let outcome = handler.await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            Ok(leasehold_shared::store::CompleteOutcome::Fenced)
+        ),
+        "the handler must hear its lease is gone: {outcome:?}"
+    );
+    db.drop_db().await.unwrap();
+}
+
+/// Index and sequential scans of every partition of finished tasks so far (statistics).
+async fn history_scans(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(coalesce(idx_scan, 0) + coalesce(seq_scan, 0)), 0)::bigint
+         FROM pg_stat_user_tables
+         WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'tasks'::regclass)
+           AND relname <> 'tasks_live'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn live_updates(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'tasks_live'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn claims_renewals_and_completions_read_no_finished_partition() {
+    let db = TestDb::new().await.unwrap();
+    let setup = db.store();
+    todays_partition(&db.pool).await;
+    // History to be read if a statement did: finished tasks today and three days back; a
+    // limited type, whose claim counts its running tasks.
+    finished_days_ago(&db.pool, 3, "succeeded", 50).await;
+    sqlx::query("INSERT INTO policies (scope, max_concurrency) VALUES ('p.hot', 100)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let tasks: Vec<NewTask> = (0..200)
+        .map(|i| NewTask::new(tt("p.hot"), json!({ "i": i })))
+        .collect();
+    setup.task_enqueue_many(tasks).await.unwrap();
+    // A backend's statistics reach the shared counters for sure when it exits: the setup's
+    // pool is closed before the count, and the drain's pool before the count after it.
+    db.pool.close().await;
+    let reader = db.pool_with(1).await.unwrap();
+    let scans_before = history_scans(&reader).await;
+    let drain_pool = db.pool_with(4).await.unwrap();
+    let store = leasehold_shared::store::postgres::PgStore::from_pool(
+        drain_pool.clone(),
+        Default::default(),
+    );
+    let mut done = 0;
+    while done < 200 {
+        let batch = store
+            .task_claim(claim(OWNER, &["p.hot"], 40))
+            .await
+            .unwrap();
+        assert!(!batch.tasks.is_empty());
+        store
+            .lease_renew_many(RenewParams {
+                owner: leasehold_tests::helpers::agent(OWNER),
+                leases: batch.tasks.iter().map(|t| (t.id, t.lease_epoch)).collect(),
+                lease_ttl: Duration::from_secs(30),
+                alive_for: None,
+            })
+            .await
+            .unwrap();
+        complete_all(&store, OWNER, &batch.tasks).await;
+        done += batch.tasks.len();
+    }
+    drain_pool.close().await;
+    leasehold_tests::wait_until(
+        "the drain's statistics flushed",
+        Duration::from_secs(30),
+        || {
+            let reader = reader.clone();
+            async move { Ok(live_updates(&reader).await >= 400) }
+        },
+    )
+    .await
+    .unwrap();
+    let per: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT relname::text, coalesce(idx_scan, 0), coalesce(seq_scan, 0)
+         FROM pg_stat_user_tables WHERE relname LIKE 'tasks%' ORDER BY 1",
+    )
+    .fetch_all(&reader)
+    .await
+    .unwrap();
+    assert_eq!(
+        history_scans(&reader).await - scans_before,
+        0,
+        "a claim, renewal or completion read a partition of finished tasks: {per:?}"
+    );
+    reader.close().await;
+    db.drop_db().await.unwrap();
+}

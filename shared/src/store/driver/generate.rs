@@ -301,7 +301,10 @@ macro_rules! impl_driver {
                     ops::migrations_applied(&self.pool).await
                 }
                 async fn task_delete_of_type(&self, task_type: &TaskType) -> Result<u64> {
-                    ops::task_delete_of_type(&self.pool, task_type).await
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_delete_of_type(&self.pool, task_type)
+                    })
+                    .await
                 }
             }
         };

@@ -58,19 +58,43 @@ where
     const OP: &str = "task_enqueue";
     let valid = task.validate(limits)?;
     let mut conn = conn.acquire().await.map_err(StoreError::db(OP))?;
-    if valid.is_plain() {
+    if valid.is_plain() && valid.idempotency_key.is_none() {
         return insert_or_find(&mut *conn, &valid)
             .await?
-            .ok_or_else(|| StoreError::Corrupt {
-                what: "enqueue",
-                detail: "idempotency key conflicted with a row that is not visible yet; retry"
-                    .into(),
-            });
+            .ok_or_else(invisible_row);
     }
-    let mut tx = begin(&mut conn, OP).await?;
-    let done = enqueue_keyed(&mut tx, &valid).await?;
-    tx.commit().await.map_err(StoreError::db(OP))?;
-    Ok(done)
+    // A keyed enqueue runs in a savepoint of your transaction (or a transaction of its own), so
+    // the race it can lose with its key's holder finishing at that moment (the holder moves to
+    // a finished partition) is rolled back and run again rather than aborting your
+    // transaction.
+    for _ in 0..TRIES {
+        let mut tx = begin(&mut conn, OP).await?;
+        let done = if valid.is_plain() {
+            insert_or_find(&mut *tx, &valid)
+                .await
+                .and_then(|found| found.ok_or_else(invisible_row))
+        } else {
+            enqueue_keyed(&mut tx, &valid).await
+        };
+        match done {
+            Err(error) if error.is_partition_race() => {
+                tx.rollback().await.map_err(StoreError::db(OP))?;
+            }
+            Err(error) => return Err(error),
+            Ok(done) => {
+                tx.commit().await.map_err(StoreError::db(OP))?;
+                return Ok(done);
+            }
+        }
+    }
+    Err(kept_conflicting())
+}
+
+fn invisible_row() -> StoreError {
+    StoreError::Corrupt {
+        what: "enqueue",
+        detail: "idempotency key conflicted with a row that is not visible yet; retry".into(),
+    }
 }
 
 /// Like [`task_enqueue`] on a pool, retrying the rare case where the conflicting row of an
@@ -279,15 +303,34 @@ where
     const OP: &str = "task_enqueue_many";
     let valid = validate_bulk(tasks, limits)?;
     let mut conn = conn.acquire().await.map_err(StoreError::db(OP))?;
-    if valid.iter().all(ValidTask::is_plain) {
+    let plain = valid.iter().all(ValidTask::is_plain);
+    if plain && valid.iter().all(|v| v.idempotency_key.is_none()) {
         return enqueue_many_valid(&mut conn, &valid)
             .await?
             .ok_or_else(invisible_key);
     }
-    let mut tx = begin(&mut conn, OP).await?;
-    let out = enqueue_each(&mut tx, &valid).await?;
-    tx.commit().await.map_err(StoreError::db(OP))?;
-    Ok(out)
+    // Keys: in a savepoint, run again when a key's holder finished under it (as task_enqueue).
+    for _ in 0..TRIES {
+        let mut tx = begin(&mut conn, OP).await?;
+        let out = if plain {
+            enqueue_many_valid(&mut tx, &valid)
+                .await
+                .and_then(|found| found.ok_or_else(invisible_key))
+        } else {
+            enqueue_each(&mut tx, &valid).await
+        };
+        match out {
+            Err(error) if error.is_partition_race() => {
+                tx.rollback().await.map_err(StoreError::db(OP))?;
+            }
+            Err(error) => return Err(error),
+            Ok(out) => {
+                tx.commit().await.map_err(StoreError::db(OP))?;
+                return Ok(out);
+            }
+        }
+    }
+    Err(kept_conflicting())
 }
 
 /// A batch with modes, task by task in `tx`, in key order: tasks of one key keep their input

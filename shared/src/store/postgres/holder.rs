@@ -184,11 +184,22 @@ pub async fn task_complete_in(
         .await
         .map_err(StoreError::db(OP))?;
     let sorted = [params];
-    let decided = decide(conn, &sorted).await?;
-    if decided.is_empty() {
-        return Ok(CompleteOutcome::Fenced);
-    }
-    let rows = write_decided(conn, &decided).await?;
+    let written = async {
+        let decided = decide(conn, &sorted).await?;
+        if decided.is_empty() {
+            return Ok(None);
+        }
+        write_decided(conn, &decided).await.map(Some)
+    };
+    let rows = match written.await {
+        Ok(Some(rows)) => rows,
+        Ok(None) => return Ok(CompleteOutcome::Fenced),
+        // The row moved to another partition while this waited on its lock: another
+        // transaction finished the task (recovery of the expired lease, say), so the lease is
+        // gone. The caller's transaction is aborted; fenced tells it to roll back.
+        Err(error) if error.is_partition_race() => return Ok(CompleteOutcome::Fenced),
+        Err(error) => return Err(error),
+    };
     let Some(row) = rows.first() else {
         return Ok(CompleteOutcome::Fenced);
     };

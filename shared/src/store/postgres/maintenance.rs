@@ -173,35 +173,16 @@ pub(super) async fn lease_list_suspect(
 }
 
 /// Retention of finished tasks. `tasks` is partitioned by the UTC day a task finished
-/// (migration 20261210000001), so with a retention of a day or more whole days go at once: a
-/// day's partition is dropped once its last task is past retention (tasks are kept up to a day
-/// longer than asked), its tasks of other statuses first moved to `tasks_done_kept`; only the
-/// partitions that are not one day's (kept, default, stray finished rows in `tasks_live`) are
-/// deleted from row by row. A shorter retention deletes row by row everywhere. Each call
-/// first makes sure the partitions of today and the next two days exist.
+/// (migration 20261210000001): a day's partition is dropped whole once its last task is past
+/// retention, its tasks of other statuses first moved to `tasks_done_kept`. With a retention of
+/// a day or more that is all it takes for the day partitions (tasks are kept up to a day longer
+/// than asked), and only the partitions that are not one day's (kept, default, stray finished
+/// rows in `tasks_live`) are deleted from row by row; a shorter retention also deletes row by
+/// row everywhere. Each call first makes sure the coming days' partitions exist.
 pub(super) async fn task_purge_finished(pool: &Db, params: &PurgeParams) -> Result<u64> {
     const OP: &str = "task_purge_finished";
     let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
-    match sqlx::query_scalar::<_, i64>(sql::task_done_partitions_ensure)
-        .fetch_one(pool)
-        .await
-    {
-        Ok(0) => {}
-        Ok(created) => tracing::info!(created, "created day partitions for finished tasks"),
-        // Finished tasks of a day without a partition go to tasks_done_default: retention
-        // still works, so this is worth a warning and not a failed purge.
-        Err(error) => tracing::warn!(%error, "could not create day partitions for finished tasks"),
-    }
-    if params.older_than < WHOLE_DAY {
-        let done = sqlx::query(sql::task_purge_finished)
-            .bind(&statuses)
-            .bind(secs(params.older_than))
-            .bind(i64::from(params.limit))
-            .execute(pool)
-            .await
-            .map_err(StoreError::db(OP))?;
-        return Ok(done.rows_affected());
-    }
+    ensure_day_partitions(pool).await;
     let days: Vec<chrono::NaiveDate> = sqlx::query_scalar(sql::task_done_partitions_due)
         .bind(secs(params.older_than))
         .fetch_all(pool)
@@ -209,26 +190,71 @@ pub(super) async fn task_purge_finished(pool: &Db, params: &PurgeParams) -> Resu
         .map_err(StoreError::db(OP))?;
     let mut purged: u64 = 0;
     for day in days {
-        purged += drop_day(pool, day, &statuses, params.older_than).await?;
+        // One day that cannot go now must not hold back the others or the row-by-row part.
+        match drop_day(pool, day, &statuses, params.older_than).await {
+            Ok(n) => purged += n,
+            Err(error) => {
+                tracing::warn!(%day, %error, "could not drop the day partition of finished tasks past retention; trying again at the next pass")
+            }
+        }
     }
-    let rows: i64 = sqlx::query_scalar(sql::task_purge_finished_undivided)
-        .bind(&statuses)
-        .bind(secs(params.older_than))
-        .bind(i64::from(params.limit))
-        .fetch_one(pool)
-        .await
-        .map_err(StoreError::db(OP))?;
-    Ok(purged + u64::try_from(rows).unwrap_or(0))
+    let rows: u64 = if params.older_than < WHOLE_DAY {
+        sqlx::query(sql::task_purge_finished)
+            .bind(&statuses)
+            .bind(secs(params.older_than))
+            .bind(i64::from(params.limit))
+            .execute(pool)
+            .await
+            .map_err(StoreError::db(OP))?
+            .rows_affected()
+    } else {
+        let n: i64 = sqlx::query_scalar(sql::task_purge_finished_undivided)
+            .bind(&statuses)
+            .bind(secs(params.older_than))
+            .bind(i64::from(params.limit))
+            .fetch_one(pool)
+            .await
+            .map_err(StoreError::db(OP))?;
+        u64::try_from(n).unwrap_or(0)
+    };
+    Ok(purged + rows)
 }
 
-/// Retention below this is served row by row: a day partition cannot be dropped before its
-/// day is over.
+/// Below this, retention deletes row by row everywhere: a day partition cannot be dropped
+/// before its day is over.
 const WHOLE_DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
 
-/// How long dropping a day's partition may wait for its instant of exclusive lock on `tasks`
-/// (every claim and completion waits behind it meanwhile); past it, the drop is given up and
-/// tried at the next retention pass.
-const DROP_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '200ms'";
+/// How long making or dropping a day's partition may wait for its lock (attaching locks the
+/// default partition, dropping locks `tasks`, each for an instant; every statement that needs
+/// them waits behind it meanwhile). Past it, the change is given up and tried at the next
+/// pass. The statement may run longer than the pool's statement timeout: dropping a day first
+/// deletes its attempt rows and counts its tasks.
+const PARTITION_DDL_SETTINGS: &str =
+    "SET LOCAL lock_timeout = '200ms'; SET LOCAL statement_timeout = '30s'";
+
+/// Makes today's partition of finished tasks and the next three days' where missing; a
+/// failure is logged (a day without a partition finishes into `tasks_done_default`, which
+/// retention serves row by row) and tried again at the next pass.
+async fn ensure_day_partitions(pool: &Db) {
+    let made = async {
+        let mut tx = pool.begin().await?;
+        sqlx::raw_sql(PARTITION_DDL_SETTINGS)
+            .execute(&mut *tx)
+            .await?;
+        let created: i64 = sqlx::query_scalar(sql::task_done_partitions_ensure)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(created)
+    };
+    match made.await {
+        Ok(0) => {}
+        Ok(created) => tracing::info!(created, "created day partitions for finished tasks"),
+        Err(error) => {
+            tracing::warn!(%error, "could not create the coming days' partitions for finished tasks; trying again at the next pass")
+        }
+    }
+}
 
 /// Drops `day`'s partition (see [`task_purge_finished`]); 0 when it was not due after all, or
 /// when its lock could not be had in time (logged; the next pass tries again).
@@ -240,7 +266,7 @@ async fn drop_day(
 ) -> Result<u64> {
     const OP: &str = "task_purge_finished";
     let mut tx = pool.begin().await.map_err(StoreError::db(OP))?;
-    sqlx::query(DROP_LOCK_TIMEOUT)
+    sqlx::raw_sql(PARTITION_DDL_SETTINGS)
         .execute(&mut *tx)
         .await
         .map_err(StoreError::db(OP))?;
@@ -253,7 +279,7 @@ async fn drop_day(
     let dropped = match dropped {
         Ok(n) => n,
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
-            tracing::info!(%day, "dropping the finished tasks of a day waited too long for its lock; trying again at the next retention pass");
+            tracing::info!(%day, "dropping the finished tasks of a day waited too long for its lock; trying again at the next pass");
             return Ok(0);
         }
         Err(e) => return Err(StoreError::db(OP)(e)),

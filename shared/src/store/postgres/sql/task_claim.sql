@@ -59,23 +59,10 @@ type_cap AS (
                            SELECT count(*) FROM tasks r
                            WHERE r.done_on = 'infinity' AND r.status IN ('running', 'cancel_requested')
                              AND r.task_type = t.task_type)
-                         - CASE WHEN p.breaker_state = 'half_open' THEN (
-                               -- Tries since it half-opened that ended, well or badly.
-                               SELECT count(*) FROM tasks r
-                               WHERE r.status IN ('succeeded', 'partially_succeeded')
-                                 AND r.finished_at >= p.breaker_since
-                                 AND r.started_at >= p.breaker_since
-                                 AND r.task_type = t.task_type
-                           ) + (
-                               SELECT count(*) FROM task_attempt_rows a JOIN tasks r ON r.id = a.task_id
-                               WHERE a.outcome = 'failed' AND a.finished_at >= p.breaker_since
-                                 AND a.started_at >= p.breaker_since AND r.task_type = t.task_type
-                           ) + (
-                               SELECT count(*) FROM tasks r
-                               WHERE r.final_outcome = 'failed' AND r.task_type = t.task_type
-                                 AND r.finished_at >= p.breaker_since
-                                 AND r.started_at >= p.breaker_since
-                           ) ELSE 0 END, 0)
+                         - CASE WHEN p.breaker_state = 'half_open'
+                           -- Tries since it half-opened that ended, well or badly.
+                           THEN leasehold_half_open_ended(t.task_type, p.breaker_since)
+                           ELSE 0 END, 0)
                    END,
                    (SELECT left_ FROM rate WHERE scope = t.task_type))
            END AS cap
