@@ -27,7 +27,11 @@
 //! to commit) reads `running` and changes nothing. Two enqueues of one key serialise on the
 //! holder's lock, or on the unique index when the key is free; a statement that could not see
 //! a conflicting row committed after it began is repeated (READ COMMITTED: the next statement
-//! sees it), at most [`TRIES`] times.
+//! sees it), at most [`TRIES`] times. `tasks` is partitioned by the day a task finished
+//! (migration 20261210000001): the unique index of keys sees waiting and running tasks only, so
+//! the insert first looks for a finished holder, and an insert that raced its holder's finish
+//! is refused by a trigger ([`StoreError::is_partition_race`]) and run again — in a savepoint
+//! when it runs in your transaction.
 
 use std::collections::HashMap;
 

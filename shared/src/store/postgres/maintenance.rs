@@ -16,7 +16,7 @@ use sqlx::types::Json;
 
 use super::rows::{agent_id, get, status, task_type};
 use super::{secs, sql};
-use crate::domain::{LeaseEpoch, TaskId, TaskType};
+use crate::domain::{LeaseEpoch, TaskId, TaskStatus, TaskType};
 use crate::store::lifecycle;
 use crate::store::{BreakerTickParams, BreakerTransition, ShedParams};
 use crate::store::{
@@ -178,11 +178,16 @@ pub(super) async fn lease_list_suspect(
 /// a day or more that is all it takes for the day partitions (tasks are kept up to a day longer
 /// than asked), and only the partitions that are not one day's (kept, default, stray finished
 /// rows in `tasks_live`) are deleted from row by row; a shorter retention also deletes row by
-/// row everywhere. Each call first makes sure the coming days' partitions exist.
+/// row everywhere. Days go with the retention of succeeded tasks, the bulk of any day; the
+/// others' own retention (dead tasks, say) deletes them row by row wherever they are. Each
+/// call first makes sure the coming days' partitions exist.
 pub(super) async fn task_purge_finished(pool: &Db, params: &PurgeParams) -> Result<u64> {
     const OP: &str = "task_purge_finished";
     let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
     ensure_day_partitions(pool).await;
+    if !params.statuses.contains(&TaskStatus::Succeeded) {
+        return purge_rows(pool, &statuses, params, sql::task_purge_finished).await;
+    }
     let days: Vec<chrono::NaiveDate> = sqlx::query_scalar(sql::task_done_partitions_due)
         .bind(secs(params.older_than))
         .fetch_all(pool)
@@ -198,26 +203,30 @@ pub(super) async fn task_purge_finished(pool: &Db, params: &PurgeParams) -> Resu
             }
         }
     }
-    let rows: u64 = if params.older_than < WHOLE_DAY {
-        sqlx::query(sql::task_purge_finished)
-            .bind(&statuses)
-            .bind(secs(params.older_than))
-            .bind(i64::from(params.limit))
-            .execute(pool)
-            .await
-            .map_err(StoreError::db(OP))?
-            .rows_affected()
+    let rows = if params.older_than < WHOLE_DAY {
+        purge_rows(pool, &statuses, params, sql::task_purge_finished).await?
     } else {
-        let n: i64 = sqlx::query_scalar(sql::task_purge_finished_undivided)
-            .bind(&statuses)
-            .bind(secs(params.older_than))
-            .bind(i64::from(params.limit))
-            .fetch_one(pool)
-            .await
-            .map_err(StoreError::db(OP))?;
-        u64::try_from(n).unwrap_or(0)
+        purge_rows(pool, &statuses, params, sql::task_purge_finished_undivided).await?
     };
     Ok(purged + rows)
+}
+
+/// Retention row by row with `statement` (task_purge_finished.sql over every partition, or
+/// task_purge_finished_undivided.sql over those that are not one day's); how many it deleted.
+async fn purge_rows(
+    pool: &Db,
+    statuses: &[&str],
+    params: &PurgeParams,
+    statement: &'static str,
+) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar(statement)
+        .bind(statuses)
+        .bind(secs(params.older_than))
+        .bind(i64::from(params.limit))
+        .fetch_one(pool)
+        .await
+        .map_err(StoreError::db("task_purge_finished"))?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// Below this, retention deletes row by row everywhere: a day partition cannot be dropped
