@@ -654,3 +654,47 @@ async fn claims_renewals_and_completions_read_no_finished_partition() {
     reader.close().await;
     db.drop_db().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_keyed_enqueue_outside_read_committed_is_refused_and_changes_nothing() {
+    let db = TestDb::new().await.unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // Its snapshot could miss a holder of the key that finished while the insert waited on it.
+    let refused = leasehold_shared::store::postgres::enqueue::task_enqueue(
+        &mut *tx,
+        &NewTask::new(tt("p.rr"), json!({})).with_idempotency_key("rr-1"),
+        &Default::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("READ COMMITTED"),
+        "the refusal says what to do: {refused}"
+    );
+    tx.rollback().await.unwrap();
+    // Without a key there is nothing to miss.
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    leasehold_shared::store::postgres::enqueue::task_enqueue(
+        &mut *tx,
+        &NewTask::new(tt("p.rr"), json!({})),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let keyed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM tasks WHERE idempotency_key IS NOT NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(keyed, 0);
+    db.drop_db().await.unwrap();
+}

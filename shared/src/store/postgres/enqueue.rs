@@ -110,7 +110,7 @@ pub(super) async fn task_enqueue_with_retry(
 ) -> Result<Enqueued> {
     const OP: &str = "task_enqueue";
     let valid = task.validate(limits)?;
-    if valid.is_plain() {
+    if valid.is_plain() && valid.idempotency_key.is_none() {
         for _ in 0..TRIES {
             if let Some(done) = insert_or_find(pool, &valid).await? {
                 return Ok(done);
@@ -118,8 +118,14 @@ pub(super) async fn task_enqueue_with_retry(
         }
         return Err(kept_conflicting());
     }
+    // A key: in a READ COMMITTED transaction whatever the database's default isolation (the
+    // key's check on finished tasks needs one; see the module doc).
     let mut tx = pool.begin().await.map_err(StoreError::db(OP))?;
-    let done = enqueue_keyed(&mut tx, &valid).await?;
+    let done = if valid.is_plain() {
+        enqueue_valid(&mut tx, &valid).await?
+    } else {
+        enqueue_keyed(&mut tx, &valid).await?
+    };
     tx.commit().await.map_err(StoreError::db(OP))?;
     Ok(done)
 }
