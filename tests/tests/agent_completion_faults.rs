@@ -131,16 +131,17 @@ const HOLD_COMMIT_KEY: i64 = 0x7402;
 
 /// A deferred trigger: every transaction that finishes a task (sets its final attempt's
 /// outcome) waits in its COMMIT for the advisory lock `HOLD_COMMIT_KEY` (free unless the test
-/// holds it).
+/// holds it). Finishing moves the row to its day's partition of `tasks`, which PostgreSQL does
+/// as a delete and an insert: the insert into the finished partition is what fires.
 const HOLD_COMMIT: &str = "
 CREATE FUNCTION test_hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(29698);
     RETURN NULL;
 END $$;
-CREATE CONSTRAINT TRIGGER test_hold_commit AFTER UPDATE ON tasks
+CREATE CONSTRAINT TRIGGER test_hold_commit AFTER INSERT ON tasks
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-    WHEN (NEW.final_outcome IS NOT NULL AND OLD.final_outcome IS NULL)
+    WHEN (NEW.final_outcome IS NOT NULL)
     EXECUTE FUNCTION test_hold_commit();
 ";
 

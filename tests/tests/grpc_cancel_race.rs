@@ -195,7 +195,7 @@ async fn cancel_racing_completion_ends_each_task_once_and_tells_the_caller() {
         "SELECT t.id, t.status, t.attempt, count(a.task_id), \
              coalesce(string_agg(a.outcome, ',' ORDER BY a.epoch), '') \
          FROM tasks t LEFT JOIN task_attempts a ON a.task_id = t.id \
-         GROUP BY t.id ORDER BY t.id",
+         GROUP BY t.id, t.status, t.attempt ORDER BY t.id",
     )
     .fetch_all(&db.pool)
     .await
