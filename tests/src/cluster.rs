@@ -221,12 +221,22 @@ impl PgCluster {
     /// `pg_ctl stop -m immediate`: the server processes quit at once without a checkpoint, as
     /// in a crash; the next start runs crash recovery.
     pub async fn stop_immediate(&mut self) -> anyhow::Result<()> {
+        self.stop("immediate").await
+    }
+
+    /// `pg_ctl stop -m fast`: every client is disconnected, the server checkpoints and exits;
+    /// the next start needs no recovery. Returns once the server is gone.
+    pub async fn stop_fast(&mut self) -> anyhow::Result<()> {
+        self.stop("fast").await
+    }
+
+    async fn stop(&mut self, mode: &str) -> anyhow::Result<()> {
         let result = self
             .pg_ctl(&[
                 "-D".as_ref(),
                 self.dir.as_os_str(),
                 "-m".as_ref(),
-                "immediate".as_ref(),
+                mode.as_ref(),
                 "-w".as_ref(),
                 "-t".as_ref(),
                 PG_CTL_TIMEOUT_SECS.to_string().as_ref(),
@@ -234,13 +244,14 @@ impl PgCluster {
             ])
             .await;
         if let Err(error) = result {
-            return Err(self.with_log(error, "pg_ctl stop -m immediate"));
+            return Err(self.with_log(error, &format!("pg_ctl stop -m {mode}")));
         }
         self.running = false;
         Ok(())
     }
 
-    /// Starts the server again (on the same port) after [`PgCluster::stop_immediate`];
+    /// Starts the server again (on the same port) after [`PgCluster::stop_immediate`] or
+    /// [`PgCluster::stop_fast`];
     /// returns once it accepts connections (crash recovery included).
     pub async fn start_again(&mut self) -> anyhow::Result<()> {
         if let Err(error) = self.pg_ctl_start().await {

@@ -9,7 +9,7 @@
 //! Stop order (SIGTERM, `--exit-when-idle`, the gRPC `Drain` call, or the library's shutdown
 //! token):
 //! ```text
-//!   1. stop claiming (claimer, notifier); registry says `draining`
+//!   1. stop claiming (claimer, notifier); registry says `draining`, `/readyz` answers 503
 //!   2. wait up to shutdown_timeout for executions, heartbeats still renewing
 //!   3. ask the rest to stop (ctx.cancelled()); after stop_grace drop them
 //!   4. completer writes the last completions and releases the unfinished leases, so another
@@ -46,9 +46,10 @@ use super::events::{LifecycleListener, Listeners};
 use super::heartbeat::Heartbeat;
 use super::idle::IdleWatcher;
 use super::maintenance::Maintenance;
-use super::metrics::{Metrics, serve_metrics};
+use super::metrics::{Metrics, Readiness, serve_metrics};
 use super::notifier::Notifier;
 use super::queue::StoreQueue;
+use super::readiness::AgentReadiness;
 use super::registry::Registry;
 use super::renewal::Connect;
 use super::scheduler::Scheduler;
@@ -467,7 +468,17 @@ impl Agent {
             scheduler.run(background_stop.clone()),
         );
         if let Some(listener) = metrics_listener {
-            let serve = serve_metrics(listener, Arc::clone(&core.metrics), background_stop.clone());
+            // `/readyz` turns 503 (draining) at step 1 of the stop order below; the listener
+            // itself closes with the background services at step 5.
+            let readiness = Arc::new(Readiness::new(Arc::new(AgentReadiness {
+                core: Arc::clone(&core),
+            })));
+            let serve = serve_metrics(
+                listener,
+                Arc::clone(&core.metrics),
+                readiness,
+                background_stop.clone(),
+            );
             services.spawn("metrics", &[&background_stop], async move {
                 if let Err(error) = serve.await {
                     tracing::error!(%error, "the metrics listener failed");

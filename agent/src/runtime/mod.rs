@@ -21,6 +21,7 @@ pub mod metrics;
 mod notifier;
 pub mod progress;
 mod queue;
+mod readiness;
 mod registry;
 mod renewal;
 pub mod resources;

@@ -1,5 +1,6 @@
 //! Prometheus metrics of one agent; [`serve`] is the HTTP endpoint that serves them
-//! (`--metrics-listen`, `GET /metrics`, text exposition format).
+//! (`--metrics-listen`, `GET /metrics`, text exposition format), with the agent's liveness and
+//! readiness ([`health`]: `GET /healthz`, `GET /readyz`).
 //!
 //! Label sets stay small: task types are the agent's own registered types, outcomes a fixed set.
 
@@ -14,10 +15,15 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod health;
 mod serve;
 #[cfg(test)]
 mod tests;
 
+pub use health::{
+    DATABASE_CHECK_TTL, DATABASE_TIMEOUT, MigrationCount, Readiness, ReadinessReport,
+    ReadinessSource,
+};
 pub use serve::{bind_metrics, serve_metrics};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -1,12 +1,15 @@
 //! The `--metrics-listen` endpoint: hyper's HTTP/1.1 server answering with the agent's
-//! [`Metrics`] in the Prometheus text format.
+//! [`Metrics`] in the Prometheus text format, and with its liveness and readiness
+//! ([`super::health`]).
 //!
-//! | request                          | answer                                        |
-//! |----------------------------------|-----------------------------------------------|
-//! | `GET /metrics`, `GET /`          | 200, `text/plain; version=0.0.4`, the metrics |
-//! | `HEAD` on those                  | the same head, no body                        |
-//! | another method on those          | 405, `allow: GET, HEAD`                       |
-//! | any other path                   | 404                                           |
+//! | request                          | answer                                              |
+//! |----------------------------------|-----------------------------------------------------|
+//! | `GET /metrics`, `GET /`          | 200, `text/plain; version=0.0.4`, the metrics       |
+//! | `GET /healthz`                   | 200, `text/plain`, `ok` (no database call)          |
+//! | `GET /readyz`                    | 200 `ready` or 503 `not ready: …`, a line a check   |
+//! | `HEAD` on those                  | the same head, no body                              |
+//! | another method on those          | 405, `allow: GET, HEAD`                             |
+//! | any other path                   | 404                                                 |
 //!
 //! Invariants: at most [`MAX_CONNECTIONS`] connections are open at once, and each must send
 //! every request head (the first, and each later one on a keep-alive connection) within
@@ -35,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Metrics;
+use super::health::Readiness;
 
 /// Connections served at once. A connection beyond it waits, not accepted, in the kernel's
 /// listen backlog until one ends (see [`serve_metrics`]).
@@ -49,14 +53,19 @@ pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// The exposition format's content type (text format 0.0.4).
 const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// The content type of `/healthz` and `/readyz`.
+const CONTENT_TYPE_PLAIN: &str = "text/plain; charset=utf-8";
+
 /// Pause after a failed accept, so a persistent error (no descriptors left) does not spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// Serves the metrics on `listener` until `cancel` fires (routes and limits in the module
-/// doc), then closes the listener and returns once the open connections have ended.
+/// Serves the metrics, `/healthz` and `/readyz` (from `readiness`) on `listener` until
+/// `cancel` fires (routes and limits in the module doc), then closes the listener and returns
+/// once the open connections have ended.
 pub async fn serve_metrics(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -91,9 +100,16 @@ pub async fn serve_metrics(
             },
         };
         let metrics = Arc::clone(&metrics);
+        let readiness = Arc::clone(&readiness);
         let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-            let response = respond(&metrics, request.method(), request.uri().path());
-            async move { Ok::<_, Infallible>(response) }
+            let metrics = Arc::clone(&metrics);
+            let readiness = Arc::clone(&readiness);
+            let method = request.method().clone();
+            let path = request.uri().path().to_owned();
+            async move {
+                let response = respond(&metrics, &readiness, &method, &path).await;
+                Ok::<_, Infallible>(response)
+            }
         });
         let connection = http.serve_connection(TokioIo::new(socket), service);
         let cancel = cancel.clone();
@@ -125,11 +141,26 @@ pub async fn serve_metrics(
     Ok(())
 }
 
+/// What a path serves.
+enum Route {
+    Metrics,
+    Health,
+    Ready,
+}
+
 /// The answer to `method path` (see the table in the module doc).
-fn respond(metrics: &Metrics, method: &Method, path: &str) -> Response<String> {
-    if path != "/metrics" && path != "/" {
-        return empty(StatusCode::NOT_FOUND);
-    }
+async fn respond(
+    metrics: &Metrics,
+    readiness: &Readiness,
+    method: &Method,
+    path: &str,
+) -> Response<String> {
+    let route = match path {
+        "/metrics" | "/" => Route::Metrics,
+        "/healthz" => Route::Health,
+        "/readyz" => Route::Ready,
+        _ => return empty(StatusCode::NOT_FOUND),
+    };
     if method != Method::GET && method != Method::HEAD {
         let mut response = empty(StatusCode::METHOD_NOT_ALLOWED);
         response
@@ -138,10 +169,27 @@ fn respond(metrics: &Metrics, method: &Method, path: &str) -> Response<String> {
         return response;
     }
     // HEAD gets the full body too: hyper sends its length and leaves the bytes out.
-    let mut response = Response::new(metrics.encode());
+    match route {
+        Route::Metrics => text(StatusCode::OK, CONTENT_TYPE_TEXT, metrics.encode()),
+        Route::Health => text(StatusCode::OK, CONTENT_TYPE_PLAIN, "ok\n".to_string()),
+        Route::Ready => {
+            let report = readiness.check().await;
+            let status = if report.ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            text(status, CONTENT_TYPE_PLAIN, report.body)
+        }
+    }
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<String> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
     response
         .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_TEXT));
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 

@@ -1,8 +1,12 @@
-//! Tests of the metrics registry and of the `/metrics` endpoint over real TCP on 127.0.0.1.
+//! Tests of the metrics registry, of the readiness checks, and of the `/metrics`, `/healthz`
+//! and `/readyz` endpoint over real TCP on 127.0.0.1.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use leasehold_shared::StoreError;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -47,24 +51,99 @@ fn encodes_every_family_with_labels() {
     }
 }
 
+/// What the fake database answers a readiness check.
+#[derive(Debug, Clone, Copy)]
+enum FakeAnswer {
+    Migrated { applied: usize, known: usize },
+    Fails,
+    Hangs,
+}
+
+/// A [`ReadinessSource`] whose answers the test sets, counting the database checks.
+struct FakeAgent {
+    draining: AtomicBool,
+    answer: Mutex<FakeAnswer>,
+    /// How long each database check takes before it answers.
+    delay: Duration,
+    checks: AtomicUsize,
+}
+
+impl FakeAgent {
+    fn new(answer: FakeAnswer) -> Arc<FakeAgent> {
+        FakeAgent::slow(answer, Duration::ZERO)
+    }
+
+    fn slow(answer: FakeAnswer, delay: Duration) -> Arc<FakeAgent> {
+        Arc::new(FakeAgent {
+            draining: AtomicBool::new(false),
+            answer: Mutex::new(answer),
+            delay,
+            checks: AtomicUsize::new(0),
+        })
+    }
+
+    fn set(&self, answer: FakeAnswer) {
+        *self.answer.lock().unwrap() = answer;
+    }
+
+    fn checks(&self) -> usize {
+        self.checks.load(Ordering::SeqCst)
+    }
+}
+
+const UP: FakeAnswer = FakeAnswer::Migrated {
+    applied: 12,
+    known: 12,
+};
+
+#[async_trait::async_trait]
+impl ReadinessSource for FakeAgent {
+    fn draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    async fn migrations(&self) -> Result<MigrationCount, StoreError> {
+        self.checks.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        let answer = *self.answer.lock().unwrap();
+        match answer {
+            FakeAnswer::Migrated { applied, known } => Ok(MigrationCount { applied, known }),
+            FakeAnswer::Fails => Err(StoreError::Busy {
+                op: "migrations_applied",
+            }),
+            FakeAnswer::Hangs => std::future::pending().await,
+        }
+    }
+}
+
 /// A metrics endpoint on an ephemeral port, serving until `cancel`.
 struct Endpoint {
     addr: SocketAddr,
+    agent: Arc<FakeAgent>,
     cancel: CancellationToken,
     served: JoinHandle<std::io::Result<()>>,
 }
 
+/// An endpoint whose agent is ready.
 async fn endpoint() -> Endpoint {
+    endpoint_of(FakeAgent::new(UP)).await
+}
+
+async fn endpoint_of(agent: Arc<FakeAgent>) -> Endpoint {
     let listener = bind_metrics(SocketAddr::from(([127, 0, 0, 1], 0)))
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();
     let metrics = Arc::new(Metrics::new());
     metrics.register_types(["email"]);
+    let readiness = Arc::new(Readiness::new(
+        Arc::clone(&agent) as Arc<dyn ReadinessSource>
+    ));
     let cancel = CancellationToken::new();
-    let served = tokio::spawn(serve_metrics(listener, metrics, cancel.clone()));
+    let served = tokio::spawn(serve_metrics(listener, metrics, readiness, cancel.clone()));
     Endpoint {
         addr,
+        agent,
         cancel,
         served,
     }
@@ -168,11 +247,18 @@ async fn other_paths_are_404() {
 async fn other_methods_are_405_with_allow() {
     let ep = endpoint().await;
     let mut conn = connect(ep.addr).await;
-    for method in ["POST", "PUT", "DELETE"] {
-        let answer = ask(&mut conn, method, "/metrics").await;
-        assert_eq!(answer.status, "HTTP/1.1 405 Method Not Allowed", "{method}");
-        assert_eq!(answer.header("allow"), Some("GET, HEAD"));
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        for method in ["POST", "PUT", "DELETE"] {
+            let answer = ask(&mut conn, method, path).await;
+            assert_eq!(
+                answer.status, "HTTP/1.1 405 Method Not Allowed",
+                "{method} {path}"
+            );
+            assert_eq!(answer.header("allow"), Some("GET, HEAD"));
+        }
     }
+    // A refused method is refused before any check runs.
+    assert_eq!(ep.agent.checks(), 0);
 }
 
 #[tokio::test]
@@ -281,4 +367,192 @@ async fn cancel_closes_the_listener_and_open_connections() {
         .unwrap();
     assert!(timeout(SHUTDOWN_GRACE, closed(&mut idle)).await.unwrap());
     assert!(TcpStream::connect(ep.addr).await.is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// /healthz and /readyz over HTTP
+
+#[tokio::test]
+async fn healthz_is_ok_and_never_asks_the_database() {
+    let agent = FakeAgent::new(FakeAnswer::Hangs);
+    agent.draining.store(true, Ordering::SeqCst);
+    let ep = endpoint_of(agent).await;
+    let mut conn = connect(ep.addr).await;
+    let answer = ask(&mut conn, "GET", "/healthz").await;
+    assert_eq!(answer.status, "HTTP/1.1 200 OK");
+    assert_eq!(
+        answer.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(answer.body, "ok\n");
+    let head = ask(&mut conn, "HEAD", "/healthz").await;
+    assert_eq!(head.status, "HTTP/1.1 200 OK");
+    assert_eq!(head.header("content-length"), Some("3"));
+    // The HEAD sent no body: the next answer on the connection parses.
+    assert_eq!(ask(&mut conn, "GET", "/healthz").await.body, "ok\n");
+    assert_eq!(ep.agent.checks(), 0, "/healthz asked the database");
+}
+
+#[tokio::test]
+async fn readyz_is_200_listing_the_checks_when_ready() {
+    let ep = endpoint().await;
+    let mut conn = connect(ep.addr).await;
+    let answer = ask(&mut conn, "GET", "/readyz").await;
+    assert_eq!(answer.status, "HTTP/1.1 200 OK", "{answer:?}");
+    assert_eq!(
+        answer.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(
+        answer.body,
+        "ready\n\
+         database: ok\n\
+         migrations: ok (12 applied, 12 known to this build)\n\
+         draining: no\n"
+    );
+    let head = ask(&mut conn, "HEAD", "/readyz").await;
+    assert_eq!(head.status, "HTTP/1.1 200 OK");
+    assert_eq!(
+        head.header("content-length"),
+        Some(answer.body.len().to_string().as_str())
+    );
+    assert_eq!(
+        ask(&mut conn, "GET", "/readyz").await.status,
+        "HTTP/1.1 200 OK"
+    );
+}
+
+#[tokio::test]
+async fn readyz_is_503_naming_each_failing_check() {
+    let agent = FakeAgent::new(FakeAnswer::Fails);
+    let ep = endpoint_of(Arc::clone(&agent)).await;
+    let answer = ask(&mut connect(ep.addr).await, "GET", "/readyz").await;
+    assert_eq!(
+        answer.status, "HTTP/1.1 503 Service Unavailable",
+        "{answer:?}"
+    );
+    assert!(
+        answer.body.starts_with("not ready: database\n"),
+        "{}",
+        answer.body
+    );
+    assert!(
+        answer.body.contains("database: migrations_applied is busy"),
+        "the reason is quoted: {}",
+        answer.body
+    );
+    assert!(answer.body.contains("draining: no\n"), "{}", answer.body);
+
+    // The database answers but lacks a migration, and the agent drains: both are named.
+    agent.set(FakeAnswer::Migrated {
+        applied: 11,
+        known: 12,
+    });
+    agent.draining.store(true, Ordering::SeqCst);
+    let answer = wait_for_body(ep.addr, "not ready: migrations, draining\n").await;
+    assert_eq!(answer.status, "HTTP/1.1 503 Service Unavailable");
+    assert!(answer.body.contains("database: ok\n"), "{}", answer.body);
+    assert!(
+        answer
+            .body
+            .contains("migrations: 11 of 12 applied: run `leasehold-agent migrate`"),
+        "{}",
+        answer.body
+    );
+    assert!(answer.body.contains("draining: yes"), "{}", answer.body);
+}
+
+#[tokio::test]
+async fn readyz_accepts_a_database_ahead_of_this_build() {
+    let ep = endpoint_of(FakeAgent::new(FakeAnswer::Migrated {
+        applied: 13,
+        known: 12,
+    }))
+    .await;
+    let answer = ask(&mut connect(ep.addr).await, "GET", "/readyz").await;
+    assert_eq!(answer.status, "HTTP/1.1 200 OK", "{answer:?}");
+}
+
+/// GETs `/readyz` (on fresh connections, past the cache) until its body starts with `head`.
+async fn wait_for_body(addr: SocketAddr, head: &str) -> Answer {
+    let deadline = Instant::now() + DATABASE_CHECK_TTL * 5;
+    loop {
+        let answer = ask(&mut connect(addr).await, "GET", "/readyz").await;
+        if answer.body.starts_with(head) {
+            return answer;
+        }
+        assert!(Instant::now() < deadline, "never {head:?}; last {answer:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The readiness checks themselves (paused time)
+
+#[tokio::test(start_paused = true)]
+async fn a_database_that_does_not_answer_is_reported_within_the_timeout() {
+    let agent = FakeAgent::new(FakeAnswer::Hangs);
+    let readiness = Readiness::new(Arc::clone(&agent) as Arc<dyn ReadinessSource>);
+    let started = Instant::now();
+    let report = readiness.check().await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= DATABASE_TIMEOUT && waited < DATABASE_TIMEOUT + Duration::from_millis(100),
+        "answered after {waited:?}"
+    );
+    assert!(!report.ready);
+    assert!(
+        report
+            .body
+            .starts_with("not ready: database\ndatabase: no answer within 2s\n"),
+        "{}",
+        report.body
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_probes_share_one_database_check_and_reuse_it_for_the_ttl() {
+    let agent = FakeAgent::slow(UP, Duration::from_millis(300));
+    let readiness = Readiness::new(Arc::clone(&agent) as Arc<dyn ReadinessSource>);
+    let reports = futures_util::future::join_all((0..50).map(|_| readiness.check())).await;
+    assert!(reports.iter().all(|r| r.ready));
+    assert_eq!(agent.checks(), 1, "50 concurrent probes, one check");
+    // Within the TTL the result is reused, failing database or not.
+    agent.set(FakeAnswer::Fails);
+    tokio::time::advance(DATABASE_CHECK_TTL - Duration::from_millis(10)).await;
+    assert!(readiness.check().await.ready);
+    assert_eq!(agent.checks(), 1);
+    // Past it, the database is asked again and the failure shows.
+    tokio::time::advance(Duration::from_millis(20)).await;
+    assert!(!readiness.check().await.ready);
+    assert_eq!(agent.checks(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn draining_shows_at_once_whatever_the_cache_holds() {
+    let agent = FakeAgent::new(UP);
+    let readiness = Readiness::new(Arc::clone(&agent) as Arc<dyn ReadinessSource>);
+    assert!(readiness.check().await.ready);
+    agent.draining.store(true, Ordering::SeqCst);
+    let report = readiness.check().await;
+    assert!(!report.ready);
+    assert!(
+        report.body.starts_with("not ready: draining\n"),
+        "{}",
+        report.body
+    );
+    assert_eq!(agent.checks(), 1, "the database result came from the cache");
+}
+
+#[test]
+fn a_long_or_multi_line_reason_is_cut_to_one_line() {
+    let reason = super::health::one_line(&format!("first\nsecond\r{}", "x".repeat(500)));
+    assert!(reason.starts_with("first second "), "{reason}");
+    assert!(!reason.contains('\n') && !reason.contains('\r'));
+    assert_eq!(
+        reason.chars().count(),
+        201,
+        "200 characters and an ellipsis"
+    );
+    assert!(reason.ends_with('…'));
 }
