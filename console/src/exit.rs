@@ -4,7 +4,7 @@
 //! 0  ok
 //! 1  a task failed, or a wait ended with failures or timed out; a lock someone else holds
 //!    (`locks acquire`, after any `--wait`) or that is no longer the caller's (`locks renew`,
-//!    `locks release --holder --token`: fenced). These are answers, not errors: the call
+//!    `locks release --holder --fencing-token`: fenced). These are answers, not errors: the call
 //!    worked, nothing changed, and the command returns the code itself
 //! 2  usage or bad input: clap's own errors, local checks, a local file that cannot be read
 //!    or stdout that cannot be written; INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,

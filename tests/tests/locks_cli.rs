@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! `leasehold locks acquire|renew|release --holder --token` end to end (issue 26): locks held
+//! `leasehold locks acquire|renew|release --holder --fencing-token` end to end (issue 26): locks held
 //! by shell scripts, through the real `leasehold` binary, a real agent, gRPC and PostgreSQL.
 //! Two acquires of one name: the second exits 1 naming the first's holder and token; a
 //! `--wait`ing acquire gets the lock once another process releases it mid-wait; a release or
@@ -179,7 +179,7 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
         ),
         (
             vec!["locks", "release", LOCK, "--holder", holder_a.as_str()],
-            "--token",
+            "--fencing-token",
         ),
         (
             vec![
@@ -188,7 +188,7 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
                 LOCK,
                 "--holder",
                 holder_a.as_str(),
-                "--token",
+                "--fencing-token",
                 "0",
                 "--for",
                 "1m",
@@ -202,7 +202,7 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
                 LOCK,
                 "--holder",
                 holder_a.as_str(),
-                "--token",
+                "--fencing-token",
                 "1",
                 "--for",
                 "1m",
@@ -230,7 +230,7 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
             LOCK,
             "--holder",
             holder_a.as_str(),
-            "--token",
+            "--fencing-token",
             t.as_str(),
             "--for",
             "5m",
@@ -241,7 +241,7 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
             LOCK,
             "--holder",
             holder_a.as_str(),
-            "--token",
+            "--fencing-token",
             t.as_str(),
         ],
         vec!["locks", "release", LOCK],
@@ -291,7 +291,13 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
     ] {
         let o = cli
             .run(&[
-                "locks", "release", LOCK, "--holder", holder, "--token", token,
+                "locks",
+                "release",
+                LOCK,
+                "--holder",
+                holder,
+                "--fencing-token",
+                token,
             ])
             .await
             .unwrap();
@@ -315,7 +321,13 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
 
     let released = cli
         .run(&[
-            "locks", "release", LOCK, "--holder", &holder_a, "--token", &t,
+            "locks",
+            "release",
+            LOCK,
+            "--holder",
+            &holder_a,
+            "--fencing-token",
+            &t,
         ])
         .await
         .unwrap();
@@ -343,7 +355,15 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
     let before = row(pool, LOCK).await;
     let o = cli
         .run(&[
-            "locks", "renew", LOCK, "--holder", &holder_a, "--token", &t, "--for", "5m",
+            "locks",
+            "renew",
+            LOCK,
+            "--holder",
+            &holder_a,
+            "--fencing-token",
+            &t,
+            "--for",
+            "5m",
         ])
         .await
         .unwrap();
@@ -365,8 +385,17 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
     let until_before = lease_until_ms(pool, LOCK).await;
     let o = cli
         .run(&[
-            "--output", "json", "locks", "renew", LOCK, "--holder", &holder_c, "--token", &tc,
-            "--for", "10m",
+            "--output",
+            "json",
+            "locks",
+            "renew",
+            LOCK,
+            "--holder",
+            &holder_c,
+            "--fencing-token",
+            &tc,
+            "--for",
+            "10m",
         ])
         .await
         .unwrap();
@@ -383,7 +412,15 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
     );
     let o = cli
         .run(&[
-            "locks", "renew", LOCK, "--holder", &holder_c, "--token", &tc, "--for", "5m",
+            "locks",
+            "renew",
+            LOCK,
+            "--holder",
+            &holder_c,
+            "--fencing-token",
+            &tc,
+            "--for",
+            "5m",
         ])
         .await
         .unwrap();
@@ -399,7 +436,15 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
     // --- its own release, in JSON: free at once.
     let o = cli
         .run(&[
-            "--output", "json", "locks", "release", LOCK, "--holder", &holder_c, "--token", &tc,
+            "--output",
+            "json",
+            "locks",
+            "release",
+            LOCK,
+            "--holder",
+            &holder_c,
+            "--fencing-token",
+            &tc,
         ])
         .await
         .unwrap();
@@ -421,7 +466,7 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
             LOCK,
             "--holder",
             "nightly job",
-            "--token",
+            "--fencing-token",
             &td,
         ])
         .await

@@ -2,7 +2,7 @@
 //! back, or force one free. Values clap accepts are within the agent's bounds (names,
 //! holders, tokens, 1 s..=1 day lease times); that `--at-least-for` is not longer than
 //! `--at-most-for` is checked by [`crate::commands::lock_holder::prepare_acquire`] (exit 2, no
-//! call), and `--holder` / `--token` of `release` go together or not at all (clap, exit 2).
+//! call), and `--holder` / `--fencing-token` of `release` go together or not at all (clap, exit 2).
 
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ pub enum LocksCommand {
     /// Take a lock for --for (mutual exclusion for shell scripts); exit 1 when someone holds it
     ///
     /// The lease lasts --for and is not renewed by this command: finish within it, or renew
-    /// it with `locks renew`, then give it back with `locks release NAME --holder H --token
+    /// it with `locks renew`, then give it back with `locks release NAME --holder H --fencing-token
     /// N`. The same holder acquiring again extends its lease (same token). With --wait, tries
     /// again (every 200 ms at first, backing off to 1-2 s) until the lock is taken or the wait
     /// is over; a failed call (unreachable, denied) ends it at once. Operator role.
@@ -52,7 +52,7 @@ pub enum LocksCommand {
 
     /// Extend a lock's lease by --for from now; exit 1 when the holding is gone (fenced)
     ///
-    /// Fenced by (--holder, --token): once the lock was released, forced free or taken by
+    /// Fenced by (--holder, --fencing-token): once the lock was released, forced free or taken by
     /// someone else the renew changes nothing and exits 1. A lease never passes its
     /// lock_at_most_for. Operator role.
     /// Output (table): `renewed lock deploy/prod (holder H, token 7, until T)`, or `lock
@@ -64,9 +64,9 @@ pub enum LocksCommand {
     #[command(verbatim_doc_comment)]
     Renew(LockRenewArgs),
 
-    /// Give a lock back (--holder and --token), or force it free from whoever holds it
+    /// Give a lock back (--holder and --fencing-token), or force it free from whoever holds it
     ///
-    /// With --holder and --token: the holder's own release, fenced — when that holding is
+    /// With --holder and --fencing-token: the holder's own release, fenced — when that holding is
     /// gone (released, forced free, taken by someone else) nothing changes and it exits 1.
     /// Output (table): `released lock deploy/prod (holder H, token 7)`, or `lock deploy/prod
     /// is no longer held by H with token 7 (held by ci-job-17, token 8, until T); nothing
@@ -131,9 +131,10 @@ pub struct LockRenewArgs {
     #[arg(long, value_name = "ID", value_parser = values::lock_holder)]
     pub holder: String,
 
-    /// The fencing token `locks acquire` printed.
+    /// The fencing token `locks acquire` printed (its JSON's "token"). Not `--token`, which
+    /// is the agent's API token.
     #[arg(long, value_name = "N", value_parser = values::lock_token)]
-    pub token: i64,
+    pub fencing_token: i64,
 
     /// The new lease, counted from now: 1s to 1day.
     #[arg(long = "for", value_name = "DURATION", value_parser = values::lock_duration)]
@@ -147,11 +148,16 @@ pub struct LockReleaseArgs {
     #[arg(value_name = "NAME", value_parser = values::lock_name)]
     pub name: String,
 
-    /// The holder giving it back (with --token); without both, a forced release.
-    #[arg(long, value_name = "ID", value_parser = values::lock_holder, requires = "token")]
+    /// The holder giving it back (with --fencing-token); without both, a forced release.
+    #[arg(
+        long,
+        value_name = "ID",
+        value_parser = values::lock_holder,
+        requires = "fencing_token"
+    )]
     pub holder: Option<String>,
 
-    /// The fencing token of that holding (with --holder).
+    /// The fencing token of that holding (with --holder; `locks acquire` printed it).
     #[arg(long, value_name = "N", value_parser = values::lock_token, requires = "holder")]
-    pub token: Option<i64>,
+    pub fencing_token: Option<i64>,
 }

@@ -26,7 +26,7 @@ fn text() -> impl Strategy<Value = String> {
 
 /// Words of the command line: subcommands, flags and values, so clap gets deep.
 fn word() -> impl Strategy<Value = String> {
-    const WORDS: [&str; 49] = [
+    const WORDS: [&str; 55] = [
         "enqueue",
         "tasks",
         "ls",
@@ -54,7 +54,7 @@ fn word() -> impl Strategy<Value = String> {
         "--for",
         "--wait",
         "--holder",
-        "--token",
+        "--fencing-token",
         "shards",
         "create",
         "watch",

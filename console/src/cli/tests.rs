@@ -724,7 +724,11 @@ fn locks_commands() {
     let Some(Command::Locks(LocksCommand::Release(a))) = cli.command else {
         panic!("locks release expected");
     };
-    assert_eq!((a.holder, a.token), (None, None), "a forced release");
+    assert_eq!(
+        (a.holder, a.fencing_token),
+        (None, None),
+        "a forced release"
+    );
 }
 
 #[test]
@@ -767,21 +771,37 @@ fn locks_acquire_renew_and_release_by_the_holder() {
     assert_eq!(cli.global.output, Format::Json);
 
     let cli = ok(&[
-        "locks", "renew", "a", "--holder", "h", "--token", "7", "--for", "30s",
+        "locks",
+        "renew",
+        "a",
+        "--holder",
+        "h",
+        "--fencing-token",
+        "7",
+        "--for",
+        "30s",
     ]);
     let Some(Command::Locks(LocksCommand::Renew(r))) = cli.command else {
         panic!("locks renew expected");
     };
     assert_eq!(
-        (r.name.as_str(), r.holder.as_str(), r.token, r.lease),
+        (r.name.as_str(), r.holder.as_str(), r.fencing_token, r.lease),
         ("a", "h", 7, Duration::from_secs(30))
     );
 
-    let cli = ok(&["locks", "release", "a", "--token", "9", "--holder", "h"]);
+    let cli = ok(&[
+        "locks",
+        "release",
+        "a",
+        "--fencing-token",
+        "9",
+        "--holder",
+        "h",
+    ]);
     let Some(Command::Locks(LocksCommand::Release(r))) = cli.command else {
         panic!("locks release expected");
     };
-    assert_eq!((r.holder.as_deref(), r.token), (Some("h"), Some(9)));
+    assert_eq!((r.holder.as_deref(), r.fencing_token), (Some("h"), Some(9)));
 }
 
 #[test]
@@ -829,36 +849,104 @@ fn locks_holder_bad_input_is_refused() {
             "--at-most-for",
             "25h",
         ],
-        &["locks", "acquire", "a", "--for", "10m", "--token", "1"],
+        &[
+            "locks",
+            "acquire",
+            "a",
+            "--for",
+            "10m",
+            "--fencing-token",
+            "1",
+        ],
+        // --token is the API token: never the fencing token.
+        &["locks", "release", "a", "--holder", "h", "--token", "3"],
         // renew: holder, token and --for all needed; no --wait.
-        &["locks", "renew", "a", "--holder", "h", "--token", "1"],
+        &[
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "1",
+        ],
         &["locks", "renew", "a", "--holder", "h", "--for", "1m"],
-        &["locks", "renew", "a", "--token", "1", "--for", "1m"],
+        &["locks", "renew", "a", "--fencing-token", "1", "--for", "1m"],
         &[
-            "locks", "renew", "a", "--holder", "h", "--token", "0", "--for", "1m",
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "0",
+            "--for",
+            "1m",
         ],
         &[
-            "locks", "renew", "a", "--holder", "h", "--token", "-3", "--for", "1m",
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "-3",
+            "--for",
+            "1m",
         ],
         &[
-            "locks", "renew", "a", "--holder", "h", "--token", "1", "--for", "0s",
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "1",
+            "--for",
+            "0s",
         ],
         &[
-            "locks", "renew", "a", "--holder", "h", "--token", "1", "--for", "1m", "--wait", "1m",
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "1",
+            "--for",
+            "1m",
+            "--wait",
+            "1m",
         ],
-        // release: --holder and --token together or neither; no --wait, no --for.
+        // release: --holder and --fencing-token together or neither; no --wait, no --for.
         &["locks", "release", "a", "--holder", "h"],
-        &["locks", "release", "a", "--token", "3"],
-        &["locks", "release", "a", "--holder", "h", "--token", "x"],
+        &["locks", "release", "a", "--fencing-token", "3"],
+        &[
+            "locks",
+            "release",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "x",
+        ],
         &["locks", "release", "a", "--wait", "1m"],
         &[
-            "locks", "release", "a", "--holder", "h", "--token", "3", "--for", "1m",
+            "locks",
+            "release",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "3",
+            "--for",
+            "1m",
         ],
     ] {
         refused(args);
     }
     let err = refused(&["locks", "release", "a", "--holder", "h"]).to_string();
-    assert!(err.contains("--token"), "{err}");
+    assert!(err.contains("--fencing-token"), "{err}");
     let err = refused(&["locks", "acquire", "a", "--for", "0s"]).to_string();
     assert!(err.contains("1s to 1day"), "{err}");
 }

@@ -1,15 +1,15 @@
-//! `leasehold locks acquire|renew|release --holder --token`: a named lock held by a shell
+//! `leasehold locks acquire|renew|release --holder --fencing-token`: a named lock held by a shell
 //! script (ShedLock-style mutual exclusion without writing Rust), through AcquireLock,
 //! RenewLock and ReleaseLock (operator role; a viewer is refused, exit 4).
 //!
 //! ```text
 //! acquire ──taken──▶ print holder + token, exit 0 ──▶ … the script's work, within --for …
-//!    │                                                 │ renew --holder H --token N --for D
+//!    │                                                 │ renew --holder H --fencing-token N --for D
 //!    │ held by someone else                            ▼
 //!    ├── no --wait, or the wait is over ──▶ exit 1 (nothing changed)
 //!    └── --wait: sleep 200 ms, backing off to 1-2 s (never past the wait), try again
 //!
-//! release --holder H --token N ──▶ exit 0, or exit 1 when the holding is gone (fenced)
+//! release --holder H --fencing-token N ──▶ exit 0, or exit 1 when the holding is gone (fenced)
 //! ```
 //!
 //! The command takes the lock for `--for` and exits: nothing renews it afterwards, so a
@@ -91,7 +91,7 @@ pub fn prepare_renew(args: &LockRenewArgs) -> v1::RenewLockRequest {
     v1::RenewLockRequest {
         name: args.name.clone(),
         holder: args.holder.clone(),
-        token: args.token,
+        token: args.fencing_token,
         ttl_ms: ms(args.lease),
     }
 }
@@ -172,7 +172,7 @@ pub struct Renewed {
     pub lock: HoldingView,
 }
 
-/// What `locks release --holder --token` prints.
+/// What `locks release --holder --fencing-token` prints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GivenBack {
     pub name: String,
@@ -263,7 +263,7 @@ pub fn renewed(name: String, reply: v1::RenewLockResponse) -> Result<Renewed> {
     })
 }
 
-/// Runs `locks release NAME --holder H --token N`.
+/// Runs `locks release NAME --holder H --fencing-token N`.
 pub async fn run_release(
     agent: &Agent,
     name: String,

@@ -162,8 +162,8 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
         }
         Command::Locks(LocksCommand::Release(args)) => {
             let agent = Agent::connect(&settings).await?;
-            // clap lets --holder and --token through together or not at all.
-            match (args.holder, args.token) {
+            // clap lets --holder and --fencing-token through together or not at all.
+            match (args.holder, args.fencing_token) {
                 (Some(holder), Some(token)) => {
                     lock_holder::run_release(&agent, args.name, holder, token, out).await
                 }

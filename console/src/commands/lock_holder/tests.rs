@@ -80,7 +80,7 @@ fn a_renew_sends_holder_token_and_lease() {
     let args = LockRenewArgs {
         name: "deploy/prod".into(),
         holder: "ci-job-17".into(),
-        token: 7,
+        fencing_token: 7,
         lease: Duration::from_secs(90),
     };
     assert_eq!(
