@@ -37,10 +37,10 @@ async fn holding(pool: &PgPool, name: &str) -> (Option<String>, i64) {
         .unwrap()
 }
 
-/// `lease_until` of a lock's row, in ms.
+/// `lease_until` of a lock's row, in whole ms (cut, as the agent sends it).
 async fn lease_until_ms(pool: &PgPool, name: &str) -> i64 {
     sqlx::query_scalar(
-        "SELECT (extract(epoch FROM lease_until) * 1000)::bigint FROM resource_leases \
+        "SELECT floor(extract(epoch FROM lease_until) * 1000)::bigint FROM resource_leases \
          WHERE name = $1",
     )
     .bind(name)
