@@ -2,7 +2,10 @@
 //!
 //! ```text
 //! 0  ok
-//! 1  a task failed, or a wait ended with failures or timed out
+//! 1  a task failed, or a wait ended with failures or timed out; a lock someone else holds
+//!    (`locks acquire`, after any `--wait`) or that is no longer the caller's (`locks renew`,
+//!    `locks release --holder --fencing-token`: fenced). These are answers, not errors: the call
+//!    worked, nothing changed, and the command returns the code itself
 //! 2  usage or bad input: clap's own errors, local checks, a local file that cannot be read
 //!    or stdout that cannot be written; INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
 //!    FAILED_PRECONDITION, OUT_OF_RANGE, RESOURCE_EXHAUSTED
@@ -25,6 +28,11 @@ use crate::error::Error;
 pub const OK: u8 = 0;
 /// A task failed, or a wait ended with failures (or timed out).
 pub const TASK_FAILED: u8 = 1;
+/// A lock held by someone else, or a holding that is gone (fenced): nothing changed. The same
+/// number as [`TASK_FAILED`], as `flock -n` does: the call worked and the answer is no, which
+/// no error ever exits with, so a script tells it from bad input (2), an unreachable agent
+/// (3) and a refusal (4).
+pub const LOCK_NOT_HELD: u8 = 1;
 /// Usage or bad input.
 pub const USAGE: u8 = 2;
 /// The agent (or its database) cannot be reached, or it answered outside the contract.

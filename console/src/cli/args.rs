@@ -710,47 +710,6 @@ pub struct ScheduleAddArgs {
     pub replace: bool,
 }
 
-/// `leasehold locks …`.
-#[derive(Debug, Clone, Subcommand)]
-pub enum LocksCommand {
-    /// List every named lock with its holder, fencing token and time left
-    ///
-    /// Output (table): NAME, OWNER (`-` when free), TOKEN (fencing token of the current or
-    /// last holding; 0 never held), STATE (free, held, suspect: renewal overdue, expired: past
-    /// its lease but not yet takeable, released: given back but held until its
-    /// lock_at_least_for), LEFT (lease_until minus the database's now: `12s`, `-3s` past it,
-    /// `-` none), MOVES/H (owner changes in the last hour).
-    /// Output (json): one line, an array of LOCK: {"name","owner","token","state",
-    /// "lease_until","lease_until_ms","heartbeat_at","heartbeat_at_ms","acquired_at",
-    /// "acquired_at_ms","lock_at_least_until","lock_at_least_until_ms","lock_at_most_until",
-    /// "lock_at_most_until_ms","time_left_ms","moves_last_hour"}; times are RFC 3339 UTC
-    /// strings next to the same time in ms, both null when none; owner is null when free;
-    /// time_left_ms is lease_until_ms minus the database's now (negative past it), null when
-    /// there is no lease time.
-    #[command(verbatim_doc_comment)]
-    Ls,
-
-    /// Free a lock from whoever holds it (an operator's forced release, audited)
-    ///
-    /// The holder's next renew is refused. A lock taken with lock_at_least_for stays held
-    /// until then. An unknown lock is not found (exit 2).
-    /// Output (table): `released lock deploy/prod (held by ci-job-17, token 7)`, `lock
-    /// deploy/prod was not held (nothing changed)`, and, when it stays held until its
-    /// lock_at_least_for, `; it stays held until 2026-12-01T12:00:30.000Z (lock_at_least_for)`.
-    /// Output (json): {"name":"deploy/prod","released":true,"previous_owner":"ci-job-17" or
-    /// null,"previous_token":7 or null,"lock":LOCK (after the release) or null}.
-    #[command(verbatim_doc_comment)]
-    Release(LockNameArgs),
-}
-
-/// A lock name argument.
-#[derive(Debug, Clone, Args)]
-pub struct LockNameArgs {
-    /// Lock name: 1-128 characters of a-z 0-9 _ . : / - starting with a letter or digit.
-    #[arg(value_name = "NAME", value_parser = values::lock_name)]
-    pub name: String,
-}
-
 /// `leasehold shards …`.
 #[derive(Debug, Clone, Subcommand)]
 pub enum ShardsCommand {

@@ -8,20 +8,22 @@
 
 mod args;
 mod demo;
+mod locks;
 mod policy;
 pub mod values;
 
 pub use args::{
     AgentsCommand, AuditCommand, AuditLsArgs, BreakerCommand, BreakerSetArgs, CancelArgs,
     ConcurrencyCommand, ConcurrencySetArgs, DlqCommand, DlqLsArgs, DlqRequeueArgs, EnqueueArgs,
-    IdsArgs, ListFilter, LockNameArgs, LocksCommand, Missed, RatelimitClearArgs, RatelimitCommand,
-    RatelimitSetArgs, ScheduleAddArgs, ScheduleNameArgs, SchedulesCommand, ScopeArgs,
-    ShardsCommand, ShardsCreateArgs, ShardsLsArgs, ShedCommand, ShedSetArgs, ShowArgs,
-    TasksCommand, TasksLsArgs, TypeArgs, WaitArgs,
+    IdsArgs, ListFilter, Missed, RatelimitClearArgs, RatelimitCommand, RatelimitSetArgs,
+    ScheduleAddArgs, ScheduleNameArgs, SchedulesCommand, ScopeArgs, ShardsCommand,
+    ShardsCreateArgs, ShardsLsArgs, ShedCommand, ShedSetArgs, ShowArgs, TasksCommand, TasksLsArgs,
+    TypeArgs, WaitArgs,
 };
 pub use demo::{
     DEFAULT_DEMO_AGENTS, DEFAULT_HEADLESS_DURATION, DemoArgs, MAX_DEMO_AGENTS, MAX_DEMO_DURATION,
 };
+pub use locks::{LockAcquireArgs, LockReleaseArgs, LockRenewArgs, LocksCommand};
 pub use policy::{PolicyCommand, PolicyField, PolicySetArgs, PolicyShowArgs};
 
 use std::path::PathBuf;
@@ -48,7 +50,8 @@ with nothing on stdout.
 
 Exit codes:
   0  ok
-  1  a task failed; a wait ended with failures or timed out
+  1  a task failed; a wait ended with failures or timed out; a lock someone else holds
+     (locks acquire, after any --wait) or that is no longer yours (locks renew, release)
   2  usage or bad input: bad flags, invalid argument, not found, already exists, failed
      precondition, out of range, resource exhausted; a local file that cannot be read
   3  cannot reach the agent or its database: connection or TLS failure, unavailable, deadline
@@ -471,7 +474,7 @@ pub enum Command {
     #[command(subcommand)]
     Schedules(SchedulesCommand),
 
-    /// Named resource leases (locks): list them, force one free.
+    /// Named locks: list them, take, renew and give one back (for scripts), force one free.
     #[command(subcommand)]
     Locks(LocksCommand),
 

@@ -26,7 +26,7 @@ fn text() -> impl Strategy<Value = String> {
 
 /// Words of the command line: subcommands, flags and values, so clap gets deep.
 fn word() -> impl Strategy<Value = String> {
-    const WORDS: [&str; 49] = [
+    const WORDS: [&str; 55] = [
         "enqueue",
         "tasks",
         "ls",
@@ -49,6 +49,12 @@ fn word() -> impl Strategy<Value = String> {
         "schedules",
         "locks",
         "release",
+        "acquire",
+        "renew",
+        "--for",
+        "--wait",
+        "--holder",
+        "--fencing-token",
         "shards",
         "create",
         "watch",

@@ -721,6 +721,234 @@ fn locks_commands() {
     }
     let cli = ok(&["--agent", "h:1", "--token", "t", "locks", "release", "a/b"]);
     assert_eq!(cli.global.token.as_deref(), Some("t"));
+    let Some(Command::Locks(LocksCommand::Release(a))) = cli.command else {
+        panic!("locks release expected");
+    };
+    assert_eq!(
+        (a.holder, a.fencing_token),
+        (None, None),
+        "a forced release"
+    );
+}
+
+#[test]
+fn locks_acquire_renew_and_release_by_the_holder() {
+    let cli = ok(&["locks", "acquire", "deploy/prod", "--for", "10m"]);
+    let Some(Command::Locks(LocksCommand::Acquire(a))) = cli.command else {
+        panic!("locks acquire expected");
+    };
+    assert_eq!(a.name, "deploy/prod");
+    assert_eq!(a.lease, Duration::from_secs(600));
+    assert_eq!(
+        (a.wait, a.holder, a.at_least_for, a.at_most_for),
+        (None, None, None, None)
+    );
+    let cli = ok(&[
+        "locks",
+        "acquire",
+        "deploy/prod",
+        "--for",
+        "1day",
+        "--wait",
+        "2m",
+        "--holder",
+        "ci job #17",
+        "--at-least-for",
+        "1s",
+        "--at-most-for",
+        "1h 30m",
+        "--output",
+        "json",
+    ]);
+    let Some(Command::Locks(LocksCommand::Acquire(a))) = cli.command else {
+        panic!("locks acquire expected");
+    };
+    assert_eq!(a.lease, Duration::from_secs(86_400));
+    assert_eq!(a.wait, Some(Duration::from_secs(120)));
+    assert_eq!(a.holder.as_deref(), Some("ci job #17"));
+    assert_eq!(a.at_least_for, Some(Duration::from_secs(1)));
+    assert_eq!(a.at_most_for, Some(Duration::from_secs(5400)));
+    assert_eq!(cli.global.output, Format::Json);
+
+    let cli = ok(&[
+        "locks",
+        "renew",
+        "a",
+        "--holder",
+        "h",
+        "--fencing-token",
+        "7",
+        "--for",
+        "30s",
+    ]);
+    let Some(Command::Locks(LocksCommand::Renew(r))) = cli.command else {
+        panic!("locks renew expected");
+    };
+    assert_eq!(
+        (r.name.as_str(), r.holder.as_str(), r.fencing_token, r.lease),
+        ("a", "h", 7, Duration::from_secs(30))
+    );
+
+    let cli = ok(&[
+        "locks",
+        "release",
+        "a",
+        "--fencing-token",
+        "9",
+        "--holder",
+        "h",
+    ]);
+    let Some(Command::Locks(LocksCommand::Release(r))) = cli.command else {
+        panic!("locks release expected");
+    };
+    assert_eq!((r.holder.as_deref(), r.fencing_token), (Some("h"), Some(9)));
+}
+
+#[test]
+fn locks_holder_bad_input_is_refused() {
+    let long_holder = "h".repeat(129);
+    for args in [
+        // acquire: a name, --for, durations within 1s..=1day, a printable holder.
+        &["locks", "acquire", "a"][..],
+        &["locks", "acquire", "--for", "10m"],
+        &["locks", "acquire", "Bad", "--for", "10m"],
+        &["locks", "acquire", "a", "--for", "0s"],
+        &["locks", "acquire", "a", "--for", "500ms"],
+        &["locks", "acquire", "a", "--for", "2days"],
+        &["locks", "acquire", "a", "--for", "soon"],
+        &["locks", "acquire", "a", "--for", "10m", "--wait", "0s"],
+        &["locks", "acquire", "a", "--for", "10m", "--wait", "2days"],
+        &["locks", "acquire", "a", "--for", "10m", "--holder", ""],
+        &[
+            "locks", "acquire", "a", "--for", "10m", "--holder", "a\u{1b}b",
+        ],
+        &[
+            "locks",
+            "acquire",
+            "a",
+            "--for",
+            "10m",
+            "--holder",
+            long_holder.as_str(),
+        ],
+        &[
+            "locks",
+            "acquire",
+            "a",
+            "--for",
+            "10m",
+            "--at-least-for",
+            "0s",
+        ],
+        &[
+            "locks",
+            "acquire",
+            "a",
+            "--for",
+            "10m",
+            "--at-most-for",
+            "25h",
+        ],
+        &[
+            "locks",
+            "acquire",
+            "a",
+            "--for",
+            "10m",
+            "--fencing-token",
+            "1",
+        ],
+        // --token is the API token: never the fencing token.
+        &["locks", "release", "a", "--holder", "h", "--token", "3"],
+        // renew: holder, token and --for all needed; no --wait.
+        &[
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "1",
+        ],
+        &["locks", "renew", "a", "--holder", "h", "--for", "1m"],
+        &["locks", "renew", "a", "--fencing-token", "1", "--for", "1m"],
+        &[
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "0",
+            "--for",
+            "1m",
+        ],
+        &[
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "-3",
+            "--for",
+            "1m",
+        ],
+        &[
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "1",
+            "--for",
+            "0s",
+        ],
+        &[
+            "locks",
+            "renew",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "1",
+            "--for",
+            "1m",
+            "--wait",
+            "1m",
+        ],
+        // release: --holder and --fencing-token together or neither; no --wait, no --for.
+        &["locks", "release", "a", "--holder", "h"],
+        &["locks", "release", "a", "--fencing-token", "3"],
+        &[
+            "locks",
+            "release",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "x",
+        ],
+        &["locks", "release", "a", "--wait", "1m"],
+        &[
+            "locks",
+            "release",
+            "a",
+            "--holder",
+            "h",
+            "--fencing-token",
+            "3",
+            "--for",
+            "1m",
+        ],
+    ] {
+        refused(args);
+    }
+    let err = refused(&["locks", "release", "a", "--holder", "h"]).to_string();
+    assert!(err.contains("--fencing-token"), "{err}");
+    let err = refused(&["locks", "acquire", "a", "--for", "0s"]).to_string();
+    assert!(err.contains("1s to 1day"), "{err}");
 }
 
 #[test]

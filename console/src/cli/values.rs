@@ -1,6 +1,7 @@
 //! Parsers of flag values: durations, times, limits, rate limits, shed-after and breaker
-//! durations, task types, keys, lock and shard group names and shard counts (names checked as the agent checks them, so bad input
-//! costs no call). Each returns a message naming what was wrong; clap prints it with the flag's name
+//! durations, task types, keys, lock and shard group names, lock holders, tokens and lease
+//! times, and shard counts (names checked as the agent checks them, so bad input costs no
+//! call). Each returns a message naming what was wrong; clap prints it with the flag's name
 //! and exits 2.
 //!
 //! Durations are humantime's (`250ms`, `10s`, `5m`, `1h 30m`); times are RFC 3339
@@ -22,7 +23,7 @@ use leasehold_shared::domain::validate::{
 use leasehold_shared::domain::{OnConflict, RateLimit, ScheduleName};
 use leasehold_shared::store::resources::{
     GroupName, LockName, MAX_GROUP_NAME_LEN as MAX_SHARD_GROUP_LEN, MAX_LOCK_NAME_LEN,
-    MAX_SHARDS as MAX_SHARD_COUNT, check_shard_count,
+    MAX_SHARDS as MAX_SHARD_COUNT, check_shard_count, check_ttl,
 };
 
 /// Longest `--text` filter the agent accepts, in bytes.
@@ -152,6 +153,54 @@ pub fn lock_name(s: &str) -> Result<String, String> {
          starting with a letter or digit",
         quoted(s)
     ))
+}
+
+/// Longest lock holder id, in bytes (the API's contract for `holder`).
+pub const MAX_LOCK_HOLDER_LEN: usize = 128;
+/// Longest `locks acquire --wait`.
+pub const MAX_LOCK_WAIT: Duration = Duration::from_secs(86_400);
+
+/// A lock's lease time or ShedLock bound (`--for`, `--at-least-for`, `--at-most-for`):
+/// 1 s..=1 day, as the agent checks it.
+pub fn lock_duration(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    check_ttl("duration", d)
+        .map_err(|_| format!("{}: must be from 1s to 1day", humantime::format_duration(d)))?;
+    Ok(d)
+}
+
+/// `locks acquire --wait`: more than 0, at most a day.
+pub fn lock_wait(s: &str) -> Result<Duration, String> {
+    let d = positive_duration(s)?;
+    if d > MAX_LOCK_WAIT {
+        return Err(format!(
+            "{}: must be at most 1day",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(d)
+}
+
+/// A lock holder id: 1-128 bytes without control characters.
+pub fn lock_holder(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > MAX_LOCK_HOLDER_LEN || s.chars().any(char::is_control) {
+        return Err(format!(
+            "invalid holder {}: use 1-{MAX_LOCK_HOLDER_LEN} bytes without control characters",
+            quoted(s)
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+/// A fencing token as `locks acquire` printed it: a whole number from 1.
+pub fn lock_token(s: &str) -> Result<i64, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "invalid token {}: expected the whole number from 1 up that `locks acquire` printed",
+            quoted(s)
+        )),
+    }
 }
 
 /// A shard group name, checked as the agent checks it: `[a-z0-9][a-z0-9_.:-]{0,63}`.
@@ -454,6 +503,48 @@ mod tests {
         assert_eq!(shard_count("4096"), Ok(4096));
         for bad in ["0", "4097", "-1", "eight", "", "1.5"] {
             assert!(shard_count(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn lock_durations_holders_and_tokens_mirror_the_agent() {
+        assert_eq!(lock_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(lock_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(lock_duration("1day"), Ok(Duration::from_secs(86_400)));
+        for bad in ["0s", "999ms", "1day 1ms", "2days", "soon", ""] {
+            let err = lock_duration(bad).err().unwrap_or_default();
+            assert!(!err.is_empty(), "{bad:?} accepted");
+        }
+        assert!(
+            lock_duration("0s")
+                .err()
+                .unwrap_or_default()
+                .contains("1s to 1day")
+        );
+        assert_eq!(lock_wait("1ms"), Ok(Duration::from_millis(1)));
+        assert_eq!(lock_wait("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(lock_wait("1day"), Ok(MAX_LOCK_WAIT));
+        for bad in ["0s", "1day 1s", "later"] {
+            assert!(lock_wait(bad).is_err(), "{bad:?}");
+        }
+        for good in [
+            "ci-job-17",
+            "cli:ops@web-1:4242",
+            "Ops Team #3",
+            &"h".repeat(128),
+        ] {
+            assert_eq!(lock_holder(good).as_deref(), Ok(good), "{good}");
+        }
+        for bad in ["", "a\nb", "a\u{1b}[2J", &"h".repeat(129)] {
+            let err = lock_holder(bad).err().unwrap_or_default();
+            assert!(err.contains("invalid holder"), "{bad:?}: {err}");
+            assert!(!err.contains('\u{1b}'), "quoted inert: {err}");
+        }
+        assert_eq!(lock_token("7"), Ok(7));
+        assert_eq!(lock_token("9223372036854775807"), Ok(i64::MAX));
+        for bad in ["0", "-1", "1.5", "seven", "", "9223372036854775808"] {
+            let err = lock_token(bad).err().unwrap_or_default();
+            assert!(err.contains("invalid token"), "{bad:?}: {err}");
         }
     }
 

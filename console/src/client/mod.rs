@@ -563,6 +563,38 @@ impl Agent {
         answer.map_err(|e| with_hint(e, tonic::Code::NotFound, "`leasehold locks ls` lists them"))
     }
 
+    /// AcquireLock: take (or, for the same holder, extend) a lock.
+    pub async fn acquire_lock(&self, r: v1::AcquireLockRequest) -> Result<v1::AcquireLockResponse> {
+        let what = format!("acquire lock {}", r.name);
+        self.unary(what, self.call_timeout, r, |mut c, r| async move {
+            c.acquire_lock(r).await
+        })
+        .await
+    }
+
+    /// RenewLock: extend a holding, fenced by (holder, token).
+    pub async fn renew_lock(&self, r: v1::RenewLockRequest) -> Result<v1::RenewLockResponse> {
+        let what = format!("renew lock {}", r.name);
+        self.unary(what, self.call_timeout, r, |mut c, r| async move {
+            c.renew_lock(r).await
+        })
+        .await
+    }
+
+    /// ReleaseLock by its holder, fenced by (holder, token).
+    pub async fn release_held_lock(
+        &self,
+        r: v1::ReleaseLockRequest,
+    ) -> Result<v1::ReleaseLockResponse> {
+        let what = format!("release lock {}", r.name);
+        let answer = self
+            .unary(what, self.call_timeout, r, |mut c, r| async move {
+                c.release_lock(r).await
+            })
+            .await;
+        answer.map_err(|e| with_hint(e, tonic::Code::NotFound, "`leasehold locks ls` lists them"))
+    }
+
     /// CreateShardGroup; a group that exists with another count says it cannot change.
     pub async fn create_shard_group(
         &self,

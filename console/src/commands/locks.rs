@@ -1,7 +1,9 @@
-//! `leasehold locks ls|release`: named resource leases (DESIGN §4 "Resource leases").
+//! `leasehold locks ls|release`: named resource leases (DESIGN §4 "Resource leases"); a
+//! holder's own `acquire`, `renew` and `release --holder --fencing-token` are in
+//! [`super::lock_holder`].
 //!
 //! Checked locally before connecting (exit 2, no call): the lock name's alphabet and length.
-//! `release` is the operator's forced release — ReleaseLock with an empty holder and token 0 —
+//! `release` without `--holder` / `--fencing-token` is the operator's forced release — ReleaseLock with an empty holder and token 0 —
 //! so it frees whoever holds the lock. To say whom it freed it first reads the locks
 //! (ListLocks): the reply of a release carries the lock *after* it, whose owner is gone. The
 //! freed token is the one the release reply names; the owner read before is shown only when

@@ -7,7 +7,8 @@
 //!
 //! so bad input is refused before anything touches the network, and rendering is a pure
 //! function of the reply (unit-tested without an agent). A command returns the exit code of
-//! its outcome (0, or 1 when a task failed); failures are errors mapped by [`crate::exit`].
+//! its outcome (0, or 1 when a task failed or a lock is not the caller's); failures are
+//! errors mapped by [`crate::exit`].
 
 pub mod agents;
 pub mod audit;
@@ -16,6 +17,7 @@ pub mod cancel;
 pub mod concurrency;
 pub mod dlq;
 pub mod enqueue;
+pub mod lock_holder;
 pub mod locks;
 pub mod pause;
 pub mod policy;
@@ -150,8 +152,23 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
         Command::Locks(LocksCommand::Ls) => {
             locks::run_ls(&Agent::connect(&settings).await?, out).await
         }
+        Command::Locks(LocksCommand::Acquire(args)) => {
+            let plan = lock_holder::prepare_acquire(&args, lock_holder::default_holder)?;
+            lock_holder::run_acquire(&Agent::connect(&settings).await?, plan, out).await
+        }
+        Command::Locks(LocksCommand::Renew(args)) => {
+            let request = lock_holder::prepare_renew(&args);
+            lock_holder::run_renew(&Agent::connect(&settings).await?, request, out).await
+        }
         Command::Locks(LocksCommand::Release(args)) => {
-            locks::run_release(&Agent::connect(&settings).await?, args.name, out).await
+            let agent = Agent::connect(&settings).await?;
+            // clap lets --holder and --fencing-token through together or not at all.
+            match (args.holder, args.fencing_token) {
+                (Some(holder), Some(token)) => {
+                    lock_holder::run_release(&agent, args.name, holder, token, out).await
+                }
+                _ => locks::run_release(&agent, args.name, out).await,
+            }
         }
         Command::Shards(ShardsCommand::Create(args)) => {
             let agent = Agent::connect(&settings).await?;

@@ -105,6 +105,47 @@ impl LockView {
     }
 }
 
+/// A lock as the holder's commands (`locks acquire`, `renew`, `release --holder`) show it:
+/// the holding in an AcquireLock, RenewLock or ReleaseLock reply. Those replies carry no
+/// database `now`, so there is no time left here, only the times themselves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HoldingView {
+    /// The holder; `null` when nobody holds it.
+    pub holder: Option<String>,
+    /// Fencing token of the current (or last) holding.
+    pub token: i64,
+    pub state: String,
+    pub lease_until: Option<Timestamp>,
+    pub lease_until_ms: Option<i64>,
+    pub lock_at_least_until: Option<Timestamp>,
+    pub lock_at_least_until_ms: Option<i64>,
+    pub lock_at_most_until: Option<Timestamp>,
+    pub lock_at_most_until_ms: Option<i64>,
+}
+
+impl HoldingView {
+    /// Converts the lock of a holder's call.
+    pub fn from_wire(l: v1::ResourceLease) -> Result<Self, WireError> {
+        let (lease_until, lease_until_ms) = opt_time_ms("lease_until_ms", l.lease_until_ms)?;
+        let (lock_at_least_until, lock_at_least_until_ms) =
+            opt_time_ms("lock_at_least_until_ms", l.lock_at_least_until_ms)?;
+        let (lock_at_most_until, lock_at_most_until_ms) =
+            opt_time_ms("lock_at_most_until_ms", l.lock_at_most_until_ms)?;
+        let state = l.read_state().word().into_owned();
+        Ok(Self {
+            token: token("token", l.token)?,
+            holder: opt_string(l.owner),
+            state,
+            lease_until,
+            lease_until_ms,
+            lock_at_least_until,
+            lock_at_least_until_ms,
+            lock_at_most_until,
+            lock_at_most_until_ms,
+        })
+    }
+}
+
 /// `locks ls`: every lock, by name, and the database time of the read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LockList {
