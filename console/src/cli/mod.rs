@@ -13,7 +13,7 @@ pub mod values;
 
 pub use args::{
     AgentsCommand, AuditCommand, AuditLsArgs, BreakerCommand, BreakerSetArgs, CancelArgs,
-    ConcurrencyCommand, ConcurrencySetArgs, DlqCommand, DlqLsArgs, DlqRequeueArgs, EnqueueArgs,
+    ConcurrencyCommand, ConcurrencySetArgs, DlqBulkArgs, DlqCommand, DlqLsArgs, EnqueueArgs,
     IdsArgs, ListFilter, LockNameArgs, LocksCommand, Missed, RatelimitClearArgs, RatelimitCommand,
     RatelimitSetArgs, ScheduleAddArgs, ScheduleNameArgs, SchedulesCommand, ScopeArgs,
     ShardsCommand, ShardsCreateArgs, ShardsLsArgs, ShedCommand, ShedSetArgs, ShowArgs,
