@@ -42,6 +42,7 @@ async fn usage_errors_exit_2_before_any_connection() {
     // Port 1 on loopback refuses connections: these must fail without trying.
     for args in [
         &["--agent", "127.0.0.1:1", "dlq", "requeue"][..],
+        &["--agent", "127.0.0.1:1", "dlq", "purge"][..],
         &[
             "--agent",
             "127.0.0.1:1",
@@ -403,9 +404,27 @@ async fn requeue_dlq_concurrency_pause_resume_drain() {
     let o = run(vec!["requeue", "2"]).await;
     assert_eq!(stdout(&o), "task 2: requeued (was dead)\n");
     let o = run(vec!["dlq", "requeue", "--all", "--dry-run"]).await;
-    assert_eq!(stdout(&o), "would requeue 3 dead tasks (dry run)\n");
+    assert_eq!(
+        stdout(&o),
+        "would requeue 3 dead tasks (dry run)\nids: 9 8 7\n"
+    );
     let o = run(vec!["--output", "json", "dlq", "requeue", "--type", "noop"]).await;
     assert_eq!(stdout(&o), "{\"count\":3,\"dry_run\":false}\n");
+    let o = run(vec![
+        "--output",
+        "json",
+        "dlq",
+        "purge",
+        "--all",
+        "--dry-run",
+    ])
+    .await;
+    assert_eq!(
+        stdout(&o),
+        "{\"count\":3,\"dry_run\":true,\"ids\":[9,8,7],\"next_before\":null}\n"
+    );
+    let o = run(vec!["dlq", "purge", "--type", "noop"]).await;
+    assert_eq!(stdout(&o), "purged 3 dead tasks\n");
     let o = run(vec!["dlq", "ls"]).await;
     assert!(
         stdout(&o)
@@ -430,6 +449,10 @@ async fn requeue_dlq_concurrency_pause_resume_drain() {
     let calls = fake.calls();
     assert!(
         calls.contains(&"requeue_dead type= all=true dry_run=true".to_owned()),
+        "{calls:?}"
+    );
+    assert!(
+        calls.contains(&"purge_dead type=noop all=false dry_run=false".to_owned()),
         "{calls:?}"
     );
     assert!(

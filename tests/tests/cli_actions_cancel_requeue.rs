@@ -252,7 +252,7 @@ async fn requeue_and_the_dead_letter_queue() {
         o.describe()
     );
 
-    // --dry-run: only a count, nothing changed.
+    // --dry-run: the count and the ids, newest first; nothing changed.
     let before = digest(&db.pool).await.unwrap();
     let o = f
         .cli
@@ -260,7 +260,15 @@ async fn requeue_and_the_dead_letter_queue() {
         .await
         .unwrap();
     ok(&o);
-    assert_eq!(o.stdout, "would requeue 3 dead tasks (dry run)\n");
+    let boom = desc(vec![email_boom, report_boom[0], report_boom[1]]);
+    let listed: Vec<String> = boom.iter().map(i64::to_string).collect();
+    assert_eq!(
+        o.stdout,
+        format!(
+            "would requeue 3 dead tasks (dry run)\nids: {}\n",
+            listed.join(" ")
+        )
+    );
     let o = f
         .cli
         .run(&[
@@ -275,7 +283,51 @@ async fn requeue_and_the_dead_letter_queue() {
         .await
         .unwrap();
     ok(&o);
-    assert_eq!(o.json().unwrap(), json!({"count": 3, "dry_run": true}));
+    assert_eq!(
+        o.json().unwrap(),
+        json!({"count": 3, "dry_run": true, "ids": boom, "next_before": null})
+    );
+    // Paged: --limit 2, then the next page from its hint.
+    let o = f
+        .cli
+        .run(&[
+            "--output",
+            "json",
+            "dlq",
+            "requeue",
+            "--dry-run",
+            "--code",
+            "boom",
+            "--limit",
+            "2",
+        ])
+        .await
+        .unwrap();
+    ok(&o);
+    assert_eq!(
+        o.json().unwrap(),
+        json!({"count": 3, "dry_run": true, "ids": boom[..2], "next_before": boom[1]})
+    );
+    let o = f
+        .cli
+        .run(&[
+            "dlq",
+            "requeue",
+            "--dry-run",
+            "--code",
+            "boom",
+            "--limit",
+            "2",
+            "--before",
+            &boom[1].to_string(),
+        ])
+        .await
+        .unwrap();
+    ok(&o);
+    assert_eq!(
+        o.stdout,
+        format!("would requeue 3 dead tasks (dry run)\nids: {}\n", boom[2])
+    );
     assert_eq!(digest(&db.pool).await.unwrap(), before);
 
     // No filter and no --all: refused before any call, nothing changed.
@@ -345,6 +397,8 @@ async fn requeue_and_the_dead_letter_queue() {
             local("requeue", &format!("task:{one}"), "failed"),
             local("requeue", &format!("task:{one}"), "failed"),
             local("requeue", &format!("task:{two}"), "applied"),
+            local("requeue_dead_dry_run", dlq_target, "noop"),
+            local("requeue_dead_dry_run", dlq_target, "noop"),
             local("requeue_dead_dry_run", dlq_target, "noop"),
             local("requeue_dead_dry_run", dlq_target, "noop"),
             local("requeue_dead", dlq_target, "applied"),

@@ -42,6 +42,7 @@ enum Req {
     SetShedAfter(pb::SetShedAfterRequest),
     SetBreaker(pb::SetBreakerRequest),
     RequeueDead(pb::RequeueDeadRequest),
+    PurgeDead(pb::PurgeDeadRequest),
     Audit(pb::ListAuditRequest),
 }
 
@@ -64,6 +65,7 @@ impl Req {
             Req::SetShedAfter(r) => c.set_shed_after(r).await.map(text),
             Req::SetBreaker(r) => c.set_breaker(r).await.map(text),
             Req::RequeueDead(r) => c.requeue_dead(r).await.map(text),
+            Req::PurgeDead(r) => c.purge_dead(r).await.map(text),
             Req::Audit(r) => c.list_audit(r).await.map(text),
         }
     }
@@ -536,6 +538,56 @@ fn policy_cases(_: &Fixture) -> Vec<Case> {
         dead("error_code", |r| r.error_code = "e".repeat(65)),
         dead("since_ms", |r| r.since_ms = -1),
         dead("until_ms", |r| r.until_ms = i64::MIN),
+        // A page of ids only with a dry run, and within range.
+        dead("before_id", |r| {
+            r.all = true;
+            r.before_id = 5;
+        }),
+        dead("limit", |r| {
+            r.all = true;
+            r.limit = 5;
+        }),
+        dead("limit", |r| {
+            r.all = true;
+            r.dry_run = true;
+            r.limit = 1001;
+        }),
+        dead("before_id", |r| {
+            r.all = true;
+            r.dry_run = true;
+            r.before_id = -1;
+        }),
+    ]);
+    // PurgeDead: the same filter and page, refused the same way; nothing deleted.
+    type PurgeEdit = fn(&mut pb::PurgeDeadRequest);
+    let purge = |field, edit: PurgeEdit| {
+        let mut r = pb::PurgeDeadRequest::default();
+        edit(&mut r);
+        bad(Req::PurgeDead(r), field)
+    };
+    cases.extend([
+        purge("all", |_| {}),
+        purge("all", |r| r.dry_run = true),
+        purge("all", |r| {
+            r.all = true;
+            r.error_code = "boom".into();
+        }),
+        purge("task_type", |r| r.task_type = "Bad Type".into()),
+        purge("error_code", |r| r.error_code = "e".repeat(65)),
+        purge("since_ms", |r| r.since_ms = -1),
+        purge("since", |r| {
+            r.since_ms = 2_000;
+            r.until_ms = 1_000;
+        }),
+        purge("before_id", |r| {
+            r.all = true;
+            r.before_id = 5;
+        }),
+        purge("limit", |r| {
+            r.all = true;
+            r.dry_run = true;
+            r.limit = 1001;
+        }),
     ]);
     cases
 }

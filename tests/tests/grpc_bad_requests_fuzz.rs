@@ -326,6 +326,7 @@ fn call() -> impl Strategy<Value = Call> {
                     until_ms,
                     dry_run,
                     all,
+                    ..Default::default()
                 })
             },
         );

@@ -294,6 +294,16 @@ async fn every_action_refused(
         "requeue_dead",
         "dead-letter queue".into(),
     );
+    let s = code_of(
+        client
+            .purge_dead(pb::PurgeDeadRequest {
+                all: true,
+                dry_run: true,
+                ..Default::default()
+            })
+            .await,
+    );
+    check("purge_dead", s, "purge_dead", "dead-letter queue".into());
     use pb::set_concurrency_request::Scope;
     // Global, type and per-key limits are policy changes (audited as the store names them);
     // the local limit is the agent's own.

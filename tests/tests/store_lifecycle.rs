@@ -10,7 +10,7 @@ use leasehold_shared::domain::{PolicyPatch, PolicyScope, Role, TaskStatus};
 use leasehold_shared::store::postgres::{NOTIFY_CHANNEL, enqueue};
 use leasehold_shared::store::{
     CancelOutcome, CancelParams, CompleteOutcome, CompleteParams, Completion, DeadFilter,
-    ExpireDeadlinesParams, NewTask, PolicySetParams, RecoverParams, RequeueDeadParams,
+    DeadIdsPage, ExpireDeadlinesParams, NewTask, PolicySetParams, RecoverParams, RequeueDeadParams,
     RequeueParams, SuspectParams,
 };
 use leasehold_shared::{Actor, AgentId, LeaseEpoch, Store, StoreError, TaskError, TaskId};
@@ -867,9 +867,13 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run(db: StoreDb) 
     let params = |dry_run| RequeueDeadParams {
         filter: filter.clone(),
         dry_run,
+        page: DeadIdsPage::default(),
         actor: op.clone(),
     };
-    assert_eq!(store.task_requeue_dead(params(true)).await.unwrap(), 3);
+    assert_eq!(
+        store.task_requeue_dead(params(true)).await.unwrap().count,
+        3
+    );
     assert_eq!(
         db.count("SELECT count(*) FROM tasks WHERE status = 'dead'")
             .await
@@ -877,20 +881,27 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run(db: StoreDb) 
         6,
         "a dry run changes nothing"
     );
-    assert_eq!(store.task_requeue_dead(params(false)).await.unwrap(), 3);
+    assert_eq!(
+        store.task_requeue_dead(params(false)).await.unwrap().count,
+        3
+    );
     assert_eq!(
         db.count("SELECT count(*) FROM tasks WHERE status = 'queued' AND attempt = 0")
             .await
             .unwrap(),
         3
     );
-    assert_eq!(store.task_requeue_dead(params(false)).await.unwrap(), 0);
+    assert_eq!(
+        store.task_requeue_dead(params(false)).await.unwrap().count,
+        0
+    );
     let all = RequeueDeadParams {
         filter: DeadFilter::default(),
         dry_run: false,
+        page: DeadIdsPage::default(),
         actor: op.clone(),
     };
-    assert_eq!(store.task_requeue_dead(all).await.unwrap(), 3);
+    assert_eq!(store.task_requeue_dead(all).await.unwrap().count, 3);
     assert_eq!(
         db.count("SELECT count(*) FROM tasks WHERE status = 'dead'")
             .await
@@ -905,6 +916,7 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run(db: StoreDb) 
             ..Default::default()
         },
         dry_run: false,
+        page: DeadIdsPage::default(),
         actor: op.clone(),
     };
     assert!(matches!(
@@ -914,6 +926,7 @@ async fn dead_letters_requeue_by_type_code_and_time_with_a_dry_run(db: StoreDb) 
     let viewer = RequeueDeadParams {
         filter: DeadFilter::default(),
         dry_run: false,
+        page: DeadIdsPage::default(),
         actor: Actor {
             name: "v".into(),
             role: Role::Viewer,
@@ -1176,9 +1189,10 @@ async fn requeued_tasks_keep_every_attempt_in_their_history(db: StoreDb) {
             until: None,
         },
         dry_run: false,
+        page: DeadIdsPage::default(),
         actor: op.clone(),
     };
-    assert_eq!(store.task_requeue_dead(all_dead).await.unwrap(), 1);
+    assert_eq!(store.task_requeue_dead(all_dead).await.unwrap().count, 1);
     run("h#3", Completion::Succeeded { result: None }).await;
 
     let detail = store.task_get(TaskId(id)).await.unwrap().unwrap();

@@ -41,8 +41,8 @@ use leasehold_shared::domain::{
 };
 use leasehold_shared::store::{
     CancelOutcome, CancelParams, ClaimParams, CompleteOutcome, CompleteParams, Completion,
-    DeadFilter, ExpireDeadlinesParams, HolderWrite, NewTask, PolicySetParams, ProgressParams,
-    RecoverParams, ReleaseParams, RenewParams, RequeueDeadParams, RequeueParams,
+    DeadFilter, DeadIdsPage, ExpireDeadlinesParams, HolderWrite, NewTask, PolicySetParams,
+    ProgressParams, RecoverParams, ReleaseParams, RenewParams, RequeueDeadParams, RequeueParams,
 };
 use leasehold_shared::{Actor, Progress, Store, StoreError, TaskError, TaskId};
 use leasehold_tests::helpers::{agent, key, tt};
@@ -1025,10 +1025,12 @@ impl Side {
                             ..DeadFilter::default()
                         },
                         dry_run,
+                        page: DeadIdsPage::default(),
                         actor: Actor::operator("model-op"),
                     })
                     .await
-                    .map_err(|e| fail("requeue dead", e))?;
+                    .map_err(|e| fail("requeue dead", e))?
+                    .count;
                 Seen::RequeuedDead(n)
             }
             Op::Pause { scope, paused } => {

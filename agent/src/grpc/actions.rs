@@ -1,4 +1,5 @@
-//! The task and agent actions (Enqueue, Cancel, Requeue, RequeueDead, Drain): operators only,
+//! The task and agent actions (Enqueue, Cancel, Requeue, Drain; the bulk ones over the
+//! dead-letter queue are `dead_letters.rs`): operators only,
 //! each audited — by the store in the same transaction as its change, or (Drain) by a row
 //! written before it — and what they need: the payload check shared with AddSchedule, stopping
 //! a cancelled execution this agent runs, and a Cancel's bounded wait for the task to end.
@@ -11,16 +12,15 @@ use leasehold_shared::domain::outcome::CancelOutcome as Answer;
 use leasehold_shared::domain::validate::check_concurrency_key;
 use leasehold_shared::domain::{AuditResult, OnConflict};
 use leasehold_shared::store::{
-    AuditEntry, CancelOutcome, CancelParams, EnqueueAuditedParams, NewTask, RequeueDeadParams,
-    RequeueParams,
+    AuditEntry, CancelOutcome, CancelParams, EnqueueAuditedParams, NewTask, RequeueParams,
 };
 use leasehold_shared::{Actor, TaskId, TaskStatus};
 use tonic::{Request, Response, Status};
 
 use super::convert::{
-    dead_filter_from_wire, duration_from_wire, invalid, json_without_nul, on_conflict_from_wire,
-    status_to_wire, task_id_from_wire, task_to_wire, task_type_from_wire, text_without_nul,
-    time_from_wire, unique_for_from_wire,
+    duration_from_wire, invalid, json_without_nul, on_conflict_from_wire, status_to_wire,
+    task_id_from_wire, task_to_wire, task_type_from_wire, text_without_nul, time_from_wire,
+    unique_for_from_wire,
 };
 use super::service::{Need, Service};
 use super::status::from_store;
@@ -287,39 +287,6 @@ impl Service {
             .map_err(|e| from_store("requeue", e))?;
         Ok(Response::new(pb::RequeueResponse {
             previous: status_to_wire(out.previous) as i32,
-        }))
-    }
-
-    pub(super) async fn requeue_dead_rpc(
-        &self,
-        request: Request<pb::RequeueDeadRequest>,
-    ) -> Result<Response<pb::RequeueDeadResponse>, Status> {
-        let actor = self
-            .caller(
-                &request,
-                Need::Act {
-                    action: "requeue_dead",
-                    target: "dead-letter queue".into(),
-                },
-            )
-            .await?;
-        let r = request.into_inner();
-        let filter = dead_filter_from_wire(&r)?;
-        let params = RequeueDeadParams {
-            filter,
-            dry_run: r.dry_run,
-            actor,
-        };
-        params.validate().map_err(invalid)?;
-        let count = self
-            .core
-            .store
-            .task_requeue_dead(params)
-            .await
-            .map_err(|e| from_store("requeue_dead", e))?;
-        Ok(Response::new(pb::RequeueDeadResponse {
-            count,
-            dry_run: r.dry_run,
         }))
     }
 

@@ -13,7 +13,7 @@ use leasehold_proto::wire;
 use leasehold_shared::domain::unique::{MAX_UNIQUE_FOR, check_unique_for};
 use leasehold_shared::domain::{AgentState, OnConflict};
 use leasehold_shared::domain::{Attempt, Task};
-use leasehold_shared::store::{AgentRecord, Blocker, DeadFilter};
+use leasehold_shared::store::{AgentRecord, Blocker};
 use leasehold_shared::{Progress, TaskError, TaskId, TaskStatus, TaskType};
 use tonic::Status;
 
@@ -334,29 +334,6 @@ pub fn unique_for_from_wire(ms: i64) -> Result<Option<Duration>, Status> {
         .map(|_| Some(d))
 }
 
-/// The dead-letter filter of a RequeueDead request.
-pub fn dead_filter_from_wire(r: &pb::RequeueDeadRequest) -> Result<DeadFilter, Status> {
-    let filter = DeadFilter {
-        task_type: opt_task_type("task_type", &r.task_type)?,
-        error_code: opt_error_code("error_code", &r.error_code)?,
-        since: time_from_wire("since_ms", r.since_ms)?,
-        until: time_from_wire("until_ms", r.until_ms)?,
-    };
-    let empty = filter == DeadFilter::default();
-    if empty && !r.all {
-        return Err(Status::invalid_argument(
-            "give a filter (task_type, error_code, since_ms, until_ms) or set all to requeue \
-             every dead task",
-        ));
-    }
-    if !empty && r.all {
-        return Err(Status::invalid_argument(
-            "all means every dead task: give it without a filter",
-        ));
-    }
-    Ok(filter)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -445,17 +422,5 @@ mod tests {
         assert!(e.message().starts_with("payload_json"), "{}", e.message());
         assert!(json_without_nul("p", &serde_json::json!({"k\u{0}": 1})).is_err());
         assert!(json_without_nul("p", &serde_json::json!({"k": ["\u{1}", null]})).is_ok());
-    }
-
-    #[test]
-    fn requeue_dead_needs_a_filter_or_all_but_not_both() {
-        let mut r = pb::RequeueDeadRequest::default();
-        assert!(dead_filter_from_wire(&r).is_err());
-        r.all = true;
-        assert_eq!(dead_filter_from_wire(&r).unwrap(), DeadFilter::default());
-        r.error_code = "boom".into();
-        assert!(dead_filter_from_wire(&r).is_err());
-        r.all = false;
-        assert!(dead_filter_from_wire(&r).is_ok());
     }
 }

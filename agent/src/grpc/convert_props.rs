@@ -15,10 +15,10 @@ use prost::Message;
 use tonic::{Code, Status};
 
 use super::convert::{
-    dead_filter_from_wire, duration_from_wire, json_without_nul, opt_error_code, opt_task_type,
-    status_from_wire, status_to_wire, task_id_from_wire, task_type_from_wire, text_without_nul,
-    time_from_wire,
+    duration_from_wire, json_without_nul, opt_error_code, opt_task_type, status_from_wire,
+    status_to_wire, task_id_from_wire, task_type_from_wire, text_without_nul, time_from_wire,
 };
+use super::dead_letters::dead_filter_from_wire;
 use super::schedules::schedule_from_wire;
 
 /// Latest time the wire accepts: 9999-12-31T23:59:59.999Z in Unix ms.
@@ -79,6 +79,7 @@ fn requeue_dead() -> impl Strategy<Value = pb::RequeueDeadRequest> {
             until_ms,
             all,
             dry_run,
+            ..Default::default()
         },
     )
 }
@@ -217,7 +218,7 @@ proptest! {
 
     #[test]
     fn requeue_dead_requests_never_panic_and_blame_a_field(r in requeue_dead()) {
-        if let Err(s) = dead_filter_from_wire(&r) {
+        if let Err(s) = dead_filter_from_wire((&r).into(), "requeue") {
             prop_assert_eq!(s.code(), Code::InvalidArgument);
             let named = ["task_type", "error_code", "since_ms", "until_ms", "all", "filter"]
                 .iter()
@@ -246,7 +247,7 @@ proptest! {
         bytes in prop::collection::vec(any::<u8>(), 0..256),
     ) {
         if let Ok(r) = pb::RequeueDeadRequest::decode(bytes.as_slice()) {
-            let _ = dead_filter_from_wire(&r);
+            let _ = dead_filter_from_wire((&r).into(), "requeue");
             prop_assert_eq!(pb::RequeueDeadRequest::decode(r.encode_to_vec().as_slice()).unwrap(), r);
         }
         if let Ok(r) = pb::AddScheduleRequest::decode(bytes.as_slice()) {

@@ -21,6 +21,7 @@ mod actions;
 pub mod audit;
 pub mod auth;
 pub mod convert;
+pub mod dead_letters;
 pub mod denials;
 pub mod hub;
 pub mod limits;

@@ -209,6 +209,13 @@ impl AgentService for Service {
         self.requeue_dead_rpc(request).await
     }
 
+    async fn purge_dead(
+        &self,
+        request: Request<pb::PurgeDeadRequest>,
+    ) -> Result<Response<pb::PurgeDeadResponse>, Status> {
+        self.purge_dead_rpc(request).await
+    }
+
     async fn set_concurrency(
         &self,
         request: Request<pb::SetConcurrencyRequest>,

@@ -222,12 +222,30 @@ pub enum DlqCommand {
 
     /// Requeue every dead task matching a filter, in one transaction
     ///
-    /// Refuses (exit 2) when no filter and no --all is given.
+    /// Refuses (exit 2) when no filter and no --all is given. Audited: one row (requeue_dead,
+    /// or requeue_dead_dry_run) with the filter and the count.
+    /// --dry-run changes nothing: it counts the matching tasks and lists their ids, newest
+    /// first, a page of at most --limit (default 100, max 1000) below --before.
     /// Output (table): `requeued 3 dead tasks`, or with --dry-run `would requeue 3 dead tasks
-    /// (dry run)` ("1 dead task" when there is one).
-    /// Output (json): {"count":3,"dry_run":false}.
+    /// (dry run)` ("1 dead task" when there is one), then `ids: 9 8 7` and, when there are
+    /// more, `next page: --before 7`.
+    /// Output (json): {"count":3,"dry_run":false}; with --dry-run also "ids":[9,8,7] and
+    /// "next_before":7 or null.
     #[command(verbatim_doc_comment)]
-    Requeue(DlqRequeueArgs),
+    Requeue(DlqBulkArgs),
+
+    /// Delete every dead task matching a filter, with its attempts, in one transaction
+    ///
+    /// The same filters as `dlq requeue`; refuses (exit 2) when no filter and no --all is
+    /// given. Run it with --dry-run first: that changes nothing, counts the matching tasks and
+    /// lists their ids (paged as `dlq requeue --dry-run`). Audited: one row (purge_dead, or
+    /// purge_dead_dry_run) with the filter and the count; a viewer token is refused (exit 4).
+    /// Output (table): `purged 3 dead tasks`, or with --dry-run `would purge 3 dead tasks (dry
+    /// run)`, then `ids: 9 8 7` and, when there are more, `next page: --before 7`.
+    /// Output (json): {"count":3,"dry_run":false}; with --dry-run also "ids":[9,8,7] and
+    /// "next_before":7 or null.
+    #[command(verbatim_doc_comment)]
+    Purge(DlqBulkArgs),
 }
 
 /// `leasehold dlq ls`.
@@ -237,9 +255,9 @@ pub struct DlqLsArgs {
     pub filter: ListFilter,
 }
 
-/// `leasehold dlq requeue`.
+/// `leasehold dlq requeue` and `leasehold dlq purge`.
 #[derive(Debug, Clone, Args)]
-pub struct DlqRequeueArgs {
+pub struct DlqBulkArgs {
     /// Only this task type.
     #[arg(long = "type", value_name = "TYPE", value_parser = values::task_type)]
     pub task_type: Option<String>,
@@ -256,13 +274,32 @@ pub struct DlqRequeueArgs {
     #[arg(long, value_name = "WHEN", value_parser = values::time_or_duration)]
     pub until: Option<TimeOrDuration>,
 
-    /// Requeue every dead task (needed when no filter is given).
+    /// Every dead task (needed when no filter is given).
     #[arg(long, conflicts_with_all = ["task_type", "code", "since", "until"])]
     pub all: bool,
 
-    /// Only count what would be requeued.
+    /// Change nothing: count the matching tasks and list their ids.
     #[arg(long)]
     pub dry_run: bool,
+
+    /// With --dry-run: list at most N ids (default 100).
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "dry_run",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PAGE_SIZE))
+    )]
+    pub limit: Option<u32>,
+
+    /// With --dry-run: list only ids below this one, the next page after a
+    /// `next page: --before N` hint.
+    #[arg(
+        long,
+        value_name = "ID",
+        requires = "dry_run",
+        value_parser = clap::value_parser!(i64).range(1..)
+    )]
+    pub before: Option<i64>,
 }
 
 /// `leasehold concurrency …`.

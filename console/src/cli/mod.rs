@@ -14,7 +14,7 @@ pub mod values;
 
 pub use args::{
     AgentsCommand, AuditCommand, AuditLsArgs, BreakerCommand, BreakerSetArgs, CancelArgs,
-    ConcurrencyCommand, ConcurrencySetArgs, DlqCommand, DlqLsArgs, DlqRequeueArgs, EnqueueArgs,
+    ConcurrencyCommand, ConcurrencySetArgs, DlqBulkArgs, DlqCommand, DlqLsArgs, EnqueueArgs,
     IdsArgs, ListFilter, Missed, RatelimitClearArgs, RatelimitCommand, RatelimitSetArgs,
     ScheduleAddArgs, ScheduleNameArgs, SchedulesCommand, ScopeArgs, ShardsCommand,
     ShardsCreateArgs, ShardsLsArgs, ShedCommand, ShedSetArgs, ShowArgs, TasksCommand, TasksLsArgs,

@@ -265,6 +265,43 @@ fn dlq_flags() {
     ok(&["dlq", "requeue"]);
     refused(&["dlq", "requeue", "--all", "--type", "noop"]);
     refused(&["dlq", "requeue", "--until", "whenever"]);
+    // The ids of a dry run are paged; --limit and --before need --dry-run.
+    let cli = ok(&[
+        "dlq",
+        "requeue",
+        "--all",
+        "--dry-run",
+        "--limit",
+        "5",
+        "--before",
+        "40",
+    ]);
+    let Some(Command::Dlq(DlqCommand::Requeue(a))) = cli.command else {
+        panic!("dlq requeue expected");
+    };
+    assert_eq!((a.limit, a.before), (Some(5), Some(40)));
+    refused(&["dlq", "requeue", "--all", "--limit", "5"]);
+    refused(&["dlq", "requeue", "--all", "--before", "5"]);
+    refused(&["dlq", "requeue", "--all", "--dry-run", "--limit", "1001"]);
+    refused(&["dlq", "requeue", "--all", "--dry-run", "--limit", "0"]);
+    refused(&["dlq", "requeue", "--all", "--dry-run", "--before", "0"]);
+    // purge: the same flags.
+    let cli = ok(&[
+        "dlq",
+        "purge",
+        "--code",
+        "boom",
+        "--dry-run",
+        "--limit",
+        "2",
+    ]);
+    let Some(Command::Dlq(DlqCommand::Purge(a))) = cli.command else {
+        panic!("dlq purge expected");
+    };
+    assert!(a.dry_run && a.code.as_deref() == Some("boom") && a.limit == Some(2));
+    ok(&["dlq", "purge"]);
+    refused(&["dlq", "purge", "--all", "--type", "noop"]);
+    refused(&["dlq", "purge", "--all", "--limit", "5"]);
 }
 
 #[test]

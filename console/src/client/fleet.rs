@@ -628,6 +628,7 @@ async fn serve(settings: &Settings, agent: &Agent, kind: RequestKind) -> Result<
                     until_ms: 0,
                     dry_run,
                     all,
+                    ..Default::default()
                 })
                 .await
                 .map_err(text)?;

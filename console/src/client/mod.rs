@@ -319,6 +319,16 @@ impl Agent {
         .await
     }
 
+    pub async fn purge_dead(&self, r: v1::PurgeDeadRequest) -> Result<v1::PurgeDeadResponse> {
+        self.unary(
+            "purge dead tasks".into(),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.purge_dead(r).await },
+        )
+        .await
+    }
+
     pub async fn set_concurrency(
         &self,
         r: v1::SetConcurrencyRequest,

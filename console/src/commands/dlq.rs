@@ -1,7 +1,9 @@
-//! `leasehold dlq ls` (ListTasks with status dead) and `leasehold dlq requeue` (RequeueDead).
+//! `leasehold dlq ls` (ListTasks with status dead), `leasehold dlq requeue` (RequeueDead) and
+//! `leasehold dlq purge` (PurgeDead).
 //!
-//! `dlq requeue` with no filter would requeue every dead task: it is refused locally (exit 2,
-//! "give a filter or --all") unless `--all` says so, before any connection is made.
+//! `dlq requeue` and `dlq purge` with no filter would take every dead task: they are refused
+//! locally (exit 2, "give a filter or --all") unless `--all` says so, before any connection is
+//! made. Their dry runs change nothing and list the ids they would take, a page at a time.
 
 use chrono::{DateTime, Utc};
 use leasehold_proto::v1;
@@ -11,8 +13,9 @@ use serde::Serialize;
 use super::plural;
 use super::tasks::{fetch_page, list_request, next_page_hint};
 use crate::cli::values::{TimeOrDuration, epoch_ms};
-use crate::cli::{DlqLsArgs, DlqRequeueArgs};
+use crate::cli::{DlqBulkArgs, DlqLsArgs};
 use crate::client::Agent;
+use crate::convert::WireError;
 use crate::convert::task::TaskPage;
 use crate::error::{Error, Result};
 use crate::exit;
@@ -85,40 +88,143 @@ fn bound(flag: &str, t: Option<TimeOrDuration>, now: DateTime<Utc>) -> Result<i6
     }
 }
 
-/// The request of `dlq requeue`; refuses a request without a filter unless `--all`.
-pub fn prepare_requeue(
-    args: &DlqRequeueArgs,
-    now: DateTime<Utc>,
-) -> Result<v1::RequeueDeadRequest> {
+/// The filter and page of `dlq requeue` and `dlq purge`, as both requests carry them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct DeadSelection {
+    pub task_type: String,
+    pub error_code: String,
+    pub since_ms: i64,
+    pub until_ms: i64,
+    pub all: bool,
+    pub dry_run: bool,
+    /// 0: from the newest.
+    pub before_id: i64,
+    /// 0: the agent's default (100).
+    pub limit: u32,
+}
+
+/// The selection of `dlq <verb>`; refuses one without a filter unless `--all`, before any
+/// connection is made.
+fn prepare_selection(verb: &str, args: &DlqBulkArgs, now: DateTime<Utc>) -> Result<DeadSelection> {
     let has_filter = args.task_type.is_some()
         || args.code.is_some()
         || args.since.is_some()
         || args.until.is_some();
     if !has_filter && !args.all {
-        return Err(Error::usage(
-            "dlq requeue: give a filter or --all (--type, --code, --since, --until)",
-        ));
+        return Err(Error::usage(format!(
+            "dlq {verb}: give a filter or --all (--type, --code, --since, --until)"
+        )));
     }
     let since_ms = bound("--since", args.since, now)?;
     let until_ms = bound("--until", args.until, now)?;
     if since_ms != 0 && until_ms != 0 && since_ms >= until_ms {
-        return Err(Error::usage("dlq requeue: --since must be before --until"));
+        return Err(Error::usage(format!(
+            "dlq {verb}: --since must be before --until"
+        )));
     }
-    Ok(v1::RequeueDeadRequest {
+    if !args.dry_run && (args.limit.is_some() || args.before.is_some()) {
+        return Err(Error::usage(format!(
+            "dlq {verb}: --limit and --before page the ids of a --dry-run"
+        )));
+    }
+    Ok(DeadSelection {
         task_type: args.task_type.clone().unwrap_or_default(),
         error_code: args.code.clone().unwrap_or_default(),
         since_ms,
         until_ms,
-        dry_run: args.dry_run,
         all: args.all,
+        dry_run: args.dry_run,
+        before_id: args.before.unwrap_or(0),
+        limit: args.limit.unwrap_or(0),
     })
 }
 
-/// The JSON of `dlq requeue`.
+/// The request of `dlq requeue`; refuses a request without a filter unless `--all`.
+pub fn prepare_requeue(args: &DlqBulkArgs, now: DateTime<Utc>) -> Result<v1::RequeueDeadRequest> {
+    let s = prepare_selection("requeue", args, now)?;
+    Ok(v1::RequeueDeadRequest {
+        task_type: s.task_type,
+        error_code: s.error_code,
+        since_ms: s.since_ms,
+        until_ms: s.until_ms,
+        dry_run: s.dry_run,
+        all: s.all,
+        before_id: s.before_id,
+        limit: s.limit,
+    })
+}
+
+/// The request of `dlq purge`; refuses a request without a filter unless `--all`.
+pub fn prepare_purge(args: &DlqBulkArgs, now: DateTime<Utc>) -> Result<v1::PurgeDeadRequest> {
+    let s = prepare_selection("purge", args, now)?;
+    Ok(v1::PurgeDeadRequest {
+        task_type: s.task_type,
+        error_code: s.error_code,
+        since_ms: s.since_ms,
+        until_ms: s.until_ms,
+        dry_run: s.dry_run,
+        all: s.all,
+        before_id: s.before_id,
+        limit: s.limit,
+    })
+}
+
+/// A dry run's page of ids: newest first, and the `--before` of the next page (`None`: the
+/// last).
 #[derive(Debug, Serialize, PartialEq, Eq)]
-pub struct Requeued {
+pub struct IdPage {
+    pub ids: Vec<i64>,
+    pub next_before: Option<i64>,
+}
+
+/// The JSON of `dlq requeue` and `dlq purge`: `ids` and `next_before` only for a dry run.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct DeadBulk {
     pub count: u64,
     pub dry_run: bool,
+    #[serde(flatten)]
+    pub page: Option<IdPage>,
+}
+
+impl DeadBulk {
+    fn from_wire(count: u64, dry_run: bool, ids: Vec<i64>, next_before_id: i64) -> Result<Self> {
+        if !dry_run {
+            return Ok(DeadBulk {
+                count,
+                dry_run,
+                page: None,
+            });
+        }
+        if let Some(bad) = ids.iter().find(|id| **id < 1) {
+            let source = WireError::OutOfRange {
+                field: "ids",
+                value: *bad,
+            };
+            return Err(Error::bad_wire("dead-letter dry run", source));
+        }
+        if next_before_id < 0 {
+            let source = WireError::OutOfRange {
+                field: "next_before_id",
+                value: next_before_id,
+            };
+            return Err(Error::bad_wire("dead-letter dry run", source));
+        }
+        Ok(DeadBulk {
+            count,
+            dry_run,
+            page: Some(IdPage {
+                ids,
+                next_before: (next_before_id > 0).then_some(next_before_id),
+            }),
+        })
+    }
+}
+
+/// What the table lines of a bulk action say it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Requeue,
+    Purge,
 }
 
 /// Runs `dlq requeue`.
@@ -128,26 +234,55 @@ pub async fn run_requeue(
     out: &mut Out,
 ) -> Result<u8> {
     let reply = agent.requeue_dead(request).await?;
-    let result = Requeued {
-        count: reply.count,
-        dry_run: reply.dry_run,
-    };
+    let result = DeadBulk::from_wire(reply.count, reply.dry_run, reply.ids, reply.next_before_id)?;
+    write_bulk(Verb::Requeue, &result, out)
+}
+
+/// Runs `dlq purge`.
+pub async fn run_purge(agent: &Agent, request: v1::PurgeDeadRequest, out: &mut Out) -> Result<u8> {
+    let reply = agent.purge_dead(request).await?;
+    let result = DeadBulk::from_wire(reply.count, reply.dry_run, reply.ids, reply.next_before_id)?;
+    write_bulk(Verb::Purge, &result, out)
+}
+
+fn write_bulk(verb: Verb, result: &DeadBulk, out: &mut Out) -> Result<u8> {
     if out.json_mode() {
-        out.json(&result)?;
+        out.json(result)?;
     } else {
-        out.line(&requeue_line(&result))?;
+        out.lines(bulk_lines(verb, result))?;
     }
     Ok(exit::OK)
 }
 
-/// `requeued 3 dead tasks` / `would requeue 3 dead tasks (dry run)`.
-pub fn requeue_line(r: &Requeued) -> String {
+/// `requeued 3 dead tasks` / `would requeue 3 dead tasks (dry run)` (`purged`, `would purge`),
+/// then, for a dry run, its ids (`ids: 9 8 7`, wrapped to the table width) and the next page's
+/// hint.
+pub fn bulk_lines(verb: Verb, r: &DeadBulk) -> Vec<String> {
     let tasks = plural(r.count, "dead task", "dead tasks");
-    if r.dry_run {
-        format!("would requeue {tasks} (dry run)")
-    } else {
-        format!("requeued {tasks}")
+    let (done, would) = match verb {
+        Verb::Requeue => ("requeued", "would requeue"),
+        Verb::Purge => ("purged", "would purge"),
+    };
+    let Some(page) = r.page.as_ref().filter(|_| r.dry_run) else {
+        return vec![format!("{done} {tasks}")];
+    };
+    let mut lines = vec![format!("{would} {tasks} (dry run)")];
+    let mut line = String::from("ids:");
+    for id in &page.ids {
+        let id = id.to_string();
+        if line.len() + 1 + id.len() > WIDTH {
+            lines.push(std::mem::replace(&mut line, "    ".to_owned()));
+        }
+        line.push(' ');
+        line.push_str(&id);
     }
+    if !page.ids.is_empty() {
+        lines.push(line);
+    }
+    if let Some(before) = page.next_before {
+        lines.push(format!("next page: --before {before}"));
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -162,14 +297,16 @@ mod tests {
         DateTime::from_timestamp_millis(1_764_588_000_000).unwrap_or_default()
     }
 
-    fn args() -> DlqRequeueArgs {
-        DlqRequeueArgs {
+    fn args() -> DlqBulkArgs {
+        DlqBulkArgs {
             task_type: None,
             code: None,
             since: None,
             until: None,
             all: false,
             dry_run: false,
+            limit: None,
+            before: None,
         }
     }
 
@@ -207,6 +344,8 @@ mod tests {
                 until_ms: 1_764_584_400_000,
                 dry_run: false,
                 all: false,
+                before_id: 0,
+                limit: 0,
             })
         );
         std::mem::swap(&mut a.since, &mut a.until);
@@ -214,17 +353,90 @@ mod tests {
     }
 
     #[test]
-    fn requeue_lines() {
-        let line = |count, dry_run| requeue_line(&Requeued { count, dry_run });
-        assert_eq!(line(3, false), "requeued 3 dead tasks");
-        assert_eq!(line(1, false), "requeued 1 dead task");
-        assert_eq!(line(3, true), "would requeue 3 dead tasks (dry run)");
-        let json = serde_json::to_string(&Requeued {
-            count: 3,
-            dry_run: true,
-        })
-        .ok();
-        assert_eq!(json.as_deref(), Some(r#"{"count":3,"dry_run":true}"#));
+    fn purge_takes_the_same_filters_and_pages_only_a_dry_run() {
+        let err = prepare_purge(&args(), now());
+        assert!(
+            matches!(&err, Err(Error::Usage(m)) if m == "dlq purge: give a filter or --all (--type, --code, --since, --until)")
+        );
+        assert_eq!(err.err().map(|e| exit::exit_code(&e)), Some(exit::USAGE));
+        let mut a = args();
+        a.code = Some("boom".into());
+        a.dry_run = true;
+        a.limit = Some(2);
+        a.before = Some(40);
+        assert_eq!(
+            prepare_purge(&a, now()).ok(),
+            Some(v1::PurgeDeadRequest {
+                error_code: "boom".into(),
+                dry_run: true,
+                before_id: 40,
+                limit: 2,
+                ..Default::default()
+            })
+        );
+        a.dry_run = false;
+        let err = prepare_purge(&a, now());
+        assert!(matches!(&err, Err(Error::Usage(m)) if m.contains("--dry-run")));
+    }
+
+    fn bulk(count: u64, dry_run: bool, ids: Vec<i64>, next: i64) -> DeadBulk {
+        DeadBulk::from_wire(count, dry_run, ids, next).unwrap()
+    }
+
+    #[test]
+    fn bulk_lines_and_json() {
+        let line = |verb, count, dry_run| bulk_lines(verb, &bulk(count, dry_run, vec![], 0));
+        assert_eq!(line(Verb::Requeue, 3, false), ["requeued 3 dead tasks"]);
+        assert_eq!(line(Verb::Requeue, 1, false), ["requeued 1 dead task"]);
+        assert_eq!(line(Verb::Purge, 3, false), ["purged 3 dead tasks"]);
+        assert_eq!(
+            line(Verb::Purge, 0, true),
+            ["would purge 0 dead tasks (dry run)"]
+        );
+        assert_eq!(
+            bulk_lines(Verb::Requeue, &bulk(3, true, vec![9, 8, 7], 0)),
+            ["would requeue 3 dead tasks (dry run)", "ids: 9 8 7"]
+        );
+        assert_eq!(
+            bulk_lines(Verb::Purge, &bulk(5, true, vec![9, 8], 8)),
+            [
+                "would purge 5 dead tasks (dry run)",
+                "ids: 9 8",
+                "next page: --before 8"
+            ]
+        );
+        let many = bulk(
+            1000,
+            true,
+            (1_000_000..1_001_000).rev().collect(),
+            1_000_000,
+        );
+        let lines = bulk_lines(Verb::Purge, &many);
+        assert!(lines.len() > 3);
+        for l in &lines {
+            assert!(width(l) <= WIDTH, "{l}");
+        }
+        let listed: Vec<&str> = lines[1..lines.len() - 1]
+            .iter()
+            .flat_map(|l| l.trim_start_matches("ids:").split_whitespace())
+            .collect();
+        assert_eq!(listed.len(), 1000);
+        assert_eq!(listed[0], "1000999");
+        let json = |b: &DeadBulk| serde_json::to_string(b).unwrap();
+        assert_eq!(
+            json(&bulk(3, false, vec![], 0)),
+            r#"{"count":3,"dry_run":false}"#
+        );
+        assert_eq!(
+            json(&bulk(3, true, vec![9, 8, 7], 0)),
+            r#"{"count":3,"dry_run":true,"ids":[9,8,7],"next_before":null}"#
+        );
+        assert_eq!(
+            json(&bulk(5, true, vec![9, 8], 8)),
+            r#"{"count":5,"dry_run":true,"ids":[9,8],"next_before":8}"#
+        );
+        assert!(DeadBulk::from_wire(1, true, vec![-1], 0).is_err());
+        assert!(DeadBulk::from_wire(1, true, vec![1], -3).is_err());
     }
 
     #[test]

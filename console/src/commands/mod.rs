@@ -76,6 +76,10 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
             let request = dlq::prepare_requeue(&args, now)?;
             dlq::run_requeue(&Agent::connect(&settings).await?, request, out).await
         }
+        Command::Dlq(DlqCommand::Purge(args)) => {
+            let request = dlq::prepare_purge(&args, now)?;
+            dlq::run_purge(&Agent::connect(&settings).await?, request, out).await
+        }
         Command::Types => types::run(&Agent::connect(&settings).await?, out).await,
         Command::Concurrency(ConcurrencyCommand::Set(args)) => {
             let request = concurrency::prepare(&args)?;

@@ -539,6 +539,29 @@ impl AgentService for Fake {
         Ok(Response::new(v1::RequeueDeadResponse {
             count: 3,
             dry_run: r.dry_run,
+            ids: if r.dry_run { vec![9, 8, 7] } else { vec![] },
+            next_before_id: 0,
+        }))
+    }
+
+    async fn purge_dead(
+        &self,
+        request: Request<v1::PurgeDeadRequest>,
+    ) -> Result<Response<v1::PurgeDeadResponse>, Status> {
+        let r = request.get_ref().clone();
+        self.record(
+            &request,
+            format!(
+                "purge_dead type={} all={} dry_run={}",
+                r.task_type, r.all, r.dry_run
+            ),
+            true,
+        )?;
+        Ok(Response::new(v1::PurgeDeadResponse {
+            count: 3,
+            dry_run: r.dry_run,
+            ids: if r.dry_run { vec![9, 8, 7] } else { vec![] },
+            next_before_id: 0,
         }))
     }
 

@@ -187,9 +187,12 @@ pub(crate) fn enqueue_entry(
     }
 }
 
-/// The row of a bulk requeue of dead letters (or its dry run) that matched `count` tasks.
-pub(crate) fn requeue_dead_entry(
+/// The row of a bulk action over dead letters, `action` `requeue_dead` or `purge_dead` (its
+/// dry run `<action>_dry_run`), that matched `count` tasks: the filter and whether it was a
+/// dry run in its params, the count in its detail.
+pub(crate) fn dead_bulk_entry(
     actor: &Actor,
+    action: &str,
     filter: &DeadFilter,
     dry_run: bool,
     count: u64,
@@ -198,11 +201,11 @@ pub(crate) fn requeue_dead_entry(
     AuditEntry {
         actor: actor.clone(),
         action: if dry_run {
-            "requeue_dead_dry_run".into()
+            format!("{action}_dry_run")
         } else {
-            "requeue_dead".into()
+            action.to_string()
         },
-        target: "dead-letter queue".into(),
+        target: DEAD_LETTER_TARGET.into(),
         params: Some(json!({ "filter": filter, "dry_run": dry_run })),
         result: if dry_run || count == 0 {
             AuditResult::Noop
@@ -212,6 +215,9 @@ pub(crate) fn requeue_dead_entry(
         detail: Some(format!("{count} matching")),
     }
 }
+
+/// The target of the audit rows of bulk actions over dead letters.
+pub(crate) const DEAD_LETTER_TARGET: &str = "dead-letter queue";
 
 /// The row of a policy change with `result` (and, for a failure, why).
 pub(crate) fn policy_entry(

@@ -44,13 +44,14 @@ use super::schedules::{
 use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, Blocker, BreakerTickParams, BreakerTransition, CancelOutcome, CancelParams,
-    CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, DeniedCalls,
-    EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams, HolderWrite, IdleReport,
-    IdleReportParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, NewTask,
-    Overview, PolicyChange, PolicySetParams, ProgressParams, PurgeParams, RecentRun,
-    RecentRunsParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome,
-    RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, ShedParams, Store,
-    StoreError, SuspectLease, SuspectParams, TaskDetail, TaskListParams, TaskPage, UnservedParams,
+    CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, DeadBulkOutcome,
+    DeniedCalls, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams, HolderWrite,
+    IdleReport, IdleReportParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
+    LeaderRenewal, NewTask, Overview, PolicyChange, PolicySetParams, ProgressParams,
+    PurgeDeadParams, PurgeParams, RecentRun, RecentRunsParams, RecoverParams, Recovered,
+    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
+    RequeueParams, Result, ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
+    TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -76,7 +77,8 @@ pub trait Driver: Send + Sync + 'static {
 
     async fn task_cancel(&self, params: &CancelParams) -> Result<CancelOutcome>;
     async fn task_requeue(&self, params: &RequeueParams) -> Result<RequeueOutcome>;
-    async fn task_requeue_dead(&self, params: &RequeueDeadParams) -> Result<u64>;
+    async fn task_requeue_dead(&self, params: &RequeueDeadParams) -> Result<DeadBulkOutcome>;
+    async fn task_purge_dead(&self, params: &PurgeDeadParams) -> Result<DeadBulkOutcome>;
 
     async fn lease_recover_expired(&self, params: &RecoverParams) -> Result<Vec<Recovered>>;
     async fn task_expire_deadlines(&self, params: &ExpireDeadlinesParams) -> Result<Vec<TaskId>>;
@@ -240,12 +242,16 @@ impl<D: Driver> Store for D {
         Ok(outcome)
     }
 
-    async fn task_requeue_dead(&self, params: RequeueDeadParams) -> Result<u64> {
-        let count = Driver::task_requeue_dead(self, &params).await?;
-        if count > 0 && !params.dry_run {
+    async fn task_requeue_dead(&self, params: RequeueDeadParams) -> Result<DeadBulkOutcome> {
+        let outcome = Driver::task_requeue_dead(self, &params).await?;
+        if outcome.count > 0 && !params.dry_run {
             self.wake().await;
         }
-        Ok(count)
+        Ok(outcome)
+    }
+
+    async fn task_purge_dead(&self, params: PurgeDeadParams) -> Result<DeadBulkOutcome> {
+        Driver::task_purge_dead(self, &params).await
     }
 
     async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>> {

@@ -121,8 +121,14 @@ pub trait Store: Send + Sync + 'static {
     async fn task_cancel(&self, params: CancelParams) -> Result<CancelOutcome>;
     /// Operator requeue of a finished task (audited).
     async fn task_requeue(&self, params: RequeueParams) -> Result<RequeueOutcome>;
-    /// Requeue (or count, when `dry_run`) dead tasks matching a filter (audited).
-    async fn task_requeue_dead(&self, params: RequeueDeadParams) -> Result<u64>;
+    /// Requeue dead tasks matching a filter in one transaction (audited: one row with the
+    /// filter and the count; a viewer is refused, with a `denied` row). With `dry_run` nothing
+    /// changes: the outcome has the count and a page of the matching ids, newest first.
+    async fn task_requeue_dead(&self, params: RequeueDeadParams) -> Result<DeadBulkOutcome>;
+    /// Delete dead tasks matching a filter, with their attempts, in one transaction (audited
+    /// as [`Store::task_requeue_dead`] is, action `purge_dead`). With `dry_run` nothing
+    /// changes: the outcome has the count and a page of the matching ids, newest first.
+    async fn task_purge_dead(&self, params: PurgeDeadParams) -> Result<DeadBulkOutcome>;
 
     /// Take expired leases after grace.
     async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>>;

@@ -279,6 +279,18 @@ pub struct TaskDetail {
     pub now: DateTime<Utc>,
 }
 
+/// What a bulk action over dead letters (requeue, purge) did or, on a dry run, would do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadBulkOutcome {
+    /// Tasks requeued or deleted; on a dry run, every task the filter matches.
+    pub count: u64,
+    /// Dry runs only: a page of the matching ids, newest first (read in the same snapshot as
+    /// `count`); empty for a real run.
+    pub ids: Vec<TaskId>,
+    /// Dry runs only: the `before` of the next page of ids (`None`: this was the last).
+    pub next_before: Option<TaskId>,
+}
+
 /// A page of tasks.
 #[derive(Debug, Clone)]
 pub struct TaskPage {

@@ -432,17 +432,9 @@ pub struct DeadFilter {
     pub until: Option<DateTime<Utc>>,
 }
 
-/// Requeue every dead task matching `filter`, or count them when `dry_run`.
-#[derive(Debug, Clone)]
-pub struct RequeueDeadParams {
-    pub filter: DeadFilter,
-    pub dry_run: bool,
-    pub actor: Actor,
-}
-
-impl RequeueDeadParams {
+impl DeadFilter {
     pub fn validate(&self) -> Result<(), ValidationError> {
-        if let Some(code) = &self.filter.error_code
+        if let Some(code) = &self.error_code
             && (code.is_empty() || code.len() > 64)
         {
             return Err(ValidationError::Invalid {
@@ -450,7 +442,7 @@ impl RequeueDeadParams {
                 detail: "must be 1-64 bytes".into(),
             });
         }
-        if let (Some(since), Some(until)) = (self.filter.since, self.filter.until)
+        if let (Some(since), Some(until)) = (self.since, self.until)
             && since >= until
         {
             return Err(ValidationError::Invalid {
@@ -459,6 +451,76 @@ impl RequeueDeadParams {
             });
         }
         Ok(())
+    }
+}
+
+/// Default number of ids a dry run over dead letters lists.
+pub const DEFAULT_DEAD_IDS_PAGE: u32 = 100;
+
+/// The page of matching ids a dry run over dead letters lists: newest first, ids below
+/// `before` (`None`: from the newest), at most `limit` (1..=[`MAX_PAGE_SIZE`]). A real run
+/// lists none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadIdsPage {
+    pub before: Option<TaskId>,
+    pub limit: u32,
+}
+
+impl Default for DeadIdsPage {
+    fn default() -> Self {
+        Self {
+            before: None,
+            limit: DEFAULT_DEAD_IDS_PAGE,
+        }
+    }
+}
+
+impl DeadIdsPage {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_range("limit", self.limit, 1..=MAX_PAGE_SIZE)?;
+        if let Some(before) = self.before
+            && before.0 < 1
+        {
+            return Err(ValidationError::Invalid {
+                field: "before",
+                detail: format!("{} is not a task id", before.0),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Requeue every dead task matching `filter`; when `dry_run`, change nothing and count them
+/// and list a `page` of their ids.
+#[derive(Debug, Clone)]
+pub struct RequeueDeadParams {
+    pub filter: DeadFilter,
+    pub dry_run: bool,
+    pub page: DeadIdsPage,
+    pub actor: Actor,
+}
+
+impl RequeueDeadParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.filter.validate()?;
+        self.page.validate()
+    }
+}
+
+/// Delete every dead task matching `filter`, with its attempts; when `dry_run`, change
+/// nothing and count them and list a `page` of their ids.
+#[derive(Debug, Clone)]
+pub struct PurgeDeadParams {
+    pub filter: DeadFilter,
+    pub dry_run: bool,
+    pub page: DeadIdsPage,
+    pub actor: Actor,
+}
+
+impl PurgeDeadParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.filter.validate()?;
+        self.page.validate()
     }
 }
 

@@ -1,5 +1,5 @@
 //! Operator actions on tasks and policies, written once for both stores: enqueue, cancel,
-//! requeue, bulk requeue of dead letters, policy changes. Each runs in one short transaction
+//! requeue, bulk requeue and purge of dead letters, policy changes. Each runs in one short transaction
 //! that also writes its audit row, so the change and its record commit together; an action
 //! refused by the state machine still commits its audit row (result `failed`) and changes
 //! nothing else. A viewer is refused before anything changes, with a `denied` row of its own.
@@ -15,14 +15,15 @@ use sqlx::query::Query;
 use sqlx::{Database, Encode, Type};
 
 use super::backend::{Backend, authorize, failed};
-use super::{enqueue_entry, enqueue_params, policy_entry, requeue_dead_entry};
+use super::{DEAD_LETTER_TARGET, dead_bulk_entry, enqueue_entry, enqueue_params, policy_entry};
 use crate::domain::{
     Actor, AgentId, AuditResult, InputLimits, LeaseEpoch, Policy, TaskAction, TaskId, TaskStatus,
 };
-use crate::store::params::{DeadFilter, ValidTask, duration_ms};
+use crate::store::params::{DeadFilter, DeadIdsPage, ValidTask, duration_ms};
 use crate::store::{
-    AuditEntry, CancelOutcome, CancelParams, EnqueueAuditedParams, Enqueued, PolicyChange,
-    PolicySetParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, StoreError,
+    AuditEntry, CancelOutcome, CancelParams, DeadBulkOutcome, EnqueueAuditedParams, Enqueued,
+    PolicyChange, PolicySetParams, PurgeDeadParams, RequeueDeadParams, RequeueOutcome,
+    RequeueParams, Result, StoreError,
 };
 
 /// A task's row as a cancel found and left it.
@@ -56,12 +57,26 @@ pub(crate) trait OperatorStatements: Backend {
         id: TaskId,
     ) -> impl Future<Output = Result<Option<(TaskStatus, bool)>>> + Send;
 
-    /// Requeues (or, on a dry run, counts) the dead letters `filter` matches.
+    /// Requeues the dead letters `filter` matches; how many.
     fn task_requeue_dead(
         tx: &mut Self::Tx,
         filter: &DeadFilter,
-        dry_run: bool,
     ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Deletes the dead letters `filter` matches, with their attempts; how many.
+    fn task_purge_dead(
+        tx: &mut Self::Tx,
+        filter: &DeadFilter,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// The dry run of both: how many dead letters `filter` matches and a `page` of their ids,
+    /// newest first, read so the two agree. `next_before` is set when ids below the page's
+    /// last match too.
+    fn task_match_dead(
+        tx: &mut Self::Tx,
+        filter: &DeadFilter,
+        page: DeadIdsPage,
+    ) -> impl Future<Output = Result<DeadBulkOutcome>> + Send;
 
     /// The transaction of a policy change, ordered against every claim.
     fn policy_begin(&self, op: &'static str) -> impl Future<Output = Result<Self::Tx>> + Send;
@@ -286,23 +301,114 @@ pub(crate) async fn task_requeue<B: OperatorStatements>(
     outcome
 }
 
+/// A dry run's outcome from its count and the ids it read: at most `limit + 1`, newest
+/// first (the one past the page only says that another page follows; `next_before` is then the
+/// page's last id).
+pub(crate) fn dead_page(count: u64, mut ids: Vec<i64>, limit: u32) -> DeadBulkOutcome {
+    let more = ids.len() > limit as usize;
+    ids.truncate(limit as usize);
+    let ids: Vec<TaskId> = ids.into_iter().map(TaskId).collect();
+    DeadBulkOutcome {
+        count,
+        next_before: if more { ids.last().copied() } else { None },
+        ids,
+    }
+}
+
+/// The bulk actions over dead letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeadBulk {
+    Requeue,
+    Purge,
+}
+
+impl DeadBulk {
+    /// The action its audit rows name.
+    fn action(self) -> &'static str {
+        match self {
+            DeadBulk::Requeue => "requeue_dead",
+            DeadBulk::Purge => "purge_dead",
+        }
+    }
+
+    /// The store operation, as its errors name it.
+    fn op(self) -> &'static str {
+        match self {
+            DeadBulk::Requeue => "task_requeue_dead",
+            DeadBulk::Purge => "task_purge_dead",
+        }
+    }
+}
+
+/// A bulk action over the dead letters `filter` matches and its audit row, in one
+/// transaction. Order: validation (invalid input writes nothing), then, for a real run,
+/// authorization (a viewer gets a `denied` row on its own and nothing changes), then the
+/// change — or, on a dry run, the count and a page of ids — and the row with the filter and
+/// the count (`applied`, or `noop` when nothing matched and for every dry run).
+async fn dead_bulk<B: OperatorStatements>(
+    backend: &B,
+    bulk: DeadBulk,
+    filter: &DeadFilter,
+    dry_run: bool,
+    page: DeadIdsPage,
+    actor: &Actor,
+) -> Result<DeadBulkOutcome> {
+    let op = bulk.op();
+    if !dry_run {
+        authorize(
+            backend,
+            actor,
+            bulk.action(),
+            DEAD_LETTER_TARGET.into(),
+            None,
+        )
+        .await?;
+    }
+    let mut tx = backend.begin(op).await?;
+    let outcome = if dry_run {
+        B::task_match_dead(&mut tx, filter, page).await?
+    } else {
+        let count = match bulk {
+            DeadBulk::Requeue => B::task_requeue_dead(&mut tx, filter).await?,
+            DeadBulk::Purge => B::task_purge_dead(&mut tx, filter).await?,
+        };
+        DeadBulkOutcome {
+            count,
+            ..DeadBulkOutcome::default()
+        }
+    };
+    let entry = dead_bulk_entry(actor, bulk.action(), filter, dry_run, outcome.count);
+    B::audit_in(&mut tx, &entry).await?;
+    B::commit(tx, op).await?;
+    Ok(outcome)
+}
+
 pub(crate) async fn task_requeue_dead<B: OperatorStatements>(
     backend: &B,
     params: &RequeueDeadParams,
-) -> Result<u64> {
-    const OP: &str = "task_requeue_dead";
+) -> Result<DeadBulkOutcome> {
     params.validate()?;
-    if !params.dry_run {
-        let target = "dead-letter queue".to_string();
-        authorize(backend, &params.actor, "requeue_dead", target, None).await?;
-    }
-    let f = &params.filter;
-    let mut tx = backend.begin(OP).await?;
-    let count = B::task_requeue_dead(&mut tx, f, params.dry_run).await?;
-    let entry = requeue_dead_entry(&params.actor, f, params.dry_run, count);
-    B::audit_in(&mut tx, &entry).await?;
-    B::commit(tx, OP).await?;
-    Ok(count)
+    let RequeueDeadParams {
+        filter,
+        dry_run,
+        page,
+        actor,
+    } = params;
+    dead_bulk(backend, DeadBulk::Requeue, filter, *dry_run, *page, actor).await
+}
+
+pub(crate) async fn task_purge_dead<B: OperatorStatements>(
+    backend: &B,
+    params: &PurgeDeadParams,
+) -> Result<DeadBulkOutcome> {
+    params.validate()?;
+    let PurgeDeadParams {
+        filter,
+        dry_run,
+        page,
+        actor,
+    } = params;
+    dead_bulk(backend, DeadBulk::Purge, filter, *dry_run, *page, actor).await
 }
 
 /// A policy change. Its transaction orders it against every claim: a claim either committed
@@ -355,7 +461,10 @@ macro_rules! operator_entry_points {
             ) -> $crate::store::RequeueOutcome;
             $crate::store::audit::operator::task_requeue_dead as task_requeue_dead(
                 params: &$crate::store::RequeueDeadParams
-            ) -> u64;
+            ) -> $crate::store::DeadBulkOutcome;
+            $crate::store::audit::operator::task_purge_dead as task_purge_dead(
+                params: &$crate::store::PurgeDeadParams
+            ) -> $crate::store::DeadBulkOutcome;
             $crate::store::audit::operator::policy_set as policy_set(
                 params: &$crate::store::PolicySetParams
             ) -> $crate::store::PolicyChange;
@@ -435,6 +544,18 @@ mod tests {
             assert!(text.contains(detail), "{text}");
             assert_eq!(outcome.is_ok(), result != AuditResult::Failed, "{found:?}");
         }
+    }
+
+    #[test]
+    fn a_dry_runs_page_of_ids_says_whether_another_follows() {
+        let page = dead_page(5, vec![9, 8, 7], 2);
+        assert_eq!(page.count, 5);
+        assert_eq!(page.ids, [TaskId(9), TaskId(8)]);
+        assert_eq!(page.next_before, Some(TaskId(8)));
+        let last = dead_page(2, vec![9, 8], 2);
+        assert_eq!(last.ids, [TaskId(9), TaskId(8)]);
+        assert_eq!(last.next_before, None);
+        assert_eq!(dead_page(0, vec![], 100), DeadBulkOutcome::default());
     }
 
     #[test]

@@ -91,9 +91,18 @@ macro_rules! impl_driver {
                     $crate::store::error::retry_partition_race(|| ops::task_requeue(&self.pool, p))
                         .await
                 }
-                async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> Result<u64> {
+                async fn task_requeue_dead(
+                    &self,
+                    p: &RequeueDeadParams,
+                ) -> Result<DeadBulkOutcome> {
                     $crate::store::error::retry_partition_race(|| {
                         ops::task_requeue_dead(&self.pool, p)
+                    })
+                    .await
+                }
+                async fn task_purge_dead(&self, p: &PurgeDeadParams) -> Result<DeadBulkOutcome> {
+                    $crate::store::error::retry_partition_race(|| {
+                        ops::task_purge_dead(&self.pool, p)
                     })
                     .await
                 }

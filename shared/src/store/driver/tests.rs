@@ -120,6 +120,7 @@ mod ops {
         task_complete_many(p),
         task_cancel(p),
         task_requeue_dead(p),
+        task_purge_dead(p),
         lease_recover_expired(p),
         task_expire_deadlines(p),
         task_shed(p),

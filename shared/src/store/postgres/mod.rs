@@ -94,7 +94,8 @@ pub(crate) mod sql {
             task_lock,
             task_requeue,
             task_requeue_dead,
-            task_count_dead,
+            task_purge_dead,
+            task_match_dead,
             lease_list_expired,
             lease_recover_expired,
             task_expire_deadlines,
@@ -740,8 +741,8 @@ mod ops {
     pub(super) use super::maintenance::*;
     pub(super) use super::operator::{
         audit_write as audit_record, audit_write_denied as audit_record_denied,
-        policy_set as policy_change, task_cancel, task_enqueue_audited, task_requeue,
-        task_requeue_dead,
+        policy_set as policy_change, task_cancel, task_enqueue_audited, task_purge_dead,
+        task_requeue, task_requeue_dead,
     };
     pub(super) use super::query::*;
     pub(super) use super::registry::*;

@@ -14,9 +14,9 @@ use super::rows::{get, policy};
 use super::{enqueue, sql, tx_now};
 use crate::domain::{LeaseEpoch, Policy, TaskId, TaskStatus};
 use crate::store::audit::backend::{self, Backend, Columns, row_by};
-use crate::store::audit::operator::{CancelRow, OperatorStatements, bind_policy};
-use crate::store::params::{DeadFilter, ValidTask};
-use crate::store::{AuditEntry, DeniedCalls, Enqueued, Result, StoreError};
+use crate::store::audit::operator::{CancelRow, OperatorStatements, bind_policy, dead_page};
+use crate::store::params::{DeadFilter, DeadIdsPage, ValidTask};
+use crate::store::{AuditEntry, DeadBulkOutcome, DeniedCalls, Enqueued, Result, StoreError};
 
 /// Writes one audit row through `executor` (pass the transaction of the change it records).
 pub async fn audit_write<'e, E: PgExecutor<'e>>(executor: E, entry: &AuditEntry) -> Result<()> {
@@ -144,6 +144,25 @@ async fn lock_task(
     Ok(())
 }
 
+/// Runs `statement` (task_requeue_dead.sql, task_purge_dead.sql) over the dead tasks `f`
+/// matches; the count it returns.
+async fn dead_count(
+    tx: &mut Transaction<'static, Postgres>,
+    statement: &'static str,
+    f: &DeadFilter,
+    op: &'static str,
+) -> Result<u64> {
+    let row = sqlx::query(statement)
+        .bind(f.task_type.as_ref().map(|t| t.as_str()))
+        .bind(f.error_code.as_deref())
+        .bind(f.since)
+        .bind(f.until)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(StoreError::db(op))?;
+    Ok(u64::try_from(row.int("count")?).unwrap_or(0))
+}
+
 impl OperatorStatements for Pg<'_> {
     /// READ COMMITTED: a key whose task a concurrent transaction committed mid-statement is
     /// visible to the next statement of this same transaction, so the insert looks again.
@@ -191,21 +210,37 @@ impl OperatorStatements for Pg<'_> {
             .transpose()
     }
 
-    async fn task_requeue_dead(tx: &mut Self::Tx, f: &DeadFilter, dry_run: bool) -> Result<u64> {
-        let statement = if dry_run {
-            sql::task_count_dead
-        } else {
-            sql::task_requeue_dead
-        };
-        let row = sqlx::query(statement)
+    async fn task_requeue_dead(tx: &mut Self::Tx, f: &DeadFilter) -> Result<u64> {
+        dead_count(tx, sql::task_requeue_dead, f, "task_requeue_dead").await
+    }
+
+    async fn task_purge_dead(tx: &mut Self::Tx, f: &DeadFilter) -> Result<u64> {
+        dead_count(tx, sql::task_purge_dead, f, "task_purge_dead").await
+    }
+
+    /// task_match_dead.sql counts and pages in one statement (one snapshot).
+    async fn task_match_dead(
+        tx: &mut Self::Tx,
+        f: &DeadFilter,
+        page: DeadIdsPage,
+    ) -> Result<DeadBulkOutcome> {
+        const OP: &str = "task_match_dead";
+        let row = sqlx::query(sql::task_match_dead)
             .bind(f.task_type.as_ref().map(|t| t.as_str()))
             .bind(f.error_code.as_deref())
             .bind(f.since)
             .bind(f.until)
+            .bind(page.before.map(|id| id.0))
+            .bind(i64::from(page.limit) + 1)
             .fetch_one(&mut **tx)
             .await
-            .map_err(StoreError::db("task_requeue_dead"))?;
-        Ok(u64::try_from(row.int("count")?).unwrap_or(0))
+            .map_err(StoreError::db(OP))?;
+        let ids: Vec<i64> = get(&row, "ids")?;
+        Ok(dead_page(
+            u64::try_from(row.int("count")?).unwrap_or(0),
+            ids,
+            page.limit,
+        ))
     }
 
     /// The exclusive policy guard orders the change against every claim (which takes it

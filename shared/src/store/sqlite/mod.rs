@@ -128,7 +128,9 @@ pub(crate) mod sql {
             task_get_status,
             task_requeue,
             task_count_dead,
+            task_dead_ids,
             task_requeue_dead,
+            task_purge_dead,
             policy_list,
             policy_get_for_update,
             policy_upsert,
@@ -411,7 +413,7 @@ mod ops {
     pub(super) use super::maintenance::*;
     pub(super) use super::operator::{
         audit_record, audit_record_denied, policy_set as policy_change, task_cancel,
-        task_enqueue_audited, task_requeue, task_requeue_dead,
+        task_enqueue_audited, task_purge_dead, task_requeue, task_requeue_dead,
     };
     pub(super) use super::{query::*, registry::*, resources::*};
     pub(super) use crate::store::dialect::{

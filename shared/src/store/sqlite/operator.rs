@@ -13,8 +13,8 @@ use super::{WriteTx, commit, enqueue, read_tx, sql, write_tx};
 use crate::domain::{LeaseEpoch, Policy, TaskId, TaskStatus};
 use crate::store::audit::backend::{self, Backend, Columns, row_by};
 use crate::store::audit::operator::{self as flow, CancelRow, OperatorStatements, bind_policy};
-use crate::store::params::{DeadFilter, ValidTask};
-use crate::store::{AuditEntry, DeniedCalls, Enqueued, Result, StoreError};
+use crate::store::params::{DeadFilter, DeadIdsPage, ValidTask};
+use crate::store::{AuditEntry, DeadBulkOutcome, DeniedCalls, Enqueued, Result, StoreError};
 
 /// Writes one audit row on `conn` — pass the transaction of the change it records, so the
 /// two commit together. Its time is SQLite's clock.
@@ -154,6 +154,41 @@ impl Columns for SqliteRow {
     }
 }
 
+/// A statement over dead tasks that returns one column.
+type DeadQuery<'q, O> =
+    sqlx::query::QueryScalar<'q, sqlx::Sqlite, O, <sqlx::Sqlite as sqlx::Database>::Arguments>;
+
+/// Binds now and the dead-letter filter as the statements over dead tasks number them: ?1 now,
+/// ?2 type, ?3 error code, ?4 died at or after, ?5 died before.
+fn bind_dead_filter<'q, O>(
+    query: DeadQuery<'q, O>,
+    now: i64,
+    f: &'q DeadFilter,
+) -> DeadQuery<'q, O> {
+    query
+        .bind(now)
+        .bind(f.task_type.as_ref().map(|t| t.as_str()))
+        .bind(f.error_code.as_deref())
+        .bind(f.since.map(micros))
+        .bind(f.until.map(micros))
+}
+
+/// Runs `statement` (task_requeue_dead.sql, task_purge_dead.sql, one row per task changed) over
+/// the dead tasks `f` matches; how many rows it returned.
+async fn dead_rows(
+    tx: &mut LiteTx,
+    statement: &'static str,
+    f: &DeadFilter,
+    op: &'static str,
+) -> Result<u64> {
+    let now = tx.now;
+    let done: Vec<i64> = bind_dead_filter(sqlx::query_scalar(statement), now, f)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(StoreError::db(op))?;
+    Ok(done.len() as u64)
+}
+
 impl OperatorStatements for Lite<'_> {
     async fn enqueue(tx: &mut LiteTx, task: &ValidTask) -> Result<Enqueued> {
         let now = tx.now;
@@ -219,34 +254,37 @@ impl OperatorStatements for Lite<'_> {
         Ok(Some((before, moves)))
     }
 
-    async fn task_requeue_dead(tx: &mut LiteTx, f: &DeadFilter, dry_run: bool) -> Result<u64> {
-        const OP: &str = "task_requeue_dead";
-        let statement = if dry_run {
-            sql::task_count_dead
-        } else {
-            sql::task_requeue_dead
-        };
-        let query = sqlx::query(statement)
-            .bind(tx.now)
-            .bind(f.task_type.as_ref().map(|t| t.as_str()))
-            .bind(f.error_code.as_deref())
-            .bind(f.since.map(micros))
-            .bind(f.until.map(micros));
-        if dry_run {
-            let n = query
-                .fetch_one(&mut **tx)
-                .await
-                .map_err(StoreError::db(OP))?;
-            // `count(*)`, unnamed: the first column.
-            let n: i64 = sqlx::Row::try_get(&n, 0).map_err(StoreError::db(OP))?;
-            Ok(u64::try_from(n).unwrap_or(0))
-        } else {
-            let done = query
-                .fetch_all(&mut **tx)
-                .await
-                .map_err(StoreError::db(OP))?;
-            Ok(done.len() as u64)
-        }
+    async fn task_requeue_dead(tx: &mut LiteTx, f: &DeadFilter) -> Result<u64> {
+        dead_rows(tx, sql::task_requeue_dead, f, "task_requeue_dead").await
+    }
+
+    async fn task_purge_dead(tx: &mut LiteTx, f: &DeadFilter) -> Result<u64> {
+        dead_rows(tx, sql::task_purge_dead, f, "task_purge_dead").await
+    }
+
+    /// Two statements, which agree: the transaction holds the write lock.
+    async fn task_match_dead(
+        tx: &mut LiteTx,
+        f: &DeadFilter,
+        page: DeadIdsPage,
+    ) -> Result<DeadBulkOutcome> {
+        const OP: &str = "task_match_dead";
+        let now = tx.now;
+        let count: i64 = bind_dead_filter(sqlx::query_scalar(sql::task_count_dead), now, f)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        let ids: Vec<i64> = bind_dead_filter(sqlx::query_scalar(sql::task_dead_ids), now, f)
+            .bind(page.before.map(|id| id.0))
+            .bind(i64::from(page.limit) + 1)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        Ok(flow::dead_page(
+            u64::try_from(count).unwrap_or(0),
+            ids,
+            page.limit,
+        ))
     }
 
     /// The write lock orders the change against every claim.

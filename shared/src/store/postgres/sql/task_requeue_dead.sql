@@ -1,5 +1,5 @@
 -- Requeue every dead task matching: $1 type, $2 error code, $3 died at or after, $4 died before
--- (null = any). Returns how many.
+-- (null = any). Returns how many. Its dry run is task_match_dead.sql.
 -- A finished task's last attempt lives in its own row (final_outcome); it is written out to
 -- task_attempt_rows before the row is reset, so the requeued task keeps its whole history.
 -- The UPDATE's RETURNING gives the row as it was (a self-join on the old version), so the
