@@ -179,15 +179,16 @@ pub(super) async fn lease_list_suspect(
 /// than asked), and only the partitions that are not one day's (kept, default, stray finished
 /// rows in `tasks_live`) are deleted from row by row; a shorter retention also deletes row by
 /// row everywhere. Days go with the retention of succeeded tasks, the bulk of any day; the
-/// others' own retention (dead tasks, say) deletes them row by row wherever they are. Each
-/// call first makes sure the coming days' partitions exist.
+/// others' own retention (dead tasks, say) deletes them row by row wherever they are. A call
+/// that serves succeeded tasks (once per retention pass) first makes sure the coming days'
+/// partitions exist.
 pub(super) async fn task_purge_finished(pool: &Db, params: &PurgeParams) -> Result<u64> {
     const OP: &str = "task_purge_finished";
     let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
-    ensure_day_partitions(pool).await;
     if !params.statuses.contains(&TaskStatus::Succeeded) {
         return purge_rows(pool, &statuses, params, sql::task_purge_finished).await;
     }
+    ensure_day_partitions(pool).await;
     let days: Vec<chrono::NaiveDate> = sqlx::query_scalar(sql::task_done_partitions_due)
         .bind(secs(params.older_than))
         .fetch_all(pool)
