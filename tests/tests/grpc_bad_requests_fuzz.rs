@@ -282,9 +282,10 @@ fn call() -> impl Strategy<Value = Call> {
         uint32(),
         text(),
         int64(),
+        proptest::option::of(any::<bool>()),
     )
         .prop_map(
-            |(statuses, task_type, text, before_id, limit, error_code, since_ms)| {
+            |(statuses, task_type, text, before_id, limit, error_code, since_ms, due)| {
                 Call::List(pb::ListTasksRequest {
                     statuses,
                     task_type,
@@ -293,6 +294,7 @@ fn call() -> impl Strategy<Value = Call> {
                     limit,
                     error_code,
                     since_ms,
+                    due,
                 })
             },
         );

@@ -147,6 +147,7 @@ async fn a_breaker_opens_half_opens_and_closes_each_move_audited(db: StoreDb) {
             since: None,
             before: None,
             limit: 1,
+            due: None,
         })
         .await
         .unwrap()

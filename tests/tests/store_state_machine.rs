@@ -11,8 +11,8 @@ use std::time::Duration;
 use leasehold_shared::domain::{TaskAction, TaskStatus};
 use leasehold_shared::store::{
     CancelOutcome, CancelParams, ClaimParams, CompleteOutcome, CompleteParams, Completion,
-    ExpireDeadlinesParams, HolderWrite, ProgressParams, RecoverParams, ReleaseParams, RenewParams,
-    RequeueParams,
+    DeleteTaskParams, ExpireDeadlinesParams, HolderWrite, ProgressParams, RecoverParams,
+    ReleaseParams, RenewParams, RequeueParams, RunNowParams,
 };
 use leasehold_shared::{
     Actor, AgentId, LeaseEpoch, Progress, Store, StoreError, TaskError, TaskId, TaskType,
@@ -162,6 +162,38 @@ async fn perform(
             }
             Err(e) => panic!("unexpected error {e}"),
         },
+        TaskAction::RunNow => match store
+            .task_run_now(RunNowParams {
+                id: TaskId(id),
+                actor: Actor::operator("op"),
+            })
+            .await
+        {
+            Ok(out) => {
+                // The factory's waiting tasks are not yet due (spec_for): the run-now moves them.
+                assert!(out.moved, "a run-now of a task not yet due did not move it");
+                true
+            }
+            Err(StoreError::Transition { source, .. }) => {
+                assert_eq!(source.action, TaskAction::RunNow);
+                false
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        },
+        TaskAction::Delete => match store
+            .task_delete(DeleteTaskParams {
+                id: TaskId(id),
+                actor: Actor::operator("op"),
+            })
+            .await
+        {
+            Ok(_) => true,
+            Err(StoreError::Transition { source, .. }) => {
+                assert_eq!(source.action, TaskAction::Delete);
+                false
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        },
     }
 }
 
@@ -178,6 +210,7 @@ fn spec_for(task_type: &str, from: TaskStatus, action: TaskAction) -> TaskSpec {
             }
         }
         TaskAction::ExpireDeadline => spec.deadline_in_secs = Some(-1.0),
+        TaskAction::RunNow => spec.available_in_secs = 3600.0,
         TaskAction::FailRetry => spec.max_attempts = 25,
         _ => {}
     }
@@ -208,11 +241,31 @@ async fn every_status_action_pair_matches_the_state_machine(db: StoreDb) {
                 .unwrap();
             let before = db.task_row(id).await.unwrap();
             let applied = perform(&*store, &db, id, &task_type, action).await;
+            if action == TaskAction::Delete && applied {
+                // The row is gone (with its attempts): there is no status to read.
+                assert!(
+                    from.apply(action).is_ok(),
+                    "{from} --delete--> must be refused"
+                );
+                assert!(
+                    db.task_row(id).await.is_err(),
+                    "{from} --delete--> left the row"
+                );
+                checked += 1;
+                continue;
+            }
             let status: TaskStatus = db.task_status(id).await.unwrap().parse().unwrap();
             match from.apply(action) {
                 Ok(to) => {
                     assert!(applied, "{from} --{}--> should apply", action.as_str());
                     assert_eq!(status, to, "{from} --{}-->", action.as_str());
+                    if action == TaskAction::RunNow {
+                        let due = db.task_time(id, "available_at").await.unwrap();
+                        assert!(
+                            due <= chrono::Utc::now() + chrono::Duration::seconds(5),
+                            "{from} --run_now--> left it due at {due}"
+                        );
+                    }
                 }
                 Err(_) => {
                     assert!(!applied, "{from} --{}--> must be refused", action.as_str());

@@ -12,7 +12,8 @@ use leasehold_shared::domain::outcome::CancelOutcome as Answer;
 use leasehold_shared::domain::validate::check_concurrency_key;
 use leasehold_shared::domain::{AuditResult, OnConflict};
 use leasehold_shared::store::{
-    AuditEntry, CancelOutcome, CancelParams, EnqueueAuditedParams, NewTask, RequeueParams,
+    AuditEntry, CancelOutcome, CancelParams, DeleteTaskParams, EnqueueAuditedParams, NewTask,
+    RequeueParams, RunNowParams,
 };
 use leasehold_shared::{Actor, TaskId, TaskStatus};
 use tonic::{Request, Response, Status};
@@ -286,6 +287,59 @@ impl Service {
             .await
             .map_err(|e| from_store("requeue", e))?;
         Ok(Response::new(pb::RequeueResponse {
+            previous: status_to_wire(out.previous) as i32,
+        }))
+    }
+
+    pub(super) async fn run_now_rpc(
+        &self,
+        request: Request<pb::RunNowRequest>,
+    ) -> Result<Response<pb::RunNowResponse>, Status> {
+        let target = format!("task:{}", request.get_ref().id);
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "run_now",
+                    target,
+                },
+            )
+            .await?;
+        let id = task_id_from_wire("id", request.get_ref().id)?;
+        let out = self
+            .core
+            .store
+            .task_run_now(RunNowParams { id, actor })
+            .await
+            .map_err(|e| from_store("run_now", e))?;
+        Ok(Response::new(pb::RunNowResponse {
+            status: status_to_wire(out.status) as i32,
+            moved: out.moved,
+        }))
+    }
+
+    pub(super) async fn delete_task_rpc(
+        &self,
+        request: Request<pb::DeleteTaskRequest>,
+    ) -> Result<Response<pb::DeleteTaskResponse>, Status> {
+        let target = format!("task:{}", request.get_ref().id);
+        let actor = self
+            .caller(
+                &request,
+                Need::Act {
+                    action: "delete",
+                    target,
+                },
+            )
+            .await?;
+        let id = task_id_from_wire("id", request.get_ref().id)?;
+        let out = self
+            .core
+            .store
+            .task_delete(DeleteTaskParams { id, actor })
+            .await
+            .map_err(|e| from_store("delete_task", e))?;
+        Ok(Response::new(pb::DeleteTaskResponse {
             previous: status_to_wire(out.previous) as i32,
         }))
     }

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::wire;
-use leasehold_shared::store::{ExplainParams, TaskListParams};
+use leasehold_shared::store::{
+    ExplainParams, TASK_COUNT_FINISHED_CAP, TaskCountParams, TaskListParams,
+};
 use leasehold_shared::{Role, TaskId, TaskStatus};
 use tonic::{Request, Response, Status};
 
@@ -43,6 +45,7 @@ impl Service {
             limit: paging.limit,
             error_code: opt_error_code("error_code", &r.error_code)?,
             since: time_from_wire("since_ms", r.since_ms)?,
+            due: r.due,
         };
         params.validate().map_err(invalid)?;
         let store = &self.core.store;
@@ -59,6 +62,38 @@ impl Service {
             tasks,
             next_before_id,
             now_ms: ms(now),
+        }))
+    }
+
+    pub(super) async fn count_tasks_rpc(
+        &self,
+        request: Request<pb::CountTasksRequest>,
+    ) -> Result<Response<pb::CountTasksResponse>, Status> {
+        self.caller(&request, Need::View).await?;
+        let r = request.into_inner();
+        text_without_nul("text", &r.text)?;
+        let params = TaskCountParams {
+            task_type: opt_task_type("task_type", &r.task_type)?,
+            text: (!r.text.is_empty()).then_some(r.text),
+            error_code: opt_error_code("error_code", &r.error_code)?,
+        };
+        params.validate().map_err(invalid)?;
+        let counts = self
+            .core
+            .store
+            .task_count_states(params)
+            .await
+            .map_err(|e| from_store("count_tasks", e))?;
+        Ok(Response::new(pb::CountTasksResponse {
+            queued: counts.queued,
+            scheduled: counts.scheduled,
+            retrying: counts.retrying,
+            running: counts.running,
+            succeeded: counts.succeeded,
+            cancelled: counts.cancelled,
+            dead: counts.dead,
+            finished_cap: TASK_COUNT_FINISHED_CAP,
+            now_ms: ms(counts.now),
         }))
     }
 

@@ -202,6 +202,27 @@ impl AgentService for Service {
         self.requeue_rpc(request).await
     }
 
+    async fn run_now(
+        &self,
+        request: Request<pb::RunNowRequest>,
+    ) -> Result<Response<pb::RunNowResponse>, Status> {
+        self.run_now_rpc(request).await
+    }
+
+    async fn delete_task(
+        &self,
+        request: Request<pb::DeleteTaskRequest>,
+    ) -> Result<Response<pb::DeleteTaskResponse>, Status> {
+        self.delete_task_rpc(request).await
+    }
+
+    async fn count_tasks(
+        &self,
+        request: Request<pb::CountTasksRequest>,
+    ) -> Result<Response<pb::CountTasksResponse>, Status> {
+        self.count_tasks_rpc(request).await
+    }
+
     async fn requeue_dead(
         &self,
         request: Request<pb::RequeueDeadRequest>,

@@ -385,6 +385,27 @@ pub enum Command {
     #[command(verbatim_doc_comment)]
     Requeue(IdsArgs),
 
+    /// Make waiting tasks (not yet due, or waiting to retry) due now
+    ///
+    /// The next claim takes each in its turn (priority, limits, pauses and breakers still apply).
+    /// Output (table), one line per task: `task 7: due now (queued)`, or
+    /// `task 7: already due (queued)` when there was nothing to do.
+    /// Output (json), one object per line: {"id":7,"status":"queued","moved":true}.
+    /// Errors (a running or finished task: failed precondition, exit 1; unknown: exit 1) go to
+    /// stderr and the other ids still run; the exit code is the highest of all.
+    #[command(verbatim_doc_comment)]
+    RunNow(IdsArgs),
+
+    /// Delete tasks no agent holds (any status but running), with their attempts
+    ///
+    /// Audited (action `delete`, naming each task's status and type). A running task is
+    /// refused: cancel it first.
+    /// Output (table), one line per task: `task 7: deleted (was dead)`.
+    /// Output (json), one object per line: {"id":7,"previous":"dead"}.
+    /// Errors go to stderr and the other ids still run; the exit code is the highest of all.
+    #[command(verbatim_doc_comment)]
+    Delete(IdsArgs),
+
     /// The dead-letter queue: list and requeue dead tasks.
     #[command(subcommand)]
     Dlq(DlqCommand),

@@ -541,6 +541,7 @@ async fn serve(settings: &Settings, agent: &Agent, kind: RequestKind) -> Result<
                     limit,
                     error_code: filter.error_code.unwrap_or_default(),
                     since_ms: 0,
+                    due: None,
                 })
                 .await
                 .map_err(text)?;

@@ -309,6 +309,38 @@ impl Agent {
         .await
     }
 
+    pub async fn run_now(&self, id: i64) -> Result<v1::RunNowResponse> {
+        let r = v1::RunNowRequest { id };
+        self.unary(
+            format!("run task {id} now"),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.run_now(r).await },
+        )
+        .await
+    }
+
+    pub async fn delete_task(&self, id: i64) -> Result<v1::DeleteTaskResponse> {
+        let r = v1::DeleteTaskRequest { id };
+        self.unary(
+            format!("delete task {id}"),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.delete_task(r).await },
+        )
+        .await
+    }
+
+    pub async fn count_tasks(&self, r: v1::CountTasksRequest) -> Result<v1::CountTasksResponse> {
+        self.unary(
+            "count tasks".into(),
+            self.call_timeout,
+            r,
+            |mut c, r| async move { c.count_tasks(r).await },
+        )
+        .await
+    }
+
     pub async fn requeue_dead(&self, r: v1::RequeueDeadRequest) -> Result<v1::RequeueDeadResponse> {
         self.unary(
             "requeue dead tasks".into(),

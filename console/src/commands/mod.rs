@@ -26,6 +26,7 @@ pub mod requeue;
 pub mod schedules;
 pub mod shards;
 pub mod shed;
+pub mod task_actions;
 pub mod tasks;
 pub mod types;
 pub mod wait;
@@ -67,6 +68,14 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
         Command::Requeue(args) => {
             let ids = unique(&args.ids);
             requeue::run(&Agent::connect(&settings).await?, ids, out).await
+        }
+        Command::RunNow(args) => {
+            let ids = unique(&args.ids);
+            task_actions::run_now(&Agent::connect(&settings).await?, ids, out).await
+        }
+        Command::Delete(args) => {
+            let ids = unique(&args.ids);
+            task_actions::delete(&Agent::connect(&settings).await?, ids, out).await
         }
         Command::Dlq(DlqCommand::Ls(args)) => {
             let request = dlq::prepare_ls(&args, now)?;

@@ -49,6 +49,7 @@ pub fn list_request(
         limit: filter.limit,
         error_code: filter.code.clone().unwrap_or_default(),
         since_ms,
+        due: None,
     })
 }
 
@@ -418,6 +419,7 @@ mod tests {
                 limit: 10,
                 error_code: "timeout".into(),
                 since_ms: 1_764_587_940_000,
+                due: None,
             })
         );
     }

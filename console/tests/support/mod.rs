@@ -509,6 +509,35 @@ impl AgentService for Fake {
         }))
     }
 
+    async fn run_now(
+        &self,
+        request: Request<v1::RunNowRequest>,
+    ) -> Result<Response<v1::RunNowResponse>, Status> {
+        let id = request.get_ref().id;
+        self.record(&request, format!("run_now {id}"), true)?;
+        Err(Status::unimplemented(
+            "the fake agent does not run tasks now",
+        ))
+    }
+
+    async fn delete_task(
+        &self,
+        request: Request<v1::DeleteTaskRequest>,
+    ) -> Result<Response<v1::DeleteTaskResponse>, Status> {
+        let id = request.get_ref().id;
+        self.record(&request, format!("delete {id}"), true)?;
+        Err(Status::unimplemented(
+            "the fake agent does not delete tasks",
+        ))
+    }
+
+    async fn count_tasks(
+        &self,
+        _: Request<v1::CountTasksRequest>,
+    ) -> Result<Response<v1::CountTasksResponse>, Status> {
+        Err(Status::unimplemented("the fake agent does not count tasks"))
+    }
+
     async fn requeue(
         &self,
         request: Request<v1::RequeueRequest>,

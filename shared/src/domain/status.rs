@@ -110,6 +110,10 @@ impl TaskStatus {
             (S::Succeeded | S::PartiallySucceeded | S::Cancelled | S::Dead, A::Requeue) => {
                 S::Queued
             }
+            // Due now; it keeps waiting in its status until a claim takes it.
+            (S::Queued | S::RetryWait, A::RunNow) => self,
+            // The row goes: any task no agent holds. `apply` gives the status it goes from.
+            (from, A::Delete) if !from.is_leased() => from,
             (from, action) => return Err(TransitionError { from, action }),
         };
         Ok(next)
@@ -167,11 +171,15 @@ pub enum TaskAction {
     ExpireDeadline,
     /// An operator moves a finished task back to the queue.
     Requeue,
+    /// An operator makes a waiting task (not yet due, or waiting to retry) due now.
+    RunNow,
+    /// An operator deletes a task no agent holds, with its attempts (audited; the row is gone).
+    Delete,
 }
 
 impl TaskAction {
     /// Every action.
-    pub const ALL: [TaskAction; 12] = [
+    pub const ALL: [TaskAction; 14] = [
         TaskAction::Claim,
         TaskAction::Succeed,
         TaskAction::PartiallySucceed,
@@ -184,6 +192,8 @@ impl TaskAction {
         TaskAction::RequestCancel,
         TaskAction::ExpireDeadline,
         TaskAction::Requeue,
+        TaskAction::RunNow,
+        TaskAction::Delete,
     ];
 
     /// The action's name in messages and audit rows.
@@ -201,6 +211,8 @@ impl TaskAction {
             TaskAction::RequestCancel => "cancel",
             TaskAction::ExpireDeadline => "expire_deadline",
             TaskAction::Requeue => "requeue",
+            TaskAction::RunNow => "run_now",
+            TaskAction::Delete => "delete",
         }
     }
 }

@@ -92,6 +92,7 @@ where
     Option<i64>: for<'t> Encode<'t, DB> + Type<DB>,
     for<'t> Option<&'t str>: Encode<'t, DB> + Type<DB>,
     Option<DB::Time>: for<'t> Encode<'t, DB> + Type<DB>,
+    Option<bool>: for<'t> Encode<'t, DB> + Type<DB>,
 {
     let rows = sqlx::query::<DB>(statement)
         .bind(statuses)
@@ -101,6 +102,7 @@ where
         .bind(i64::from(params.limit))
         .bind(params.error_code.as_deref())
         .bind(params.since.map(DB::stored_time))
+        .bind(params.due)
         .fetch_all(pool)
         .await
         .map_err(StoreError::db("task_list"))?;

@@ -45,13 +45,14 @@ use super::{
     AgentHeartbeatParams, AgentRecord, AgentRegisterParams, AuditEntry, AuditListParams,
     AuditRecord, Blocker, BreakerTickParams, BreakerTransition, CancelOutcome, CancelParams,
     CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, DeadBulkOutcome,
-    DeniedCalls, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams, HolderWrite,
-    IdleReport, IdleReportParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
-    LeaderRenewal, NewTask, Overview, PolicyChange, PolicySetParams, ProgressParams,
-    PurgeDeadParams, PurgeParams, RecentRun, RecentRunsParams, RecoverParams, Recovered,
-    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
-    RequeueParams, Result, ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
-    TaskListParams, TaskPage, UnservedParams,
+    DeleteOutcome, DeleteTaskParams, DeniedCalls, EnqueueAuditedParams, Enqueued,
+    ExpireDeadlinesParams, ExplainParams, HolderWrite, IdleReport, IdleReportParams,
+    LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, NewTask, Overview,
+    PolicyChange, PolicySetParams, ProgressParams, PurgeDeadParams, PurgeParams, RecentRun,
+    RecentRunsParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome,
+    RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, RunNowOutcome,
+    RunNowParams, ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskCountParams,
+    TaskCounts, TaskDetail, TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -79,6 +80,8 @@ pub trait Driver: Send + Sync + 'static {
     async fn task_requeue(&self, params: &RequeueParams) -> Result<RequeueOutcome>;
     async fn task_requeue_dead(&self, params: &RequeueDeadParams) -> Result<DeadBulkOutcome>;
     async fn task_purge_dead(&self, params: &PurgeDeadParams) -> Result<DeadBulkOutcome>;
+    async fn task_run_now(&self, params: &RunNowParams) -> Result<RunNowOutcome>;
+    async fn task_delete(&self, params: &DeleteTaskParams) -> Result<DeleteOutcome>;
 
     async fn lease_recover_expired(&self, params: &RecoverParams) -> Result<Vec<Recovered>>;
     async fn task_expire_deadlines(&self, params: &ExpireDeadlinesParams) -> Result<Vec<TaskId>>;
@@ -152,6 +155,7 @@ pub trait Driver: Send + Sync + 'static {
     async fn task_list(&self, params: &TaskListParams) -> Result<TaskPage>;
     async fn task_get(&self, id: TaskId) -> Result<Option<TaskDetail>>;
     async fn task_explain(&self, params: &ExplainParams) -> Result<Vec<Blocker>>;
+    async fn task_count_states(&self, params: &TaskCountParams) -> Result<TaskCounts>;
     async fn task_overview(&self) -> Result<Overview>;
 
     /// How many migrations the database applied, and how many this build knows (for the
@@ -252,6 +256,18 @@ impl<D: Driver> Store for D {
 
     async fn task_purge_dead(&self, params: PurgeDeadParams) -> Result<DeadBulkOutcome> {
         Driver::task_purge_dead(self, &params).await
+    }
+
+    async fn task_run_now(&self, params: RunNowParams) -> Result<RunNowOutcome> {
+        let outcome = Driver::task_run_now(self, &params).await?;
+        if outcome.moved {
+            self.wake().await;
+        }
+        Ok(outcome)
+    }
+
+    async fn task_delete(&self, params: DeleteTaskParams) -> Result<DeleteOutcome> {
+        Driver::task_delete(self, &params).await
     }
 
     async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>> {
@@ -486,6 +502,11 @@ impl<D: Driver> Store for D {
     async fn task_explain(&self, params: ExplainParams) -> Result<Vec<Blocker>> {
         params.validate()?;
         Driver::task_explain(self, &params).await
+    }
+
+    async fn task_count_states(&self, params: TaskCountParams) -> Result<TaskCounts> {
+        params.validate()?;
+        Driver::task_count_states(self, &params).await
     }
 
     async fn task_overview(&self) -> Result<Overview> {

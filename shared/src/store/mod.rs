@@ -129,6 +129,15 @@ pub trait Store: Send + Sync + 'static {
     /// as [`Store::task_requeue_dead`] is, action `purge_dead`). With `dry_run` nothing
     /// changes: the outcome has the count and a page of the matching ids, newest first.
     async fn task_purge_dead(&self, params: PurgeDeadParams) -> Result<DeadBulkOutcome>;
+    /// Operator run-now of a waiting task (queued not yet due, or waiting to retry): due at
+    /// the database's now, so the next claim may take it (audited; agents are woken). A task
+    /// already due is left as it is (`moved: false`, audited `noop`); a running or finished
+    /// one is refused ([`StoreError::Transition`]).
+    async fn task_run_now(&self, params: RunNowParams) -> Result<RunNowOutcome>;
+    /// Operator delete of a task no agent holds, with its attempts (audited, the audit row
+    /// naming its type and status). A running task is refused ([`StoreError::Transition`]):
+    /// cancel it first.
+    async fn task_delete(&self, params: DeleteTaskParams) -> Result<DeleteOutcome>;
 
     /// Take expired leases after grace.
     async fn lease_recover_expired(&self, params: RecoverParams) -> Result<Vec<Recovered>>;
@@ -284,6 +293,10 @@ pub trait Store: Send + Sync + 'static {
     /// [`BlockerKind`] order ([`BlockerKind::Claimable`] alone when nothing blocks a due task;
     /// empty for a running task). [`StoreError::NotFound`] for an unknown id.
     async fn task_explain(&self, params: ExplainParams) -> Result<Vec<Blocker>>;
+    /// Tasks per state under a [`TaskListParams`]-like filter, each count capped
+    /// ([`TaskCounts`]): the waiting and running states from the live partition, the finished
+    /// ones within [`TASK_COUNT_FINISHED_TIMEOUT`] or not at all.
+    async fn task_count_states(&self, params: TaskCountParams) -> Result<TaskCounts>;
 
     /// Counts per task type and the global policy ([`Overview`]), in one statement that reads
     /// only the live, dead and recently finished tasks through their partial indexes.

@@ -183,6 +183,50 @@ pub struct RequeueOutcome {
     pub previous: TaskStatus,
 }
 
+/// What an operator's run-now did: the task's status (unchanged: it waits to be claimed) and
+/// whether it was moved (`false`: it was already due).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunNowOutcome {
+    pub id: TaskId,
+    pub status: TaskStatus,
+    pub moved: bool,
+}
+
+/// What an operator's delete did: the status the deleted task had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteOutcome {
+    pub id: TaskId,
+    pub previous: TaskStatus,
+}
+
+/// Tasks per state for the console's Tasks view ([`crate::Store::task_count_states`]). The
+/// waiting and running states are counted exactly (the live partition: every unfinished task
+/// and nothing else). A finished state's count stops past [`TASK_COUNT_FINISHED_CAP`] (a count
+/// above it means "more than the cap"), and is `None` when it could not be had within
+/// [`TASK_COUNT_FINISHED_TIMEOUT`] (a filter that matches few of a long history).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskCounts {
+    /// Queued and due.
+    pub queued: u64,
+    /// Queued, not yet due.
+    pub scheduled: u64,
+    /// Waiting to retry.
+    pub retrying: u64,
+    /// Running or asked to cancel.
+    pub running: u64,
+    /// Succeeded or partially succeeded.
+    pub succeeded: Option<u64>,
+    pub cancelled: Option<u64>,
+    pub dead: Option<u64>,
+    /// The database's now when counted.
+    pub now: DateTime<Utc>,
+}
+
+/// The count of a finished state stops here (one more means "more").
+pub const TASK_COUNT_FINISHED_CAP: u64 = 100_000;
+/// Each finished count gives up after this long.
+pub const TASK_COUNT_FINISHED_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// One lease taken by recovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovered {

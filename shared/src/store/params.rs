@@ -421,6 +421,44 @@ pub struct RequeueParams {
     pub actor: Actor,
 }
 
+/// An operator makes a waiting task (queued but not yet due, or waiting to retry) due now.
+#[derive(Debug, Clone)]
+pub struct RunNowParams {
+    pub id: TaskId,
+    pub actor: Actor,
+}
+
+/// An operator deletes a task no agent holds, with its attempts.
+#[derive(Debug, Clone)]
+pub struct DeleteTaskParams {
+    pub id: TaskId,
+    pub actor: Actor,
+}
+
+/// Count the tasks in each state the console's Tasks view has a tab for, under the same
+/// filter as [`TaskListParams`] ([`crate::Store::task_count_states`]).
+#[derive(Debug, Clone, Default)]
+pub struct TaskCountParams {
+    pub task_type: Option<TaskType>,
+    /// Case-insensitive text in the type, the error code or the error message.
+    pub text: Option<String>,
+    /// Exactly this error code.
+    pub error_code: Option<String>,
+}
+
+impl TaskCountParams {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        TaskListParams {
+            task_type: self.task_type.clone(),
+            text: self.text.clone(),
+            error_code: self.error_code.clone(),
+            limit: 1,
+            ..TaskListParams::default()
+        }
+        .validate()
+    }
+}
+
 /// Which dead tasks a bulk requeue takes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeadFilter {
@@ -869,6 +907,10 @@ pub struct TaskListParams {
     /// Keyset cursor: ids below this.
     pub before: Option<TaskId>,
     pub limit: u32,
+    /// Only waiting tasks (queued, retry_wait) that are due (`Some(true)`: `available_at` at
+    /// or before the database's now) or not yet due (`Some(false)`); a running or finished
+    /// task matches neither. `None`: no such condition.
+    pub due: Option<bool>,
 }
 
 impl TaskListParams {

@@ -21,9 +21,10 @@ use crate::domain::{
 };
 use crate::store::params::{DeadFilter, DeadIdsPage, ValidTask, duration_ms};
 use crate::store::{
-    AuditEntry, CancelOutcome, CancelParams, DeadBulkOutcome, EnqueueAuditedParams, Enqueued,
-    PolicyChange, PolicySetParams, PurgeDeadParams, RequeueDeadParams, RequeueOutcome,
-    RequeueParams, Result, StoreError,
+    AuditEntry, CancelOutcome, CancelParams, DeadBulkOutcome, DeleteOutcome, DeleteTaskParams,
+    EnqueueAuditedParams, Enqueued, PolicyChange, PolicySetParams, PurgeDeadParams,
+    RequeueDeadParams, RequeueOutcome, RequeueParams, Result, RunNowOutcome, RunNowParams,
+    StoreError,
 };
 
 /// A task's row as a cancel found and left it.
@@ -56,6 +57,20 @@ pub(crate) trait OperatorStatements: Backend {
         tx: &mut Self::Tx,
         id: TaskId,
     ) -> impl Future<Output = Result<Option<(TaskStatus, bool)>>> + Send;
+
+    /// Makes task `id` due now when it waits (queued or retry_wait) and is not yet due: its
+    /// status and whether it moved (`None`: no such task).
+    fn task_run_now(
+        tx: &mut Self::Tx,
+        id: TaskId,
+    ) -> impl Future<Output = Result<Option<(TaskStatus, bool)>>> + Send;
+
+    /// Deletes task `id` with its attempts when no agent holds it: its status and type, and
+    /// whether it was deleted (`None`: no such task).
+    fn task_delete(
+        tx: &mut Self::Tx,
+        id: TaskId,
+    ) -> impl Future<Output = Result<Option<(TaskStatus, String, bool)>>> + Send;
 
     /// Requeues the dead letters `filter` matches; how many.
     fn task_requeue_dead(
@@ -198,6 +213,67 @@ pub(crate) fn requeue_settled(
     (entry, outcome)
 }
 
+/// A run-now's audit row and outcome from what it found (`None`: no such task).
+pub(crate) fn run_now_settled(
+    actor: &Actor,
+    id: TaskId,
+    found: Option<(TaskStatus, bool)>,
+) -> (AuditEntry, Result<RunNowOutcome>) {
+    let mut entry = task_entry(actor, "run_now", id);
+    let outcome = match found {
+        None => Err(StoreError::NotFound(id)),
+        Some((status, moved)) if status.apply(TaskAction::RunNow).is_ok() => {
+            entry.result = if moved {
+                AuditResult::Applied
+            } else {
+                AuditResult::Noop
+            };
+            Ok(RunNowOutcome { id, status, moved })
+        }
+        Some((before, _)) => Err(StoreError::refused(
+            id,
+            before,
+            TaskAction::RunNow,
+            "run_now",
+            "made due",
+        )),
+    };
+    entry.detail = Some(match &outcome {
+        Ok(done) if done.moved => format!("{}: due now", done.status),
+        Ok(done) => format!("{}: already due", done.status),
+        Err(e) => e.to_string(),
+    });
+    (entry, outcome)
+}
+
+/// A delete's audit row and outcome from what it found (`None`: no such task).
+pub(crate) fn delete_settled(
+    actor: &Actor,
+    id: TaskId,
+    found: Option<(TaskStatus, String, bool)>,
+) -> (AuditEntry, Result<DeleteOutcome>) {
+    let mut entry = task_entry(actor, "delete", id);
+    let outcome = match found {
+        None => Err(StoreError::NotFound(id)),
+        Some((previous, task_type, true)) => {
+            entry.result = AuditResult::Applied;
+            entry.detail = Some(format!("deleted {previous} task of type {task_type}"));
+            Ok(DeleteOutcome { id, previous })
+        }
+        Some((before, _, false)) => Err(StoreError::refused(
+            id,
+            before,
+            TaskAction::Delete,
+            "delete",
+            "deleted",
+        )),
+    };
+    if let Err(e) = &outcome {
+        entry.detail = Some(e.to_string());
+    }
+    (entry, outcome)
+}
+
 /// A policy change's audit result: `noop` when the stored policy is what it was.
 pub(crate) fn policy_result(before: &Policy, stored: &Policy) -> AuditResult {
     if stored == before {
@@ -296,6 +372,36 @@ pub(crate) async fn task_requeue<B: OperatorStatements>(
     let mut tx = backend.begin(OP).await?;
     let found = B::task_requeue(&mut tx, params.id).await?;
     let (entry, outcome) = requeue_settled(&params.actor, params.id, found);
+    B::audit_in(&mut tx, &entry).await?;
+    B::commit(tx, OP).await?;
+    outcome
+}
+
+pub(crate) async fn task_run_now<B: OperatorStatements>(
+    backend: &B,
+    params: &RunNowParams,
+) -> Result<RunNowOutcome> {
+    const OP: &str = "task_run_now";
+    let target = format!("task:{}", params.id);
+    authorize(backend, &params.actor, "run_now", target, None).await?;
+    let mut tx = backend.begin(OP).await?;
+    let found = B::task_run_now(&mut tx, params.id).await?;
+    let (entry, outcome) = run_now_settled(&params.actor, params.id, found);
+    B::audit_in(&mut tx, &entry).await?;
+    B::commit(tx, OP).await?;
+    outcome
+}
+
+pub(crate) async fn task_delete<B: OperatorStatements>(
+    backend: &B,
+    params: &DeleteTaskParams,
+) -> Result<DeleteOutcome> {
+    const OP: &str = "task_delete";
+    let target = format!("task:{}", params.id);
+    authorize(backend, &params.actor, "delete", target, None).await?;
+    let mut tx = backend.begin(OP).await?;
+    let found = B::task_delete(&mut tx, params.id).await?;
+    let (entry, outcome) = delete_settled(&params.actor, params.id, found);
     B::audit_in(&mut tx, &entry).await?;
     B::commit(tx, OP).await?;
     outcome
@@ -459,6 +565,12 @@ macro_rules! operator_entry_points {
             $crate::store::audit::operator::task_requeue as task_requeue(
                 params: &$crate::store::RequeueParams
             ) -> $crate::store::RequeueOutcome;
+            $crate::store::audit::operator::task_run_now as task_run_now(
+                params: &$crate::store::RunNowParams
+            ) -> $crate::store::RunNowOutcome;
+            $crate::store::audit::operator::task_delete as task_delete(
+                params: &$crate::store::DeleteTaskParams
+            ) -> $crate::store::DeleteOutcome;
             $crate::store::audit::operator::task_requeue_dead as task_requeue_dead(
                 params: &$crate::store::RequeueDeadParams
             ) -> $crate::store::DeadBulkOutcome;

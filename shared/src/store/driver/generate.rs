@@ -106,6 +106,14 @@ macro_rules! impl_driver {
                     })
                     .await
                 }
+                async fn task_run_now(&self, p: &RunNowParams) -> Result<RunNowOutcome> {
+                    $crate::store::error::retry_partition_race(|| ops::task_run_now(&self.pool, p))
+                        .await
+                }
+                async fn task_delete(&self, p: &DeleteTaskParams) -> Result<DeleteOutcome> {
+                    $crate::store::error::retry_partition_race(|| ops::task_delete(&self.pool, p))
+                        .await
+                }
                 async fn lease_recover_expired(&self, p: &RecoverParams) -> Result<Vec<Recovered>> {
                     $crate::store::error::retry_partition_race(|| {
                         ops::lease_recover_expired(&self.pool, p)
@@ -302,6 +310,9 @@ macro_rules! impl_driver {
                 }
                 async fn task_explain(&self, p: &ExplainParams) -> Result<Vec<Blocker>> {
                     ops::task_explain(&self.pool, p).await
+                }
+                async fn task_count_states(&self, p: &TaskCountParams) -> Result<TaskCounts> {
+                    ops::task_count_states(&self.pool, p).await
                 }
                 async fn task_overview(&self) -> Result<Overview> {
                     ops::task_overview(&self.pool).await

@@ -93,6 +93,10 @@ pub(crate) mod sql {
             task_cancel,
             task_lock,
             task_requeue,
+            task_run_now,
+            task_delete,
+            task_count_live,
+            task_count_finished,
             task_requeue_dead,
             task_purge_dead,
             task_match_dead,
@@ -183,7 +187,13 @@ pub(crate) mod sql {
     }
     #[allow(non_upper_case_globals)]
     mod paged_names {
-        paged!(task_list, task_list_dead, task_list_leased);
+        paged!(
+            task_list,
+            task_list_dead,
+            task_list_leased,
+            task_list_waiting,
+            task_list_finished
+        );
     }
     pub use paged_names::*;
 }
@@ -741,8 +751,8 @@ mod ops {
     pub(super) use super::maintenance::*;
     pub(super) use super::operator::{
         audit_write as audit_record, audit_write_denied as audit_record_denied,
-        policy_set as policy_change, task_cancel, task_enqueue_audited, task_purge_dead,
-        task_requeue, task_requeue_dead,
+        policy_set as policy_change, task_cancel, task_delete, task_enqueue_audited,
+        task_purge_dead, task_requeue, task_requeue_dead, task_run_now,
     };
     pub(super) use super::query::*;
     pub(super) use super::registry::*;

@@ -210,6 +210,39 @@ impl OperatorStatements for Pg<'_> {
             .transpose()
     }
 
+    async fn task_run_now(tx: &mut Self::Tx, id: TaskId) -> Result<Option<(TaskStatus, bool)>> {
+        const OP: &str = "task_run_now";
+        lock_task(tx, id, OP).await?;
+        let row = sqlx::query(sql::task_run_now)
+            .bind(id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        row.map(|row| Ok((backend::status(&row.text("before")?)?, row.flag("changed")?)))
+            .transpose()
+    }
+
+    async fn task_delete(
+        tx: &mut Self::Tx,
+        id: TaskId,
+    ) -> Result<Option<(TaskStatus, String, bool)>> {
+        const OP: &str = "task_delete";
+        lock_task(tx, id, OP).await?;
+        let row = sqlx::query(sql::task_delete)
+            .bind(id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        row.map(|row| {
+            Ok((
+                backend::status(&row.text("before")?)?,
+                row.text("task_type")?,
+                row.flag("changed")?,
+            ))
+        })
+        .transpose()
+    }
+
     async fn task_requeue_dead(tx: &mut Self::Tx, f: &DeadFilter) -> Result<u64> {
         dead_count(tx, sql::task_requeue_dead, f, "task_requeue_dead").await
     }

@@ -12,7 +12,8 @@ use crate::store::dialect::task_list_page;
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, blockers};
 use crate::store::rows::{explain_facts, overview_row};
 use crate::store::{
-    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result, StoreError, TaskDetail,
+    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result, StoreError,
+    TASK_COUNT_FINISHED_CAP, TASK_COUNT_FINISHED_TIMEOUT, TaskCountParams, TaskCounts, TaskDetail,
     TaskListParams, TaskPage,
 };
 
@@ -33,10 +34,82 @@ pub(super) async fn task_list(pool: &Db, params: &TaskListParams) -> Result<Task
         sql::task_list_dead
     } else if !params.statuses.is_empty() && params.statuses.iter().all(|s| s.is_leased()) {
         sql::task_list_leased
+    } else if !params.statuses.is_empty() && params.statuses.iter().all(|s| s.is_claimable()) {
+        sql::task_list_waiting
+    } else if !params.statuses.is_empty()
+        && params
+            .statuses
+            .iter()
+            .all(|s| s.is_terminal() && *s != TaskStatus::Dead)
+    {
+        sql::task_list_finished
     } else {
         sql::task_list
     };
     task_list_page(pool, statement, statuses, params).await
+}
+
+/// The Tasks view's counts: the live states in one pass over tasks_live, then each finished
+/// state in a transaction of its own under [`TASK_COUNT_FINISHED_TIMEOUT`] (a count that runs
+/// out of time is `None`; the others still come).
+pub(super) async fn task_count_states(pool: &Db, params: &TaskCountParams) -> Result<TaskCounts> {
+    const OP: &str = "task_count_states";
+    let task_type = params.task_type.as_ref().map(|t| t.as_str());
+    let row = sqlx::query(sql::task_count_live)
+        .bind(task_type)
+        .bind(params.text.as_deref())
+        .bind(params.error_code.as_deref())
+        .fetch_one(pool)
+        .await
+        .map_err(StoreError::db(OP))?;
+    let count = |name: &'static str| -> Result<u64> {
+        let n: i64 = get(&row, name)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    };
+    let (queued, scheduled, retrying, running) = (
+        count("queued")?,
+        count("scheduled")?,
+        count("retrying")?,
+        count("running")?,
+    );
+    let now = get(&row, "db_now")?;
+    let finished = |statuses: &'static [&'static str]| async move {
+        let mut tx = pool.begin().await.map_err(StoreError::db(OP))?;
+        // set_config(…, true) is SET LOCAL: the timeout ends with this transaction.
+        sqlx::query("SELECT set_config('statement_timeout', $1, true)")
+            .bind(format!("{}ms", TASK_COUNT_FINISHED_TIMEOUT.as_millis()))
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        let cap = i64::try_from(TASK_COUNT_FINISHED_CAP + 1).unwrap_or(i64::MAX);
+        let n: std::result::Result<i64, sqlx::Error> = sqlx::query_scalar(sql::task_count_finished)
+            .bind(task_type)
+            .bind(params.text.as_deref())
+            .bind(params.error_code.as_deref())
+            .bind(statuses)
+            .bind(cap)
+            .fetch_one(&mut *tx)
+            .await;
+        match n {
+            Ok(n) => {
+                tx.commit().await.map_err(StoreError::db(OP))?;
+                Ok(Some(u64::try_from(n).unwrap_or(0)))
+            }
+            // 57014 query_canceled: the statement timeout ran out.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("57014") => Ok(None),
+            Err(e) => Err(StoreError::db(OP)(e)),
+        }
+    };
+    Ok(TaskCounts {
+        queued,
+        scheduled,
+        retrying,
+        running,
+        succeeded: finished(&["succeeded", "partially_succeeded"]).await?,
+        cancelled: finished(&["cancelled"]).await?,
+        dead: finished(&["dead"]).await?,
+        now,
+    })
 }
 
 pub(super) async fn task_get(pool: &Db, id: TaskId) -> Result<Option<TaskDetail>> {

@@ -127,6 +127,11 @@ pub(crate) mod sql {
             task_cancel_request,
             task_get_status,
             task_requeue,
+            task_run_now,
+            task_delete,
+            task_get_status_type,
+            task_count_live,
+            task_count_finished,
             task_count_dead,
             task_dead_ids,
             task_requeue_dead,
@@ -412,8 +417,8 @@ mod ops {
     pub(super) use super::holder::*;
     pub(super) use super::maintenance::*;
     pub(super) use super::operator::{
-        audit_record, audit_record_denied, policy_set as policy_change, task_cancel,
-        task_enqueue_audited, task_purge_dead, task_requeue, task_requeue_dead,
+        audit_record, audit_record_denied, policy_set as policy_change, task_cancel, task_delete,
+        task_enqueue_audited, task_purge_dead, task_requeue, task_requeue_dead, task_run_now,
     };
     pub(super) use super::{query::*, registry::*, resources::*};
     pub(super) use crate::store::dialect::{
@@ -531,6 +536,7 @@ mod tests {
                 since: None,
                 before: None,
                 limit: 10,
+                due: None,
             },
         )
         .await

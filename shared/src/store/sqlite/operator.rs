@@ -254,6 +254,51 @@ impl OperatorStatements for Lite<'_> {
         Ok(Some((before, moves)))
     }
 
+    async fn task_run_now(tx: &mut LiteTx, id: TaskId) -> Result<Option<(TaskStatus, bool)>> {
+        const OP: &str = "task_run_now";
+        let before: Option<String> = sqlx::query_scalar(sql::task_get_status)
+            .bind(id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        let Some(before) = before.as_deref().map(backend::status).transpose()? else {
+            return Ok(None);
+        };
+        let moved = sqlx::query(sql::task_run_now)
+            .bind(tx.now)
+            .bind(id.0)
+            .execute(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?
+            .rows_affected()
+            > 0;
+        Ok(Some((before, moved)))
+    }
+
+    async fn task_delete(
+        tx: &mut LiteTx,
+        id: TaskId,
+    ) -> Result<Option<(TaskStatus, String, bool)>> {
+        const OP: &str = "task_delete";
+        let row: Option<(String, String)> = sqlx::query_as(sql::task_get_status_type)
+            .bind(id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        let Some((before, task_type)) = row else {
+            return Ok(None);
+        };
+        let before = backend::status(&before)?;
+        let deleted = sqlx::query(sql::task_delete)
+            .bind(id.0)
+            .execute(&mut **tx)
+            .await
+            .map_err(StoreError::db(OP))?
+            .rows_affected()
+            > 0;
+        Ok(Some((before, task_type, deleted)))
+    }
+
     async fn task_requeue_dead(tx: &mut LiteTx, f: &DeadFilter) -> Result<u64> {
         dead_rows(tx, sql::task_requeue_dead, f, "task_requeue_dead").await
     }

@@ -13,8 +13,8 @@ use crate::store::dialect::task_list_page;
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, blockers};
 use crate::store::rows::{explain_facts, overview_row};
 use crate::store::{
-    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result, StoreError, TaskDetail,
-    TaskListParams, TaskPage,
+    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result, StoreError,
+    TASK_COUNT_FINISHED_CAP, TaskCountParams, TaskCounts, TaskDetail, TaskListParams, TaskPage,
 };
 
 pub(super) async fn db_now(pool: &SqlitePool) -> Result<DateTime<Utc>> {
@@ -33,6 +33,56 @@ pub(super) async fn task_list(pool: &SqlitePool, params: &TaskListParams) -> Res
         Some(json_list(&names)?)
     };
     task_list_page(pool, sql::task_list, statuses, params).await
+}
+
+/// The Tasks view's counts, in one read transaction (one snapshot): the live states exactly,
+/// each finished state up to one past [`TASK_COUNT_FINISHED_CAP`].
+pub(super) async fn task_count_states(
+    pool: &SqlitePool,
+    params: &TaskCountParams,
+) -> Result<TaskCounts> {
+    const OP: &str = "task_count_states";
+    let (mut tx, now) = read_tx(pool, OP).await?;
+    let task_type = params.task_type.as_ref().map(|t| t.as_str());
+    let (queued, scheduled, retrying, running): (i64, i64, i64, i64) =
+        sqlx::query_as(sql::task_count_live)
+            .bind(now)
+            .bind(task_type)
+            .bind(params.text.as_deref())
+            .bind(params.error_code.as_deref())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+    let cap = i64::try_from(TASK_COUNT_FINISHED_CAP + 1).unwrap_or(i64::MAX);
+    let mut finished = Vec::with_capacity(3);
+    for statuses in [
+        &["succeeded", "partially_succeeded"][..],
+        &["cancelled"][..],
+        &["dead"][..],
+    ] {
+        let n: i64 = sqlx::query_scalar(sql::task_count_finished)
+            .bind(task_type)
+            .bind(params.text.as_deref())
+            .bind(params.error_code.as_deref())
+            .bind(json_list(statuses)?)
+            .bind(cap)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::db(OP))?;
+        finished.push(Some(u64::try_from(n).unwrap_or(0)));
+    }
+    commit(tx, OP).await?;
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(TaskCounts {
+        queued: n(queued),
+        scheduled: n(scheduled),
+        retrying: n(retrying),
+        running: n(running),
+        succeeded: finished[0],
+        cancelled: finished[1],
+        dead: finished[2],
+        now: rows::time(now, "now")?,
+    })
 }
 
 pub(super) async fn task_get(pool: &SqlitePool, id: TaskId) -> Result<Option<TaskDetail>> {
