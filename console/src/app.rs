@@ -16,6 +16,7 @@ use leasehold_shared::domain::ResourceState;
 use crate::event::{Event, LimitScope, Request, RequestKind, TaskFilter};
 use crate::input::{Action, Key, action_of};
 use crate::state::prompt::Edit;
+use crate::state::tasks::{TASKS_PAGE, TASKS_REFRESH_MS};
 use crate::state::{
     Confirm, DETAIL_REFRESH_MS, Detail, Focus, Overlay, Pending, Prompt, PromptKind, State,
     Targets, Verb, View, sort_keys,
@@ -46,6 +47,9 @@ pub struct App {
     schedules_asked_ms: Option<i64>,
     /// Local time the locks, or the shard groups and shards, were last asked for.
     resources_asked_ms: Option<i64>,
+    /// Local time the Tasks view's page, and its counts, were last asked for.
+    tasks_asked_ms: Option<i64>,
+    task_counts_asked_ms: Option<i64>,
     /// The screen must be cleared and redrawn whole (ctrl-l).
     pub redraw: bool,
 }
@@ -82,6 +86,14 @@ impl App {
         if action_reply && matches!(self.state.view, View::Locks | View::Shards) {
             self.load_resources();
         }
+        // What an action did shows in the Tasks view's counts, and in its rows while only the
+        // first page is loaded (deeper, ctrl-r reads them again: a reload would lose the place).
+        if action_reply && self.state.view == View::Tasks {
+            self.load_task_counts();
+            if self.state.live.tasks.rows.len() <= TASKS_PAGE as usize {
+                self.load_tasks(false);
+            }
+        }
         // What an action did shows in the open task pane at once.
         if action_reply {
             self.load_details(true);
@@ -106,6 +118,18 @@ impl App {
             let first_page_only = self.state.live.dead.tasks.len() <= DEAD_PAGE as usize;
             if due && first_page_only && !self.state.live.dead.loading {
                 self.load_dead(false);
+            }
+        }
+        if self.state.view == View::Tasks && self.state.frozen.is_none() {
+            let due = |at: Option<i64>| at.is_none_or(|at| local_ms - at >= TASKS_REFRESH_MS);
+            let tasks = &self.state.live.tasks;
+            if due(self.task_counts_asked_ms) && !tasks.counts_loading {
+                self.load_task_counts();
+            }
+            let tasks = &self.state.live.tasks;
+            let first_page_only = tasks.rows.len() <= TASKS_PAGE as usize;
+            if due(self.tasks_asked_ms) && first_page_only && tasks.asked.is_none() {
+                self.load_tasks(false);
             }
         }
         if self.state.view == View::Schedules && self.state.frozen.is_none() {
@@ -168,6 +192,10 @@ impl App {
         self.load_details(true);
         match self.state.view {
             View::Dead if !self.state.live.dead.loading => self.load_dead(false),
+            View::Tasks => {
+                self.load_tasks(false);
+                self.load_task_counts();
+            }
             View::Schedules => self.load_schedules(),
             View::Locks | View::Shards => self.load_resources(),
             _ => {}
@@ -314,6 +342,95 @@ impl App {
         );
     }
 
+    /// Asks for the Tasks view's first page (or, with `append`, the next one) under its tab
+    /// and filter; rows of another tab or filter are dropped first.
+    fn load_tasks(&mut self, append: bool) {
+        let typed = self.state.tables[View::Tasks.index()].filter.clone();
+        let tab = self.state.task_tab;
+        let tasks = &mut self.state.live.tasks;
+        tasks.retarget(tab, &typed);
+        if append && (tasks.next_before_id == 0 || tasks.asked.is_some() || !tasks.loaded) {
+            return;
+        }
+        let before_id = if append { tasks.next_before_id } else { 0 };
+        self.tasks_asked_ms = Some(self.state.local_ms());
+        let id = self.state.request_id(Pending::TasksPage { append });
+        self.state.live.tasks.asked = Some(id);
+        self.outbox.push(crate::event::Request {
+            id,
+            kind: RequestKind::TasksPage {
+                statuses: tab.statuses(),
+                due: tab.due(),
+                filter: TaskFilter::parse(&typed),
+                before_id,
+                limit: TASKS_PAGE,
+            },
+        });
+    }
+
+    /// Asks for the Tasks view's counts of every state under its filter (unless the same is
+    /// already on its way); counts of another filter are dropped at once.
+    fn load_task_counts(&mut self) {
+        let typed = self.state.tables[View::Tasks.index()].filter.clone();
+        let tasks = &mut self.state.live.tasks;
+        if tasks.counts_loading && tasks.counts_filter == typed {
+            return;
+        }
+        if tasks.counts_filter != typed {
+            tasks.counts = None;
+            tasks.counts_error = None;
+        }
+        tasks.counts_filter.clone_from(&typed);
+        tasks.counts_loading = true;
+        self.task_counts_asked_ms = Some(self.state.local_ms());
+        self.send(
+            RequestKind::TaskCounts {
+                filter: TaskFilter::parse(&typed),
+            },
+            Pending::TaskCounts { filter: typed },
+        );
+    }
+
+    /// Shows another state tab of the Tasks view: from its first row, nothing marked.
+    fn step_task_tab(&mut self, step: isize) {
+        self.state.task_tab = self.state.task_tab.step(step);
+        self.state.marks.clear();
+        let t = &mut self.state.tables[View::Tasks.index()];
+        t.selected = None;
+        t.index = 0;
+        t.offset = 0;
+        self.load_tasks(false);
+    }
+
+    /// The Tasks view loads its next page once the selection is within two pages of the last
+    /// row loaded, so paging down never waits at the end.
+    fn more_tasks_if_near_end(&mut self) {
+        let rows = self.state.row_count();
+        let page = self.state.page_rows.max(1);
+        if self.state.view == View::Tasks && rows > 0 && self.state.table().index + 2 * page >= rows
+        {
+            self.load_tasks(true);
+        }
+    }
+
+    /// A confirm dialog for `verb` on the Tasks view's marked or selected tasks, when the tab
+    /// shown allows it (else the status line says why not).
+    fn confirm_tab_action(&mut self, verb: Verb) {
+        let tab = self.state.task_tab;
+        let offered = tab.actions();
+        let (allowed, what) = match verb {
+            Verb::RunNow => (offered.run_now, "run now (they are due already)"),
+            Verb::Cancel => (offered.cancel, "cancelled"),
+            Verb::Requeue => (offered.requeue, "requeued"),
+            _ => (offered.delete, "deleted"),
+        };
+        if !allowed {
+            let text = format!("{} tasks cannot be {what}", tab.name());
+            return self.state.set_status(text, true);
+        }
+        self.confirm_tasks(verb);
+    }
+
     /// Pasted text: typed into an open prompt, ignored anywhere else (a paste into a view must
     /// never become a stream of action keys).
     pub fn on_paste(&mut self, text: &str) {
@@ -370,6 +487,10 @@ impl App {
                     if self.state.view == View::Dead {
                         self.load_dead(false);
                     }
+                    if self.state.view == View::Tasks {
+                        self.load_tasks(false);
+                        self.load_task_counts();
+                    }
                 }
             }
             Action::Help => self.state.overlays.push(Overlay::Help { scroll: 0 }),
@@ -405,10 +526,12 @@ impl App {
                 };
                 self.state.move_selection(delta);
                 self.more_dead_if_at_end();
+                self.more_tasks_if_near_end();
             }
             Action::Top | Action::Bottom => {
                 self.state.jump_selection(action == Action::Bottom);
                 self.more_dead_if_at_end();
+                self.more_tasks_if_near_end();
             }
             Action::Open => {
                 if let Some(id) = self.state.selected().and_then(|k| k.parse::<i64>().ok()) {
@@ -432,8 +555,20 @@ impl App {
                     .extend(keys.iter().filter_map(|k| k.parse::<i64>().ok()));
             }
             Action::ClearMarks => self.state.marks.clear(),
+            Action::Cancel | Action::Requeue if self.state.view == View::Tasks => {
+                let verb = if action == Action::Cancel {
+                    Verb::Cancel
+                } else {
+                    Verb::Requeue
+                };
+                self.confirm_tab_action(verb);
+            }
             Action::Cancel => self.confirm_tasks(Verb::Cancel),
             Action::Requeue => self.confirm_tasks(Verb::Requeue),
+            Action::RunNow => self.confirm_tab_action(Verb::RunNow),
+            Action::Delete => self.confirm_tab_action(Verb::Delete),
+            Action::NextState => self.step_task_tab(1),
+            Action::PrevState => self.step_task_tab(-1),
             Action::RequeueMatching => self.confirm_requeue_matching(),
             Action::LimitUp => self.step_limit(1),
             Action::LimitDown => self.step_limit(-1),
@@ -507,6 +642,12 @@ impl App {
                 self.open_prompt(PromptKind::Filter, &current);
             }
             Action::Command => self.open_prompt(PromptKind::Command, ""),
+            Action::SortNext | Action::SortReverse if self.state.view == View::Tasks => {
+                self.state.set_status(
+                    "the Tasks view lists newest first, as the database pages it",
+                    true,
+                );
+            }
             Action::SortNext => {
                 let n = sort_keys(self.state.view).len();
                 let t = self.state.table_mut();
@@ -526,6 +667,9 @@ impl App {
             Action::Refresh => {
                 if self.state.view == View::Dead {
                     self.load_dead(false);
+                } else if self.state.view == View::Tasks {
+                    self.load_tasks(false);
+                    self.load_task_counts();
                 } else if self.state.view == View::Schedules {
                     self.load_schedules();
                 } else if matches!(self.state.view, View::Locks | View::Shards) {
@@ -545,6 +689,12 @@ impl App {
         self.state.view = view;
         if view == View::Dead && !self.state.live.dead.loading {
             self.load_dead(false);
+        }
+        if view == View::Tasks {
+            if self.state.live.tasks.asked.is_none() {
+                self.load_tasks(false);
+            }
+            self.load_task_counts();
         }
         if view == View::Schedules {
             self.load_schedules();
@@ -761,7 +911,8 @@ impl App {
         prompt.input.edit(edit);
         prompt.error = None;
         // Live views filter as the operator types; the database-backed one on Enter.
-        if prompt.kind == PromptKind::Filter && self.state.view != View::Dead {
+        if prompt.kind == PromptKind::Filter && !matches!(self.state.view, View::Dead | View::Tasks)
+        {
             let text = prompt.input.text();
             self.state.table_mut().filter = text;
         }
@@ -774,6 +925,10 @@ impl App {
                 self.state.table_mut().filter = text.trim().to_string();
                 if self.state.view == View::Dead {
                     self.load_dead(false);
+                }
+                if self.state.view == View::Tasks {
+                    self.load_tasks(false);
+                    self.load_task_counts();
                 }
             }
             PromptKind::Command => self.command(text.trim()),
@@ -874,6 +1029,8 @@ impl App {
         let kind = match dialog.targets {
             Targets::Tasks(ids) => match dialog.verb {
                 Verb::Cancel => RequestKind::Cancel { ids },
+                Verb::RunNow => RequestKind::RunNow { ids },
+                Verb::Delete => RequestKind::Delete { ids },
                 _ => RequestKind::Requeue { ids },
             },
             Targets::DeadMatching { filter, .. } => RequestKind::RequeueDead {

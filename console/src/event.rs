@@ -66,6 +66,17 @@ pub enum RequestKind {
         before_id: i64,
         limit: u32,
     },
+    /// A page of the Tasks view: `statuses` (and `due`) newest first, before `before_id` (0:
+    /// the first page).
+    TasksPage {
+        statuses: Vec<i32>,
+        due: Option<bool>,
+        filter: TaskFilter,
+        before_id: i64,
+        limit: u32,
+    },
+    /// The Tasks view's counts of every state under the filter (CountTasks).
+    TaskCounts { filter: TaskFilter },
     /// Every schedule (ListSchedules).
     Schedules,
     /// Every lock (ListLocks).
@@ -80,6 +91,10 @@ pub enum RequestKind {
     Cancel { ids: Vec<i64> },
     /// Requeue these tasks.
     Requeue { ids: Vec<i64> },
+    /// Make these waiting tasks due now (RunNow).
+    RunNow { ids: Vec<i64> },
+    /// Delete these tasks (DeleteTask).
+    Delete { ids: Vec<i64> },
     /// Requeue every dead letter matching the filter; `dry_run` only counts.
     RequeueDead { filter: TaskFilter, dry_run: bool },
     /// Set a concurrency limit (`None`: unlimited).
@@ -162,6 +177,8 @@ pub enum LimitScope {
 pub enum Reply {
     /// A page of tasks.
     Page(pb::ListTasksResponse),
+    /// The counts of every state.
+    Counts(pb::CountTasksResponse),
     /// Every schedule.
     Schedules(pb::ListSchedulesResponse),
     /// Every lock.

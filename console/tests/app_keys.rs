@@ -520,9 +520,13 @@ fn commands_switch_views_and_unknown_ones_say_so() {
     typed(&mut app, "schedules");
     app.on_key(Key::Enter);
     assert_eq!(app.state.view, View::Schedules);
-    // Tab goes round all seven views.
+    // Tab goes round all eight views.
+    app.on_key(Key::Tab);
+    assert_eq!(app.state.view, View::Tasks);
     app.on_key(Key::Tab);
     assert_eq!(app.state.view, View::Leases);
+    app.on_key(Key::BackTab);
+    assert_eq!(app.state.view, View::Tasks);
     app.on_key(Key::BackTab);
     assert_eq!(app.state.view, View::Schedules);
     app.on_key(Key::Char(':'));
@@ -593,6 +597,8 @@ fn tab_goes_through_the_lease_tabs_then_the_other_views() {
     assert_eq!(app.state.view, View::Shards);
     app.on_key(Key::Char('1'));
     assert_eq!(app.state.view, View::Leases, "1 is the Tasks tab");
+    app.on_key(Key::BackTab);
+    assert_eq!(app.state.view, View::Tasks);
     app.on_key(Key::BackTab);
     assert_eq!(app.state.view, View::Schedules);
     for (command, view) in [("locks", View::Locks), ("shards", View::Shards)] {

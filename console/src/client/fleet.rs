@@ -488,6 +488,8 @@ async fn request_loop(
             let changes = !matches!(
                 request.kind,
                 RequestKind::DeadPage { .. }
+                    | RequestKind::TasksPage { .. }
+                    | RequestKind::TaskCounts { .. }
                     | RequestKind::Schedules
                     | RequestKind::Locks
                     | RequestKind::ShardGroups
@@ -546,6 +548,62 @@ async fn serve(settings: &Settings, agent: &Agent, kind: RequestKind) -> Result<
                 .await
                 .map_err(text)?;
             Ok(Reply::Page(page))
+        }
+        RequestKind::TasksPage {
+            statuses,
+            due,
+            filter,
+            before_id,
+            limit,
+        } => {
+            let page = agent
+                .list_tasks(pb::ListTasksRequest {
+                    statuses,
+                    task_type: filter.task_type.unwrap_or_default(),
+                    text: filter.text.unwrap_or_default(),
+                    before_id,
+                    limit,
+                    error_code: filter.error_code.unwrap_or_default(),
+                    since_ms: 0,
+                    due,
+                })
+                .await
+                .map_err(text)?;
+            Ok(Reply::Page(page))
+        }
+        RequestKind::TaskCounts { filter } => {
+            let counts = agent
+                .count_tasks(pb::CountTasksRequest {
+                    task_type: filter.task_type.unwrap_or_default(),
+                    text: filter.text.unwrap_or_default(),
+                    error_code: filter.error_code.unwrap_or_default(),
+                })
+                .await
+                .map_err(text)?;
+            Ok(Reply::Counts(counts))
+        }
+        RequestKind::RunNow { ids } => {
+            let mut outcomes: Vec<(String, usize)> = Vec::new();
+            let mut failed = Vec::new();
+            for id in &ids {
+                match agent.run_now(*id).await {
+                    Ok(r) if r.moved => tally(&mut outcomes, "due now".into()),
+                    Ok(_) => tally(&mut outcomes, "already due".into()),
+                    Err(e) => failed.push((*id, e.to_string())),
+                }
+            }
+            Ok(summarise("run now", ids.len(), &outcomes, &failed))
+        }
+        RequestKind::Delete { ids } => {
+            let mut outcomes: Vec<(String, usize)> = Vec::new();
+            let mut failed = Vec::new();
+            for id in &ids {
+                match agent.delete_task(*id).await {
+                    Ok(_) => tally(&mut outcomes, "deleted".into()),
+                    Err(e) => failed.push((*id, e.to_string())),
+                }
+            }
+            Ok(summarise("delete", ids.len(), &outcomes, &failed))
         }
         RequestKind::Schedules => Ok(Reply::Schedules(
             agent.list_schedules().await.map_err(text)?,

@@ -75,6 +75,13 @@ pub enum Action {
     Cancel,
     Requeue,
     RequeueMatching,
+    /// The Tasks view: make the task(s) due now.
+    RunNow,
+    /// The Tasks view: delete the task(s).
+    Delete,
+    /// The Tasks view's next or previous state tab.
+    NextState,
+    PrevState,
     LimitUp,
     LimitDown,
     LimitTyped,
@@ -132,6 +139,7 @@ impl Scope {
             Scope::Views(v) if v == NOT_SCHEDULES => "Tables",
             Scope::Views(v) if v == [View::Locks] => "Leases: Locks",
             Scope::Views(v) if v == [View::Shards] => "Leases: Shards",
+            Scope::Views(v) if v == [View::Tasks] => "Tasks",
             Scope::Views(_) => "Some views",
         }
     }
@@ -157,6 +165,7 @@ const NOT_SCHEDULES: &[View] = &[
     View::Dead,
     View::Types,
     View::Agents,
+    View::Tasks,
     View::Locks,
     View::Shards,
 ];
@@ -245,6 +254,12 @@ pub const KEYMAP: &[Binding] = &[
         Action::Show(View::Schedules),
         Scope::Global,
         "Schedules: cron, next and last fire, last outcome",
+    ),
+    bind(
+        &[Char('8')],
+        Action::Show(View::Tasks),
+        Scope::Global,
+        "Tasks: every task by state (from the database)",
     ),
     bind(
         &[Tab],
@@ -411,6 +426,42 @@ pub const KEYMAP: &[Binding] = &[
         Action::ReleaseLock,
         Scope::Views(&[View::Locks]),
         "release the lock (forced: frees it from its holder)",
+    ),
+    bind(
+        &[Char(']'), Right],
+        Action::NextState,
+        Scope::Views(&[View::Tasks]),
+        "next state: queued, later, retrying, running, succeeded, cancelled, dead",
+    ),
+    bind(
+        &[Char('['), Left],
+        Action::PrevState,
+        Scope::Views(&[View::Tasks]),
+        "previous state",
+    ),
+    acts(
+        &[Char('n')],
+        Action::RunNow,
+        Scope::Views(&[View::Tasks]),
+        "run now: make the task(s) due (later, retrying)",
+    ),
+    acts(
+        &[Char('x')],
+        Action::Cancel,
+        Scope::Views(&[View::Tasks]),
+        "cancel the task(s) (waiting: at once; running: the holder stops)",
+    ),
+    acts(
+        &[Char('r')],
+        Action::Requeue,
+        Scope::Views(&[View::Tasks]),
+        "requeue the task(s) (succeeded, cancelled, dead)",
+    ),
+    acts(
+        &[Char('d')],
+        Action::Delete,
+        Scope::Views(&[View::Tasks]),
+        "delete the task(s) with their attempts (any not running)",
     ),
     bind(
         &[Char(']')],

@@ -19,6 +19,8 @@ use crate::event::{ConnEvent, Event, Reply};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pending {
     DeadPage { filter: String, append: bool },
+    TasksPage { append: bool },
+    TaskCounts { filter: String },
     Schedules,
     Locks,
     ShardGroups,
@@ -162,6 +164,38 @@ impl State {
                     }
                     Ok(_) => {}
                     Err(e) => self.live.dead.error = Some(e),
+                }
+            }
+            (Pending::TasksPage { append }, reply) => {
+                let tasks = &mut self.live.tasks;
+                if tasks.asked != Some(id) {
+                    return; // superseded: another tab, filter or reload
+                }
+                tasks.asked = None;
+                match reply {
+                    Ok(Reply::Page(page)) => {
+                        self.heard_db_time(page.now_ms);
+                        self.live.tasks.take_page(page, append);
+                    }
+                    Ok(_) => {}
+                    Err(e) => self.live.tasks.error = Some(e),
+                }
+            }
+            (Pending::TaskCounts { filter }, reply) => {
+                let tasks = &mut self.live.tasks;
+                if tasks.counts_filter != filter {
+                    return;
+                }
+                tasks.counts_loading = false;
+                match reply {
+                    Ok(Reply::Counts(counts)) => {
+                        self.heard_db_time(counts.now_ms);
+                        let tasks = &mut self.live.tasks;
+                        tasks.counts = Some(counts);
+                        tasks.counts_error = None;
+                    }
+                    Ok(_) => {}
+                    Err(e) => self.live.tasks.counts_error = Some(e),
                 }
             }
             (Pending::Schedules, reply) => match reply {

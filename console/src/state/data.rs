@@ -24,6 +24,8 @@ pub struct Data {
     pub registry: Registry,
     pub overview: Option<pb::GetOverviewResponse>,
     pub dead: DeadPage,
+    /// The Tasks view's rows and counts, read while it is shown.
+    pub tasks: super::tasks::TaskBrowse,
     /// The schedules, polled while the Schedules view is shown.
     pub schedules: super::schedules::Schedules,
     /// Locks and shard groups, polled while the Locks or Shards tab is shown.
@@ -254,6 +256,8 @@ pub fn sort_keys(view: View) -> &'static [SortKey] {
         View::Schedules => &[Name, NextFire, LastFire],
         View::Locks => &[Name, TimeLeft, Owner, Moves],
         View::Shards => &[Shard, TimeLeft, Owner, Moves],
+        // The database's order (newest first): the view pages through more rows than it holds.
+        View::Tasks => &[Id],
     }
 }
 

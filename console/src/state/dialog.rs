@@ -21,6 +21,10 @@ pub const IDS_SHOWN: usize = 5;
 pub enum Verb {
     Cancel,
     Requeue,
+    /// Make waiting tasks due now.
+    RunNow,
+    /// Delete tasks with their attempts.
+    Delete,
     RequeueDead,
     Drain,
     EnableSchedule,
@@ -37,6 +41,8 @@ impl Verb {
         match self {
             Verb::Cancel => "Cancel",
             Verb::Requeue => "Requeue",
+            Verb::RunNow => "Run now",
+            Verb::Delete => "Delete",
             Verb::RequeueDead => "Requeue",
             Verb::Drain => "Drain",
             Verb::EnableSchedule => "Enable",
@@ -50,6 +56,14 @@ impl Verb {
     /// What the action will do, when the verb alone does not say it.
     pub fn note(self) -> Option<&'static str> {
         match self {
+            Verb::RunNow => Some(
+                "due now: the next claim takes it in its turn (limits, pauses and breakers still \
+                 apply)",
+            ),
+            Verb::Delete => Some(
+                "the row and its attempts are gone for good (the audit log keeps \
+                 the id, type and status)",
+            ),
             Verb::EnableSchedule => Some("it fires from its next tick; missed ticks are skipped"),
             Verb::DisableSchedule => Some("it stops firing until enabled again"),
             Verb::TriggerSchedule => Some("enqueues its task once, now, outside its cron"),

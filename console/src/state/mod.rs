@@ -25,6 +25,7 @@ pub mod schedules;
 pub mod selection;
 pub mod status;
 pub mod table;
+pub mod tasks;
 pub mod views;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -49,7 +50,9 @@ pub struct State {
     /// A copy shown instead of `live` while frozen (`Z`).
     pub frozen: Option<Box<Data>>,
     pub view: View,
-    pub tables: [Table; 9],
+    pub tables: [Table; 10],
+    /// The tab the Tasks view shows.
+    pub task_tab: tasks::TaskTab,
     /// The shard group the Shards tab shows (by name); the first group when none is chosen.
     pub shard_group: Option<String>,
     /// Bottom first; the last has the keys.

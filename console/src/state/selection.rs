@@ -35,6 +35,8 @@ pub(super) fn table_sort(view: View, table: &Table) -> SortKey {
 pub enum Keys<'a> {
     Leases(Cow<'a, [LeaseRef]>),
     Names(Vec<String>),
+    /// Task ids in display order (the Tasks view's, borrowed: no string per row).
+    Ids(&'a [i64]),
 }
 
 impl RowKeys for Keys<'_> {
@@ -42,6 +44,7 @@ impl RowKeys for Keys<'_> {
         match self {
             Keys::Leases(l) => l.len(),
             Keys::Names(n) => n.len(),
+            Keys::Ids(i) => i.len(),
         }
     }
     fn find(&self, key: &str) -> Option<usize> {
@@ -51,12 +54,17 @@ impl RowKeys for Keys<'_> {
                 l.iter().position(|r| r.task_id == id)
             }
             Keys::Names(n) => n.iter().position(|k| k == key),
+            Keys::Ids(ids) => {
+                let id: i64 = key.parse().ok()?;
+                ids.iter().position(|i| *i == id)
+            }
         }
     }
     fn key_at(&self, index: usize) -> Option<String> {
         match self {
             Keys::Leases(l) => l.get(index).map(|r| r.task_id.to_string()),
             Keys::Names(n) => n.get(index).cloned(),
+            Keys::Ids(ids) => ids.get(index).map(|i| i.to_string()),
         }
     }
 }
@@ -124,6 +132,7 @@ impl State {
                     .map(|t| t.id.to_string())
                     .collect(),
             ),
+            View::Tasks => Keys::Ids(&data.tasks.ids),
             View::Types => Keys::Names(
                 data.type_rows(&table.filter, sort, table.reverse)
                     .iter()
@@ -205,6 +214,11 @@ impl State {
                 Keys::Names(names) => names
                     .iter()
                     .filter_map(|k| k.parse::<i64>().ok())
+                    .filter(|id| self.marks.contains(id))
+                    .collect(),
+                Keys::Ids(ids) => ids
+                    .iter()
+                    .copied()
                     .filter(|id| self.marks.contains(id))
                     .collect(),
             }

@@ -1,7 +1,7 @@
-//! The seven views and the Leases view's two further tabs: their order (keys, Tab), titles,
+//! The eight views and the Leases view's two further tabs: their order (keys, Tab), titles,
 //! `:` commands and which of them list tasks. Plain data: no state, no ratatui.
 
-/// The seven views, in key order, and the two further tabs of the Leases view.
+/// The eight views, in key order, and the two further tabs of the Leases view.
 ///
 /// The Leases view has three tabs: its own table of task leases (`Leases`, the "Tasks" tab),
 /// then `Locks` and `Shards`, the resource leases. A tab is a view of its own for everything
@@ -17,6 +17,8 @@ pub enum View {
     Types,
     Agents,
     Schedules,
+    /// Every task in the database, by state (ListTasks, CountTasks).
+    Tasks,
     /// The Leases view's Locks tab: named locks (ListLocks).
     Locks,
     /// The Leases view's Shards tab: shard groups and one group's shards (ListShards).
@@ -25,7 +27,7 @@ pub enum View {
 
 impl View {
     /// The numbered views, in key order.
-    pub const ALL: [View; 7] = [
+    pub const ALL: [View; 8] = [
         View::Leases,
         View::Slow,
         View::Renewals,
@@ -33,10 +35,11 @@ impl View {
         View::Types,
         View::Agents,
         View::Schedules,
+        View::Tasks,
     ];
 
     /// Every view and tab, each with its own table.
-    pub const EVERY: [View; 9] = [
+    pub const EVERY: [View; 10] = [
         View::Leases,
         View::Slow,
         View::Renewals,
@@ -44,6 +47,7 @@ impl View {
         View::Types,
         View::Agents,
         View::Schedules,
+        View::Tasks,
         View::Locks,
         View::Shards,
     ];
@@ -52,7 +56,7 @@ impl View {
     pub const LEASE_TABS: [View; 3] = [View::Leases, View::Locks, View::Shards];
 
     /// The order Tab goes round: the Leases view's tabs, then the other views in key order.
-    pub const TAB_ORDER: [View; 9] = [
+    pub const TAB_ORDER: [View; 10] = [
         View::Leases,
         View::Locks,
         View::Shards,
@@ -62,6 +66,7 @@ impl View {
         View::Types,
         View::Agents,
         View::Schedules,
+        View::Tasks,
     ];
 
     pub fn index(self) -> usize {
@@ -73,8 +78,9 @@ impl View {
             View::Types => 4,
             View::Agents => 5,
             View::Schedules => 6,
-            View::Locks => 7,
-            View::Shards => 8,
+            View::Tasks => 7,
+            View::Locks => 8,
+            View::Shards => 9,
         }
     }
 
@@ -108,6 +114,7 @@ impl View {
             View::Types => "Types",
             View::Agents => "Agents",
             View::Schedules => "Schedules",
+            View::Tasks => "Tasks",
             View::Locks => "Locks",
             View::Shards => "Shards",
         }
@@ -119,6 +126,7 @@ impl View {
             View::Renewals => "Renew",
             View::Dead => "Dead",
             View::Schedules => "Sched",
+            View::Agents => "Agent",
             other => other.title(),
         }
     }
@@ -133,6 +141,7 @@ impl View {
             View::Types => "types",
             View::Agents => "agents",
             View::Schedules => "schedules",
+            View::Tasks => "tasks",
             View::Locks => "locks",
             View::Shards => "shards",
         }

@@ -109,15 +109,22 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) {
 
     let mut tabs = Vec::new();
     for view in View::ALL {
-        // Narrow terminals get short tab names so seven tabs and a filter fit 80 columns.
+        // Narrow terminals get short tab names so eight tabs and a filter fit 80 columns.
         let name = if narrow {
             view.short_title()
         } else {
             view.title()
         };
         let label = format!("{} {name}", view.index() + 1);
+        // Narrow: one space between tabs (the brackets mark the current one), so eight
+        // tabs leave room for the filter or the marks on 80 columns.
+        if narrow && !tabs.is_empty() {
+            tabs.push(Span::raw(" "));
+        }
         if view == state.view.numbered() {
             tabs.push(Span::styled(format!("[{label}]"), theme.active_tab()));
+        } else if narrow {
+            tabs.push(Span::raw(label));
         } else {
             tabs.push(Span::raw(format!(" {label} ")));
         }
@@ -209,7 +216,8 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) {
 
 /// The header's breaker words in at most `room` columns where they fit: by name (`breaker
 /// open: payment.charge · half-open: sms.send`), else counted (`1 breaker open, 1 half-open`),
-/// else the open ones alone (`1 breaker open`) or, with none open, `1 brk half-open`.
+/// else the open ones alone (`1 breaker open`, or `1 brk open` in less room) or, with none
+/// open, `1 brk half-open`.
 pub fn breaker_text(b: &Breakers, room: usize) -> String {
     let names = |list: &[String]| {
         let shown: Vec<String> = list.iter().map(|n| untrusted(n, 24)).collect();
@@ -255,8 +263,10 @@ pub fn breaker_text(b: &Breakers, room: usize) -> String {
     }
     // Shortest: the open ones alone (they stop their type; a half-open one is already
     // trying), or the half-open count in the narrow header's abbreviations.
-    if open > 0 {
+    if open > 0 && width(&open_count) <= room {
         open_count
+    } else if open > 0 {
+        format!("{open} brk open")
     } else {
         format!("{half} brk half-open")
     }
@@ -279,6 +289,7 @@ mod tests {
         let one = breakers(&["payment.charge"], &[]);
         assert_eq!(breaker_text(&one, 80), "breaker open: payment.charge");
         assert_eq!(breaker_text(&one, 15), "1 breaker open");
+        assert_eq!(breaker_text(&one, 13), "1 brk open");
         let both = breakers(&["a", "b"], &["c"]);
         assert_eq!(
             breaker_text(&both, 80),

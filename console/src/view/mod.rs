@@ -19,6 +19,7 @@ pub mod overlay;
 pub mod schedules;
 pub mod shards;
 pub mod table;
+pub mod tasks;
 pub mod text;
 pub mod theme;
 pub mod types;
@@ -76,6 +77,7 @@ pub fn draw(frame: &mut Frame<'_>, state: &State) -> Drawn {
         View::Schedules => schedules::draw(frame, body, state, theme),
         View::Locks => locks::draw(frame, body, state, theme),
         View::Shards => shards::draw(frame, body, state, theme),
+        View::Tasks => tasks::draw(frame, body, state, theme),
     };
     footer(frame, foot, state, theme);
     for o in &state.overlays {
@@ -285,6 +287,9 @@ fn footer(frame: &mut Frame<'_>, area: ratatui::layout::Rect, state: &State, the
                 View::Agents => "+/- local limit · = type a limit · D drain · ? help · q quit",
                 View::Schedules => {
                     "e enable · d disable · t trigger · / filter · s sort · ? help · q quit"
+                }
+                View::Tasks => {
+                    "[ ] state · n run now · x cancel · r requeue · d delete · / filter · ? help"
                 }
             };
             Line::from(Span::styled(text::untrusted(hints, width), theme.dim()))
