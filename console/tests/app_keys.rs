@@ -1379,3 +1379,160 @@ fn a_pane_key_for_an_action_the_status_does_not_allow_opens_no_dialog() {
     app.on_key(Key::Char('x'));
     assert!(matches!(app.state.top(), Some(Overlay::Confirm(_))));
 }
+
+/// The Tasks view asks for its first page and its counts; `]` and `[` step through the
+/// states, each asking for its own page (the queued tab the due ones, the later tab the others);
+/// a page that answers a state no longer shown is dropped.
+#[test]
+fn the_tasks_view_pages_each_state_and_drops_a_superseded_page() {
+    let mut app = app();
+    app.take_requests();
+    app.on_key(Key::Char('8'));
+    assert_eq!(app.state.view, View::Tasks);
+    let asked = kinds(&mut app);
+    assert!(
+        asked.contains(&RequestKind::TasksPage {
+            statuses: vec![pb::TaskStatus::Queued as i32],
+            due: Some(true),
+            filter: TaskFilter::default(),
+            before_id: 0,
+            limit: 200,
+        }),
+        "{asked:?}"
+    );
+    assert!(asked.contains(&RequestKind::TaskCounts {
+        filter: TaskFilter::default()
+    }));
+    // A later page, asked, then the operator moves on before it arrives.
+    app.on_key(Key::Char('8'));
+    app.on_key(Key::Char(']'));
+    let requests = app.take_requests();
+    let later = requests
+        .iter()
+        .find(|r| {
+            matches!(
+                &r.kind,
+                RequestKind::TasksPage {
+                    due: Some(false),
+                    ..
+                }
+            )
+        })
+        .expect("the later tab's page");
+    app.on_key(Key::Char(']'));
+    let retrying = kinds(&mut app);
+    assert!(
+        retrying.iter().any(
+            |k| matches!(k, RequestKind::TasksPage { statuses, due: None, .. }
+            if *statuses == vec![pb::TaskStatus::RetryWait as i32])
+        ),
+        "{retrying:?}"
+    );
+    app.on_event(Event::Reply {
+        id: later.id,
+        reply: Ok(Reply::Page(fixture::tasks_page(
+            &[pb::TaskStatus::Queued as i32],
+            Some(false),
+            0,
+            200,
+            50,
+        ))),
+    });
+    assert!(
+        app.state.row_keys(View::Tasks).is_empty(),
+        "the later tab's page is not the retrying tab's rows"
+    );
+    keys(&mut app, &[Key::Char('['), Key::Char('['), Key::Char('[')]);
+    assert_eq!(
+        app.state.task_tab,
+        leasehold_console::state::tasks::TaskTab::Dead
+    );
+}
+
+/// Paging down through 100,000 tasks: the next page is asked while two pages are still below
+/// the selection, once at a time, from the last id loaded; every row comes once.
+#[test]
+fn paging_down_the_tasks_view_loads_ahead_of_the_selection() {
+    let mut app = app();
+    app.state.page_rows = 20;
+    app.on_key(Key::Char('8'));
+    assert_eq!(fixture::answer_tasks(&mut app, 100_000), 1);
+    app.on_tick(0);
+    let mut pages = 1;
+    for _ in 0..600 {
+        app.on_key(Key::PageDown);
+        pages += fixture::answer_tasks(&mut app, 100_000);
+        let rows = app.state.row_count();
+        let at = app.state.table().index;
+        assert!(
+            rows - at > 20 || rows == 100_000,
+            "at {at} of {rows}: no page ahead"
+        );
+    }
+    // 600 pages of 20 rows: at row 12,000, with the page holding rows to 12,199 loaded.
+    assert_eq!(app.state.table().index, 12_000);
+    assert_eq!(app.state.row_count(), 12_200);
+    assert_eq!(pages, 61);
+    let keys = app.state.row_keys(View::Tasks);
+    assert_eq!(keys.first().map(String::as_str), Some("100000"));
+    let ids: std::collections::BTreeSet<&String> = keys.iter().collect();
+    assert_eq!(ids.len(), keys.len(), "a task listed twice");
+}
+
+/// Run now, delete, cancel and requeue go through the confirm dialog, only where the state
+/// allows them; the filter is pushed to the agent with the counts.
+#[test]
+fn tasks_view_actions_fit_the_state_shown() {
+    let mut app = app();
+    app.on_key(Key::Char('8'));
+    fixture::answer_tasks(&mut app, 30);
+    app.on_tick(0);
+    // Queued tasks are due already; finished-only actions are refused too.
+    for key in ['n', 'r'] {
+        app.on_key(Key::Char(key));
+        assert!(app.state.top().is_none());
+        assert!(app.state.status.as_ref().unwrap().error, "{key}");
+    }
+    app.on_key(Key::Char(']'));
+    fixture::answer_tasks(&mut app, 30);
+    app.on_tick(0);
+    keys(&mut app, &[Key::Char('n'), Key::Char('y')]);
+    assert_eq!(kinds(&mut app), vec![RequestKind::RunNow { ids: vec![30] }]);
+    keys(&mut app, &[Key::Char('d'), Key::Char('y')]);
+    assert_eq!(kinds(&mut app), vec![RequestKind::Delete { ids: vec![30] }]);
+    keys(&mut app, &[Key::Char('x'), Key::Char('y')]);
+    assert_eq!(kinds(&mut app), vec![RequestKind::Cancel { ids: vec![30] }]);
+    // Finished tasks: requeue, not run now nor cancel.
+    keys(&mut app, &[Key::Char('['), Key::Char('['), Key::Char('[')]);
+    fixture::answer_tasks(&mut app, 30);
+    app.on_tick(0);
+    for key in ['n', 'x'] {
+        app.on_key(Key::Char(key));
+        assert!(app.state.top().is_none(), "{key}");
+    }
+    keys(&mut app, &[Key::Char('r'), Key::Char('y')]);
+    assert_eq!(
+        kinds(&mut app),
+        vec![RequestKind::Requeue { ids: vec![30] }]
+    );
+    // The filter goes to the agent, for the rows and the counts.
+    app.on_key(Key::Char('/'));
+    typed(&mut app, "type:mail code:smtp_timeout relay");
+    app.on_key(Key::Enter);
+    let asked = kinds(&mut app);
+    let filter = TaskFilter {
+        text: Some("relay".into()),
+        task_type: Some("mail".into()),
+        error_code: Some("smtp_timeout".into()),
+    };
+    assert!(
+        asked.iter().any(
+            |k| matches!(k, RequestKind::TasksPage { filter: f, before_id: 0, .. } if *f == filter)
+        ),
+        "{asked:?}"
+    );
+    assert!(
+        asked.contains(&RequestKind::TaskCounts { filter }),
+        "{asked:?}"
+    );
+}

@@ -64,6 +64,9 @@ fn at(view: View) -> App {
     if matches!(view, View::Locks | View::Shards) {
         fixture::answer_resources(&mut app);
     }
+    if view == View::Tasks {
+        fixture::answer_tasks(&mut app, 100_000);
+    }
     app.on_tick(0);
     app
 }
@@ -276,6 +279,46 @@ fn types_show_circuit_breakers_and_the_header_names_the_open_ones() {
     let text = screen(&mut app, 160, 48);
     assert!(!text.contains("BREAKER"), "{text}");
     assert!(!text.contains("breaker"), "{text}");
+}
+
+/// The Tasks view: the state tabs with their counts (compact; `100k+` past a finished
+/// state's cap; `?` for one not counted in time), the queued tasks newest first with their
+/// waiting time, error code and inert message, `more below` while pages remain.
+#[test]
+fn tasks() {
+    check("tasks", || at(View::Tasks));
+}
+
+/// The dead tab after `[`, a row marked, and the delete to confirm: the verb, the count, the
+/// ids and what it does.
+#[test]
+fn tasks_dead_with_a_delete_to_confirm() {
+    check("tasks_dead_delete", || {
+        let mut app = at(View::Tasks);
+        app.on_key(Key::Char('['));
+        fixture::answer_tasks(&mut app, 40);
+        app.on_tick(0);
+        app.on_key(Key::Char(' '));
+        app.on_key(Key::Char('d'));
+        app
+    });
+}
+
+/// A filter typed in the Tasks view is pushed to the agent, and the tabs count what it
+/// matches; the later tab's time column counts down to the task's due time.
+#[test]
+fn tasks_later_filtered() {
+    check("tasks_later_filtered", || {
+        let mut app = at(View::Tasks);
+        app.on_key(Key::Char(']'));
+        app.on_key(Key::Char('/'));
+        for c in "type:mail".chars() {
+            app.on_key(Key::Char(c));
+        }
+        app.on_key(Key::Enter);
+        fixture::answer_tasks(&mut app, 30);
+        app
+    });
 }
 
 #[test]
