@@ -432,6 +432,33 @@ pub enum Command {
     #[command(verbatim_doc_comment)]
     Types,
 
+    /// The whole queue at a glance: waiting, running, dead, the oldest waiting task's age, and
+    /// per window (1m, 15m, 1h) succeeded, dead-lettered, cancelled, failed attempts,
+    /// throughput and failure rate
+    ///
+    /// Every number is the database's (its clock, its indexes), at most 1 s old.
+    /// Output (table):
+    ///   queued 12 · later 4 · retrying 2 · running 3 · dead 7
+    ///   oldest waiting: due for 1m35s
+    ///   WINDOW  SUCCEEDED  DEAD  CANCELLED  FAILED  PER SEC  FAIL RATE
+    ///   1m             60     1          0       2     1.00       3.2%
+    ///   15m           900     3          1      20     1.00       2.2%
+    ///   1h           3600     7          2      41     1.00       1.1%
+    /// queued is due now, later not yet due; oldest waiting is how long the oldest task a
+    /// claim could take now (queued or retry_wait, due) has been due (`none waiting`);
+    /// SUCCEEDED counts partially succeeded too; FAILED is every attempt that ended in
+    /// failure, retried or not; PER SEC is SUCCEEDED per second of the window; FAIL RATE is
+    /// FAILED / (FAILED + SUCCEEDED), `-` when both are 0.
+    /// Output (json): {"queued":12,"scheduled":4,"retrying":2,"running":3,"dead":7,
+    /// "oldest_waiting_ms":95000,"windows":[{"window":"1m","window_ms":60000,
+    /// "succeeded":60,"dead_lettered":1,"cancelled":0,"failed_attempts":2,
+    /// "throughput_per_sec":1.0,"failure_rate":0.03225806451612903},{"window":"15m",...},
+    /// {"window":"1h",...}],"now":"2026-12-06T12:00:00.000Z"}
+    /// (oldest_waiting_ms null when none waits, failure_rate null when a window has neither
+    /// a success nor a failed attempt).
+    #[command(verbatim_doc_comment)]
+    Stats,
+
     /// Change concurrency limits: global, per type, per concurrency key of a type, local.
     #[command(subcommand)]
     Concurrency(ConcurrencyCommand),

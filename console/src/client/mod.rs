@@ -697,6 +697,25 @@ impl Agent {
             )),
         }
     }
+
+    /// GetStats; an agent older than `leasehold stats` says so.
+    pub async fn get_stats(&self) -> Result<v1::GetStatsResponse> {
+        let answer = self
+            .unary(
+                "get the queue stats".into(),
+                self.call_timeout,
+                v1::GetStatsRequest {},
+                |mut c, r| async move { c.get_stats(r).await },
+            )
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::Unimplemented,
+                "this agent is older than `leasehold stats`; upgrade it",
+            )
+        })
+    }
 }
 
 /// `err` with `hint` added when it is a status of `code` that has no hint yet.
@@ -747,6 +766,7 @@ fn endpoint(settings: &Settings) -> Result<Endpoint> {
     endpoint
         .tls_config(config)
         .map_err(|e| Error::usage(format!("TLS settings: {}", cause_chain(&e))))
+
 }
 
 /// `show the policy of type email`, `set the global policy`.

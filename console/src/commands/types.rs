@@ -1,4 +1,5 @@
-//! `leasehold types` (GetOverview): one row per task type — waiting, running against its limit,
+//! `leasehold types` (GetOverview): one row per task type — waiting, how long its oldest
+//! waiting task has been due (OLDEST), running against its limit,
 //! its per-key limit, starts against its rate limit, dead, shed, its circuit breaker, paused —
 //! then the global limit and rate limit. The
 //! same counts as the console's Types view, at most `OVERVIEW_MAX_AGE` (1 s) old, read by the
@@ -11,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::output::Out;
 use crate::output::table::{Column, Table, WIDTH};
+use crate::output::text::short_duration;
 
 /// Runs `types`.
 pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
@@ -26,6 +28,9 @@ pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
 
 /// The table of `types`, then one line on the global limit, one on the global rate limit
 /// when there is one (and one when the list is cut).
+///
+/// OLDEST is always there, as whole as the counts: how long the type's oldest waiting task
+/// (queued or retry_wait, due) has been due, `-` when none waits.
 ///
 /// The PER-KEY column is there when some type has a per-key limit, the RATE column when some
 /// type has a rate limit, the SHED/M column when some type sheds, the BREAKER column when some
@@ -68,10 +73,10 @@ pub fn table(list: &TypeList) -> Vec<String> {
 }
 
 /// Where the optional columns are: the cells of each row and the column list.
-const PER_KEY: usize = 5;
-const RATE: usize = 6;
-const SHED: usize = 9;
-const BREAKER: usize = 10;
+const PER_KEY: usize = 6;
+const RATE: usize = 7;
+const SHED: usize = 10;
+const BREAKER: usize = 11;
 
 /// The optional columns in the order they give way, each with the line that says where its
 /// values are when it is left out.
@@ -104,6 +109,15 @@ fn shed_cell(t: &TypeView) -> String {
     }
 }
 
+/// An OLDEST cell: how long the type's oldest waiting task has been due, in at most two units
+/// (`42s`, `3m12s`, `2h05m`); `-` when none waits.
+fn oldest_cell(ms: Option<u64>) -> String {
+    ms.map_or_else(
+        || "-".to_owned(),
+        |ms| short_duration(i64::try_from(ms).unwrap_or(i64::MAX)),
+    )
+}
+
 fn type_table(list: &TypeList) -> Vec<String> {
     let now_ms = list.now.millis();
     let rows: Vec<Vec<String>> = list
@@ -120,6 +134,7 @@ fn type_table(list: &TypeList) -> Vec<String> {
                 t.queued.to_string(),
                 t.scheduled.to_string(),
                 t.retrying.to_string(),
+                oldest_cell(t.oldest_waiting_ms),
                 format!("{}/{limit}", t.running),
                 per_key,
                 rate,
@@ -152,11 +167,12 @@ fn type_table(list: &TypeList) -> Vec<String> {
         whole("QUEUED", 1),
         whole("LATER", 2),
         whole("RETRY", 3),
-        whole("RUNNING", 4),
+        whole("OLDEST", 4),
+        whole("RUNNING", 5),
         whole("PER-KEY", PER_KEY),
         whole("RATE", RATE),
-        whole("DEAD", 7),
-        whole("DONE/M", 8),
+        whole("DEAD", 8),
+        whole("DONE/M", 9),
         whole("SHED/M", SHED),
         Column::new("BREAKER", breaker_width, breaker_width),
         Column::new("STATE", 6, 12),

@@ -47,7 +47,7 @@ use super::{
     CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, DeadBulkOutcome,
     DeniedCalls, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams, HolderWrite,
     IdleReport, IdleReportParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
-    LeaderRenewal, NewTask, Overview, PolicyChange, PolicySetParams, ProgressParams,
+    LeaderRenewal, NewTask, Overview, QueueStats, PolicyChange, PolicySetParams, ProgressParams,
     PurgeDeadParams, PurgeParams, RecentRun, RecentRunsParams, RecoverParams, Recovered,
     ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
     RequeueParams, Result, ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
@@ -159,6 +159,8 @@ pub trait Driver: Send + Sync + 'static {
     async fn migrations_applied(&self) -> Result<(usize, usize)>;
     /// Deletes every task of `task_type`, whatever its status (for the tools, as above).
     async fn task_delete_of_type(&self, task_type: &TaskType) -> Result<u64>;
+
+    async fn task_stats(&self) -> Result<QueueStats>;
 }
 
 mod generate;
@@ -490,5 +492,8 @@ impl<D: Driver> Store for D {
 
     async fn task_overview(&self) -> Result<Overview> {
         Driver::task_overview(self).await
+    }
+    async fn task_stats(&self) -> Result<QueueStats> {
+        Driver::task_stats(self).await
     }
 }
