@@ -29,17 +29,18 @@ pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
 /// The table of `types`, then one line on the global limit, one on the global rate limit
 /// when there is one (and one when the list is cut).
 ///
-/// OLDEST is always there, as whole as the counts: how long the type's oldest waiting task
-/// (queued or retry_wait, due) has been due, `-` when none waits.
+/// The OLDEST column is there when some type has a waiting task: how long the type's oldest
+/// waiting task (queued or retry_wait, due) has been due, `-` when none waits; it is the last
+/// optional column to give way (the age of the backlog is what an operator looks for first).
 ///
 /// The PER-KEY column is there when some type has a per-key limit, the RATE column when some
 /// type has a rate limit, the SHED/M column when some type sheds, the BREAKER column when some
 /// type has a circuit breaker. On 80 columns the type name gives way first (down to 4
 /// columns), then the state word (to 6). A per-key, rate, shed or breaker cell is never cut
 /// (`12/50/…` would mislead): when they still do not fit whole, PER-KEY (a setting, where the
-/// others are live), then RATE, then SHED/M, then BREAKER (last: an open breaker stops the
-/// whole type) are left out entirely, each with a line saying where it is. A count is cut only
-/// when the counts alone no longer fit the line.
+/// others are live), then RATE, then SHED/M, then BREAKER (an open breaker stops the whole
+/// type), then OLDEST are left out entirely, each with a line saying where it is. A count is
+/// cut only when the counts alone no longer fit the line.
 pub fn table(list: &TypeList) -> Vec<String> {
     let mut lines = if list.types.is_empty() {
         vec!["no task types".to_owned()]
@@ -73,6 +74,7 @@ pub fn table(list: &TypeList) -> Vec<String> {
 }
 
 /// Where the optional columns are: the cells of each row and the column list.
+const OLDEST: usize = 4;
 const PER_KEY: usize = 6;
 const RATE: usize = 7;
 const SHED: usize = 10;
@@ -80,7 +82,7 @@ const BREAKER: usize = 11;
 
 /// The optional columns in the order they give way, each with the line that says where its
 /// values are when it is left out.
-const GIVE_WAY: [(usize, &str); 4] = [
+const GIVE_WAY: [(usize, &str); 5] = [
     (
         PER_KEY,
         "PER-KEY left out to fit 80 columns; `leasehold types --output json` has it",
@@ -96,6 +98,10 @@ const GIVE_WAY: [(usize, &str); 4] = [
     (
         BREAKER,
         "BREAKER left out to fit 80 columns; `leasehold breaker ls` lists the breakers",
+    ),
+    (
+        OLDEST,
+        "OLDEST left out to fit 80 columns; `leasehold types --output json` has it",
     ),
 ];
 
@@ -167,7 +173,7 @@ fn type_table(list: &TypeList) -> Vec<String> {
         whole("QUEUED", 1),
         whole("LATER", 2),
         whole("RETRY", 3),
-        whole("OLDEST", 4),
+        whole("OLDEST", OLDEST),
         whole("RUNNING", 5),
         whole("PER-KEY", PER_KEY),
         whole("RATE", RATE),
@@ -191,13 +197,14 @@ fn type_table(list: &TypeList) -> Vec<String> {
         }
         table
     };
-    // PER-KEY is there when some type has a per-key limit; RATE when some type has a rate
-    // limit; SHED/M when some type sheds or shed in the last minute (a type just cleared still
+    // OLDEST is there when some type has a waiting task; PER-KEY when some type has a
+    // per-key limit; RATE when some type has a rate limit; SHED/M when some type sheds or shed in the last minute (a type just cleared still
     // shows what it shed); BREAKER when some type has a circuit breaker.
     let wanted = |i: usize| match i {
         PER_KEY => list.types.iter().any(|t| t.per_key_limit.is_some()),
         RATE => list.types.iter().any(|t| t.rate.is_some()),
         BREAKER => list.types.iter().any(|t| t.breaker.is_some()),
+        OLDEST => list.types.iter().any(|t| t.oldest_waiting_ms.is_some()),
         _ => list
             .types
             .iter()
@@ -211,8 +218,8 @@ fn type_table(list: &TypeList) -> Vec<String> {
     // Give-way order on 80 columns: the name (down to 4), then the state word (to 6), both in
     // `Table::render`; then, when the optional columns still do not fit whole beside the
     // counts, PER-KEY is left out whole (a setting; the JSON has it), then RATE (`ratelimit
-    // ls` has it), then SHED/M (the JSON has it), then BREAKER (`breaker ls` has it), each with
-    // a line saying so; only then would a count be cut.
+    // ls` has it), then SHED/M (the JSON has it), then BREAKER (`breaker ls` has it), then
+    // OLDEST (the JSON has it), each with a line saying so; only then would a count be cut.
     let mut notes = Vec::new();
     for (column, note) in GIVE_WAY {
         if shown.contains(&column) && table(&shown).min_width() > WIDTH {
