@@ -62,8 +62,10 @@ const TYPES: [&str; 2] = ["model.a", "model.b"];
 const MAX_TASKS: usize = 4;
 const STEPS: usize = 30;
 const DEFAULT_CASES: u32 = 24;
-/// The run's seed unless `MODEL_SEED` names one (`MODEL_SEED=random`: from the clock).
-const DEFAULT_SEED: u64 = 4;
+/// The run's seed unless `MODEL_SEED` names one (`MODEL_SEED=random`: from the clock). Chosen
+/// so the default run meets every positive control below (4 did until PurgeDead joined the
+/// operations, which changed every generated case).
+const DEFAULT_SEED: u64 = 9;
 /// Shrinking replays a case on fresh databases each time: bound it.
 const MAX_SHRINK_ITERS: u32 = 400;
 const LEASE_TTL: Duration = Duration::from_secs(30);
@@ -1470,5 +1472,6 @@ fn stores_match_each_other_and_the_model() {
             tally.idempotent_hits > 0 && tally.dead_requeued > 0,
             "{tally:?}"
         );
+        assert!(tally.dead_purged > 0, "{tally:?}");
     }
 }
