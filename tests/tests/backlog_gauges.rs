@@ -74,7 +74,10 @@ async fn exporters(names: &[&str], ports: &[u16], what: &str) -> BTreeMap<String
         if !exported.is_empty() {
             return exported;
         }
-        assert!(std::time::Instant::now() < deadline, "{what}: not within {WAIT:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {WAIT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -160,15 +163,25 @@ async fn only_the_leader_exports_the_backlog_gauges_and_they_follow_leadership()
     let mut agents = Vec::new();
     for (name, port) in names.iter().zip(ports) {
         let listen = format!("127.0.0.1:{port}");
-        let (agent, _) = start_agent(&db, name, "noop", &["--metrics-listen", &listen], Vec::new())
-            .await
-            .unwrap();
+        let (agent, _) = start_agent(
+            &db,
+            name,
+            "noop",
+            &["--metrics-listen", &listen],
+            Vec::new(),
+        )
+        .await
+        .unwrap();
         agents.push(agent);
     }
 
     // Exactly one agent exports the gauges, and it is the leader.
     let exported = exporters(&names, &ports, "the leader exports the backlog gauges").await;
-    assert_eq!(exported.len(), 1, "gauges on more than one agent: {exported:?}");
+    assert_eq!(
+        exported.len(),
+        1,
+        "gauges on more than one agent: {exported:?}"
+    );
     let (first, samples) = exported.into_iter().next().unwrap();
     assert_eq!(leader(&db.pool).await.as_deref(), Some(first.as_str()));
     agree(&db.pool, &samples).await;
@@ -192,7 +205,10 @@ async fn only_the_leader_exports_the_backlog_gauges_and_they_follow_leadership()
     .await
     .unwrap();
     for port in ports {
-        assert!(backlog(port).await.unwrap().is_empty(), "gauges without a leader");
+        assert!(
+            backlog(port).await.unwrap().is_empty(),
+            "gauges without a leader"
+        );
     }
 
     // A type disappears (its tasks deleted), the lease is free again: whichever agent is
@@ -206,7 +222,11 @@ async fn only_the_leader_exports_the_backlog_gauges_and_they_follow_leadership()
         .await
         .unwrap();
     let exported = exporters(&names, &ports, "a new leader exports the gauges").await;
-    assert_eq!(exported.len(), 1, "gauges on more than one agent: {exported:?}");
+    assert_eq!(
+        exported.len(),
+        1,
+        "gauges on more than one agent: {exported:?}"
+    );
     let (second, samples) = exported.into_iter().next().unwrap();
     assert_eq!(leader(&db.pool).await.as_deref(), Some(second.as_str()));
     assert_eq!(samples.len(), 6, "gauge.later is gone: {samples:?}");

@@ -504,7 +504,9 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
             ],
             vec!["fail", "0", "0", "0", "-", "0/-", "1", "0", "active"],
             vec!["noop", "2", "0", "0", "AGE", "0/-", "0", "0", "paused"],
-            vec!["sleep", "2", "0", "0", "AGE", "1/1", "0", "0", "at", "limit"],
+            vec![
+                "sleep", "2", "0", "0", "AGE", "1/1", "0", "0", "at", "limit"
+            ],
             vec!["global:", "limit", "50"],
         ],
         "{}",
@@ -678,7 +680,12 @@ async fn breaker_set_ls_clear_and_the_breaker_column_of_types() {
     assert_eq!(&fail[7 + oldest..8 + oldest], ["open"], "{}", o.describe());
     assert!(fail[8 + oldest].starts_with("59m"), "{}", o.describe());
     let email = rows.iter().find(|r| r[0] == "email.send").unwrap();
-    assert_eq!(&email[7 + oldest..], ["closed", "active"], "{}", o.describe());
+    assert_eq!(
+        &email[7 + oldest..],
+        ["closed", "active"],
+        "{}",
+        o.describe()
+    );
     let o = f.cli.run(&["breaker", "ls"]).await.unwrap();
     ok(&o);
     let line = o.stdout.lines().find(|l| l.starts_with("fail ")).unwrap();

@@ -24,7 +24,8 @@ enum Db {
 }
 
 /// SQLite's now, in µs (as the store writes times).
-const LITE_NOW: &str = "(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)";
+const LITE_NOW: &str =
+    "(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)";
 
 impl Db {
     /// A time `secs` seconds from now (negative: ago), as SQL.
@@ -41,16 +42,30 @@ impl Db {
 
     async fn exec(&self, sql: &str) {
         match self {
-            Db::Pg(pool) => sqlx::query(AssertSqlSafe(sql.to_owned())).execute(pool).await.map(|_| ()),
-            Db::Lite(pool) => sqlx::query(AssertSqlSafe(sql.to_owned())).execute(pool).await.map(|_| ()),
+            Db::Pg(pool) => sqlx::query(AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .map(|_| ()),
+            Db::Lite(pool) => sqlx::query(AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .map(|_| ()),
         }
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
     async fn count(&self, sql: &str) -> i64 {
         match self {
-            Db::Pg(pool) => sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned())).fetch_one(pool).await,
-            Db::Lite(pool) => sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned())).fetch_one(pool).await,
+            Db::Pg(pool) => {
+                sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(pool)
+                    .await
+            }
+            Db::Lite(pool) => {
+                sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(pool)
+                    .await
+            }
         }
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .unwrap_or(0)
@@ -58,8 +73,16 @@ impl Db {
 
     async fn opt(&self, sql: &str) -> Option<i64> {
         match self {
-            Db::Pg(pool) => sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned())).fetch_one(pool).await,
-            Db::Lite(pool) => sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned())).fetch_one(pool).await,
+            Db::Pg(pool) => {
+                sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(pool)
+                    .await
+            }
+            Db::Lite(pool) => {
+                sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(pool)
+                    .await
+            }
         }
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
@@ -207,12 +230,23 @@ async fn build(db: &Db) {
     db.task("stats.later", "queued", 7200, None, None).await;
     db.task("stats.a", "running", -10, None, None).await;
     db.task("stats.a", "running", -10, None, None).await;
-    db.task("stats.b", "cancel_requested", -10, None, None).await;
+    db.task("stats.b", "cancel_requested", -10, None, None)
+        .await;
     // Finished, by window.
     for (status, ages, last) in [
-        ("succeeded", &[-10, -10, -12, -300, -300, -1800, -1800, -1900, -2000, -7200, -9000][..], None),
+        (
+            "succeeded",
+            &[
+                -10, -10, -12, -300, -300, -1800, -1800, -1900, -2000, -7200, -9000,
+            ][..],
+            None,
+        ),
         ("partially_succeeded", &[-20, -600][..], None),
-        ("dead", &[-20, -600, -600, -2800, -10_000][..], Some("failed")),
+        (
+            "dead",
+            &[-20, -600, -600, -2800, -10_000][..],
+            Some("failed"),
+        ),
         ("cancelled", &[-25, -700, -3000, -3000, -9000][..], None),
     ] {
         for &ended in ages {
@@ -221,7 +255,9 @@ async fn build(db: &Db) {
     }
     // Failed attempts the tasks outlived (a retry followed), and attempts that are not
     // failures (a release, a lost lease): not counted.
-    let host = db.task("stats.b", "succeeded", -4000, Some(-15), None).await;
+    let host = db
+        .task("stats.b", "succeeded", -4000, Some(-15), None)
+        .await;
     for (epoch, (outcome, ended)) in [
         ("failed", -5),
         ("failed", -8),
@@ -302,9 +338,19 @@ async fn check_types(db: &Db, cli: &Cli) {
     let o = cli.run(&["types"]).await.unwrap();
     ok(&o);
     fits(&o);
-    let header: Vec<&str> = o.stdout.lines().next().unwrap().split_whitespace().collect();
+    let header: Vec<&str> = o
+        .stdout
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
     assert!(header.contains(&"OLDEST"), "{}", o.stdout);
-    let later = o.stdout.lines().find(|l| l.starts_with("stats.later")).unwrap();
+    let later = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("stats.later"))
+        .unwrap();
     let at = header.iter().position(|h| *h == "OLDEST").unwrap();
     assert_eq!(later.split_whitespace().nth(at), Some("-"), "{}", o.stdout);
 }
@@ -328,11 +374,21 @@ async fn check_stats(db: &Db, cli: &Cli) {
     for (w, (name, secs)) in windows.iter().zip([("1m", 60), ("15m", 900), ("1h", 3600)]) {
         assert_eq!(w["window"], name, "{s}");
         assert_eq!(num(w, "window_ms"), secs * 1000, "{s}");
-        let succeeded = db.finished("'succeeded', 'partially_succeeded'", secs).await;
+        let succeeded = db
+            .finished("'succeeded', 'partially_succeeded'", secs)
+            .await;
         let failed = db.failed_attempts(secs).await;
         assert_eq!(num(w, "succeeded"), succeeded, "{name}: {w}");
-        assert_eq!(num(w, "dead_lettered"), db.finished("'dead'", secs).await, "{name}: {w}");
-        assert_eq!(num(w, "cancelled"), db.finished("'cancelled'", secs).await, "{name}: {w}");
+        assert_eq!(
+            num(w, "dead_lettered"),
+            db.finished("'dead'", secs).await,
+            "{name}: {w}"
+        );
+        assert_eq!(
+            num(w, "cancelled"),
+            db.finished("'cancelled'", secs).await,
+            "{name}: {w}"
+        );
         assert_eq!(num(w, "failed_attempts"), failed, "{name}: {w}");
         let throughput = w["throughput_per_sec"].as_f64().unwrap();
         assert!(
@@ -377,11 +433,29 @@ async fn check_stats(db: &Db, cli: &Cli) {
     ok(&o);
     fits(&o);
     let lines: Vec<&str> = o.stdout.lines().collect();
-    assert!(lines[0].starts_with(&format!("queued {} · later ", num(&s, "queued"))), "{}", o.stdout);
-    assert!(lines[1].starts_with("oldest waiting: due for "), "{}", o.stdout);
+    assert!(
+        lines[0].starts_with(&format!("queued {} · later ", num(&s, "queued"))),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        lines[1].starts_with("oldest waiting: due for "),
+        "{}",
+        o.stdout
+    );
     assert_eq!(
         lines[2].split_whitespace().collect::<Vec<_>>(),
-        ["WINDOW", "SUCCEEDED", "DEAD", "CANCELLED", "FAILED", "PER", "SEC", "FAIL", "RATE"]
+        [
+            "WINDOW",
+            "SUCCEEDED",
+            "DEAD",
+            "CANCELLED",
+            "FAILED",
+            "PER",
+            "SEC",
+            "FAIL",
+            "RATE"
+        ]
     );
     let row: Vec<&str> = lines[3].split_whitespace().collect();
     assert_eq!(row[..5], ["1m", "6", "2", "1", "4"], "{}", o.stdout);
@@ -399,7 +473,10 @@ async fn run_real_tasks(db: &Db, cli: &Cli) {
     }
     wait_until("the real tasks finished", WAIT, || async {
         Ok(db
-            .tasks("task_type IN ('noop', 'fail') AND status IN ('succeeded', 'dead')", None)
+            .tasks(
+                "task_type IN ('noop', 'fail') AND status IN ('succeeded', 'dead')",
+                None,
+            )
             .await
             == 2)
     })
@@ -473,9 +550,16 @@ async fn types_and_stats_agree_with_sql_on_sqlite() {
     let dir = scratch_dir("leasehold-cli-stats").unwrap();
     let url = format!("sqlite://{}", dir.join("queue.sqlite").display());
     // The agent creates and migrates the file; the test's rows go in once it has.
-    let _agent = spawn_agent("leasehold-agent", &url, "stats-lite", "noop,fail", &[], Vec::new())
-        .await
-        .unwrap();
+    let _agent = spawn_agent(
+        "leasehold-agent",
+        &url,
+        "stats-lite",
+        "noop,fail",
+        &[],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
     let options = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(dir.join("queue.sqlite"))
         .busy_timeout(Duration::from_secs(10));

@@ -96,12 +96,11 @@ async fn with_100k_waiting_tasks_the_backlog_reads_use_indexes_and_skip_history(
         for (node, rel, _, out) in &found {
             let small = ["tasks_live", "policies", "rate_limit_starts"];
             if node == "Seq Scan" && !small.contains(&rel.as_str()) {
-                let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT count(*) FROM {rel}"
-                )))
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
+                let rows: i64 =
+                    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {rel}")))
+                        .fetch_one(&db.pool)
+                        .await
+                        .unwrap();
                 assert_eq!(
                     rows as f64, *out,
                     "{what}: a sequential scan of {rel} ({rows} rows) for {out}\n{found:?}"
@@ -112,17 +111,24 @@ async fn with_100k_waiting_tasks_the_backlog_reads_use_indexes_and_skip_history(
         // 50 attempt rows come out of any scan of finished rows.
         for (node, rel, index, rows) in &found {
             if index.contains("finished") || index.contains("failed") {
-                assert!(*rows <= 500.0, "{what}: {node} {rel} {index} read {rows} rows");
+                assert!(
+                    *rows <= 500.0,
+                    "{what}: {node} {rel} {index} read {rows} rows"
+                );
             }
         }
         // The keyed waiting rows come through their claim index of tasks_live.
         assert!(
-            found.iter().any(|(_, _, index, _)| index == "tasks_claim_key_idx"),
+            found
+                .iter()
+                .any(|(_, _, index, _)| index == "tasks_claim_key_idx"),
             "{what}: {found:?}"
         );
         if what == "stats" {
             assert!(
-                found.iter().any(|(_, _, index, _)| index.contains("finished")),
+                found
+                    .iter()
+                    .any(|(_, _, index, _)| index.contains("finished")),
                 "{what}: the finished index is not read: {found:?}"
             );
         }

@@ -28,8 +28,8 @@ use super::auth::Auth;
 use super::denials::{Denials, UNKNOWN_PEER};
 use super::hub::HubHandle;
 use super::overview::OverviewCache;
-use super::stats::StatsCache;
 use super::peer::Peer;
+use super::stats::StatsCache;
 use super::status::from_store;
 use crate::runtime::core::Core;
 

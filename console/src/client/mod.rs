@@ -766,7 +766,6 @@ fn endpoint(settings: &Settings) -> Result<Endpoint> {
     endpoint
         .tls_config(config)
         .map_err(|e| Error::usage(format!("TLS settings: {}", cause_chain(&e))))
-
 }
 
 /// `show the policy of type email`, `set the global policy`.

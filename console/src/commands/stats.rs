@@ -27,14 +27,15 @@ pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
 /// The text of `stats`: one line of live counts, one of the oldest waiting task, then a
 /// table of the windows (at most 64 columns with counts below a billion).
 pub fn table(s: &StatsView) -> Vec<String> {
-    let oldest = s
-        .oldest_waiting_ms
-        .map_or_else(|| "none waiting".to_owned(), |ms| {
+    let oldest = s.oldest_waiting_ms.map_or_else(
+        || "none waiting".to_owned(),
+        |ms| {
             format!(
                 "due for {}",
                 short_duration(i64::try_from(ms).unwrap_or(i64::MAX))
             )
-        });
+        },
+    );
     let mut lines = vec![
         format!(
             "queued {} · later {} · retrying {} · running {} · dead {}",

@@ -126,7 +126,10 @@ mod tests {
         ]))
         .unwrap_or_else(|e| panic!("{e}"));
         let w = &view.windows;
-        assert_eq!((w[0].throughput_per_sec, w[0].failure_rate), (0.5, Some(0.25)));
+        assert_eq!(
+            (w[0].throughput_per_sec, w[0].failure_rate),
+            (0.5, Some(0.25))
+        );
         assert_eq!((w[1].throughput_per_sec, w[1].failure_rate), (0.0, None));
         assert_eq!(w[2].failure_rate, Some(1.0));
         assert_eq!([w[0].window, w[1].window, w[2].window], ["1m", "15m", "1h"]);

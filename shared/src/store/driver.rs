@@ -47,11 +47,11 @@ use super::{
     CheckpointParams, ClaimBatch, ClaimParams, CompleteOutcome, CompleteParams, DeadBulkOutcome,
     DeniedCalls, EnqueueAuditedParams, Enqueued, ExpireDeadlinesParams, ExplainParams, HolderWrite,
     IdleReport, IdleReportParams, LeaderElectParams, LeaderOutcome, LeaderRenewParams,
-    LeaderRenewal, NewTask, Overview, QueueStats, PolicyChange, PolicySetParams, ProgressParams,
-    PurgeDeadParams, PurgeParams, RecentRun, RecentRunsParams, RecoverParams, Recovered,
-    ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome,
-    RequeueParams, Result, ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskDetail,
-    TaskListParams, TaskPage, UnservedParams,
+    LeaderRenewal, NewTask, Overview, PolicyChange, PolicySetParams, ProgressParams,
+    PurgeDeadParams, PurgeParams, QueueStats, RecentRun, RecentRunsParams, RecoverParams,
+    Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome, RenewParams, RequeueDeadParams,
+    RequeueOutcome, RequeueParams, Result, ShedParams, Store, StoreError, SuspectLease,
+    SuspectParams, TaskDetail, TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 

@@ -44,9 +44,9 @@ pub mod postgres;
 pub mod resources;
 mod rows;
 pub mod schedules;
-pub mod stats;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+pub mod stats;
 pub mod wake;
 
 use std::time::Duration;

@@ -445,15 +445,17 @@ pub(crate) fn stats_row<R: Columns>(row: &R, now: DateTime<Utc>) -> Result<Queue
     let windows = STATS_WINDOWS
         .iter()
         .zip(COLUMNS)
-        .map(|(window, [ok, dead, cancelled, failed])| -> Result<StatsWindow> {
-            Ok(StatsWindow {
-                window: *window,
-                succeeded: n(ok)?,
-                dead_lettered: n(dead)?,
-                cancelled: n(cancelled)?,
-                failed_attempts: n(failed)?,
-            })
-        })
+        .map(
+            |(window, [ok, dead, cancelled, failed])| -> Result<StatsWindow> {
+                Ok(StatsWindow {
+                    window: *window,
+                    succeeded: n(ok)?,
+                    dead_lettered: n(dead)?,
+                    cancelled: n(cancelled)?,
+                    failed_attempts: n(failed)?,
+                })
+            },
+        )
         .collect::<Result<_>>()?;
     Ok(QueueStats {
         queued: n("queued")?,

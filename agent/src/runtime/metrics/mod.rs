@@ -22,11 +22,11 @@ mod serve;
 #[cfg(test)]
 mod tests;
 
+pub use backlog::{BACKLOG_TYPES_CAP, BacklogRow};
 pub use health::{
     DATABASE_CHECK_TTL, DATABASE_TIMEOUT, MigrationCount, Readiness, ReadinessReport,
     ReadinessSource,
 };
-pub use backlog::{BACKLOG_TYPES_CAP, BacklogRow};
 pub use serve::{bind_metrics, serve_metrics};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -609,7 +609,13 @@ fn oldest_shows_when_some_type_waits_and_gives_way_last() {
         None,
         false,
     ));
-    let cell = |row: usize| lines[row].split_whitespace().nth(4).unwrap_or_default().to_owned();
+    let cell = |row: usize| {
+        lines[row]
+            .split_whitespace()
+            .nth(4)
+            .unwrap_or_default()
+            .to_owned()
+    };
     assert!(lines[0].contains("OLDEST"), "{}", lines[0]);
     assert_eq!([cell(1), cell(2), cell(3)], ["850ms", "-", "2h03m"]);
     // Huge counts beside a breaker and the age: BREAKER goes before OLDEST, OLDEST before a

@@ -12,8 +12,8 @@ use crate::store::dialect::task_list_page;
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, blockers};
 use crate::store::rows::{explain_facts, overview_row, stats_row};
 use crate::store::{
-    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, QueueStats, Result, StoreError, TaskDetail,
-    TaskListParams, TaskPage,
+    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, QueueStats, Result, StoreError,
+    TaskDetail, TaskListParams, TaskPage,
 };
 
 pub(super) async fn db_now(pool: &Db) -> Result<DateTime<Utc>> {
