@@ -123,4 +123,39 @@ mod tests {
         }
         assert!(huge[4].contains("999999999999"), "{:?}", huge[4]);
     }
+
+    /// The example of `leasehold stats --help` (and of the README) is what the table prints.
+    #[test]
+    fn the_help_example_is_what_the_table_prints() {
+        let window = |minutes: u64, succeeded, dead_lettered, cancelled, failed_attempts| {
+            v1::StatsWindow {
+                window_ms: minutes * 60_000,
+                succeeded,
+                dead_lettered,
+                cancelled,
+                failed_attempts,
+            }
+        };
+        let stats = StatsView::from_wire(&v1::GetStatsResponse {
+            queued: 12,
+            scheduled: 4,
+            retrying: 2,
+            running: 3,
+            dead: 7,
+            oldest_waiting_ms: Some(95_000),
+            windows: vec![
+                window(1, 60, 1, 0, 2),
+                window(15, 900, 3, 1, 20),
+                window(60, 3600, 7, 2, 41),
+            ],
+            now_ms: 1_764_588_000_000,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let help = include_str!("../cli/mod.rs");
+        let readme = include_str!("../../../README.md");
+        for line in table(&stats) {
+            assert!(help.contains(&format!("///   {line}\n")), "not in the help: {line:?}");
+            assert!(readme.contains(&format!("\n{line}\n")), "not in the README: {line:?}");
+        }
+    }
 }

@@ -648,3 +648,62 @@ fn oldest_shows_when_some_type_waits_and_gives_way_last() {
         assert!(width(line) <= WIDTH, "{line}");
     }
 }
+
+/// The example of `leasehold types --help` is what the table prints.
+#[test]
+fn the_help_example_is_what_the_table_prints() {
+    let email = v1::TypeSummary {
+        task_type: "email.send".into(),
+        queued: 12,
+        retrying: 3,
+        running: 5,
+        limit: Some(5),
+        dead: 1,
+        finished_last_minute: 40,
+        per_key_limit: Some(2),
+        rate: fill(50, 1_000, 12),
+        oldest_waiting_ms: Some(192_000),
+        ..Default::default()
+    };
+    let noop = v1::TypeSummary {
+        task_type: "noop".into(),
+        ..Default::default()
+    };
+    let lines = table(&rated(vec![email, noop], None, false, fill(1000, 60_000, 812)));
+    let help = include_str!("../../cli/mod.rs");
+    for line in &lines {
+        assert!(
+            help.contains(&format!("///   {line}\n")),
+            "not in the help of `types`: {line:?}\n{lines:#?}"
+        );
+    }
+}
+
+/// The README's example of the OLDEST column is what the table prints.
+#[test]
+fn the_readme_example_is_what_the_table_prints() {
+    let email = v1::TypeSummary {
+        task_type: "email.send".into(),
+        queued: 12,
+        retrying: 3,
+        running: 5,
+        limit: Some(5),
+        dead: 1,
+        finished_last_minute: 40,
+        oldest_waiting_ms: Some(192_000),
+        ..Default::default()
+    };
+    let report = v1::TypeSummary {
+        task_type: "report.pdf".into(),
+        scheduled: 4,
+        ..Default::default()
+    };
+    let lines = table(&list(vec![email, report], None, false));
+    let readme = include_str!("../../../../README.md");
+    for line in &lines {
+        assert!(
+            readme.contains(&format!("\n{line}\n")),
+            "not in the README: {line:?}\n{lines:#?}"
+        );
+    }
+}
