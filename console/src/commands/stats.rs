@@ -127,15 +127,14 @@ mod tests {
     /// The example of `leasehold stats --help` (and of the README) is what the table prints.
     #[test]
     fn the_help_example_is_what_the_table_prints() {
-        let window = |minutes: u64, succeeded, dead_lettered, cancelled, failed_attempts| {
-            v1::StatsWindow {
+        let window =
+            |minutes: u64, succeeded, dead_lettered, cancelled, failed_attempts| v1::StatsWindow {
                 window_ms: minutes * 60_000,
                 succeeded,
                 dead_lettered,
                 cancelled,
                 failed_attempts,
-            }
-        };
+            };
         let stats = StatsView::from_wire(&v1::GetStatsResponse {
             queued: 12,
             scheduled: 4,
@@ -154,8 +153,14 @@ mod tests {
         let help = include_str!("../cli/mod.rs");
         let readme = include_str!("../../../README.md");
         for line in table(&stats) {
-            assert!(help.contains(&format!("///   {line}\n")), "not in the help: {line:?}");
-            assert!(readme.contains(&format!("\n{line}\n")), "not in the README: {line:?}");
+            assert!(
+                help.contains(&format!("///   {line}\n")),
+                "not in the help: {line:?}"
+            );
+            assert!(
+                readme.contains(&format!("\n{line}\n")),
+                "not in the README: {line:?}"
+            );
         }
     }
 }

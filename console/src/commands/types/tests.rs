@@ -669,7 +669,12 @@ fn the_help_example_is_what_the_table_prints() {
         task_type: "noop".into(),
         ..Default::default()
     };
-    let lines = table(&rated(vec![email, noop], None, false, fill(1000, 60_000, 812)));
+    let lines = table(&rated(
+        vec![email, noop],
+        None,
+        false,
+        fill(1000, 60_000, 812),
+    ));
     let help = include_str!("../../cli/mod.rs");
     for line in &lines {
         assert!(
