@@ -453,8 +453,17 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
         async move {
             let o = cli.run(&["--output", "json", "types"]).await?;
             ok(&o);
-            let json = o.json()?;
+            let mut json = o.json()?;
+            // The ages move with the clock: checked apart below.
+            let mut ages = Vec::new();
+            for t in json["types"].as_array_mut().into_iter().flatten() {
+                let age = t
+                    .as_object_mut()
+                    .and_then(|t| t.remove("oldest_waiting_ms"));
+                ages.push(age.unwrap_or_default());
+            }
             let done = json["types"] == *expected;
+            json["ages"] = Value::Array(ages);
             *read.lock().unwrap() = json;
             Ok(done)
         }
@@ -466,23 +475,38 @@ async fn types_lists_each_type_against_its_limit_and_the_global_limit() {
     assert_eq!(last["global_paused"], false);
     assert_eq!(last["global_rate"], Value::Null);
     assert_eq!(last["truncated"], false);
+    // fail has nothing waiting; noop's and sleep's oldest waiting tasks are due since their
+    // enqueue, well under the minute this test takes.
+    let ages = last["ages"].as_array().unwrap();
+    assert!(ages[0].is_null(), "{last}");
+    for age in &ages[1..] {
+        assert!(age.as_u64().is_some_and(|ms| ms < 120_000), "{last}");
+    }
 
     let o = f.cli.run(&["types"]).await.unwrap();
     ok(&o);
-    let rows: Vec<Vec<&str>> = o
+    let mut rows: Vec<Vec<&str>> = o
         .lines()
         .iter()
         .map(|l| l.split_whitespace().collect())
         .collect();
+    // The OLDEST cells (an age such as `4s`, `1m02s`) move with the clock.
+    for row in rows.iter_mut().skip(1).take(3) {
+        if row[4] != "-" {
+            row[4] = "AGE";
+        }
+    }
     assert_eq!(
         rows,
         [
             vec![
-                "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "DEAD", "DONE/M", "STATE"
+                "TYPE", "QUEUED", "LATER", "RETRY", "OLDEST", "RUNNING", "DEAD", "DONE/M", "STATE"
             ],
-            vec!["fail", "0", "0", "0", "0/-", "1", "0", "active"],
-            vec!["noop", "2", "0", "0", "0/-", "0", "0", "paused"],
-            vec!["sleep", "2", "0", "0", "1/1", "0", "0", "at", "limit"],
+            vec!["fail", "0", "0", "0", "-", "0/-", "1", "0", "active"],
+            vec!["noop", "2", "0", "0", "AGE", "0/-", "0", "0", "paused"],
+            vec![
+                "sleep", "2", "0", "0", "AGE", "1/1", "0", "0", "at", "limit"
+            ],
             vec!["global:", "limit", "50"],
         ],
         "{}",
@@ -637,19 +661,31 @@ async fn breaker_set_ls_clear_and_the_breaker_column_of_types() {
         .iter()
         .map(|l| l.split_whitespace().collect())
         .collect();
+    // OLDEST is there when the third `fail` task still waits (claimed before the breaker
+    // opened, it died too): either way, the columns after it are where they should be.
+    let waits: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM tasks WHERE task_type = 'fail' AND status = 'queued'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let oldest = usize::from(waits > 0);
+    let mut header = vec!["TYPE", "QUEUED", "LATER", "RETRY"];
+    if waits > 0 {
+        header.push("OLDEST");
+    }
+    header.extend(["RUNNING", "DEAD", "DONE/M", "BREAKER", "STATE"]);
+    assert_eq!(rows[0], header, "{}", o.describe());
+    let fail = rows.iter().find(|r| r[0] == "fail").unwrap();
+    assert_eq!(&fail[7 + oldest..8 + oldest], ["open"], "{}", o.describe());
+    assert!(fail[8 + oldest].starts_with("59m"), "{}", o.describe());
+    let email = rows.iter().find(|r| r[0] == "email.send").unwrap();
     assert_eq!(
-        rows[0],
-        [
-            "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "DEAD", "DONE/M", "BREAKER", "STATE"
-        ],
+        &email[7 + oldest..],
+        ["closed", "active"],
         "{}",
         o.describe()
     );
-    let fail = rows.iter().find(|r| r[0] == "fail").unwrap();
-    assert_eq!(&fail[7..8], ["open"], "{}", o.describe());
-    assert!(fail[8].starts_with("59m"), "{}", o.describe());
-    let email = rows.iter().find(|r| r[0] == "email.send").unwrap();
-    assert_eq!(&email[7..], ["closed", "active"], "{}", o.describe());
     let o = f.cli.run(&["breaker", "ls"]).await.unwrap();
     ok(&o);
     let line = o.stdout.lines().find(|l| l.starts_with("fail ")).unwrap();

@@ -558,6 +558,15 @@ async fn tokens_and_roles_are_enforced_audited_and_change_nothing() {
         overview.types.iter().any(|t| t.task_type == "email.send"),
         "viewer may read the overview: {overview:?}"
     );
+    let stats = viewer
+        .get_stats(pb::GetStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        stats.windows.len() == 3 && stats.running >= 1,
+        "viewer may read the queue stats: {stats:?}"
+    );
     assert_eq!(
         audit_after(&db.pool, seen).await,
         Vec::<AuditRow>::new(),

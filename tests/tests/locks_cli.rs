@@ -2,7 +2,8 @@
 //! `leasehold locks acquire|renew|release --holder --fencing-token` end to end (issue 26): locks held
 //! by shell scripts, through the real `leasehold` binary, a real agent, gRPC and PostgreSQL.
 //! Two acquires of one name: the second exits 1 naming the first's holder and token; a
-//! `--wait`ing acquire gets the lock once another process releases it mid-wait; a release or
+//! `--wait`ing acquire gets the lock once another process releases it mid-wait, and one whose
+//! wait runs out exits 1 after about the wait, naming the holder, the row unchanged; a release or
 //! renew with a wrong token or holder exits 1 and changes nothing in `resource_leases`; a
 //! renew moves `lease_until`; the JSON parses; a viewer is refused (exit 4) and bad input
 //! exits 2, each with nothing changed; the forced release still frees anyone's lock.
@@ -527,4 +528,67 @@ async fn scripts_take_renew_and_give_back_locks_through_the_cli() {
         .unwrap();
         assert!(n >= 1, "no {action} audit row of the operator");
     }
+}
+
+/// `locks acquire --wait D` on a lock someone else holds for longer: it tries for about D
+/// (not once and out, not on and on), says on stderr that it waits, then exits 1 naming the
+/// holder, and the lock's row is as the holder left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_runs_out_exits_1_naming_the_holder_and_changes_nothing() {
+    const WAIT_FOR: std::time::Duration = std::time::Duration::from_secs(3);
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "locks-wait", "noop", &[]).await.unwrap();
+    let name = "deploy/wait";
+    let o = f
+        .cli
+        .run(&[
+            "--output", "json", "locks", "acquire", name, "--for", "2m", "--holder", "ci-job-1",
+        ])
+        .await
+        .unwrap();
+    code(&o, 0);
+    let token = o.json().unwrap()["token"].as_i64().unwrap();
+    let before = row(&db.pool, name).await;
+    assert!(before.is_some());
+
+    let started = std::time::Instant::now();
+    let o = f
+        .cli
+        .run(&[
+            "locks", "acquire", name, "--for", "1m", "--holder", "ci-job-2", "--wait", "3s",
+        ])
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    code(&o, 1);
+    assert!(
+        o.stdout.starts_with(&format!(
+            "lock {name} is held by ci-job-1 (token {token}) until "
+        )),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        o.stderr.contains("held by ci-job-1") && o.stderr.contains("waiting"),
+        "{}",
+        o.describe()
+    );
+    // About the wait: it did not give up at the first refusal, and its last try is within the
+    // wait (a pause never runs past it); the rest is a process start and one call on a shared
+    // machine.
+    assert!(took >= WAIT_FOR, "gave up after {took:?}");
+    assert!(
+        took < WAIT_FOR + std::time::Duration::from_secs(5),
+        "waited {took:?}"
+    );
+    assert_eq!(
+        row(&db.pool, name).await,
+        before,
+        "a wait that ran out changed the row"
+    );
+    assert_eq!(
+        holding(&db.pool, name).await,
+        (Some("ci-job-1".into()), token)
+    );
+    db.drop_db().await.unwrap();
 }

@@ -2,7 +2,8 @@
 //! Both stores against a model, in lockstep (issues 18 and 21): random sequences of store
 //! operations — enqueue (types, priorities, max attempts, idempotency keys), batch claims by
 //! agent over one or both types, renew, progress, complete (ok, partial, failed retryable or
-//! not, cancelled), release, operator cancel, requeue and requeue-dead, policy pause/resume and
+//! not, cancelled), release, operator cancel, requeue, requeue-dead and purge-dead (deleted
+//! tasks leave the model and each side's list alike), policy pause/resume and
 //! concurrency limits, lease expiry (backdated in SQL) then recovery, retry backoff made due,
 //! deadline passing then expiry — applied in the same order to a fresh PostgreSQL database, a
 //! fresh SQLite file and a small pure model of DESIGN §3–§6 written here from the contract.
@@ -42,7 +43,8 @@ use leasehold_shared::domain::{
 use leasehold_shared::store::{
     CancelOutcome, CancelParams, ClaimParams, CompleteOutcome, CompleteParams, Completion,
     DeadFilter, DeadIdsPage, ExpireDeadlinesParams, HolderWrite, NewTask, PolicySetParams,
-    ProgressParams, RecoverParams, ReleaseParams, RenewParams, RequeueDeadParams, RequeueParams,
+    ProgressParams, PurgeDeadParams, RecoverParams, ReleaseParams, RenewParams, RequeueDeadParams,
+    RequeueParams,
 };
 use leasehold_shared::{Actor, Progress, Store, StoreError, TaskError, TaskId};
 use leasehold_tests::helpers::{agent, key, tt};
@@ -60,8 +62,10 @@ const TYPES: [&str; 2] = ["model.a", "model.b"];
 const MAX_TASKS: usize = 4;
 const STEPS: usize = 30;
 const DEFAULT_CASES: u32 = 24;
-/// The run's seed unless `MODEL_SEED` names one (`MODEL_SEED=random`: from the clock).
-const DEFAULT_SEED: u64 = 4;
+/// The run's seed unless `MODEL_SEED` names one (`MODEL_SEED=random`: from the clock). Chosen
+/// so the default run meets every positive control below (4 did until PurgeDead joined the
+/// operations, which changed every generated case).
+const DEFAULT_SEED: u64 = 9;
 /// Shrinking replays a case on fresh databases each time: bound it.
 const MAX_SHRINK_ITERS: u32 = 400;
 const LEASE_TTL: Duration = Duration::from_secs(30);
@@ -176,6 +180,11 @@ enum Op {
         ty: Option<usize>,
         dry_run: bool,
     },
+    /// Delete the dead tasks (of a type, or all), with their attempts; a dry run deletes none.
+    PurgeDead {
+        ty: Option<usize>,
+        dry_run: bool,
+    },
     Pause {
         scope: Option<usize>,
         paused: bool,
@@ -257,6 +266,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => task.clone().prop_map(|task| Op::Requeue { task }),
         1 => (prop::option::of(0..TYPES.len()), any::<bool>())
             .prop_map(|(ty, dry_run)| Op::RequeueDead { ty, dry_run }),
+        1 => (prop::option::of(0..TYPES.len()), any::<bool>())
+            .prop_map(|(ty, dry_run)| Op::PurgeDead { ty, dry_run }),
         1 => (scope.clone(), prop_oneof![1 => Just(true), 2 => Just(false)])
             .prop_map(|(scope, paused)| Op::Pause { scope, paused }),
         1 => (scope, limit).prop_map(|(scope, limit)| Op::Limit { scope, limit }),
@@ -337,6 +348,8 @@ enum Seen {
     Refused(TaskAction),
     Requeued(TaskStatus),
     RequeuedDead(u64),
+    /// Dead tasks purged (or that a dry run would purge).
+    PurgedDead(u64),
     Policy(ModelPolicy),
     /// `(task, revoked epoch, owner, new status)`, by task.
     Recovered(Vec<(usize, i64, String, TaskStatus)>),
@@ -369,6 +382,7 @@ struct Tally {
     retries: u64,
     idempotent_hits: u64,
     dead_requeued: u64,
+    dead_purged: u64,
 }
 
 impl Tally {
@@ -392,6 +406,7 @@ impl Tally {
             Seen::Claimed(c) => self.claimed += c.len() as u64,
             Seen::Enqueued { created: false, .. } => self.idempotent_hits += 1,
             Seen::RequeuedDead(n) => self.dead_requeued += n,
+            Seen::PurgedDead(n) => self.dead_purged += n,
             _ => {}
         }
     }
@@ -732,6 +747,17 @@ impl Model {
         Ok(Seen::RequeuedDead(dead.len() as u64))
     }
 
+    /// The dead tasks of `ty` (or of every type) are deleted: they leave the model, so the
+    /// tasks after them move up one place, as they leave the sides' id lists.
+    fn purge_dead(&mut self, ty: Option<usize>, dry_run: bool) -> Seen {
+        let dead = |t: &ModelTask| t.status == TaskStatus::Dead && ty.is_none_or(|ty| t.ty == ty);
+        let n = self.tasks.iter().filter(|t| dead(t)).count() as u64;
+        if !dry_run {
+            self.tasks.retain(|t| !dead(t));
+        }
+        Seen::PurgedDead(n)
+    }
+
     fn policy(&mut self, scope: Option<usize>) -> &mut ModelPolicy {
         match scope {
             None => &mut self.global,
@@ -819,6 +845,7 @@ impl Model {
                 None => Ok(Seen::Skipped),
             },
             Op::RequeueDead { ty, dry_run } => self.requeue_dead(ty, dry_run),
+            Op::PurgeDead { ty, dry_run } => Ok(self.purge_dead(ty, dry_run)),
             Op::Pause { scope, paused } => {
                 let p = self.policy(scope);
                 p.paused = paused;
@@ -1032,6 +1059,35 @@ impl Side {
                     .map_err(|e| fail("requeue dead", e))?
                     .count;
                 Seen::RequeuedDead(n)
+            }
+            Op::PurgeDead { ty, dry_run } => {
+                let n = store
+                    .task_purge_dead(PurgeDeadParams {
+                        filter: DeadFilter {
+                            task_type: ty.map(|t| tt(TYPES[t])),
+                            ..DeadFilter::default()
+                        },
+                        dry_run,
+                        page: DeadIdsPage::default(),
+                        actor: Actor::operator("model-op"),
+                    })
+                    .await
+                    .map_err(|e| fail("purge dead", e))?
+                    .count;
+                // The tasks the store deleted leave this side's list, found by reading each
+                // back (not by asking the model).
+                let mut kept = Vec::new();
+                for &id in &self.ids {
+                    let found = store
+                        .task_get(TaskId(id))
+                        .await
+                        .map_err(|e| fail("reading a task after a purge", e))?;
+                    if found.is_some() {
+                        kept.push(id);
+                    }
+                }
+                self.ids = kept;
+                Seen::PurgedDead(n)
             }
             Op::Pause { scope, paused } => {
                 let patch = PolicyPatch {
@@ -1416,5 +1472,6 @@ fn stores_match_each_other_and_the_model() {
             tally.idempotent_hits > 0 && tally.dead_requeued > 0,
             "{tally:?}"
         );
+        assert!(tally.dead_purged > 0, "{tally:?}");
     }
 }

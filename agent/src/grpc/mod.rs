@@ -34,6 +34,7 @@ mod reads;
 pub mod resources;
 pub mod schedules;
 pub mod service;
+pub mod stats;
 pub mod status;
 pub mod suspect;
 pub mod transport;
@@ -244,6 +245,7 @@ pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> Result<Running> {
         hub: handle,
         auth: Arc::new(options.auth),
         overview: Arc::default(),
+        stats: Arc::default(),
         denials: Arc::clone(&denials),
     };
     let agent = AgentServiceServer::new(service)

@@ -83,6 +83,9 @@ fn to_wire(o: Overview, policies: &[Policy]) -> pb::GetOverviewResponse {
                 shed_last_minute: t.shed_last_minute,
                 per_key_limit: t.per_key_limit,
                 breaker: t.breaker.map(breaker_summary),
+                oldest_waiting_ms: t
+                    .oldest_waiting
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             })
             .collect(),
         global_limit: o.global_limit,

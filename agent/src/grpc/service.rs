@@ -11,7 +11,7 @@
 //! what they do in the sibling modules — reads (`reads.rs`), task and agent actions
 //! (`actions.rs`), policy (`policy.rs`), schedules ([`super::schedules`]), locks and shards
 //! ([`super::resources`]), the audit log ([`super::audit`]) and suspect leases
-//! ([`super::suspect`]).
+//! ([`super::suspect`]) and the queue stats ([`super::stats`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,6 +29,7 @@ use super::denials::{Denials, UNKNOWN_PEER};
 use super::hub::HubHandle;
 use super::overview::OverviewCache;
 use super::peer::Peer;
+use super::stats::StatsCache;
 use super::status::from_store;
 use crate::runtime::core::Core;
 
@@ -64,6 +65,8 @@ pub struct Service {
     pub(crate) hub: HubHandle,
     pub(crate) auth: Arc<Auth>,
     pub(crate) overview: Arc<OverviewCache>,
+    /// The last `GetStats` answer (at most one stats query a second).
+    pub(crate) stats: Arc<StatsCache>,
     /// Where refused actions are counted and audited.
     pub(crate) denials: Arc<Denials>,
 }
@@ -396,6 +399,13 @@ impl AgentService for Service {
         request: Request<pb::SetPolicyRequest>,
     ) -> Result<Response<pb::SetPolicyResponse>, Status> {
         self.set_policy_rpc(request).await
+    }
+
+    async fn get_stats(
+        &self,
+        request: Request<pb::GetStatsRequest>,
+    ) -> Result<Response<pb::GetStatsResponse>, Status> {
+        self.get_stats_rpc(request).await
     }
 }
 

@@ -3,8 +3,9 @@
 //!
 //! Start order: connect (main pool, heartbeat connection) → register in `agents` (the per-start
 //! lease owner id) → gRPC (Watch aggregator and server) → completer → heartbeat → registry →
-//! maintenance → keeper (locks, shards) → scheduler → metrics (when listening) → notifier (or
-//! the SQLite file watcher) → idle (`--exit-when-idle`) → claimer; each in one supervised set.
+//! maintenance → keeper (locks, shards) → scheduler → metrics and backlog gauges (when
+//! listening) → notifier (or the SQLite file watcher) → idle (`--exit-when-idle`) → claimer;
+//! each in one supervised set.
 //!
 //! Stop order (SIGTERM, `--exit-when-idle`, the gRPC `Drain` call, or the library's shutdown
 //! token):
@@ -484,6 +485,15 @@ impl Agent {
                     tracing::error!(%error, "the metrics listener failed");
                 }
             });
+            // The leader's backlog gauges (none on the other agents).
+            let backlog = super::backlog::Backlog {
+                core: Arc::clone(&core),
+            };
+            services.spawn(
+                "backlog",
+                &[&background_stop],
+                backlog.run(background_stop.clone()),
+            );
         }
         // LISTEN on PostgreSQL; SQLite has no NOTIFY: its stand-in watches the file's change
         // counter. The store's wake source owns either.
@@ -670,7 +680,14 @@ impl Agent {
         heartbeat_stop.cancel();
         background_stop.cancel();
         services
-            .join(&[HEARTBEAT, "maintenance", "scheduler", "registry", "metrics"])
+            .join(&[
+                HEARTBEAT,
+                "maintenance",
+                "scheduler",
+                "registry",
+                "metrics",
+                "backlog",
+            ])
             .await;
         match tokio::time::timeout(
             Duration::from_secs(3),

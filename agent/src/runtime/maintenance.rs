@@ -142,6 +142,11 @@ impl Maintenance {
         let core = &self.core;
         let term = leading.map_or(0, |l| l.term);
         core.metrics.set_leader(leading.is_some());
+        if leading.is_none() {
+            // A follower exports no backlog gauges (the backlog service would clear them at
+            // its next refresh; this is sooner).
+            core.metrics.clear_backlog();
+        }
         core.leading.store(leading.is_some(), Ordering::Relaxed);
         if core.leader_term.swap(term, Ordering::Relaxed) != term {
             core.schedules_changed.notify_one();

@@ -3,6 +3,7 @@
 //! place in the start and stop order (see [`agent`]).
 
 pub mod agent;
+mod backlog;
 mod book;
 mod claimer;
 mod completer;

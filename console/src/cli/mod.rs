@@ -416,12 +416,15 @@ pub enum Command {
     /// One row per type with waiting, running or dead tasks, a finish in the last minute or a
     /// policy, by name (counts at most 1 s old, from the database).
     /// Output (table), then the global limit, and the global rate limit when there is one:
-    ///   TYPE        QUEUED  LATER  RETRY  RUNNING  PER-KEY      RATE  DEAD  DONE/M  STATE
-    ///   email.send      12      0      3      5/5        2  12/50/1s     1      40  at limit
-    ///   noop             0      0      0      0/-        -         -     0       0  active
+    ///   TYPE     QUEUED  LATER  RETRY  OLDEST  RUNNING      RATE  DEAD  DONE/M  STATE
+    ///   email.…      12      0      3   3m12s      5/5  12/50/1s     1      40  at limit
+    ///   noop          0      0      0       -      0/-         -     0       0  active
+    ///   PER-KEY left out to fit 80 columns; `leasehold types --output json` has it
     ///   global: unlimited
     ///   global rate limit: 1000/1m, 812 used
-    /// LATER is queued but not yet due; PER-KEY (only when some type has a per-key limit) is
+    /// LATER is queued but not yet due; OLDEST (only when some type has a waiting task) is how
+    /// long the type's oldest waiting task (queued or retry_wait, due) has been due (`-`: none
+    /// waits); PER-KEY (only when some type has a per-key limit) is
     /// the running tasks allowed per concurrency key (`-`: none); RATE (only when some type has
     /// a rate limit) is the
     /// starts in the type's rate window ending now over its rate limit as `ratelimit set`
@@ -434,14 +437,15 @@ pub enum Command {
     /// is full) or active, by the type's own policy (a global pause, limit or rate is on the
     /// last lines; `· rate limited` ends the global rate line when its window is full). The
     /// name gives way first on 80 columns, then the state; if the optional columns still do
-    /// not fit whole, PER-KEY is left out, then RATE, then SHED/M, then BREAKER, and a line
-    /// says so (`ratelimit ls`, `breaker ls` and JSON have them); counts are not cut.
+    /// not fit whole, PER-KEY is left out, then RATE, then SHED/M, then BREAKER, then OLDEST,
+    /// and a line says so (`ratelimit ls`, `breaker ls` and JSON have them); counts are not cut.
     /// Output (json): {"types":[{"task_type":"email.send","queued":12,"scheduled":0,
     /// "retrying":3,"running":5,"dead":1,"finished_last_minute":40,"dead_last_minute":0,
     /// "limit":5,"per_key_limit":2,"paused":false,"rate":{"starts":50,"period_ms":1000,
     /// "used":12},"shed_after_ms":30000,"shed_last_minute":4,"state":"at_limit",
     /// "breaker":{"state":"open","failures":5,"within_ms":60000,"cooldown_ms":30000,
-    /// "since":"2026-12-06T11:59:48.000Z","until":"2026-12-06T12:00:18.000Z"}}],
+    /// "since":"2026-12-06T11:59:48.000Z","until":"2026-12-06T12:00:18.000Z"},
+    /// "oldest_waiting_ms":192000}],
     /// "global_limit":null,"global_paused":false,"global_rate":{"starts":1000,
     /// "period_ms":60000,"used":812},"truncated":false,"now":"2026-12-06T12:00:00.000Z"}
     /// (limits are null when unlimited, per_key_limit null when the type has none, rates null
@@ -449,9 +453,37 @@ pub enum Command {
     /// rate_limited or active; breaker null when the type has none, else its state (closed,
     /// open, half_open), its setting (failures: how many failures within within_ms open it),
     /// since (when it was set or last moved) and until (when an open one half-opens, else
-    /// null); truncated: more than the 1,000 types listed).
+    /// null); oldest_waiting_ms null when none waits; truncated: more than the 1,000 types
+    /// listed).
     #[command(verbatim_doc_comment)]
     Types,
+
+    /// The whole queue at a glance: waiting, running, dead, the oldest waiting task's age, and
+    /// per window (1m, 15m, 1h) succeeded, dead-lettered, cancelled, failed attempts,
+    /// throughput and failure rate
+    ///
+    /// Every number is the database's (its clock, its indexes), at most 1 s old.
+    /// Output (table):
+    ///   queued 12 · later 4 · retrying 2 · running 3 · dead 7
+    ///   oldest waiting: due for 1m35s
+    ///   WINDOW  SUCCEEDED  DEAD  CANCELLED  FAILED  PER SEC  FAIL RATE
+    ///   1m             60     1          0       2     1.00       3.2%
+    ///   15m           900     3          1      20     1.00       2.2%
+    ///   1h           3600     7          2      41     1.00       1.1%
+    /// queued is due now, later not yet due; oldest waiting is how long the oldest task a
+    /// claim could take now (queued or retry_wait, due) has been due (`none waiting`);
+    /// SUCCEEDED counts partially succeeded too; FAILED is every attempt that ended in
+    /// failure, retried or not; PER SEC is SUCCEEDED per second of the window; FAIL RATE is
+    /// FAILED / (FAILED + SUCCEEDED), `-` when both are 0.
+    /// Output (json): {"queued":12,"scheduled":4,"retrying":2,"running":3,"dead":7,
+    /// "oldest_waiting_ms":95000,"windows":[{"window":"1m","window_ms":60000,
+    /// "succeeded":60,"dead_lettered":1,"cancelled":0,"failed_attempts":2,
+    /// "throughput_per_sec":1.0,"failure_rate":0.03225806451612903},{"window":"15m",...},
+    /// {"window":"1h",...}],"now":"2026-12-06T12:00:00.000Z"}
+    /// (oldest_waiting_ms null when none waits, failure_rate null when a window has neither
+    /// a success nor a failed attempt).
+    #[command(verbatim_doc_comment)]
+    Stats,
 
     /// Change concurrency limits: global, per type, per concurrency key of a type, local.
     #[command(subcommand)]

@@ -729,6 +729,25 @@ impl Agent {
             )),
         }
     }
+
+    /// GetStats; an agent older than `leasehold stats` says so.
+    pub async fn get_stats(&self) -> Result<v1::GetStatsResponse> {
+        let answer = self
+            .unary(
+                "get the queue stats".into(),
+                self.call_timeout,
+                v1::GetStatsRequest {},
+                |mut c, r| async move { c.get_stats(r).await },
+            )
+            .await;
+        answer.map_err(|e| {
+            with_hint(
+                e,
+                tonic::Code::Unimplemented,
+                "this agent is older than `leasehold stats`; upgrade it",
+            )
+        })
+    }
 }
 
 /// `err` with `hint` added when it is a status of `code` that has no hint yet.

@@ -26,6 +26,7 @@ pub mod requeue;
 pub mod schedules;
 pub mod shards;
 pub mod shed;
+pub mod stats;
 pub mod task_actions;
 pub mod tasks;
 pub mod types;
@@ -90,6 +91,7 @@ pub async fn run(global: &GlobalArgs, command: Command, out: &mut Out) -> Result
             dlq::run_purge(&Agent::connect(&settings).await?, request, out).await
         }
         Command::Types => types::run(&Agent::connect(&settings).await?, out).await,
+        Command::Stats => stats::run(&Agent::connect(&settings).await?, out).await,
         Command::Concurrency(ConcurrencyCommand::Set(args)) => {
             let request = concurrency::prepare(&args)?;
             concurrency::run(&Agent::connect(&settings).await?, request, out).await

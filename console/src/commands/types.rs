@@ -1,4 +1,5 @@
-//! `leasehold types` (GetOverview): one row per task type — waiting, running against its limit,
+//! `leasehold types` (GetOverview): one row per task type — waiting, how long its oldest
+//! waiting task has been due (OLDEST), running against its limit,
 //! its per-key limit, starts against its rate limit, dead, shed, its circuit breaker, paused —
 //! then the global limit and rate limit. The
 //! same counts as the console's Types view, at most `OVERVIEW_MAX_AGE` (1 s) old, read by the
@@ -11,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::output::Out;
 use crate::output::table::{Column, Table, WIDTH};
+use crate::output::text::short_duration;
 
 /// Runs `types`.
 pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
@@ -27,14 +29,18 @@ pub async fn run(agent: &Agent, out: &mut Out) -> Result<u8> {
 /// The table of `types`, then one line on the global limit, one on the global rate limit
 /// when there is one (and one when the list is cut).
 ///
+/// The OLDEST column is there when some type has a waiting task: how long the type's oldest
+/// waiting task (queued or retry_wait, due) has been due, `-` when none waits; it is the last
+/// optional column to give way (the age of the backlog is what an operator looks for first).
+///
 /// The PER-KEY column is there when some type has a per-key limit, the RATE column when some
 /// type has a rate limit, the SHED/M column when some type sheds, the BREAKER column when some
 /// type has a circuit breaker. On 80 columns the type name gives way first (down to 4
 /// columns), then the state word (to 6). A per-key, rate, shed or breaker cell is never cut
 /// (`12/50/…` would mislead): when they still do not fit whole, PER-KEY (a setting, where the
-/// others are live), then RATE, then SHED/M, then BREAKER (last: an open breaker stops the
-/// whole type) are left out entirely, each with a line saying where it is. A count is cut only
-/// when the counts alone no longer fit the line.
+/// others are live), then RATE, then SHED/M, then BREAKER (an open breaker stops the whole
+/// type), then OLDEST are left out entirely, each with a line saying where it is. A count is
+/// cut only when the counts alone no longer fit the line.
 pub fn table(list: &TypeList) -> Vec<String> {
     let mut lines = if list.types.is_empty() {
         vec!["no task types".to_owned()]
@@ -68,14 +74,15 @@ pub fn table(list: &TypeList) -> Vec<String> {
 }
 
 /// Where the optional columns are: the cells of each row and the column list.
-const PER_KEY: usize = 5;
-const RATE: usize = 6;
-const SHED: usize = 9;
-const BREAKER: usize = 10;
+const OLDEST: usize = 4;
+const PER_KEY: usize = 6;
+const RATE: usize = 7;
+const SHED: usize = 10;
+const BREAKER: usize = 11;
 
 /// The optional columns in the order they give way, each with the line that says where its
 /// values are when it is left out.
-const GIVE_WAY: [(usize, &str); 4] = [
+const GIVE_WAY: [(usize, &str); 5] = [
     (
         PER_KEY,
         "PER-KEY left out to fit 80 columns; `leasehold types --output json` has it",
@@ -92,6 +99,10 @@ const GIVE_WAY: [(usize, &str); 4] = [
         BREAKER,
         "BREAKER left out to fit 80 columns; `leasehold breaker ls` lists the breakers",
     ),
+    (
+        OLDEST,
+        "OLDEST left out to fit 80 columns; `leasehold types --output json` has it",
+    ),
 ];
 
 /// A SHED/M cell: the tasks shed in the last minute, then `>` the shed-after duration of a
@@ -102,6 +113,15 @@ fn shed_cell(t: &TypeView) -> String {
         (None, 0) => "-".to_owned(),
         (None, n) => n.to_string(),
     }
+}
+
+/// An OLDEST cell: how long the type's oldest waiting task has been due, in at most two units
+/// (`42s`, `3m12s`, `2h05m`); `-` when none waits.
+fn oldest_cell(ms: Option<u64>) -> String {
+    ms.map_or_else(
+        || "-".to_owned(),
+        |ms| short_duration(i64::try_from(ms).unwrap_or(i64::MAX)),
+    )
 }
 
 fn type_table(list: &TypeList) -> Vec<String> {
@@ -120,6 +140,7 @@ fn type_table(list: &TypeList) -> Vec<String> {
                 t.queued.to_string(),
                 t.scheduled.to_string(),
                 t.retrying.to_string(),
+                oldest_cell(t.oldest_waiting_ms),
                 format!("{}/{limit}", t.running),
                 per_key,
                 rate,
@@ -152,11 +173,12 @@ fn type_table(list: &TypeList) -> Vec<String> {
         whole("QUEUED", 1),
         whole("LATER", 2),
         whole("RETRY", 3),
-        whole("RUNNING", 4),
+        whole("OLDEST", OLDEST),
+        whole("RUNNING", 5),
         whole("PER-KEY", PER_KEY),
         whole("RATE", RATE),
-        whole("DEAD", 7),
-        whole("DONE/M", 8),
+        whole("DEAD", 8),
+        whole("DONE/M", 9),
         whole("SHED/M", SHED),
         Column::new("BREAKER", breaker_width, breaker_width),
         Column::new("STATE", 6, 12),
@@ -175,13 +197,14 @@ fn type_table(list: &TypeList) -> Vec<String> {
         }
         table
     };
-    // PER-KEY is there when some type has a per-key limit; RATE when some type has a rate
-    // limit; SHED/M when some type sheds or shed in the last minute (a type just cleared still
+    // OLDEST is there when some type has a waiting task; PER-KEY when some type has a
+    // per-key limit; RATE when some type has a rate limit; SHED/M when some type sheds or shed in the last minute (a type just cleared still
     // shows what it shed); BREAKER when some type has a circuit breaker.
     let wanted = |i: usize| match i {
         PER_KEY => list.types.iter().any(|t| t.per_key_limit.is_some()),
         RATE => list.types.iter().any(|t| t.rate.is_some()),
         BREAKER => list.types.iter().any(|t| t.breaker.is_some()),
+        OLDEST => list.types.iter().any(|t| t.oldest_waiting_ms.is_some()),
         _ => list
             .types
             .iter()
@@ -195,8 +218,8 @@ fn type_table(list: &TypeList) -> Vec<String> {
     // Give-way order on 80 columns: the name (down to 4), then the state word (to 6), both in
     // `Table::render`; then, when the optional columns still do not fit whole beside the
     // counts, PER-KEY is left out whole (a setting; the JSON has it), then RATE (`ratelimit
-    // ls` has it), then SHED/M (the JSON has it), then BREAKER (`breaker ls` has it), each with
-    // a line saying so; only then would a count be cut.
+    // ls` has it), then SHED/M (the JSON has it), then BREAKER (`breaker ls` has it), then
+    // OLDEST (the JSON has it), each with a line saying so; only then would a count be cut.
     let mut notes = Vec::new();
     for (column, note) in GIVE_WAY {
         if shown.contains(&column) && table(&shown).min_width() > WIDTH {

@@ -20,6 +20,7 @@ pub mod rate;
 pub mod resource;
 pub mod schedule;
 pub mod shed;
+pub mod stats;
 pub mod task;
 pub mod watch;
 

@@ -91,6 +91,9 @@ pub struct TypeView {
     pub state: TypeState,
     /// Its circuit breaker and where it stands; `null` when it has none.
     pub breaker: Option<BreakerStatusView>,
+    /// How long (ms, the database clock) its oldest waiting task has been due (queued or
+    /// retry_wait, due: what a claim could take now); `null` when none waits.
+    pub oldest_waiting_ms: Option<u64>,
 }
 
 impl TypeView {
@@ -127,6 +130,7 @@ impl TypeView {
                 .as_ref()
                 .map(BreakerStatusView::from_wire)
                 .transpose()?,
+            oldest_waiting_ms: t.oldest_waiting_ms,
         })
     }
 }

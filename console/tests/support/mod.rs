@@ -1074,6 +1074,27 @@ impl AgentService for Fake {
         self.record(&request, "set_policy".into(), true)?;
         Ok(Response::new(v1::SetPolicyResponse::default()))
     }
+
+    async fn get_stats(
+        &self,
+        request: Request<v1::GetStatsRequest>,
+    ) -> Result<Response<v1::GetStatsResponse>, Status> {
+        self.record(&request, "get_stats".into(), false)?;
+        let window = |minutes: u64, succeeded, failed_attempts| v1::StatsWindow {
+            window_ms: minutes * 60_000,
+            succeeded,
+            failed_attempts,
+            ..Default::default()
+        };
+        Ok(Response::new(v1::GetStatsResponse {
+            queued: 12,
+            running: 3,
+            oldest_waiting_ms: Some(95_000),
+            windows: vec![window(1, 60, 2), window(15, 900, 20), window(60, 3600, 41)],
+            now_ms: NOW_MS,
+            ..Default::default()
+        }))
+    }
 }
 
 /// A canned lock.

@@ -48,11 +48,11 @@ use super::{
     DeleteOutcome, DeleteTaskParams, DeniedCalls, EnqueueAuditedParams, Enqueued,
     ExpireDeadlinesParams, ExplainParams, HolderWrite, IdleReport, IdleReportParams,
     LeaderElectParams, LeaderOutcome, LeaderRenewParams, LeaderRenewal, NewTask, Overview,
-    PolicyChange, PolicySetParams, ProgressParams, PurgeDeadParams, PurgeParams, RecentRun,
-    RecentRunsParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams, RenewOutcome,
-    RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result, RunNowOutcome,
-    RunNowParams, ShedParams, Store, StoreError, SuspectLease, SuspectParams, TaskCountParams,
-    TaskCounts, TaskDetail, TaskListParams, TaskPage, UnservedParams,
+    PolicyChange, PolicySetParams, ProgressParams, PurgeDeadParams, PurgeParams, QueueStats,
+    RecentRun, RecentRunsParams, RecoverParams, Recovered, ReleaseOutcome, ReleaseParams,
+    RenewOutcome, RenewParams, RequeueDeadParams, RequeueOutcome, RequeueParams, Result,
+    RunNowOutcome, RunNowParams, ShedParams, Store, StoreError, SuspectLease, SuspectParams,
+    TaskCountParams, TaskCounts, TaskDetail, TaskListParams, TaskPage, UnservedParams,
 };
 use crate::domain::{AgentId, InputLimits, Policy, PolicyScope, TaskId, TaskType};
 
@@ -163,6 +163,8 @@ pub trait Driver: Send + Sync + 'static {
     async fn migrations_applied(&self) -> Result<(usize, usize)>;
     /// Deletes every task of `task_type`, whatever its status (for the tools, as above).
     async fn task_delete_of_type(&self, task_type: &TaskType) -> Result<u64>;
+
+    async fn task_stats(&self) -> Result<QueueStats>;
 }
 
 mod generate;
@@ -511,5 +513,8 @@ impl<D: Driver> Store for D {
 
     async fn task_overview(&self) -> Result<Overview> {
         Driver::task_overview(self).await
+    }
+    async fn task_stats(&self) -> Result<QueueStats> {
+        Driver::task_stats(self).await
     }
 }

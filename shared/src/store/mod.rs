@@ -46,6 +46,7 @@ mod rows;
 pub mod schedules;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+pub mod stats;
 pub mod wake;
 
 use std::time::Duration;
@@ -58,6 +59,7 @@ pub use error::{NOT_MIGRATED, Result, StoreError, error_sentence, redact_url};
 pub use idle::{IdleGroup, IdleReport, IdleReportParams};
 pub use key_cursors::KeyCursors;
 pub use outcomes::*;
+pub use stats::{QueueStats, STATS_WINDOWS, StatsWindow};
 pub use wake::{WakeError, WakeEvent, WakeKind, WakeSource, WakeSubscription};
 
 /// Whether `url` names a SQLite database (`sqlite://PATH`, `sqlite:PATH`), whether or not
@@ -301,4 +303,9 @@ pub trait Store: Send + Sync + 'static {
     /// Counts per task type and the global policy ([`Overview`]), in one statement that reads
     /// only the live, dead and recently finished tasks through their partial indexes.
     async fn task_overview(&self) -> Result<Overview>;
+
+    /// The whole queue at a glance ([`QueueStats`]): live counts now and the finishes and
+    /// failed attempts of the last minute, quarter hour and hour, in one statement that reads
+    /// only indexes (see `store/stats.rs`).
+    async fn task_stats(&self) -> Result<QueueStats>;
 }

@@ -517,6 +517,11 @@ pub struct TypeCounts {
     pub per_key_limit: Option<u32>,
     /// Its circuit breaker and where it stands.
     pub breaker: Option<BreakerStatus>,
+    /// How long its oldest *waiting* task has been due, by the database clock: the largest
+    /// `now - available_at` of its tasks a claim could take now (`queued` or `retry_wait` with
+    /// `available_at <= now`, which is what the claim statements select). `None` when none
+    /// waits. Millisecond precision.
+    pub oldest_waiting: Option<Duration>,
 }
 
 /// A task type's circuit breaker and where it stands (database time).

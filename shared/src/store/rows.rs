@@ -1,6 +1,7 @@
 //! Rows to domain types, written once for both stores: a `tasks`, `task_attempts`,
 //! `policies`, `agents` or `audit_log` row becomes a [`Task`], [`Attempt`], [`Policy`],
-//! [`AgentRecord`] or [`AuditRecord`] (task rows also a [`TaskPage`]); a row of `task_overview.sql` an [`OverviewRow`], the row
+//! [`AgentRecord`] or [`AuditRecord`] (task rows also a [`TaskPage`]); a row of `task_overview.sql` an [`OverviewRow`], the row of
+//! `task_stats.sql` a [`QueueStats`], the row
 //! of `task_explain.sql` the [`ExplainFacts`] the explanation is decided from.
 //!
 //! ```text
@@ -27,7 +28,8 @@ use crate::domain::{
 pub(crate) use crate::store::audit::backend::{Columns, agent_id, status};
 use crate::store::explain::{ExplainFacts, LimitUse, RateUse};
 use crate::store::{
-    AgentRecord, AuditRecord, OverviewRow, Result, StoreError, TaskPage, TypeCounts,
+    AgentRecord, AuditRecord, OverviewRow, QueueStats, Result, STATS_WINDOWS, StatsWindow,
+    StoreError, TaskPage, TypeCounts,
 };
 use crate::store::{BreakerStatus, BreakerTransition, RateFill};
 
@@ -426,7 +428,45 @@ pub(crate) fn overview_row<R: Columns>(row: &R) -> Result<OverviewRow> {
         shed_last_minute: n("shed_last_minute")?,
         per_key_limit: row.opt_int("per_key_concurrency")?.map(count),
         breaker: breaker_status(row)?,
+        oldest_waiting: millis(row.opt_int("oldest_waiting_ms")?),
     }))
+}
+
+/// The row of `task_stats.sql`, read at the database's `now`: the live counts, then per
+/// window of [`STATS_WINDOWS`] its columns suffixed `_1m`, `_15m`, `_1h`.
+pub(crate) fn stats_row<R: Columns>(row: &R, now: DateTime<Utc>) -> Result<QueueStats> {
+    /// Per window: succeeded, dead-lettered, cancelled, failed attempts.
+    const COLUMNS: [[&str; 4]; 3] = [
+        ["succeeded_1m", "dead_1m", "cancelled_1m", "failed_1m"],
+        ["succeeded_15m", "dead_15m", "cancelled_15m", "failed_15m"],
+        ["succeeded_1h", "dead_1h", "cancelled_1h", "failed_1h"],
+    ];
+    let n = |column: &'static str| -> Result<u64> { Ok(tally(row.int(column)?)) };
+    let windows = STATS_WINDOWS
+        .iter()
+        .zip(COLUMNS)
+        .map(
+            |(window, [ok, dead, cancelled, failed])| -> Result<StatsWindow> {
+                Ok(StatsWindow {
+                    window: *window,
+                    succeeded: n(ok)?,
+                    dead_lettered: n(dead)?,
+                    cancelled: n(cancelled)?,
+                    failed_attempts: n(failed)?,
+                })
+            },
+        )
+        .collect::<Result<_>>()?;
+    Ok(QueueStats {
+        queued: n("queued")?,
+        scheduled: n("scheduled")?,
+        retrying: n("retrying")?,
+        running: n("running")?,
+        dead: n("dead")?,
+        oldest_waiting: millis(row.opt_int("oldest_waiting_ms")?),
+        windows,
+        now,
+    })
 }
 
 /// The row of `task_explain.sql`, read at the database's `now`.

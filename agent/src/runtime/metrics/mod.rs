@@ -2,7 +2,8 @@
 //! (`--metrics-listen`, `GET /metrics`, text exposition format), with the agent's liveness and
 //! readiness ([`health`]: `GET /healthz`, `GET /readyz`).
 //!
-//! Label sets stay small: task types are the agent's own registered types, outcomes a fixed set.
+//! Label sets stay small: task types are the agent's own registered types, outcomes a fixed set;
+//! the leader alone exports the backlog gauges of every type ([`backlog`], at most 1,000).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -15,11 +16,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod backlog;
 mod health;
 mod serve;
 #[cfg(test)]
 mod tests;
 
+pub use backlog::{BACKLOG_TYPES_CAP, BacklogRow};
 pub use health::{
     DATABASE_CHECK_TTL, DATABASE_TIMEOUT, MigrationCount, Readiness, ReadinessReport,
     ReadinessSource,
@@ -105,6 +108,8 @@ pub struct Metrics {
     breakers: Family<BreakerLabel, Counter>,
     database_up: Gauge,
     leader: Gauge,
+    /// The leader-only backlog gauges.
+    backlog: backlog::Backlog,
     by_type: RwLock<HashMap<String, Arc<TypeSeries>>>,
 }
 
@@ -144,6 +149,7 @@ impl Metrics {
             breakers: Family::default(),
             database_up: Gauge::default(),
             leader: Gauge::default(),
+            backlog: backlog::Backlog::default(),
             by_type: RwLock::default(),
             registry: Registry::default(),
         };
@@ -252,6 +258,7 @@ impl Metrics {
             "1 while this agent holds the leader lease",
             m.leader.clone(),
         );
+        m.backlog.register(&mut registry);
         // Series that exist from the start, so dashboards and alerts see zeros, not gaps.
         for op in ["renew", "complete", "release", "progress"] {
             m.fenced
@@ -441,6 +448,17 @@ impl Metrics {
 
     pub(crate) fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+    }
+
+    /// The backlog gauges of the leader: a series per row (at most [`BACKLOG_TYPES_CAP`]),
+    /// those of types not in `rows` removed.
+    pub(crate) fn set_backlog(&self, rows: &[BacklogRow]) {
+        self.backlog.set(rows);
+    }
+
+    /// Removes every backlog series (this agent does not lead).
+    pub(crate) fn clear_backlog(&self) {
+        self.backlog.clear();
     }
 
     /// The metrics in the Prometheus text format.

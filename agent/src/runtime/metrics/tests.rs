@@ -556,3 +556,93 @@ fn a_long_or_multi_line_reason_is_cut_to_one_line() {
     );
     assert!(reason.ends_with('…'));
 }
+
+fn backlog_row(task_type: &str, depth: u64, oldest: f64, dead: u64) -> BacklogRow {
+    BacklogRow {
+        task_type: task_type.to_string(),
+        depth,
+        oldest_waiting_seconds: oldest,
+        dead,
+    }
+}
+
+/// The backlog lines of `text`, sorted.
+fn backlog_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| {
+            !l.starts_with('#')
+                && (l.starts_with("leasehold_queue_depth")
+                    || l.starts_with("leasehold_oldest_waiting_seconds")
+                    || l.starts_with("leasehold_dead_letters"))
+        })
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn backlog_gauges_follow_the_listed_types_and_go_when_cleared() {
+    let m = Metrics::new();
+    // None before the first refresh: a follower exports nothing, not zeros.
+    assert!(backlog_lines(&m.encode()).is_empty());
+    m.set_backlog(&[
+        backlog_row("email", 7, 12.5, 1),
+        backlog_row("pdf", 0, 0.0, 3),
+    ]);
+    assert_eq!(
+        backlog_lines(&m.encode()),
+        [
+            "leasehold_dead_letters{task_type=\"email\"} 1",
+            "leasehold_dead_letters{task_type=\"pdf\"} 3",
+            "leasehold_oldest_waiting_seconds{task_type=\"email\"} 12.5",
+            "leasehold_oldest_waiting_seconds{task_type=\"pdf\"} 0.0",
+            "leasehold_queue_depth{task_type=\"email\"} 7",
+            "leasehold_queue_depth{task_type=\"pdf\"} 0",
+        ]
+    );
+    // pdf disappears, sms appears, email changes.
+    m.set_backlog(&[
+        backlog_row("email", 2, 1.0, 0),
+        backlog_row("sms", 4, 3.0, 0),
+    ]);
+    assert_eq!(
+        backlog_lines(&m.encode()),
+        [
+            "leasehold_dead_letters{task_type=\"email\"} 0",
+            "leasehold_dead_letters{task_type=\"sms\"} 0",
+            "leasehold_oldest_waiting_seconds{task_type=\"email\"} 1.0",
+            "leasehold_oldest_waiting_seconds{task_type=\"sms\"} 3.0",
+            "leasehold_queue_depth{task_type=\"email\"} 2",
+            "leasehold_queue_depth{task_type=\"sms\"} 4",
+        ]
+    );
+    // Leadership lost: every series goes (an empty family is not encoded at all).
+    m.clear_backlog();
+    let text = m.encode();
+    assert!(backlog_lines(&text).is_empty(), "{text}");
+    assert!(!text.contains("leasehold_queue_depth"), "{text}");
+    // And comes back on the next refresh as leader.
+    m.set_backlog(&[backlog_row("email", 1, 0.0, 0)]);
+    assert_eq!(backlog_lines(&m.encode()).len(), 3);
+    m.set_backlog(&[]);
+    assert!(backlog_lines(&m.encode()).is_empty());
+}
+
+#[test]
+fn backlog_gauges_are_capped_at_a_thousand_types() {
+    let m = Metrics::new();
+    let rows: Vec<BacklogRow> = (0..BACKLOG_TYPES_CAP + 5)
+        .map(|i| backlog_row(&format!("t{i:05}"), 1, 0.0, 0))
+        .collect();
+    m.set_backlog(&rows);
+    let depth = backlog_lines(&m.encode())
+        .iter()
+        .filter(|l| l.starts_with("leasehold_queue_depth"))
+        .count();
+    assert_eq!(depth, BACKLOG_TYPES_CAP);
+    // The capped ones are not left behind by a later, shorter list.
+    m.set_backlog(&rows[..2]);
+    assert_eq!(backlog_lines(&m.encode()).len(), 6);
+}

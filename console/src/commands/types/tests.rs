@@ -50,6 +50,7 @@ fn the_table_fits_80_columns_and_never_cuts_a_count() {
         per_key_limit: None,
         breaker: None,
         settings: Vec::new(),
+        oldest_waiting_ms: Some(192_000),
     };
     let huge = v1::TypeSummary {
         task_type: format!("{}\u{1b}[2J", "x".repeat(70)),
@@ -66,21 +67,15 @@ fn the_table_fits_80_columns_and_never_cuts_a_count() {
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
         [
-            "TYPE", "QUEUED", "LATER", "RETRY", "RUNNING", "DEAD", "DONE/M", "STATE"
+            "TYPE", "QUEUED", "LATER", "RETRY", "OLDEST", "RUNNING", "DEAD", "DONE/M", "STATE"
         ]
     );
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
+        // The age column costs 8 columns: by the table's rules the name gives way first,
+        // then the state; no count is cut.
         [
-            "email.send",
-            "12",
-            "0",
-            "3",
-            "5/5",
-            "1",
-            "40",
-            "at",
-            "limit"
+            "email…", "12", "0", "3", "3m12s", "5/5", "1", "40", "at", "li…"
         ],
         "{}",
         lines[1]
@@ -444,7 +439,8 @@ fn json_names_every_count_and_says_unlimited_with_null() {
                 "task_type": "noop", "queued": 2, "scheduled": 0, "retrying": 0,
                 "running": 1, "dead": 0, "finished_last_minute": 0, "dead_last_minute": 0,
                 "limit": null, "per_key_limit": null, "paused": false, "rate": null, "shed_after_ms": null,
-                "shed_last_minute": 0, "state": "active", "breaker": null
+                "shed_last_minute": 0, "state": "active", "breaker": null,
+                "oldest_waiting_ms": null
             }],
             "global_limit": null,
             "global_paused": false,
@@ -590,4 +586,129 @@ fn json_gives_each_types_per_key_limit_with_null_for_none() {
     let json = serde_json::to_value(&l).unwrap_or_default();
     assert_eq!(json["types"][0]["per_key_limit"], 2);
     assert_eq!(json["types"][1]["per_key_limit"], serde_json::Value::Null);
+}
+
+#[test]
+fn oldest_shows_when_some_type_waits_and_gives_way_last() {
+    let waiting = |name: &str, ms| v1::TypeSummary {
+        task_type: name.into(),
+        queued: 1,
+        oldest_waiting_ms: ms,
+        ..Default::default()
+    };
+    // No type waits: no column.
+    let none = table(&list(vec![waiting("a", None)], None, false));
+    assert!(!none[0].contains("OLDEST"), "{}", none[0]);
+    // One waits: the column, `-` for the other, ages in at most two units.
+    let lines = table(&list(
+        vec![
+            waiting("a", Some(850)),
+            waiting("b", None),
+            waiting("c", Some(7_384_000)),
+        ],
+        None,
+        false,
+    ));
+    let cell = |row: usize| {
+        lines[row]
+            .split_whitespace()
+            .nth(4)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(lines[0].contains("OLDEST"), "{}", lines[0]);
+    assert_eq!([cell(1), cell(2), cell(3)], ["850ms", "-", "2h03m"]);
+    // Huge counts beside a breaker and the age: BREAKER goes before OLDEST, OLDEST before a
+    // count would be cut; each says where it is.
+    let mut huge = waiting("report", Some(90_000_000));
+    huge.queued = 123_456_789_012;
+    huge.scheduled = 123_456_789_012;
+    huge.retrying = 123_456_789;
+    huge.dead = 123_456_789_012;
+    huge.finished_last_minute = 12_345_678;
+    huge.breaker = Some(v1::BreakerSummary {
+        failures: 5,
+        within_ms: 60_000,
+        cooldown_ms: 30_000,
+        state: "half_open".into(),
+        ..Default::default()
+    });
+    let lines = table(&list(vec![huge], None, false));
+    assert!(
+        lines.iter().any(|l| l.starts_with("BREAKER left out")),
+        "{lines:#?}"
+    );
+    let oldest_kept = lines[0].contains("OLDEST");
+    let oldest_note = lines.iter().any(|l| l.starts_with("OLDEST left out"));
+    assert!(oldest_kept != oldest_note, "{lines:#?}");
+    for count in ["123456789012", "123456789", "12345678"] {
+        assert!(lines[1].contains(count), "{count} cut: {lines:#?}");
+    }
+    for line in &lines {
+        assert!(width(line) <= WIDTH, "{line}");
+    }
+}
+
+/// The example of `leasehold types --help` is what the table prints.
+#[test]
+fn the_help_example_is_what_the_table_prints() {
+    let email = v1::TypeSummary {
+        task_type: "email.send".into(),
+        queued: 12,
+        retrying: 3,
+        running: 5,
+        limit: Some(5),
+        dead: 1,
+        finished_last_minute: 40,
+        per_key_limit: Some(2),
+        rate: fill(50, 1_000, 12),
+        oldest_waiting_ms: Some(192_000),
+        ..Default::default()
+    };
+    let noop = v1::TypeSummary {
+        task_type: "noop".into(),
+        ..Default::default()
+    };
+    let lines = table(&rated(
+        vec![email, noop],
+        None,
+        false,
+        fill(1000, 60_000, 812),
+    ));
+    let help = include_str!("../../cli/mod.rs");
+    for line in &lines {
+        assert!(
+            help.contains(&format!("///   {line}\n")),
+            "not in the help of `types`: {line:?}\n{lines:#?}"
+        );
+    }
+}
+
+/// The README's example of the OLDEST column is what the table prints.
+#[test]
+fn the_readme_example_is_what_the_table_prints() {
+    let email = v1::TypeSummary {
+        task_type: "email.send".into(),
+        queued: 12,
+        retrying: 3,
+        running: 5,
+        limit: Some(5),
+        dead: 1,
+        finished_last_minute: 40,
+        oldest_waiting_ms: Some(192_000),
+        ..Default::default()
+    };
+    let report = v1::TypeSummary {
+        task_type: "report.pdf".into(),
+        scheduled: 4,
+        ..Default::default()
+    };
+    let lines = table(&list(vec![email, report], None, false));
+    let readme = include_str!("../../../../README.md");
+    for line in &lines {
+        assert!(
+            readme.contains(&format!("\n{line}\n")),
+            "not in the README: {line:?}\n{lines:#?}"
+        );
+    }
 }

@@ -326,6 +326,9 @@ macro_rules! impl_driver {
                     })
                     .await
                 }
+                async fn task_stats(&self) -> Result<QueueStats> {
+                    ops::task_stats(&self.pool).await
+                }
             }
         };
     };

@@ -112,6 +112,7 @@ mod ops {
         lock_list,
         task_overview,
         migrations_applied,
+        task_stats,
     );
     never!(
         lease_renew_many(p),

@@ -172,6 +172,7 @@ pub(crate) mod sql {
             task_delete_of_type,
             server_counters,
             server_statement_calls,
+            task_stats,
         );
     }
     pub use names::*;

@@ -10,9 +10,9 @@ use super::{secs, sql};
 use crate::domain::{TaskId, TaskStatus};
 use crate::store::dialect::task_list_page;
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, blockers};
-use crate::store::rows::{explain_facts, overview_row};
+use crate::store::rows::{explain_facts, overview_row, stats_row};
 use crate::store::{
-    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result, StoreError,
+    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, QueueStats, Result, StoreError,
     TASK_COUNT_FINISHED_CAP, TASK_COUNT_FINISHED_TIMEOUT, TaskCountParams, TaskCounts, TaskDetail,
     TaskListParams, TaskPage,
 };
@@ -161,4 +161,12 @@ pub(super) async fn task_overview(pool: &Db) -> Result<Overview> {
         });
     };
     Overview::from_rows(get(first, "db_now")?, rows.iter().map(overview_row))
+}
+
+pub(super) async fn task_stats(pool: &Db) -> Result<QueueStats> {
+    let row = sqlx::query(sql::task_stats)
+        .fetch_one(pool)
+        .await
+        .map_err(StoreError::db("task_stats"))?;
+    stats_row(&row, get(&row, "db_now")?)
 }

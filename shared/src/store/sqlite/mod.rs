@@ -195,6 +195,7 @@ pub(crate) mod sql {
             migrations_table_exists,
             migrations_count_applied,
             task_delete_of_type,
+            task_stats,
         );
     }
     pub use names::*;

@@ -11,9 +11,9 @@ use super::{commit, json_list, read_tx, sql};
 use crate::domain::TaskId;
 use crate::store::dialect::task_list_page;
 use crate::store::explain::{EXPLAIN_AHEAD_CAP, blockers};
-use crate::store::rows::{explain_facts, overview_row};
+use crate::store::rows::{explain_facts, overview_row, stats_row};
 use crate::store::{
-    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, Result, StoreError,
+    Blocker, ExplainParams, OVERVIEW_TYPES_CAP, Overview, QueueStats, Result, StoreError,
     TASK_COUNT_FINISHED_CAP, TaskCountParams, TaskCounts, TaskDetail, TaskListParams, TaskPage,
 };
 
@@ -150,4 +150,16 @@ pub(super) async fn task_overview(pool: &SqlitePool) -> Result<Overview> {
         });
     }
     Overview::from_rows(rows::time(now, "now")?, found.iter().map(overview_row))
+}
+
+pub(super) async fn task_stats(pool: &SqlitePool) -> Result<QueueStats> {
+    const OP: &str = "task_stats";
+    let (mut tx, now) = read_tx(pool, OP).await?;
+    let row = sqlx::query(sql::task_stats)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::db(OP))?;
+    commit(tx, OP).await?;
+    stats_row(&row, rows::time(now, "now")?)
 }

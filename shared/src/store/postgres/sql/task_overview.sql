@@ -2,12 +2,18 @@
 -- row named '*' (no task type can be named so). Live tasks are counted from the statuses the
 -- claim and lease indexes cover, dead ones from the dead-letter index, the last minute's
 -- finishes from the finished index: no scan of the finished history. $1 caps the rows.
+-- oldest_waiting_ms: how long (ms) the type's oldest task a claim could take now has been due
+-- (queued or retry_wait with available_at <= now(), as the claim statements select); NULL
+-- when none waits. It comes from the rows the claim indexes already yield, at no extra read.
 WITH live AS (
     SELECT task_type,
            count(*) FILTER (WHERE status = 'queued' AND available_at <= now()) AS queued,
            count(*) FILTER (WHERE status = 'queued' AND available_at > now()) AS scheduled,
            count(*) FILTER (WHERE status = 'retry_wait') AS retrying,
-           count(*) FILTER (WHERE status IN ('running', 'cancel_requested')) AS running
+           count(*) FILTER (WHERE status IN ('running', 'cancel_requested')) AS running,
+           -- The oldest waiting task: due and not running, what a claim could take now.
+           min(available_at) FILTER (WHERE status IN ('queued', 'retry_wait')
+                                       AND available_at <= now()) AS oldest_due
     -- One branch per index: keyless waiting, keyed waiting, leased.
     FROM (
         SELECT task_type, status, available_at FROM tasks
@@ -46,6 +52,7 @@ SELECT n.task_type,
        coalesce(r.finished, 0) AS finished_last_minute,
        coalesce(r.died, 0) AS dead_last_minute,
        coalesce(r.shed, 0) AS shed_last_minute,
+       (extract(epoch FROM now() - l.oldest_due) * 1000)::bigint AS oldest_waiting_ms,
        p.max_concurrency,
        coalesce(p.paused, false) AS paused,
        p.rate_starts, p.rate_period_ms, p.shed_after_ms, p.per_key_concurrency,

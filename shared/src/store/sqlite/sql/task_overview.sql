@@ -1,11 +1,14 @@
 -- Counts per task type plus the global policy as the row named '*' (no task type can be named
--- so). ?1 now, ?2 a minute ago, ?3 caps the rows.
+-- so). ?1 now, ?2 a minute ago, ?3 caps the rows. oldest_waiting_ms: how long (ms) the type's
+-- oldest task a claim could take now (queued or retry_wait, due) has been due; NULL when none.
 WITH live AS (
     SELECT task_type,
            sum(status = 'queued' AND available_at <= ?1) AS queued,
            sum(status = 'queued' AND available_at > ?1) AS scheduled,
            sum(status = 'retry_wait') AS retrying,
-           sum(status IN ('running', 'cancel_requested')) AS running
+           sum(status IN ('running', 'cancel_requested')) AS running,
+           min(CASE WHEN status IN ('queued', 'retry_wait') AND available_at <= ?1
+                    THEN available_at END) AS oldest_due
     FROM tasks WHERE status IN ('queued', 'retry_wait', 'running', 'cancel_requested')
     GROUP BY task_type
 ), dead AS (
@@ -28,6 +31,7 @@ SELECT n.task_type,
        coalesce(l.retrying, 0) AS retrying, coalesce(l.running, 0) AS running,
        coalesce(d.dead, 0) AS dead, coalesce(r.finished, 0) AS finished_last_minute,
        coalesce(r.died, 0) AS dead_last_minute, coalesce(r.shed, 0) AS shed_last_minute,
+       (?1 - l.oldest_due) / 1000 AS oldest_waiting_ms,
        p.max_concurrency, p.shed_after_ms, p.per_key_concurrency,
        p.breaker_failures, p.breaker_within_ms, p.breaker_cooldown_ms,
        coalesce(p.breaker_state, 'closed') AS breaker_state, p.breaker_since, p.breaker_until,
