@@ -218,6 +218,22 @@ async fn run_now_has_a_delayed_task_run_at_once_and_refuses_what_does_not_wait()
     }
     assert_eq!(audit_len(&db.pool).await.unwrap(), audited);
 
+    // The help tells the exit codes these calls really have.
+    for command in ["run-now", "delete"] {
+        let o = f.cli.run(&[command, "--help"]).await.unwrap();
+        ok(&o);
+        assert!(
+            o.stdout.contains("exit 2") && o.stdout.contains("exit 4"),
+            "{command} --help: {}",
+            o.stdout
+        );
+        assert!(
+            !o.stdout.contains("exit 1"),
+            "{command} --help: {}",
+            o.stdout
+        );
+    }
+
     let task = |id: i64| format!("task:{id}");
     assert_eq!(
         audit_after(&db.pool, seen).await.unwrap(),
