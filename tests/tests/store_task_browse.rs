@@ -1058,3 +1058,57 @@ async fn waiting_pages_read_only_tasks_live_and_finished_pages_never_do() {
     assert_eq!(page.tasks.len(), 1);
     db.drop_db().await.unwrap();
 }
+
+conformance!(run_now_and_delete_wait_for_a_claim_in_flight_and_decide_from_its_row);
+async fn run_now_and_delete_wait_for_a_claim_in_flight_and_decide_from_its_row(db: StoreDb) {
+    let store = db.store();
+    let id = db
+        .insert_task(spec_in(Tab::Scheduled, false, "race.t"))
+        .await
+        .unwrap();
+    // A claim in flight: it holds the row (PostgreSQL) or the write lock (SQLite) and has made
+    // the task running, not yet committed.
+    let mut claim = db.begin_write().await.unwrap();
+    claim.lock_tasks(&[id]).await.unwrap();
+    let claimed = claim
+        .update(
+            leasehold_tests::Rows::Task(id),
+            &[
+                ("status", "running".into()),
+                ("attempt", 1.into()),
+                ("lease_epoch", 1.into()),
+                ("lease_owner", "race#1".into()),
+                ("lease_until", leasehold_tests::Val::At(30.0)),
+                ("heartbeat_at", leasehold_tests::Val::At(0.0)),
+                ("started_at", leasehold_tests::Val::At(0.0)),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed, 1);
+    let (s1, s2) = (store.clone(), store.clone());
+    let op = || Actor::operator("alice");
+    let run = tokio::spawn(async move { s1.task_run_now(run_now(id, op())).await });
+    let del = tokio::spawn(async move { s2.task_delete(delete(id, op())).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !run.is_finished() && !del.is_finished(),
+        "both wait for the claim's transaction"
+    );
+    claim.commit().await.unwrap();
+    for (what, outcome) in [
+        ("run-now", run.await.unwrap().map(|_| ())),
+        ("delete", del.await.unwrap().map(|_| ())),
+    ] {
+        match outcome {
+            Err(StoreError::Transition { source, .. }) => {
+                assert_eq!(source.from, TaskStatus::Running, "{what}")
+            }
+            other => panic!("{what} after the claim committed: {other:?}"),
+        }
+    }
+    let row = db.task_row(id).await.unwrap();
+    assert_eq!(row["status"], "running");
+    assert_eq!(row["lease_owner"], "race#1");
+    db.drop_db().await.unwrap();
+}
