@@ -188,10 +188,12 @@ async fn run_now_has_a_delayed_task_run_at_once_and_refuses_what_does_not_wait()
             "{line}"
         );
     }
-    assert!(
-        errors[0].contains("running"),
-        "names the status: {}",
-        errors[0]
+    assert_eq!(
+        errors[0],
+        format!(
+            "leasehold: run task {running} now: task {running}: cannot run_now a task that is \
+             running (failed precondition)"
+        )
     );
     assert_eq!(
         (
