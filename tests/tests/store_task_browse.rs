@@ -571,7 +571,7 @@ async fn due_and_finished_listings_page_through_exactly_their_rows(db: StoreDb) 
             }
             left[i] -= 1;
             let id = db.insert_task(spec_in(*tab, *alt, "list.t")).await.unwrap();
-            if *tab == Tab::Succeeded && left[i] % 10 == 0 {
+            if *tab == Tab::Succeeded && left[i].is_multiple_of(10) {
                 kept.push(id);
             }
             made.push((id, *tab, *alt));
