@@ -381,7 +381,9 @@ pub enum Command {
     ///
     /// Output (table), one line per task: `task 7: requeued (was dead)`.
     /// Output (json), one object per line: {"id":7,"previous":"dead"}.
-    /// Errors go to stderr and the other ids still run; the exit code is the highest of all.
+    /// Errors (a running task: failed precondition; an unknown id: not found; both exit 2; a
+    /// viewer token: permission denied, exit 4) go to stderr and the other ids still run; the
+    /// exit code is the highest of all.
     #[command(verbatim_doc_comment)]
     Requeue(IdsArgs),
 
@@ -391,8 +393,9 @@ pub enum Command {
     /// Output (table), one line per task: `task 7: due now (queued)`, or
     /// `task 7: already due (queued)` when there was nothing to do.
     /// Output (json), one object per line: {"id":7,"status":"queued","moved":true}.
-    /// Errors (a running or finished task: failed precondition, exit 1; unknown: exit 1) go to
-    /// stderr and the other ids still run; the exit code is the highest of all.
+    /// Errors (a running or finished task: failed precondition; an unknown id: not found; both
+    /// exit 2; a viewer token: permission denied, exit 4) go to stderr and the other ids still
+    /// run; the exit code is the highest of all.
     #[command(verbatim_doc_comment)]
     RunNow(IdsArgs),
 
@@ -402,7 +405,9 @@ pub enum Command {
     /// refused: cancel it first.
     /// Output (table), one line per task: `task 7: deleted (was dead)`.
     /// Output (json), one object per line: {"id":7,"previous":"dead"}.
-    /// Errors go to stderr and the other ids still run; the exit code is the highest of all.
+    /// Errors (a running task: failed precondition; an unknown id: not found; both exit 2; a
+    /// viewer token: permission denied, exit 4) go to stderr and the other ids still run; the
+    /// exit code is the highest of all.
     #[command(verbatim_doc_comment)]
     Delete(IdsArgs),
 

@@ -1,0 +1,197 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! CountTasks and ListTasks' `due` against a real agent on PostgreSQL (issue 26): a viewer
+//! reads the Tasks view's counts under a filter (the finished ones with their cap), the due
+//! and not-yet-due pages of waiting tasks; bad filters are INVALID_ARGUMENT; RunNow and
+//! DeleteTask are the operator's (a viewer's PERMISSION_DENIED), 0 is INVALID_ARGUMENT.
+
+use leasehold_proto::v1 as pb;
+use leasehold_tests::calls::grpc::{OPERATOR, VIEWER, start, stop};
+use leasehold_tests::grpc::connect_with;
+use leasehold_tests::{TaskSpec, TestDb, insert_task};
+use serde_json::json;
+use tonic::Code;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_and_due_pages_over_grpc() {
+    let db = TestDb::new().await.unwrap();
+    let config = leasehold_tests::fleet::tokens_config(
+        "leasehold-grpc-browse",
+        &[
+            leasehold_tests::fleet::ConfigToken::operator("op", OPERATOR),
+            leasehold_tests::fleet::ConfigToken::viewer("viewer", VIEWER),
+        ],
+    )
+    .unwrap();
+    let (agent, addr) = start(&db, "browse", &["--config", config.to_str().unwrap()])
+        .await
+        .unwrap();
+    let mut op = connect_with(&addr, Some(OPERATOR), None).await.unwrap();
+    let mut viewer = connect_with(&addr, Some(VIEWER), None).await.unwrap();
+
+    // Types no agent serves (it serves noop): nothing here changes by itself.
+    let spec = |t: &str, status: &'static str, later: bool| TaskSpec {
+        available_in_secs: if later { 3600.0 } else { -1.0 },
+        last_error: Some(
+            json!({"code": "smtp_down", "message": "Relay REFUSED", "retryable": true}),
+        ),
+        ..TaskSpec::new(t, status)
+    };
+    let due = insert_task(&db.pool, spec("mail.send", "queued", false))
+        .await
+        .unwrap();
+    let later = insert_task(&db.pool, spec("mail.send", "queued", true))
+        .await
+        .unwrap();
+    let retry_later = insert_task(&db.pool, spec("mail.send", "retry_wait", true))
+        .await
+        .unwrap();
+    insert_task(&db.pool, TaskSpec::new("sms.push", "queued"))
+        .await
+        .unwrap();
+    insert_task(&db.pool, TaskSpec::new("mail.send", "running"))
+        .await
+        .unwrap();
+    for status in ["succeeded", "dead", "dead"] {
+        insert_task(&db.pool, spec("mail.send", status, false))
+            .await
+            .unwrap();
+    }
+    sqlx::query(
+        "UPDATE tasks SET done_on = (now() AT TIME ZONE 'UTC')::date
+         WHERE status IN ('succeeded', 'dead')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let counts = |text: &str, task_type: &str, code: &str| pb::CountTasksRequest {
+        task_type: task_type.into(),
+        text: text.into(),
+        error_code: code.into(),
+    };
+    let c = viewer
+        .count_tasks(counts("", "", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((c.queued, c.scheduled, c.retrying, c.running), (2, 1, 1, 1));
+    assert_eq!(
+        (c.succeeded, c.cancelled, c.dead),
+        (Some(1), Some(0), Some(2))
+    );
+    assert_eq!(c.finished_cap, 100_000);
+    assert!((c.now_ms - chrono::Utc::now().timestamp_millis()).abs() < 60_000);
+    // The text in the message whatever its case; the type; the exact code.
+    let c = viewer
+        .count_tasks(counts("refused", "", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (
+            c.queued,
+            c.scheduled,
+            c.retrying,
+            c.running,
+            c.succeeded,
+            c.dead
+        ),
+        (1, 1, 1, 0, Some(1), Some(2))
+    );
+    let c = viewer
+        .count_tasks(counts("", "sms.push", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((c.queued, c.scheduled, c.dead), (1, 0, Some(0)));
+    let c = viewer
+        .count_tasks(counts("", "", "SMTP_DOWN"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((c.queued, c.dead), (0, Some(0)));
+    for bad in [
+        counts(&"x".repeat(201), "", ""),
+        counts("a\u{0}b", "", ""),
+        counts("", "Bad Type", ""),
+    ] {
+        let e = viewer.count_tasks(bad.clone()).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{bad:?}: {e}");
+    }
+
+    // Due now and not yet due, queued and waiting to retry.
+    let list = |statuses: Vec<pb::TaskStatus>, due: Option<bool>| pb::ListTasksRequest {
+        statuses: statuses.into_iter().map(|s| s as i32).collect(),
+        limit: 100,
+        due,
+        ..Default::default()
+    };
+    let ids =
+        |page: pb::ListTasksResponse| -> Vec<i64> { page.tasks.iter().map(|t| t.id).collect() };
+    let page = viewer
+        .list_tasks(list(vec![pb::TaskStatus::Queued], Some(false)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ids(page), [later]);
+    let page = viewer
+        .list_tasks(list(vec![pb::TaskStatus::Queued], Some(true)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ids(page).len(), 2);
+    let page = viewer
+        .list_tasks(list(vec![pb::TaskStatus::RetryWait], Some(false)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ids(page), [retry_later]);
+
+    // RunNow: the viewer may not; the operator moves it; 0 is no id.
+    let e = viewer
+        .run_now(pb::RunNowRequest { id: later })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let r = op
+        .run_now(pb::RunNowRequest { id: later })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.moved);
+    assert_eq!(r.status, pb::TaskStatus::Queued as i32);
+    let page = viewer
+        .list_tasks(list(vec![pb::TaskStatus::Queued], Some(false)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ids(page).is_empty());
+    let e = op.run_now(pb::RunNowRequest { id: 0 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+
+    // DeleteTask likewise.
+    let e = viewer
+        .delete_task(pb::DeleteTaskRequest { id: due })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let r = op
+        .delete_task(pb::DeleteTaskRequest { id: due })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.previous, pb::TaskStatus::Queued as i32);
+    let e = op
+        .delete_task(pb::DeleteTaskRequest { id: due })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    let e = op
+        .delete_task(pb::DeleteTaskRequest { id: -1 })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+
+    stop(agent).await.unwrap();
+    db.drop_db().await.unwrap();
+}
