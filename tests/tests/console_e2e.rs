@@ -1492,3 +1492,143 @@ async fn a_frozen_agent_shows_its_leases_overdue_from_the_database() {
     drop((seed, frozen));
     db.drop_db().await.unwrap();
 }
+
+// -------------------------------------------------------------------------------------------
+// Issue 26: the Tasks view pages through 100,000 queued tasks, filters, and runs a task now
+// -------------------------------------------------------------------------------------------
+
+/// `(rows loaded, more below)` from the Tasks view's title, ` Tasks: queued (N) newest first`.
+fn tasks_title(screen: &str) -> Option<(usize, bool)> {
+    let line = screen.lines().find(|l| l.contains(" Tasks: "))?;
+    let open = line.find('(')?;
+    let close = open + line[open..].find(')')?;
+    let rows = line[open + 1..close].parse().ok()?;
+    Some((rows, line.contains("more below")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tasks_view_pages_through_100000_queued_tasks_filters_and_runs_one_now() {
+    const BULK: i64 = 100_000;
+    let db = TestDb::new().await.unwrap();
+    let f = start(&db, "browse", &[]).await;
+    // 100,000 queued sleeps that stay queued (their type paused), written as an application
+    // would in plain SQL, and one noop not due for an hour.
+    ok(&f.cli.run(&["pause", "sleep"]).await.unwrap());
+    sqlx::query(
+        "INSERT INTO tasks (task_type, payload, available_at) \
+         SELECT 'sleep', jsonb_build_object('ms', 1), now() - interval '1 minute' \
+         FROM generate_series(1, $1)",
+    )
+    .bind(BULK)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let later = enqueue(&f.cli, "noop", &json!({}), &["--delay", "1h"]).await;
+    let (newest, oldest): (i64, i64) =
+        sqlx::query_as("SELECT max(id), min(id) FROM tasks WHERE task_type::text = 'sleep'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+
+    let console = Console::start(&f.addr, &[]).await.unwrap();
+    console.keys(&["8"]).unwrap();
+    let screen = console
+        .wait_for("the queued tab with its counts", |s| {
+            s.contains("[8 Tasks]")
+                && s.contains("queued 100k")
+                && s.contains("later 1")
+                && tasks_title(s).is_some_and(|(rows, more)| rows == 200 && more)
+        })
+        .await
+        .unwrap();
+    assert_eq!(selected_id(&screen), Some(newest), "{screen}");
+
+    // Page to the end: every key that reaches the last rows loaded asks for the next page
+    // (one at a time: keys while a page travels only move the selection).
+    let started = std::time::Instant::now();
+    let mut last_seen = (200, true);
+    loop {
+        for _ in 0..10 {
+            console.keys(&["G"]).unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let screen = console.screen().unwrap();
+        if let Some(seen) = tasks_title(&screen) {
+            assert!(seen.0 >= last_seen.0, "rows went back: {screen}");
+            last_seen = seen;
+        }
+        if last_seen == (BULK as usize, false) {
+            break;
+        }
+        assert!(started.elapsed() < WAIT * 3, "stuck at {last_seen:?}: {screen}");
+    }
+    console.keys(&["G"]).unwrap();
+    let screen = console
+        .wait_for("the oldest task selected", |s| selected_id(s) == Some(oldest))
+        .await
+        .unwrap();
+    let (rows, more) = tasks_title(&screen).unwrap();
+    assert_eq!((rows, more), (BULK as usize, false), "{screen}");
+    eprintln!(
+        "paged through {BULK} queued tasks in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // Back to the top at once.
+    console.keys(&["g"]).unwrap();
+    console
+        .wait_for("the newest task selected", |s| selected_id(s) == Some(newest))
+        .await
+        .unwrap();
+
+    // The later tab, filtered to the noop type: the one task not due, run now with n y.
+    console.keys(&["]"]).unwrap();
+    console.keys(&["/"]).unwrap();
+    console.type_text("type:noop").unwrap();
+    console.keys(&["Enter"]).unwrap();
+    let screen = console
+        .wait_for("the not-due noop task", |s| {
+            s.contains("[later 1]") && selected_id(s) == Some(later)
+        })
+        .await
+        .unwrap();
+    assert!(screen.contains("queued 0"), "the filter counts noop only: {screen}");
+    assert_eq!(task_status(&db.pool, later).await.unwrap(), "queued");
+    console.keys(&["n"]).unwrap();
+    console.wait_text("Run now 1 task?").await.unwrap();
+    console.keys(&["y"]).unwrap();
+    wait_status(&db.pool, later, "succeeded").await;
+    console
+        .wait_for("the run-now's result", |s| {
+            status_line(s).contains("run now 1: 1 due now")
+        })
+        .await
+        .unwrap();
+
+    // The bulk tasks are as they were; the run-now is audited, nothing else changed.
+    assert_eq!(
+        leasehold_tests::count(
+            &db.pool,
+            "SELECT count(*) FROM tasks WHERE task_type::text = 'sleep' AND status = 'queued'"
+        )
+        .await
+        .unwrap(),
+        BULK
+    );
+    let tasks_audited: Vec<AuditRow> = audit_rows(&db.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.3.starts_with("task:"))
+        .collect();
+    assert_eq!(
+        tasks_audited,
+        [
+            local("enqueue", &format!("task:{later}"), "applied"),
+            local("run_now", &format!("task:{later}"), "applied"),
+        ]
+    );
+    console.keys(&["q"]).unwrap();
+    assert_eq!(console.wait_exit().await.unwrap(), 0);
+    drop(f);
+    db.drop_db().await.unwrap();
+}
