@@ -106,6 +106,7 @@ pub struct Metrics {
     database_up: Gauge,
     leader: Gauge,
     by_type: RwLock<HashMap<String, Arc<TypeSeries>>>,
+    enqueued: Family<TypeLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -145,6 +146,7 @@ impl Metrics {
             database_up: Gauge::default(),
             leader: Gauge::default(),
             by_type: RwLock::default(),
+            enqueued: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -229,6 +231,13 @@ impl Metrics {
             "Executions flagged slow, by type and rule (threshold: past the type's slow_after; \
              history: past the p95 of its recent successful runs)",
             m.slow.clone(),
+        );
+        registry.register(
+            "tasks_enqueued",
+            "Tasks enqueued, by type, as the leader's history sampler counts them from the \
+             database (every producer's enqueues, not this agent's): exported by the leader \
+             only, raised by what each sampler pass newly counts",
+            m.enqueued.clone(),
         );
         registry.register(
             "tasks_shed",
@@ -407,6 +416,15 @@ impl Metrics {
                 task_type: task_type.to_string(),
             })
             .inc();
+    }
+
+    /// The history sampler counted `n` more enqueues of `task_type`.
+    pub(crate) fn enqueued(&self, task_type: &str, n: u64) {
+        self.enqueued
+            .get_or_create(&TypeLabel {
+                task_type: task_type.to_string(),
+            })
+            .inc_by(n);
     }
 
     pub(crate) fn shed(&self, task_type: &str) {
