@@ -68,19 +68,18 @@ impl Sampler {
         let params = HistorySampleParams::default();
         let settle = params.settle;
         let limit = (self.core.settings.lease_ttl / 2).max(Duration::from_secs(5));
-        let sample = match tokio::time::timeout(limit, self.core.store.queue_history_sample(params))
-            .await
-        {
-            Ok(Ok(sample)) => sample,
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "queue history sampling failed");
-                return None;
-            }
-            Err(_) => {
-                tracing::warn!(?limit, "queue history sampling timed out");
-                return None;
-            }
-        };
+        let sample =
+            match tokio::time::timeout(limit, self.core.store.queue_history_sample(params)).await {
+                Ok(Ok(sample)) => sample,
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "queue history sampling failed");
+                    return None;
+                }
+                Err(_) => {
+                    tracing::warn!(?limit, "queue history sampling timed out");
+                    return None;
+                }
+            };
         for (task_type, n) in &sample.newly_enqueued {
             self.core.metrics.enqueued(task_type.as_str(), *n);
         }
@@ -90,7 +89,11 @@ impl Sampler {
                 "queue history: wrote missed minutes"
             );
         }
-        Some(sample.now.map_or(RETRY_AFTER, |now| until_next(now, settle)))
+        Some(
+            sample
+                .now
+                .map_or(RETRY_AFTER, |now| until_next(now, settle)),
+        )
     }
 
     async fn prune(&self) {
@@ -123,10 +126,19 @@ mod tests {
 
     #[test]
     fn the_next_pass_is_just_past_the_next_minute_and_settle() {
-        let now = Utc.with_ymd_and_hms(2026, 12, 7, 10, 0, 20).single().unwrap();
+        let now = Utc
+            .with_ymd_and_hms(2026, 12, 7, 10, 0, 20)
+            .single()
+            .unwrap();
         let wait = until_next(now, Duration::from_secs(10));
         assert_eq!(wait, Duration::from_millis(50_200));
-        let early = Utc.with_ymd_and_hms(2026, 12, 7, 10, 0, 5).single().unwrap();
-        assert_eq!(until_next(early, Duration::from_secs(10)), Duration::from_millis(5_200));
+        let early = Utc
+            .with_ymd_and_hms(2026, 12, 7, 10, 0, 5)
+            .single()
+            .unwrap();
+        assert_eq!(
+            until_next(early, Duration::from_secs(10)),
+            Duration::from_millis(5_200)
+        );
     }
 }

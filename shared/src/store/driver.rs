@@ -161,8 +161,10 @@ pub trait Driver: Send + Sync + 'static {
         &self,
         params: &super::HistorySampleParams,
     ) -> Result<super::HistorySample>;
-    async fn queue_history_read(&self, params: &super::HistoryReadParams)
-    -> Result<super::QueueHistory>;
+    async fn queue_history_read(
+        &self,
+        params: &super::HistoryReadParams,
+    ) -> Result<super::QueueHistory>;
     async fn queue_history_prune(&self, params: &super::HistoryPruneParams) -> Result<u64>;
     /// Deletes every task of `task_type`, whatever its status (for the tools, as above).
     async fn task_delete_of_type(&self, task_type: &TaskType) -> Result<u64>;
@@ -507,7 +509,10 @@ impl<D: Driver> Store for D {
         Driver::queue_history_sample(self, &params).await
     }
 
-    async fn queue_history_read(&self, params: super::HistoryReadParams) -> Result<super::QueueHistory> {
+    async fn queue_history_read(
+        &self,
+        params: super::HistoryReadParams,
+    ) -> Result<super::QueueHistory> {
         params.validate()?;
         Driver::queue_history_read(self, &params).await
     }

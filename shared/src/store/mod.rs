@@ -68,8 +68,8 @@ pub fn is_sqlite_url(url: &str) -> bool {
 }
 pub use params::*;
 pub use queue_history::{
-    HISTORY_DEFAULT_MINUTES, HISTORY_MAX_MINUTES, HistoryCounts, HistoryPoint, HistoryPruneParams, HistoryReadParams, HistorySample,
-    HistorySampleParams, QueueHistory,
+    HISTORY_DEFAULT_MINUTES, HISTORY_MAX_MINUTES, HistoryCounts, HistoryPoint, HistoryPruneParams,
+    HistoryReadParams, HistorySample, HistorySampleParams, QueueHistory,
 };
 pub use resources::{
     GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing, LockName,

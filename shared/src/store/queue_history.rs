@@ -292,7 +292,11 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
-    pub(crate) fn counts(&mut self, task_type: TaskType, minute: DateTime<Utc>) -> &mut HistoryCounts {
+    pub(crate) fn counts(
+        &mut self,
+        task_type: TaskType,
+        minute: DateTime<Utc>,
+    ) -> &mut HistoryCounts {
         self.rows.entry((task_type, minute)).or_default()
     }
 
@@ -339,7 +343,10 @@ impl Tally {
 }
 
 /// Per type, the enqueues `rows` count that `existing` did not.
-pub(crate) fn newly_enqueued(rows: &[HistoryRow], existing: &[HistoryRow]) -> BTreeMap<TaskType, u64> {
+pub(crate) fn newly_enqueued(
+    rows: &[HistoryRow],
+    existing: &[HistoryRow],
+) -> BTreeMap<TaskType, u64> {
     let old: BTreeMap<(&TaskType, DateTime<Utc>), u64> = existing
         .iter()
         .map(|r| ((&r.task_type, r.minute), r.counts.enqueued))
@@ -488,7 +495,10 @@ mod tests {
             waiting: Some(4),
             running: None,
         }];
-        let minutes = [known(at(10, 1, 0), None, true), known(at(10, 2, 0), None, true)];
+        let minutes = [
+            known(at(10, 1, 0), None, true),
+            known(at(10, 2, 0), None, true),
+        ];
         let h = fill(at(10, 4, 5), read_window(at(10, 4, 5), 4), &rows, &minutes);
         assert_eq!(h.points.len(), 4);
         assert_eq!(h.points[0].minute, at(10, 0, 0));

@@ -14,8 +14,8 @@ use super::db::Db;
 use super::rows::{get, task_type};
 use super::{secs, sql};
 use crate::store::queue_history::{
-    self as qh, HistoryCounts, HistoryMinute, HistoryPruneParams, HistoryReadParams,
-    HistoryRow, HistorySample, HistorySampleParams, QueueHistory, Tally,
+    self as qh, HistoryCounts, HistoryMinute, HistoryPruneParams, HistoryReadParams, HistoryRow,
+    HistorySample, HistorySampleParams, QueueHistory, Tally,
 };
 use crate::store::{Result, StoreError};
 
@@ -160,15 +160,47 @@ pub(super) async fn queue_history_sample(
         let rows = tally.rows(&plan, &existing);
         sample.newly_enqueued = qh::newly_enqueued(&rows, &existing);
         sqlx::query(sql::queue_history_upsert)
-            .bind(rows.iter().map(|r| r.task_type.as_str()).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|r| r.task_type.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .bind(rows.iter().map(|r| r.minute).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| signed(r.counts.enqueued)).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| signed(r.counts.succeeded)).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| signed(r.counts.failed)).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| signed(r.counts.dead_lettered)).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| signed(r.counts.cancelled)).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.waiting.map(signed)).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.running.map(signed)).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|r| signed(r.counts.enqueued))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                rows.iter()
+                    .map(|r| signed(r.counts.succeeded))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                rows.iter()
+                    .map(|r| signed(r.counts.failed))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                rows.iter()
+                    .map(|r| signed(r.counts.dead_lettered))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                rows.iter()
+                    .map(|r| signed(r.counts.cancelled))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                rows.iter()
+                    .map(|r| r.waiting.map(signed))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                rows.iter()
+                    .map(|r| r.running.map(signed))
+                    .collect::<Vec<_>>(),
+            )
             .execute(&mut *tx)
             .await
             .map_err(StoreError::db(OP))?;

@@ -9,8 +9,8 @@ use sqlx::sqlite::SqliteRow;
 use super::rows::{get, get_time, micros, span, task_type, time};
 use super::{commit, read_tx, sql, write_tx};
 use crate::store::queue_history::{
-    self as qh, HistoryCounts, HistoryMinute, HistoryPruneParams, HistoryReadParams,
-    HistoryRow, HistorySample, HistorySampleParams, QueueHistory, Tally,
+    self as qh, HistoryCounts, HistoryMinute, HistoryPruneParams, HistoryReadParams, HistoryRow,
+    HistorySample, HistorySampleParams, QueueHistory, Tally,
 };
 use crate::store::{Result, StoreError};
 
@@ -96,7 +96,10 @@ pub(super) async fn queue_history_sample(
             .map_err(StoreError::db(OP))?
         {
             tally
-                .counts(task_type(get(&row, "task_type")?)?, get_time(&row, "minute")?)
+                .counts(
+                    task_type(get(&row, "task_type")?)?,
+                    get_time(&row, "minute")?,
+                )
                 .enqueued += count(&row, "n")?;
         }
         for row in sqlx::query(sql::queue_history_count_finished)
@@ -106,7 +109,10 @@ pub(super) async fn queue_history_sample(
             .await
             .map_err(StoreError::db(OP))?
         {
-            let c = tally.counts(task_type(get(&row, "task_type")?)?, get_time(&row, "minute")?);
+            let c = tally.counts(
+                task_type(get(&row, "task_type")?)?,
+                get_time(&row, "minute")?,
+            );
             c.succeeded += count(&row, "succeeded")?;
             c.dead_lettered += count(&row, "dead_lettered")?;
             c.cancelled += count(&row, "cancelled")?;
@@ -119,7 +125,10 @@ pub(super) async fn queue_history_sample(
             .map_err(StoreError::db(OP))?
         {
             tally
-                .counts(task_type(get(&row, "task_type")?)?, get_time(&row, "minute")?)
+                .counts(
+                    task_type(get(&row, "task_type")?)?,
+                    get_time(&row, "minute")?,
+                )
                 .failed += count(&row, "n")?;
         }
         if plan.depth_minute.is_some() {
