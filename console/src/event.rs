@@ -25,6 +25,8 @@ pub enum Event {
     Agents(pb::ListAgentsResponse),
     /// Counts per type and the global policy.
     Overview(pb::GetOverviewResponse),
+    /// The queue history of every type summed (GetHistory), read every [`HISTORY_EVERY`](crate::client::fleet::HISTORY_EVERY).
+    History(pb::GetHistoryResponse),
     /// Leases whose renewal is overdue, as the database sees them (ListSuspectLeases).
     Suspects(pb::ListSuspectLeasesResponse),
     /// The answer to the request with this id.

@@ -40,6 +40,8 @@ use crate::event::{ConnEvent, Event, LimitScope, Reply, Request, RequestKind, Ta
 
 /// How often the registry and the overview are read.
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
+/// How often the queue history is read (it changes once a minute): at start, then this often.
+pub const HISTORY_EVERY: Duration = Duration::from_secs(30);
 /// First reconnect delay; doubled per failure up to [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest reconnect delay.
@@ -320,6 +322,7 @@ async fn poll_loop(
     let mut clients: HashMap<String, Agent> = HashMap::new();
     let mut tick = tokio::time::interval(POLL_EVERY);
     let started = Instant::now();
+    let mut history_at: Option<Instant> = None;
     loop {
         // Every POLL_EVERY, and at once after an action (its effect shows without waiting).
         tokio::select! {
@@ -376,6 +379,18 @@ async fn poll_loop(
                 }
             }
             Err(e) => tracing::debug!(error = %e, "overview read failed"),
+        }
+        // The history is in the shared database: one agent (this one) answers for all.
+        if history_at.is_none_or(|at| at.elapsed() >= HISTORY_EVERY) {
+            match agent.get_history(String::new()).await {
+                Ok(history) => {
+                    history_at = Some(Instant::now());
+                    if events.send(Event::History(history)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "history read failed"),
+            }
         }
         // Overdue renewals from the database: an agent whose own stream went silent (frozen,
         // partitioned) shows no failure of its own, so the database has to say it.

@@ -23,6 +23,8 @@ pub struct Data {
     pub conns: Conns,
     pub registry: Registry,
     pub overview: Option<pb::GetOverviewResponse>,
+    /// The last hour of the queue's history (every type summed), as the leader recorded it.
+    pub history: Option<pb::GetHistoryResponse>,
     pub dead: DeadPage,
     /// The schedules, polled while the Schedules view is shown.
     pub schedules: super::schedules::Schedules,
