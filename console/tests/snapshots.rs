@@ -1012,3 +1012,45 @@ fn an_expanded_log_entry_shows_its_whole_answer() {
     let text = screen(&mut app, 80, 24);
     assert!(!text.contains("END-OF-CHAIN"), "{text}");
 }
+
+/// The queue's last hour under the Types table: sparklines with the latest value and the
+/// hour's max at 80×24, line charts with labelled axes at 160×48. The newest minute is not
+/// written yet (its zeros are not the latest value), and the oldest depths are unknown.
+#[test]
+fn types_show_the_queue_history() {
+    let mut app = at(View::Types);
+    app.on_event(leasehold_console::event::Event::History(history_fixture()));
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains("throughput"), "{text}");
+    assert!(text.contains("failures"), "{text}");
+    assert!(text.contains("depth"), "{text}");
+    assert!(text.contains("58/min max     58"), "{text}");
+    insta::assert_snapshot!("types_history_80x24", text);
+    let text = screen(&mut app, 160, 48);
+    assert!(text.contains("throughput 58/min (max 58)"), "{text}");
+    assert!(text.contains("-59m") && text.contains("now"), "{text}");
+    insta::assert_snapshot!("types_history_160x48", text);
+}
+
+fn history_fixture() -> leasehold_proto::v1::GetHistoryResponse {
+    use leasehold_proto::v1 as pb;
+    let start = 1_796_000_000_000_i64;
+    let points = (0..60u64)
+        .map(|i| pb::HistoryPoint {
+            minute_ms: start + i as i64 * 60_000,
+            enqueued: i + 3,
+            succeeded: if i == 59 { 0 } else { i },
+            failed: i % 7,
+            dead_lettered: u64::from(i % 20 == 0),
+            cancelled: 0,
+            waiting: (i >= 10).then_some(100 - i),
+            running: (i >= 10).then_some(4),
+            counted: i < 59,
+        })
+        .collect();
+    pb::GetHistoryResponse {
+        points,
+        now_ms: start + 60 * 60_000 + 5_000,
+        task_type: String::new(),
+    }
+}
