@@ -107,6 +107,10 @@ pub enum RequestKind {
     /// Read the registry and the overview now rather than at the next poll (ctrl-l). Not
     /// answered: what it reads arrives as [`Event::Agents`] and [`Event::Overview`].
     Poll,
+    /// Read the history of this type from now on (empty: every type summed), at once and then
+    /// every [`HISTORY_EVERY`](crate::client::fleet::HISTORY_EVERY). Not answered: it arrives
+    /// as [`Event::History`].
+    HistoryFor { task_type: String },
 }
 
 /// The filter pushed to the agent for database-backed views.

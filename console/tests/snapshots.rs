@@ -1019,8 +1019,31 @@ fn an_expanded_log_entry_shows_its_whole_answer() {
 #[test]
 fn types_show_the_queue_history() {
     let mut app = at(View::Types);
-    app.on_event(leasehold_console::event::Event::History(history_fixture()));
+    // The pane follows the cursor: the app asks for the selected type's history (once, until
+    // the selection changes).
+    let _ = app.take_requests();
+    screen(&mut app, 80, 24);
+    let selected = app.state.table().selected.clone().unwrap();
+    app.on_tick(1);
+    let asked: Vec<_> = app
+        .take_requests()
+        .into_iter()
+        .filter_map(|r| match r.kind {
+            leasehold_console::event::RequestKind::HistoryFor { task_type } => Some(task_type),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked, vec![selected.clone()]);
+    app.on_tick(2);
+    assert!(
+        app.take_requests().is_empty(),
+        "asked again without a change"
+    );
+    let mut history = history_fixture();
+    history.task_type = selected.clone();
+    app.on_event(leasehold_console::event::Event::History(history));
     let text = screen(&mut app, 80, 24);
+    assert!(text.contains(&format!("of type {selected}")), "{text}");
     assert!(text.contains("throughput"), "{text}");
     assert!(text.contains("failures"), "{text}");
     assert!(text.contains("depth"), "{text}");

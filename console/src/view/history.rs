@@ -1,11 +1,11 @@
-//! The history pane of the Types view: the queue's last hour as the leader recorded it
-//! (GetHistory, every type summed) — throughput (tasks succeeded per minute), failures (failed
+//! The history pane of the Types view: the last hour of the selected type (of every type summed
+//! when the cursor is on none) as the leader recorded it (GetHistory) — throughput (tasks succeeded per minute), failures (failed
 //! attempts per minute) and depth (tasks waiting at each minute's end).
 //!
 //! Narrow (under 120 columns, or under 36 rows) each series is one line: its name, the latest
 //! value, the hour's max, and a sparkline of the hour. Wide, each is a line chart with the
 //! time (minutes ago) and the value on labelled axes. Minutes the sampler has not written yet,
-//! and depths it could not know, are drawn as zero and not counted in the latest value.
+//! and depths it could not know, are gaps (not zeros) and never the latest value.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -16,6 +16,7 @@ use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Sparkl
 
 use leasehold_proto::v1 as pb;
 
+use super::text::untrusted;
 use super::theme::Theme;
 
 /// Rows the narrow pane takes (title and three series).
@@ -36,9 +37,6 @@ impl Series {
     }
     fn max(&self) -> u64 {
         self.values.iter().flatten().copied().max().unwrap_or(0)
-    }
-    fn plain(&self) -> Vec<u64> {
-        self.values.iter().map(|v| v.unwrap_or(0)).collect()
     }
 }
 
@@ -87,7 +85,12 @@ fn value_text(v: Option<u64>) -> String {
 pub fn draw(frame: &mut Frame<'_>, area: Rect, history: &pb::GetHistoryResponse, theme: Theme) {
     let all = series(history);
     let minutes = history.points.len();
-    let title = format!(" last {minutes} min, all types (GetHistory, recorded by the leader)");
+    let whose = if history.task_type.is_empty() {
+        "all types".to_string()
+    } else {
+        format!("type {}", untrusted(&history.task_type, 40))
+    };
+    let title = format!(" last {minutes} min of {whose} (recorded by the leader)");
     if area.height == WIDE_HEIGHT && area.width >= 120 {
         let [title_area, charts] =
             Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
@@ -118,12 +121,11 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, history: &pb::GetHistoryResponse,
         let [text, spark] =
             Layout::horizontal([Constraint::Length(width), Constraint::Min(0)]).areas(*row);
         frame.render_widget(Paragraph::new(label), text);
-        let data = s.plain();
-        // The newest minutes, as many as fit.
-        let start = data.len().saturating_sub(usize::from(spark.width));
+        // The newest minutes, as many as fit; an unknown minute is a gap, not a zero.
+        let start = s.values.len().saturating_sub(usize::from(spark.width));
         frame.render_widget(
             Sparkline::default()
-                .data(&data[start..])
+                .data(s.values[start..].iter().copied())
                 .max(s.max().max(1))
                 .style(theme.header()),
             spark,
@@ -133,11 +135,12 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, history: &pb::GetHistoryResponse,
 
 fn draw_chart(frame: &mut Frame<'_>, area: Rect, s: &Series, minutes: usize, theme: Theme) {
     let n = minutes.max(1) as f64;
+    // Unknown minutes are left out (the line joins the known ones), not drawn as zeros.
     let points: Vec<(f64, f64)> = s
-        .plain()
+        .values
         .iter()
         .enumerate()
-        .map(|(i, v)| (i as f64 - (n - 1.0), *v as f64))
+        .filter_map(|(i, v)| v.map(|v| (i as f64 - (n - 1.0), v as f64)))
         .collect();
     let top = s.max().max(1) as f64;
     let title = format!(

@@ -19,7 +19,8 @@
 //! force (`attempts 5 · backoff 2s..5m ×2 ±0.2 · timeout 30s · slow 1m · snoozes 100`), from
 //! the same overview (nothing from an agent older than per-type policies).
 //!
-//! Under that, the history pane (view/history.rs): the whole queue's last hour.
+//! Under that, the history pane (view/history.rs): the selected type's last hour (every type
+//! summed when none is selected).
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
