@@ -464,15 +464,21 @@ mod tests {
     fn a_gap_is_backfilled_with_the_mark_before_it_and_no_depth() {
         let p = HistorySampleParams::default();
         let k = [known(at(10, 0, 0), Some(5), true)];
+        // Counted 10:00 (mark 5); a mark of 9:00 (2) before the hour looked at.
         let planned = plan(&p, at(10, 30, 45), &k, Some((at(9, 0, 0), 2))).unwrap();
-        assert_eq!(planned.minutes.first(), Some(&at(10, 1, 0)));
+        // Every minute of the last hour not counted, 10:00 itself excepted.
+        assert_eq!(planned.minutes.first(), Some(&at(9, 30, 0)));
+        assert!(!planned.minutes.contains(&at(10, 0, 0)));
+        assert_eq!(planned.minutes.len(), 59);
         assert_eq!(planned.minutes.last(), Some(&at(10, 29, 0)));
-        assert_eq!(planned.mark, 5);
+        // The mark valid for the oldest: the one of 9:00.
+        assert_eq!(planned.mark, 2);
         // 10:29 ended 45 s ago: its depth is no longer known.
         assert_eq!(planned.depth_minute, None);
         // Backfill reaches at most 60 minutes back.
-        let planned = plan(&p, at(12, 0, 15), &k, Some((at(9, 0, 0), 2))).unwrap();
+        let planned = plan(&p, at(12, 0, 15), &[], Some((at(10, 0, 0), 5))).unwrap();
         assert_eq!(planned.minutes.len(), 60);
+        assert_eq!(planned.minutes.first(), Some(&at(11, 0, 0)));
         assert_eq!(planned.mark, 5);
     }
 
