@@ -535,3 +535,56 @@ async fn with_150k_tasks_the_counts_read_only_the_last_minutes_through_indexes()
     }
     db.drop_db().await.unwrap();
 }
+
+// SQLite only: the same counts through SQLite's own indexes (EXPLAIN QUERY PLAN): enqueues by
+// the rowid above the mark, finishes by tasks_finished_idx, failed attempts by
+// task_attempts_failed_idx and their task by rowid; no table scanned whole.
+#[tokio::test]
+async fn on_sqlite_the_counts_search_indexes_and_scan_no_table() {
+    let db = StoreDb::new(leasehold_tests::Backend::Sqlite)
+        .await
+        .unwrap();
+    let pool = db.sqlite_pool().unwrap();
+    let statements = [
+        (
+            "enqueued",
+            include_str!("../../shared/src/store/sqlite/sql/queue_history_count_enqueued.sql"),
+            "USING INTEGER PRIMARY KEY",
+        ),
+        (
+            "finished",
+            include_str!("../../shared/src/store/sqlite/sql/queue_history_count_finished.sql"),
+            "INDEX tasks_finished_idx",
+        ),
+        (
+            "failed attempts",
+            include_str!(
+                "../../shared/src/store/sqlite/sql/queue_history_count_failed_attempts.sql"
+            ),
+            "INDEX task_attempts_failed_idx",
+        ),
+    ];
+    for (what, sql, index) in statements {
+        let mut q = sqlx::query_as::<_, (i64, i64, i64, String)>(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN QUERY PLAN {sql}"
+        )))
+        .bind(1_i64)
+        .bind(2_i64);
+        if what == "enqueued" {
+            q = q.bind(3_i64);
+        }
+        let rows = q.fetch_all(pool).await.unwrap();
+        let details: Vec<&str> = rows.iter().map(|r| r.3.as_str()).collect();
+        assert!(
+            details.iter().any(|d| d.contains(index)),
+            "{what}: {details:?}"
+        );
+        assert!(
+            !details
+                .iter()
+                .any(|d| d.starts_with("SCAN") && !d.contains("USING")),
+            "{what} scans a table: {details:?}"
+        );
+    }
+    db.drop_db().await.unwrap();
+}

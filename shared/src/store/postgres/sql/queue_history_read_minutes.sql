@@ -1,4 +1,4 @@
--- The sampler's minutes in [$1, $2), and the database's now on each row's side.
+-- The sampler's minutes in [$1, $2).
 SELECT minute, id_mark, counted_at IS NOT NULL AS counted, depth_sampled
 FROM queue_history_minutes
 WHERE minute >= $1 AND minute < $2
