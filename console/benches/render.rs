@@ -8,7 +8,8 @@
 //! at 160×48: the terminal's own writing is not counted), and a key every 200 ms (moves,
 //! view switches, a filter, the detail pane) timed from the key to its frame drawn. Reports
 //! frame and key-to-frame p50 / p99 / max in ms (wall time: run it on a quiet machine), the
-//! row order alone and a frame with nothing changed, and the process's RSS (now and peak),
+//! row order alone and a frame with nothing changed, the Types view with an hour of queue
+//! history (line charts at 160×48, sparklines at 80×24), and the process's RSS (now and peak),
 //! as one JSON object.
 
 // The fixtures build agent messages with the words, as agents before the enums did.
@@ -267,6 +268,25 @@ fn main() {
     for _ in 0..50 {
         draw_only.push(draw(&mut terminal, &mut app));
     }
+    // The Types view with the history pane (issue 26): line charts at 160x48, sparklines at
+    // 80x24, drawn from a full hour of history.
+    app.on_key(Key::Char('5'));
+    app.on_event(leasehold_console::event::Event::History(history_hour()));
+    let mut types_wide = Vec::new();
+    for _ in 0..50 {
+        types_wide.push(draw(&mut terminal, &mut app));
+    }
+    let mut narrow = match Terminal::new(TestBackend::new(80, 24)) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cannot make the test terminal: {e}");
+            std::process::exit(1);
+        }
+    };
+    let mut types_narrow = Vec::new();
+    for _ in 0..50 {
+        types_narrow.push(draw(&mut narrow, &mut app));
+    }
     let report = serde_json::json!({
         "agents": AGENTS,
         "leases": app.state.live.lease_count(),
@@ -278,8 +298,32 @@ fn main() {
         "key_to_frame": summary(key_latency),
         "lease_order": summary(order_ms),
         "draw_only": summary(draw_only),
+        "types_history_160x48": summary(types_wide),
+        "types_history_80x24": summary(types_narrow),
         "rss_mb": (rss_kib("VmRSS:") as f64 / 1024.0 * 10.0).round() / 10.0,
         "peak_rss_mb": (rss_kib("VmHWM:") as f64 / 1024.0 * 10.0).round() / 10.0,
     });
     println!("{report}");
+}
+
+/// An hour of queue history, every minute counted, depths known.
+fn history_hour() -> pb::GetHistoryResponse {
+    let start = 1_796_000_000_000_i64;
+    pb::GetHistoryResponse {
+        points: (0..60u64)
+            .map(|i| pb::HistoryPoint {
+                minute_ms: start + i as i64 * 60_000,
+                enqueued: 500 + i * 7 % 50,
+                succeeded: 480 + i * 13 % 70,
+                failed: i * 3 % 11,
+                dead_lettered: i % 2,
+                cancelled: 0,
+                waiting: Some(1_000 + i * 17 % 300),
+                running: Some(100),
+                counted: true,
+            })
+            .collect(),
+        now_ms: start + 60 * 60_000,
+        task_type: String::new(),
+    }
 }

@@ -52,6 +52,8 @@ pub struct App {
     task_counts_asked_ms: Option<i64>,
     /// The screen must be cleared and redrawn whole (ctrl-l).
     pub redraw: bool,
+    /// The type whose history was last asked for (empty: every type summed).
+    history_for: Option<String>,
 }
 
 impl App {
@@ -111,6 +113,7 @@ impl App {
     /// Advances the clock; reloads what is due. Call before each frame.
     pub fn on_tick(&mut self, local_ms: i64) {
         self.state.set_local_time(local_ms);
+        self.ask_history();
         if self.state.view == View::Dead && self.state.frozen.is_none() {
             let due = self
                 .dead_asked_ms
@@ -181,6 +184,27 @@ impl App {
                     d.asked_ms = local;
                 }
             }
+        }
+    }
+
+    /// The history pane follows the Types view's cursor: the selected type's history, or every
+    /// type summed when no type is selected; asked again only when that changes (the network
+    /// side reads it every 30 s by itself).
+    fn ask_history(&mut self) {
+        let wanted = if self.state.view == View::Types {
+            self.state.table().selected.clone().unwrap_or_default()
+        } else {
+            match &self.history_for {
+                Some(t) => t.clone(),
+                None => String::new(),
+            }
+        };
+        if self.history_for.as_ref() != Some(&wanted) {
+            self.history_for = Some(wanted.clone());
+            self.outbox.push(Request {
+                id: 0,
+                kind: RequestKind::HistoryFor { task_type: wanted },
+            });
         }
     }
 

@@ -25,6 +25,8 @@ pub enum Event {
     Agents(pb::ListAgentsResponse),
     /// Counts per type and the global policy.
     Overview(pb::GetOverviewResponse),
+    /// The queue history of every type summed (GetHistory), read every [`HISTORY_EVERY`](crate::client::fleet::HISTORY_EVERY).
+    History(pb::GetHistoryResponse),
     /// Leases whose renewal is overdue, as the database sees them (ListSuspectLeases).
     Suspects(pb::ListSuspectLeasesResponse),
     /// The answer to the request with this id.
@@ -120,6 +122,10 @@ pub enum RequestKind {
     /// Read the registry and the overview now rather than at the next poll (ctrl-l). Not
     /// answered: what it reads arrives as [`Event::Agents`] and [`Event::Overview`].
     Poll,
+    /// Read the history of this type from now on (empty: every type summed), at once and then
+    /// every [`HISTORY_EVERY`](crate::client::fleet::HISTORY_EVERY). Not answered: it arrives
+    /// as [`Event::History`].
+    HistoryFor { task_type: String },
 }
 
 /// The filter pushed to the agent for database-backed views.

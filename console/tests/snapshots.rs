@@ -1053,3 +1053,68 @@ fn an_expanded_log_entry_shows_its_whole_answer() {
     let text = screen(&mut app, 80, 24);
     assert!(!text.contains("END-OF-CHAIN"), "{text}");
 }
+
+/// The queue's last hour under the Types table: sparklines with the latest value and the
+/// hour's max at 80×24, line charts with labelled axes at 160×48. The newest minute is not
+/// written yet (its zeros are not the latest value), and the oldest depths are unknown.
+#[test]
+fn types_show_the_queue_history() {
+    let mut app = at(View::Types);
+    // The pane follows the cursor: the app asks for the selected type's history (once, until
+    // the selection changes).
+    let _ = app.take_requests();
+    screen(&mut app, 80, 24);
+    let selected = app.state.table().selected.clone().unwrap();
+    app.on_tick(1);
+    let asked: Vec<_> = app
+        .take_requests()
+        .into_iter()
+        .filter_map(|r| match r.kind {
+            leasehold_console::event::RequestKind::HistoryFor { task_type } => Some(task_type),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked, vec![selected.clone()]);
+    app.on_tick(2);
+    assert!(
+        app.take_requests().is_empty(),
+        "asked again without a change"
+    );
+    let mut history = history_fixture();
+    history.task_type = selected.clone();
+    app.on_event(leasehold_console::event::Event::History(history));
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains(&format!("of type {selected}")), "{text}");
+    assert!(text.contains("throughput"), "{text}");
+    assert!(text.contains("failures"), "{text}");
+    assert!(text.contains("depth"), "{text}");
+    assert!(text.contains("58/min max     58"), "{text}");
+    insta::assert_snapshot!("types_history_80x24", text);
+    let text = screen(&mut app, 160, 48);
+    assert!(text.contains("throughput 58/min (max 58)"), "{text}");
+    assert!(text.contains("-59m") && text.contains("now"), "{text}");
+    insta::assert_snapshot!("types_history_160x48", text);
+}
+
+fn history_fixture() -> leasehold_proto::v1::GetHistoryResponse {
+    use leasehold_proto::v1 as pb;
+    let start = 1_796_000_000_000_i64;
+    let points = (0..60u64)
+        .map(|i| pb::HistoryPoint {
+            minute_ms: start + i as i64 * 60_000,
+            enqueued: i + 3,
+            succeeded: if i == 59 { 0 } else { i },
+            failed: i % 7,
+            dead_lettered: u64::from(i % 20 == 0),
+            cancelled: 0,
+            waiting: (i >= 10).then_some(100 - i),
+            running: (i >= 10).then_some(4),
+            counted: i < 59,
+        })
+        .collect();
+    pb::GetHistoryResponse {
+        points,
+        now_ms: start + 60 * 60_000 + 5_000,
+        task_type: String::new(),
+    }
+}

@@ -75,6 +75,10 @@ GRANT SELECT, INSERT, UPDATE ON shard_groups TO leasehold_agent;
 -- Group memberships: join, renew, leave.
 GRANT SELECT, INSERT, UPDATE, DELETE ON shard_members TO leasehold_agent;
 
+-- Queue history: the leader's sampler writes each minute's counts and marks (upserts) and
+-- deletes rows older than a day; GetHistory reads them.
+GRANT SELECT, INSERT, UPDATE, DELETE ON queue_history, queue_history_minutes TO leasehold_agent;
+
 -- The audit log: INSERT-only for agents (SELECT for `leasehold audit ls`). No UPDATE, no
 -- DELETE, no TRUNCATE: the REVOKE above took anything else away.
 GRANT SELECT, INSERT ON audit_log TO leasehold_agent;

@@ -23,6 +23,7 @@ pub mod auth;
 pub mod convert;
 pub mod dead_letters;
 pub mod denials;
+mod history;
 pub mod hub;
 pub mod limits;
 pub mod overview;

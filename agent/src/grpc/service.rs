@@ -407,6 +407,13 @@ impl AgentService for Service {
     ) -> Result<Response<pb::GetStatsResponse>, Status> {
         self.get_stats_rpc(request).await
     }
+
+    async fn get_history(
+        &self,
+        request: Request<pb::GetHistoryRequest>,
+    ) -> Result<Response<pb::GetHistoryResponse>, Status> {
+        self.get_history_rpc(request).await
+    }
 }
 
 #[cfg(test)]

@@ -468,6 +468,14 @@ impl Agent {
             &[&background_stop],
             scheduler.run(background_stop.clone()),
         );
+        let sampler = super::sampler::Sampler {
+            core: Arc::clone(&core),
+        };
+        services.spawn(
+            "sampler",
+            &[&background_stop],
+            sampler.run(background_stop.clone()),
+        );
         if let Some(listener) = metrics_listener {
             // `/readyz` turns 503 (draining) at step 1 of the stop order below; the listener
             // itself closes with the background services at step 5.

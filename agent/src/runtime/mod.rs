@@ -26,6 +26,7 @@ mod readiness;
 mod registry;
 mod renewal;
 pub mod resources;
+pub(crate) mod sampler;
 pub(crate) mod scheduler;
 pub mod settings;
 mod supervisor;

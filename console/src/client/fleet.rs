@@ -40,6 +40,11 @@ use crate::event::{ConnEvent, Event, LimitScope, Reply, Request, RequestKind, Ta
 
 /// How often the registry and the overview are read.
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
+/// How often the queue history is read (it changes once a minute): at start, then this often.
+pub const HISTORY_EVERY: Duration = Duration::from_secs(30);
+/// The type whose history the poll loop reads (empty: every type summed), as the app last
+/// asked ([`RequestKind::HistoryFor`]).
+type HistoryFor = Arc<Mutex<String>>;
 /// First reconnect delay; doubled per failure up to [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest reconnect delay.
@@ -120,11 +125,13 @@ pub fn start(
     let seed_addr = settings.addr.given.clone();
     spawn_watcher(&watchers, &settings, seed_addr.clone(), &events);
     let refresh = Arc::new(tokio::sync::Notify::new());
+    let history_for = HistoryFor::default();
     let poll = tokio::spawn(poll_loop(
         settings.clone(),
         Arc::clone(&watchers),
         events.clone(),
         Arc::clone(&refresh),
+        Arc::clone(&history_for),
     ));
     let serve = tokio::spawn(request_loop(
         settings,
@@ -132,6 +139,7 @@ pub fn start(
         events,
         refresh,
         Arc::clone(&watchers),
+        history_for,
     ));
     Fleet {
         tasks: vec![poll, serve],
@@ -316,10 +324,13 @@ async fn poll_loop(
     watchers: Arc<Mutex<HashMap<String, Watcher>>>,
     events: mpsc::Sender<Event>,
     refresh: Arc<tokio::sync::Notify>,
+    history_for: HistoryFor,
 ) {
     let mut clients: HashMap<String, Agent> = HashMap::new();
     let mut tick = tokio::time::interval(POLL_EVERY);
+    let mut history_of: Option<String> = None;
     let started = Instant::now();
+    let mut history_at: Option<Instant> = None;
     loop {
         // Every POLL_EVERY, and at once after an action (its effect shows without waiting).
         tokio::select! {
@@ -376,6 +387,22 @@ async fn poll_loop(
                 }
             }
             Err(e) => tracing::debug!(error = %e, "overview read failed"),
+        }
+        // The history is in the shared database: one agent (this one) answers for all.
+        let wanted = history_for.lock().map(|w| w.clone()).unwrap_or_default();
+        if history_of.as_ref() != Some(&wanted)
+            || history_at.is_none_or(|at| at.elapsed() >= HISTORY_EVERY)
+        {
+            match agent.get_history(wanted.clone()).await {
+                Ok(history) => {
+                    history_at = Some(Instant::now());
+                    history_of = Some(wanted);
+                    if events.send(Event::History(history)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "history read failed"),
+            }
         }
         // Overdue renewals from the database: an agent whose own stream went silent (frozen,
         // partitioned) shows no failure of its own, so the database has to say it.
@@ -438,10 +465,18 @@ async fn request_loop(
     events: mpsc::Sender<Event>,
     refresh: Arc<tokio::sync::Notify>,
     watchers: Watchers,
+    history_for: HistoryFor,
 ) {
     let mut clients: HashMap<String, Agent> = HashMap::new();
     while let Some(request) = requests.recv().await {
         if request.kind == RequestKind::Poll {
+            refresh.notify_one();
+            continue;
+        }
+        if let RequestKind::HistoryFor { task_type } = &request.kind {
+            if let Ok(mut wanted) = history_for.lock() {
+                wanted.clone_from(task_type);
+            }
             refresh.notify_one();
             continue;
         }
@@ -640,7 +675,9 @@ async fn serve(settings: &Settings, agent: &Agent, kind: RequestKind) -> Result<
             };
             Ok(Reply::Action { summary, failed: 0 })
         }
-        RequestKind::Poll => Err("a poll is not a call (the request loop serves it)".into()),
+        RequestKind::Poll | RequestKind::HistoryFor { .. } => {
+            Err("a poll is not a call (the request loop serves it)".into())
+        }
         RequestKind::Task { id } => Ok(Reply::Task(Box::new(
             agent.get_task(id).await.map_err(text)?,
         ))),

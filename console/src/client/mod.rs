@@ -271,6 +271,19 @@ impl Agent {
         .await
     }
 
+    pub async fn get_history(&self, task_type: String) -> Result<v1::GetHistoryResponse> {
+        self.unary(
+            "get the queue history".into(),
+            self.call_timeout,
+            v1::GetHistoryRequest {
+                task_type,
+                minutes: 60,
+            },
+            |mut c, r| async move { c.get_history(r).await },
+        )
+        .await
+    }
+
     pub async fn enqueue(&self, r: v1::EnqueueRequest) -> Result<v1::EnqueueResponse> {
         let what = format!("enqueue {}", r.task_type);
         self.unary(what, self.call_timeout, r, |mut c, r| async move {

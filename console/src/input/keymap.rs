@@ -241,7 +241,7 @@ pub const KEYMAP: &[Binding] = &[
         &[Char('5')],
         Action::Show(View::Types),
         Scope::Global,
-        "Types: counts, limits, pauses",
+        "Types: counts, limits, pauses; the selected type's last hour",
     ),
     bind(
         &[Char('6')],

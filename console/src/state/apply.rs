@@ -90,6 +90,9 @@ impl State {
                 self.heard_db_time(overview.now_ms);
                 self.live.overview = Some(overview);
             }
+            Event::History(history) => {
+                self.live.history = Some(history);
+            }
             Event::Suspects(answer) => {
                 self.heard_db_time(answer.now_ms);
                 self.live.overdue = data::Overdue::from_wire(answer, &self.live.conns);

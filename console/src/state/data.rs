@@ -23,6 +23,8 @@ pub struct Data {
     pub conns: Conns,
     pub registry: Registry,
     pub overview: Option<pb::GetOverviewResponse>,
+    /// The last hour of the queue's history (every type summed), as the leader recorded it.
+    pub history: Option<pb::GetHistoryResponse>,
     pub dead: DeadPage,
     /// The Tasks view's rows and counts, read while it is shown.
     pub tasks: super::tasks::TaskBrowse,

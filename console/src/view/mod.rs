@@ -13,6 +13,7 @@
 pub mod agents;
 pub mod dead;
 pub mod header;
+pub mod history;
 pub mod leases;
 pub mod locks;
 pub mod overlay;

@@ -18,6 +18,9 @@
 //! Under the table, one line gives the selected type's retry, timeout and attempt settings in
 //! force (`attempts 5 · backoff 2s..5m ×2 ±0.2 · timeout 30s · slow 1m · snoozes 100`), from
 //! the same overview (nothing from an agent older than per-type policies).
+//!
+//! Under that, the history pane (view/history.rs): the selected type's last hour (every type
+//! summed when none is selected).
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -117,6 +120,17 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
         .as_deref()
         .and_then(|k| rows.iter().position(|r| r.task_type == k));
     let detail = selected.and_then(|i| settings_line(rows[i]));
+    // The queue's last hour under the table (view/history.rs), when there is room.
+    let pane = super::history::height(area, data.history.as_ref());
+    let area = match &data.history {
+        Some(h) if pane > 0 => {
+            let [rest, pane_area] =
+                Layout::vertical([Constraint::Min(0), Constraint::Length(pane)]).areas(area);
+            super::history::draw(frame, pane_area, h, theme);
+            rest
+        }
+        _ => area,
+    };
     let area = match &detail {
         Some(line) if area.height > 4 => {
             let [table_area, line_area] =

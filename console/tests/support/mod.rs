@@ -1095,6 +1095,14 @@ impl AgentService for Fake {
             ..Default::default()
         }))
     }
+
+    async fn get_history(
+        &self,
+        request: Request<v1::GetHistoryRequest>,
+    ) -> Result<Response<v1::GetHistoryResponse>, Status> {
+        self.record(&request, "get_history".into(), false)?;
+        Ok(Response::new(v1::GetHistoryResponse::default()))
+    }
 }
 
 /// A canned lock.

@@ -161,6 +161,15 @@ pub trait Driver: Send + Sync + 'static {
     /// How many migrations the database applied, and how many this build knows (for the
     /// tools, through [`AnyStore`](super::AnyStore); not a [`Store`] operation).
     async fn migrations_applied(&self) -> Result<(usize, usize)>;
+    async fn queue_history_sample(
+        &self,
+        params: &super::HistorySampleParams,
+    ) -> Result<super::HistorySample>;
+    async fn queue_history_read(
+        &self,
+        params: &super::HistoryReadParams,
+    ) -> Result<super::QueueHistory>;
+    async fn queue_history_prune(&self, params: &super::HistoryPruneParams) -> Result<u64>;
     /// Deletes every task of `task_type`, whatever its status (for the tools, as above).
     async fn task_delete_of_type(&self, task_type: &TaskType) -> Result<u64>;
 
@@ -516,5 +525,26 @@ impl<D: Driver> Store for D {
     }
     async fn task_stats(&self) -> Result<QueueStats> {
         Driver::task_stats(self).await
+    }
+
+    async fn queue_history_sample(
+        &self,
+        params: super::HistorySampleParams,
+    ) -> Result<super::HistorySample> {
+        params.validate()?;
+        Driver::queue_history_sample(self, &params).await
+    }
+
+    async fn queue_history_read(
+        &self,
+        params: super::HistoryReadParams,
+    ) -> Result<super::QueueHistory> {
+        params.validate()?;
+        Driver::queue_history_read(self, &params).await
+    }
+
+    async fn queue_history_prune(&self, params: super::HistoryPruneParams) -> Result<u64> {
+        params.validate()?;
+        Driver::queue_history_prune(self, &params).await
     }
 }

@@ -41,6 +41,7 @@ pub mod lifecycle;
 pub mod outcomes;
 pub mod params;
 pub mod postgres;
+pub mod queue_history;
 pub mod resources;
 mod rows;
 pub mod schedules;
@@ -68,6 +69,10 @@ pub fn is_sqlite_url(url: &str) -> bool {
     url.starts_with("sqlite:")
 }
 pub use params::*;
+pub use queue_history::{
+    HISTORY_DEFAULT_MINUTES, HISTORY_MAX_MINUTES, HistoryCounts, HistoryPoint, HistoryPruneParams,
+    HistoryReadParams, HistorySample, HistorySampleParams, QueueHistory,
+};
 pub use resources::{
     GroupName, LockAcquireParams, LockAcquired, LockForceReleaseParams, LockListing, LockName,
     ResourceHolderParams, ResourceRecord, ResourceRenewOutcome, ResourceRenewParams,
@@ -308,4 +313,15 @@ pub trait Store: Send + Sync + 'static {
     /// failed attempts of the last minute, quarter hour and hour, in one statement that reads
     /// only indexes (see `store/stats.rs`).
     async fn task_stats(&self) -> Result<QueueStats>;
+    // Queue history (issue 26).
+    /// One pass of the leader's history sampler ([`queue_history`]): writes the complete
+    /// minutes not yet counted (at most `backfill` back) and recounts the newest `recount`,
+    /// idempotently; stores the id mark of the coming minute.
+    async fn queue_history_sample(&self, params: HistorySampleParams) -> Result<HistorySample>;
+    /// Every minute of the last `minutes` complete ones, oldest first, of one type or of every
+    /// type summed, with the database's now.
+    async fn queue_history_read(&self, params: HistoryReadParams) -> Result<QueueHistory>;
+    /// Retention: deletes history older than `older_than` in small batches; returns how many
+    /// rows went.
+    async fn queue_history_prune(&self, params: HistoryPruneParams) -> Result<u64>;
 }

@@ -111,6 +111,7 @@ pub struct Metrics {
     /// The leader-only backlog gauges.
     backlog: backlog::Backlog,
     by_type: RwLock<HashMap<String, Arc<TypeSeries>>>,
+    enqueued: Family<TypeLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -151,6 +152,7 @@ impl Metrics {
             leader: Gauge::default(),
             backlog: backlog::Backlog::default(),
             by_type: RwLock::default(),
+            enqueued: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -235,6 +237,13 @@ impl Metrics {
             "Executions flagged slow, by type and rule (threshold: past the type's slow_after; \
              history: past the p95 of its recent successful runs)",
             m.slow.clone(),
+        );
+        registry.register(
+            "tasks_enqueued",
+            "Tasks enqueued, by type, as the leader's history sampler counts them from the \
+             database (every producer's enqueues, not this agent's): exported by the leader \
+             only, raised by what each sampler pass newly counts",
+            m.enqueued.clone(),
         );
         registry.register(
             "tasks_shed",
@@ -414,6 +423,15 @@ impl Metrics {
                 task_type: task_type.to_string(),
             })
             .inc();
+    }
+
+    /// The history sampler counted `n` more enqueues of `task_type`.
+    pub(crate) fn enqueued(&self, task_type: &str, n: u64) {
+        self.enqueued
+            .get_or_create(&TypeLabel {
+                task_type: task_type.to_string(),
+            })
+            .inc_by(n);
     }
 
     pub(crate) fn shed(&self, task_type: &str) {

@@ -320,6 +320,24 @@ macro_rules! impl_driver {
                 async fn migrations_applied(&self) -> Result<(usize, usize)> {
                     ops::migrations_applied(&self.pool).await
                 }
+                async fn queue_history_sample(
+                    &self,
+                    p: &$crate::store::HistorySampleParams,
+                ) -> Result<$crate::store::HistorySample> {
+                    ops::queue_history_sample(&self.pool, p).await
+                }
+                async fn queue_history_read(
+                    &self,
+                    p: &$crate::store::HistoryReadParams,
+                ) -> Result<$crate::store::QueueHistory> {
+                    ops::queue_history_read(&self.pool, p).await
+                }
+                async fn queue_history_prune(
+                    &self,
+                    p: &$crate::store::HistoryPruneParams,
+                ) -> Result<u64> {
+                    ops::queue_history_prune(&self.pool, p).await
+                }
                 async fn task_delete_of_type(&self, task_type: &TaskType) -> Result<u64> {
                     $crate::store::error::retry_partition_race(|| {
                         ops::task_delete_of_type(&self.pool, task_type)

@@ -160,6 +160,9 @@ mod ops {
         task_get(p),
         task_explain(p),
         task_delete_of_type(p),
+        queue_history_sample(p),
+        queue_history_read(p),
+        queue_history_prune(p),
     );
     never!(
         task_enqueue(p, l),

@@ -19,6 +19,7 @@
 mod claim;
 mod db;
 pub mod enqueue;
+mod history;
 mod holder;
 pub mod hosts;
 mod maintenance;
@@ -173,6 +174,21 @@ pub(crate) mod sql {
             server_counters,
             server_statement_calls,
             task_stats,
+            queue_history_lock,
+            queue_history_now,
+            queue_history_minutes_from,
+            queue_history_mark_before,
+            queue_history_mark_set,
+            queue_history_count_enqueued,
+            queue_history_count_finished,
+            queue_history_count_failed_attempts,
+            queue_history_depth,
+            queue_history_rows_between,
+            queue_history_upsert,
+            queue_history_minutes_counted,
+            queue_history_read_minutes,
+            queue_history_prune,
+            queue_history_minutes_prune,
         );
     }
     pub use names::*;
@@ -748,6 +764,7 @@ mod ops {
     pub(super) use super::enqueue::{
         task_enqueue_many_with_retry as task_enqueue_many, task_enqueue_with_retry as task_enqueue,
     };
+    pub(super) use super::history::*;
     pub(super) use super::holder::*;
     pub(super) use super::maintenance::*;
     pub(super) use super::operator::{

@@ -27,6 +27,7 @@
 
 mod enqueue;
 mod file;
+mod history;
 mod holder;
 mod maintenance;
 mod operator;
@@ -196,6 +197,20 @@ pub(crate) mod sql {
             migrations_count_applied,
             task_delete_of_type,
             task_stats,
+            queue_history_mark_now,
+            queue_history_minutes_from,
+            queue_history_mark_before,
+            queue_history_mark_set,
+            queue_history_count_enqueued,
+            queue_history_count_finished,
+            queue_history_count_failed_attempts,
+            queue_history_depth,
+            queue_history_rows_between,
+            queue_history_upsert,
+            queue_history_minute_counted,
+            queue_history_read_minutes,
+            queue_history_prune,
+            queue_history_minutes_prune,
         );
     }
     pub use names::*;
@@ -415,6 +430,7 @@ pub(super) fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String> {
 /// (where the area file names it otherwise, renamed here).
 mod ops {
     pub(super) use super::enqueue::{task_enqueue, task_enqueue_many};
+    pub(super) use super::history::*;
     pub(super) use super::holder::*;
     pub(super) use super::maintenance::*;
     pub(super) use super::operator::{
