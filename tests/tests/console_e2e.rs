@@ -1560,11 +1560,16 @@ async fn the_tasks_view_pages_through_100000_queued_tasks_filters_and_runs_one_n
         if last_seen == (BULK as usize, false) {
             break;
         }
-        assert!(started.elapsed() < WAIT * 3, "stuck at {last_seen:?}: {screen}");
+        assert!(
+            started.elapsed() < WAIT * 3,
+            "stuck at {last_seen:?}: {screen}"
+        );
     }
     console.keys(&["G"]).unwrap();
     let screen = console
-        .wait_for("the oldest task selected", |s| selected_id(s) == Some(oldest))
+        .wait_for("the oldest task selected", |s| {
+            selected_id(s) == Some(oldest)
+        })
         .await
         .unwrap();
     let (rows, more) = tasks_title(&screen).unwrap();
@@ -1576,7 +1581,9 @@ async fn the_tasks_view_pages_through_100000_queued_tasks_filters_and_runs_one_n
     // Back to the top at once.
     console.keys(&["g"]).unwrap();
     console
-        .wait_for("the newest task selected", |s| selected_id(s) == Some(newest))
+        .wait_for("the newest task selected", |s| {
+            selected_id(s) == Some(newest)
+        })
         .await
         .unwrap();
 
@@ -1591,7 +1598,10 @@ async fn the_tasks_view_pages_through_100000_queued_tasks_filters_and_runs_one_n
         })
         .await
         .unwrap();
-    assert!(screen.contains("queued 0"), "the filter counts noop only: {screen}");
+    assert!(
+        screen.contains("queued 0"),
+        "the filter counts noop only: {screen}"
+    );
     assert_eq!(task_status(&db.pool, later).await.unwrap(), "queued");
     console.keys(&["n"]).unwrap();
     console.wait_text("Run now 1 task?").await.unwrap();
