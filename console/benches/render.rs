@@ -11,6 +11,12 @@
 //! row order alone and a frame with nothing changed, the Types view with an hour of queue
 //! history (line charts at 160×48, sparklines at 80×24), and the process's RSS (now and peak),
 //! as one JSON object.
+//!
+//! Then the Tasks view (`tasks_view` in the report): at 80×24 and at 160×48, PageDown from the
+//! first row through 100,000 queued tasks, each page of 200 answered as the view asks for it
+//! (the app's own requests, answered in process), a frame drawn after every key: the frame
+//! alone and key-to-frame (the key, the pages it asked for taken in, the frame), p50 / p99 /
+//! max, and the rows loaded at the end.
 
 // The fixtures build agent messages with the words, as agents before the enums did.
 #![allow(deprecated)]
@@ -90,6 +96,99 @@ fn draw(terminal: &mut Terminal<TestBackend>, app: &mut App) -> f64 {
         app.state.page_rows = d.page_rows.max(1);
     }
     started.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Tasks in the database the Tasks view pages through.
+const TASKS: i64 = 100_000;
+
+/// The page a TasksPage asks for, from [`TASKS`] queued tasks with ids `TASKS..=1`.
+fn tasks_page(before_id: i64, limit: u32) -> pb::ListTasksResponse {
+    let top = if before_id == 0 { TASKS } else { before_id - 1 };
+    let tasks: Vec<pb::Task> = (1..=top)
+        .rev()
+        .take(limit as usize)
+        .map(|id| pb::Task {
+            id,
+            task_type: format!("type-{}", id % 12),
+            status: pb::TaskStatus::Queued as i32,
+            priority: (id % 3) as i32,
+            max_attempts: 25,
+            available_at_ms: NOW - (id % 600) * 1000,
+            last_error: (id % 5 == 0).then(|| pb::TaskError {
+                code: "smtp_timeout".into(),
+                message: format!("relay said 421 for message {id}, try again later"),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let next_before_id = tasks.last().map_or(0, |t| if t.id > 1 { t.id } else { 0 });
+    pb::ListTasksResponse {
+        tasks,
+        next_before_id,
+        now_ms: NOW,
+    }
+}
+
+/// Answers the app's Tasks view requests (pages and counts) in process.
+fn answer_tasks(app: &mut App) {
+    use leasehold_console::event::{Reply, RequestKind};
+    for r in app.take_requests() {
+        let reply = match r.kind {
+            RequestKind::TasksPage {
+                before_id, limit, ..
+            } => Reply::Page(tasks_page(before_id, limit)),
+            RequestKind::TaskCounts { .. } => Reply::Counts(pb::CountTasksResponse {
+                queued: TASKS as u64,
+                finished_cap: 100_000,
+                now_ms: NOW,
+                ..Default::default()
+            }),
+            _ => continue,
+        };
+        app.on_event(Event::Reply {
+            id: r.id,
+            reply: Ok(reply),
+        });
+    }
+}
+
+/// PageDown through the Tasks view's 100,000 tasks on a `width`×`height` terminal.
+fn tasks_view(width: u16, height: u16) -> serde_json::Value {
+    let mut terminal = match Terminal::new(TestBackend::new(width, height)) {
+        Ok(t) => t,
+        Err(e) => return serde_json::json!({ "error": e.to_string() }),
+    };
+    let mut app = App::new(State::new(Settings::default()));
+    app.on_tick(0);
+    app.on_key(Key::Char('8'));
+    answer_tasks(&mut app);
+    app.on_tick(0);
+    draw(&mut terminal, &mut app);
+    let mut frames = Vec::new();
+    let mut key_latency = Vec::new();
+    let mut last = usize::MAX;
+    loop {
+        let t = Instant::now();
+        app.on_key(Key::PageDown);
+        answer_tasks(&mut app);
+        app.on_tick(0);
+        frames.push(draw(&mut terminal, &mut app));
+        key_latency.push(t.elapsed().as_secs_f64() * 1000.0);
+        let at = app.state.table().index;
+        if at == last {
+            break;
+        }
+        last = at;
+    }
+    serde_json::json!({
+        "terminal": format!("{width}x{height}"),
+        "rows_loaded": app.state.row_count(),
+        "selected_row": last + 1,
+        "keys": key_latency.len(),
+        "frame": summary(frames),
+        "key_to_frame": summary(key_latency),
+    })
 }
 
 fn main() {
@@ -302,6 +401,7 @@ fn main() {
         "types_history_80x24": summary(types_narrow),
         "rss_mb": (rss_kib("VmRSS:") as f64 / 1024.0 * 10.0).round() / 10.0,
         "peak_rss_mb": (rss_kib("VmHWM:") as f64 / 1024.0 * 10.0).round() / 10.0,
+        "tasks_view": [tasks_view(80, 24), tasks_view(160, 48)],
     });
     println!("{report}");
 }
