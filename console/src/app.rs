@@ -88,11 +88,11 @@ impl App {
         if action_reply && matches!(self.state.view, View::Locks | View::Shards) {
             self.load_resources();
         }
-        // What an action did shows in the Tasks view's counts, and in its rows while only the
-        // first page is loaded (deeper, ctrl-r reads them again: a reload would lose the place).
+        // What an action did shows in the Tasks view's counts, and in its rows while the
+        // operator is at the top (deeper, ctrl-r reads them again: a reload would lose the place).
         if action_reply && self.state.view == View::Tasks {
             self.load_task_counts();
-            if self.state.live.tasks.rows.len() <= TASKS_PAGE as usize {
+            if self.tasks_at_top() {
                 self.load_tasks(false);
             }
         }
@@ -125,13 +125,13 @@ impl App {
         }
         if self.state.view == View::Tasks && self.state.frozen.is_none() {
             let due = |at: Option<i64>| at.is_none_or(|at| local_ms - at >= TASKS_REFRESH_MS);
-            let tasks = &self.state.live.tasks;
-            if due(self.task_counts_asked_ms) && !tasks.counts_loading {
+            if due(self.task_counts_asked_ms) && self.state.live.tasks.counts_asked.is_none() {
                 self.load_task_counts();
             }
-            let tasks = &self.state.live.tasks;
-            let first_page_only = tasks.rows.len() <= TASKS_PAGE as usize;
-            if due(self.tasks_asked_ms) && first_page_only && tasks.asked.is_none() {
+            if due(self.tasks_asked_ms)
+                && self.tasks_at_top()
+                && self.state.live.tasks.asked.is_none()
+            {
                 self.load_tasks(false);
             }
         }
@@ -392,27 +392,37 @@ impl App {
         });
     }
 
-    /// Asks for the Tasks view's counts of every state under its filter (unless the same is
-    /// already on its way); counts of another filter are dropped at once.
+    /// Asks for the Tasks view's counts of every state under its filter; the answer to any
+    /// earlier ask is then dropped (it may predate a change of filter or an action). Counts of
+    /// another filter are dropped at once.
     fn load_task_counts(&mut self) {
         let typed = self.state.tables[View::Tasks.index()].filter.clone();
         let tasks = &mut self.state.live.tasks;
-        if tasks.counts_loading && tasks.counts_filter == typed {
-            return;
-        }
         if tasks.counts_filter != typed {
             tasks.counts = None;
             tasks.counts_error = None;
         }
         tasks.counts_filter.clone_from(&typed);
-        tasks.counts_loading = true;
         self.task_counts_asked_ms = Some(self.state.local_ms());
-        self.send(
-            RequestKind::TaskCounts {
+        let id = self.state.request_id(Pending::TaskCounts);
+        self.state.live.tasks.counts_asked = Some(id);
+        self.outbox.push(crate::event::Request {
+            id,
+            kind: RequestKind::TaskCounts {
                 filter: TaskFilter::parse(&typed),
             },
-            Pending::TaskCounts { filter: typed },
-        );
+        });
+    }
+
+    /// True when the Tasks view may read its first page again by itself: only its first page
+    /// is loaded, the selection is on the first screen and nothing is marked — a reload would
+    /// otherwise move rows (and marks) out from under an operator reading further down.
+    fn tasks_at_top(&self) -> bool {
+        let t = &self.state.tables[View::Tasks.index()];
+        self.state.live.tasks.rows.len() <= TASKS_PAGE as usize
+            && t.offset == 0
+            && t.index < self.state.page_rows.max(1)
+            && self.state.marks.is_empty()
     }
 
     /// Shows another state tab of the Tasks view: from its first row, nothing marked.
@@ -715,7 +725,15 @@ impl App {
             self.load_dead(false);
         }
         if view == View::Tasks {
-            if self.state.live.tasks.asked.is_none() {
+            let tasks = &self.state.live.tasks;
+            // Coming back keeps the pages loaded (and the place in them); ctrl-r reads from
+            // the top.
+            let stale = !tasks.loaded
+                || !tasks.answers(
+                    self.state.task_tab,
+                    &self.state.tables[View::Tasks.index()].filter,
+                );
+            if tasks.asked.is_none() && (stale || self.tasks_at_top()) {
                 self.load_tasks(false);
             }
             self.load_task_counts();

@@ -1536,3 +1536,69 @@ fn tasks_view_actions_fit_the_state_shown() {
         "{asked:?}"
     );
 }
+
+/// The Tasks view never moves rows under an operator reading below its first screen: the
+/// 2 s reload of the first page happens only at the top with nothing marked, and coming back
+/// to the view keeps the pages loaded. Frozen on one tab, another tab's keys act on nothing.
+#[test]
+fn the_tasks_view_keeps_the_operators_place_and_acts_only_on_rows_shown() {
+    let mut app = app();
+    app.state.page_rows = 20;
+    app.on_key(Key::Char('8'));
+    fixture::answer_tasks(&mut app, 1_000);
+    app.on_tick(0);
+    // At the top: read again every 2 s.
+    app.on_tick(2_500);
+    let requests = app.take_requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| matches!(r.kind, RequestKind::TasksPage { before_id: 0, .. })),
+        "the first page is read again at the top"
+    );
+    fixture::answer_task_requests(&mut app, requests, 1_000);
+    // On row 150 of the first page: only the counts.
+    for _ in 0..150 {
+        app.on_key(Key::Down);
+    }
+    app.take_requests();
+    app.on_tick(5_000);
+    let asked = kinds(&mut app);
+    assert!(
+        !asked
+            .iter()
+            .any(|k| matches!(k, RequestKind::TasksPage { before_id: 0, .. })),
+        "{asked:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .any(|k| matches!(k, RequestKind::TaskCounts { .. }))
+    );
+    assert_eq!(app.state.selected(), Some("850"));
+    // Away and back: the same rows and place.
+    app.on_key(Key::Char('1'));
+    app.on_key(Key::Char('8'));
+    assert!(
+        !kinds(&mut app)
+            .iter()
+            .any(|k| matches!(k, RequestKind::TasksPage { before_id: 0, .. })),
+        "coming back reloaded the first page"
+    );
+    assert_eq!(app.state.selected(), Some("850"));
+    // Frozen on the queued tab, then the later tab (its page not taken while frozen shows):
+    // no row is selected, marked or acted on.
+    app.on_key(Key::Char('Z'));
+    app.on_key(Key::Char(']'));
+    fixture::answer_tasks(&mut app, 1_000);
+    app.on_tick(6_000);
+    assert!(app.state.row_keys(View::Tasks).is_empty());
+    keys(&mut app, &[Key::Char('a'), Key::Char('n'), Key::Char('y')]);
+    assert!(app.state.marks.is_empty());
+    assert!(
+        !kinds(&mut app)
+            .iter()
+            .any(|k| matches!(k, RequestKind::RunNow { .. })),
+        "a run-now of rows not shown"
+    );
+}

@@ -20,7 +20,7 @@ use crate::event::{ConnEvent, Event, Reply};
 pub enum Pending {
     DeadPage { filter: String, append: bool },
     TasksPage { append: bool },
-    TaskCounts { filter: String },
+    TaskCounts,
     Schedules,
     Locks,
     ShardGroups,
@@ -184,12 +184,12 @@ impl State {
                     Err(e) => self.live.tasks.error = Some(e),
                 }
             }
-            (Pending::TaskCounts { filter }, reply) => {
+            (Pending::TaskCounts, reply) => {
                 let tasks = &mut self.live.tasks;
-                if tasks.counts_filter != filter {
-                    return;
+                if tasks.counts_asked != Some(id) {
+                    return; // superseded: another filter, or counts asked again after an action
                 }
-                tasks.counts_loading = false;
+                tasks.counts_asked = None;
                 match reply {
                     Ok(Reply::Counts(counts)) => {
                         self.heard_db_time(counts.now_ms);

@@ -132,7 +132,12 @@ impl State {
                     .map(|t| t.id.to_string())
                     .collect(),
             ),
-            View::Tasks => Keys::Ids(&data.tasks.ids),
+            // Rows of another tab or filter (a switch whose first page is on its way, or a
+            // frozen copy taken on another tab) are not this view's: none to select or act on.
+            View::Tasks if data.tasks.answers(self.task_tab, &table.filter) => {
+                Keys::Ids(&data.tasks.ids)
+            }
+            View::Tasks => Keys::Ids(&[]),
             View::Types => Keys::Names(
                 data.type_rows(&table.filter, sort, table.reverse)
                     .iter()

@@ -268,11 +268,17 @@ pub struct TaskBrowse {
     /// The counts of every tab, under `counts_filter`.
     pub counts: Option<pb::CountTasksResponse>,
     pub counts_filter: String,
-    pub counts_loading: bool,
+    /// The request id of the counts on their way (only its reply is taken).
+    pub counts_asked: Option<u64>,
     pub counts_error: Option<String>,
 }
 
 impl TaskBrowse {
+    /// True when the rows answer `tab` and `filter` (as typed).
+    pub fn answers(&self, tab: TaskTab, filter: &str) -> bool {
+        self.tab == tab && self.filter == filter
+    }
+
     /// Starts over for `tab` and `filter` when the rows answer another pair (they are
     /// dropped); true when it did.
     pub fn retarget(&mut self, tab: TaskTab, filter: &str) -> bool {

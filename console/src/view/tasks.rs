@@ -107,7 +107,7 @@ fn draw_table(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) ->
     let t = &state.tables[View::Tasks.index()];
     // Rows of another tab or filter are not this tab's (a switch whose first page is on its
     // way): show none rather than the wrong ones.
-    let current = tasks.tab == tab && tasks.filter == t.filter;
+    let current = tasks.answers(tab, &t.filter);
     let rows: &[crate::state::tasks::TaskRow] = if current { &tasks.rows } else { &[] };
     let selected = t
         .selected

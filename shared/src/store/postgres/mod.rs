@@ -97,7 +97,6 @@ pub(crate) mod sql {
             task_run_now,
             task_delete,
             task_count_live,
-            task_count_finished,
             task_requeue_dead,
             task_purge_dead,
             task_match_dead,
@@ -213,6 +212,22 @@ pub(crate) mod sql {
         );
     }
     pub use paged_names::*;
+
+    /// The Tasks view's finished counts: a head naming the statuses as constants, then the
+    /// shared filter and cap.
+    macro_rules! counted {
+        ($($name:ident),* $(,)?) => {
+            $(pub const $name: &str = concat!(
+                include_str!(concat!("sql/", stringify!($name), ".sql")),
+                include_str!("sql/task_count_finished.sql"),
+            );)*
+        };
+    }
+    #[allow(non_upper_case_globals)]
+    mod counted_names {
+        counted!(task_count_succeeded, task_count_cancelled, task_count_dead);
+    }
+    pub use counted_names::*;
 }
 
 /// How every store transaction begins: the statements rely on READ COMMITTED semantics (each

@@ -26,6 +26,18 @@ pub(super) async fn db_now(pool: &Db) -> Result<DateTime<Utc>> {
 }
 
 pub(super) async fn task_list(pool: &Db, params: &TaskListParams) -> Result<TaskPage> {
+    // Only waiting tasks can be due or not: a `due` without statuses asks for them, from
+    // tasks_live alone rather than every partition.
+    let waiting;
+    let params = if params.due.is_some() && params.statuses.is_empty() {
+        waiting = TaskListParams {
+            statuses: vec![TaskStatus::Queued, TaskStatus::RetryWait],
+            ..params.clone()
+        };
+        &waiting
+    } else {
+        params
+    };
     let statuses: Option<Vec<&str>> =
         (!params.statuses.is_empty()).then(|| params.statuses.iter().map(|s| s.as_str()).collect());
     // Plans are generic, so the statuses that have their own partial index get a statement that
@@ -73,7 +85,7 @@ pub(super) async fn task_count_states(pool: &Db, params: &TaskCountParams) -> Re
         count("running")?,
     );
     let now = get(&row, "db_now")?;
-    let finished = |statuses: &'static [&'static str]| async move {
+    let finished = |statement: &'static str| async move {
         let mut tx = pool.begin().await.map_err(StoreError::db(OP))?;
         // set_config(…, true) is SET LOCAL: the timeout ends with this transaction.
         sqlx::query("SELECT set_config('statement_timeout', $1, true)")
@@ -82,11 +94,10 @@ pub(super) async fn task_count_states(pool: &Db, params: &TaskCountParams) -> Re
             .await
             .map_err(StoreError::db(OP))?;
         let cap = i64::try_from(TASK_COUNT_FINISHED_CAP + 1).unwrap_or(i64::MAX);
-        let n: std::result::Result<i64, sqlx::Error> = sqlx::query_scalar(sql::task_count_finished)
+        let n: std::result::Result<i64, sqlx::Error> = sqlx::query_scalar(statement)
             .bind(task_type)
             .bind(params.text.as_deref())
             .bind(params.error_code.as_deref())
-            .bind(statuses)
             .bind(cap)
             .fetch_one(&mut *tx)
             .await;
@@ -105,9 +116,9 @@ pub(super) async fn task_count_states(pool: &Db, params: &TaskCountParams) -> Re
         scheduled,
         retrying,
         running,
-        succeeded: finished(&["succeeded", "partially_succeeded"]).await?,
-        cancelled: finished(&["cancelled"]).await?,
-        dead: finished(&["dead"]).await?,
+        succeeded: finished(sql::task_count_succeeded).await?,
+        cancelled: finished(sql::task_count_cancelled).await?,
+        dead: finished(sql::task_count_dead).await?,
         now,
     })
 }

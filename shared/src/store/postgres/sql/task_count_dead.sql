@@ -1,0 +1,5 @@
+-- Dead letters for the Tasks view's count, through tasks_all_dead_idx; the rest is
+-- task_count_finished.sql. Never tasks_live (done_on <> 'infinity' prunes it).
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM tasks t
+    WHERE t.done_on <> 'infinity' AND t.status = 'dead'
