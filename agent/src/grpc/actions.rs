@@ -265,21 +265,26 @@ impl Service {
         Ok(Response::new(response))
     }
 
+    /// The operator acting with `action` on task `wire_id` (refused, and audited as denied,
+    /// when the caller may not act), and the id checked.
+    async fn task_operator<T>(
+        &self,
+        request: &Request<T>,
+        action: &'static str,
+        wire_id: i64,
+    ) -> Result<(Actor, TaskId), Status> {
+        let target = format!("task:{wire_id}");
+        let actor = self.caller(request, Need::Act { action, target }).await?;
+        Ok((actor, task_id_from_wire("id", wire_id)?))
+    }
+
     pub(super) async fn requeue_rpc(
         &self,
         request: Request<pb::RequeueRequest>,
     ) -> Result<Response<pb::RequeueResponse>, Status> {
-        let target = format!("task:{}", request.get_ref().id);
-        let actor = self
-            .caller(
-                &request,
-                Need::Act {
-                    action: "requeue",
-                    target,
-                },
-            )
+        let (actor, id) = self
+            .task_operator(&request, "requeue", request.get_ref().id)
             .await?;
-        let id = task_id_from_wire("id", request.get_ref().id)?;
         let out = self
             .core
             .store
@@ -295,17 +300,9 @@ impl Service {
         &self,
         request: Request<pb::RunNowRequest>,
     ) -> Result<Response<pb::RunNowResponse>, Status> {
-        let target = format!("task:{}", request.get_ref().id);
-        let actor = self
-            .caller(
-                &request,
-                Need::Act {
-                    action: "run_now",
-                    target,
-                },
-            )
+        let (actor, id) = self
+            .task_operator(&request, "run_now", request.get_ref().id)
             .await?;
-        let id = task_id_from_wire("id", request.get_ref().id)?;
         let out = self
             .core
             .store
@@ -322,17 +319,9 @@ impl Service {
         &self,
         request: Request<pb::DeleteTaskRequest>,
     ) -> Result<Response<pb::DeleteTaskResponse>, Status> {
-        let target = format!("task:{}", request.get_ref().id);
-        let actor = self
-            .caller(
-                &request,
-                Need::Act {
-                    action: "delete",
-                    target,
-                },
-            )
+        let (actor, id) = self
+            .task_operator(&request, "delete", request.get_ref().id)
             .await?;
-        let id = task_id_from_wire("id", request.get_ref().id)?;
         let out = self
             .core
             .store

@@ -617,29 +617,15 @@ async fn serve(settings: &Settings, agent: &Agent, kind: RequestKind) -> Result<
                 .map_err(text)?;
             Ok(Reply::Counts(counts))
         }
-        RequestKind::RunNow { ids } => {
-            let mut outcomes: Vec<(String, usize)> = Vec::new();
-            let mut failed = Vec::new();
-            for id in &ids {
-                match agent.run_now(*id).await {
-                    Ok(r) if r.moved => tally(&mut outcomes, "due now".into()),
-                    Ok(_) => tally(&mut outcomes, "already due".into()),
-                    Err(e) => failed.push((*id, e.to_string())),
-                }
-            }
-            Ok(summarise("run now", ids.len(), &outcomes, &failed))
-        }
-        RequestKind::Delete { ids } => {
-            let mut outcomes: Vec<(String, usize)> = Vec::new();
-            let mut failed = Vec::new();
-            for id in &ids {
-                match agent.delete_task(*id).await {
-                    Ok(_) => tally(&mut outcomes, "deleted".into()),
-                    Err(e) => failed.push((*id, e.to_string())),
-                }
-            }
-            Ok(summarise("delete", ids.len(), &outcomes, &failed))
-        }
+        RequestKind::RunNow { ids } => Ok(each_task("run now", &ids, |id| async move {
+            let r = agent.run_now(id).await?;
+            Ok(if r.moved { "due now" } else { "already due" })
+        })
+        .await),
+        RequestKind::Delete { ids } => Ok(each_task("delete", &ids, |id| async move {
+            agent.delete_task(id).await.map(|_| "deleted")
+        })
+        .await),
         RequestKind::Schedules => Ok(Reply::Schedules(
             agent.list_schedules().await.map_err(text)?,
         )),
@@ -702,17 +688,10 @@ async fn serve(settings: &Settings, agent: &Agent, kind: RequestKind) -> Result<
             }
             Ok(summarise("cancel", ids.len(), &outcomes, &failed))
         }
-        RequestKind::Requeue { ids } => {
-            let mut outcomes: Vec<(String, usize)> = Vec::new();
-            let mut failed = Vec::new();
-            for id in &ids {
-                match agent.requeue(*id).await {
-                    Ok(_) => tally(&mut outcomes, "requeued".into()),
-                    Err(e) => failed.push((*id, e.to_string())),
-                }
-            }
-            Ok(summarise("requeue", ids.len(), &outcomes, &failed))
-        }
+        RequestKind::Requeue { ids } => Ok(each_task("requeue", &ids, |id| async move {
+            agent.requeue(id).await.map(|_| "requeued")
+        })
+        .await),
         RequestKind::RequeueDead { filter, dry_run } => {
             let (task_type, error_code) = dead_request(&filter);
             let all = task_type.is_empty() && error_code.is_empty();
@@ -834,6 +813,24 @@ fn tally(outcomes: &mut Vec<(String, usize)>, outcome: String) {
         Some((_, n)) => *n += 1,
         None => outcomes.push((outcome, 1)),
     }
+}
+
+/// Runs `call` on each task in turn (a failure does not stop the others) and sums up what
+/// each did, in the words `call` answers.
+async fn each_task<F, Fut>(verb: &str, ids: &[i64], call: F) -> Reply
+where
+    F: Fn(i64) -> Fut,
+    Fut: std::future::Future<Output = Result<&'static str, Error>>,
+{
+    let mut outcomes: Vec<(String, usize)> = Vec::new();
+    let mut failed = Vec::new();
+    for id in ids {
+        match call(*id).await {
+            Ok(outcome) => tally(&mut outcomes, outcome.into()),
+            Err(e) => failed.push((*id, e.to_string())),
+        }
+    }
+    summarise(verb, ids.len(), &outcomes, &failed)
 }
 
 fn summarise(
