@@ -266,6 +266,16 @@ mod tests {
             (S::PartiallySucceeded, A::Requeue, S::Queued),
             (S::Cancelled, A::Requeue, S::Queued),
             (S::Dead, A::Requeue, S::Queued),
+            // Run now: due at once, still waiting.
+            (S::Queued, A::RunNow, S::Queued),
+            (S::RetryWait, A::RunNow, S::RetryWait),
+            // Delete: the row goes, from any status no agent holds.
+            (S::Queued, A::Delete, S::Queued),
+            (S::RetryWait, A::Delete, S::RetryWait),
+            (S::Succeeded, A::Delete, S::Succeeded),
+            (S::PartiallySucceeded, A::Delete, S::PartiallySucceeded),
+            (S::Cancelled, A::Delete, S::Cancelled),
+            (S::Dead, A::Delete, S::Dead),
         ];
         TABLE
             .iter()
@@ -293,11 +303,12 @@ mod tests {
 
     #[test]
     fn only_requeue_leaves_a_terminal_state() {
+        // (Delete removes the row: it leaves no state at all.)
         for from in S::ALL.into_iter().filter(|s| s.is_terminal()) {
             for action in A::ALL {
                 assert_eq!(
                     from.apply(action).is_ok(),
-                    action == A::Requeue,
+                    matches!(action, A::Requeue | A::Delete),
                     "{from} {action:?}"
                 );
             }
