@@ -692,6 +692,7 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
     .bind(100i64)
     .bind(None::<String>)
     .bind(None::<chrono::DateTime<chrono::Utc>>)
+    .bind(None::<bool>)
     .fetch_one(&mut *conn)
     .await
     .unwrap();
