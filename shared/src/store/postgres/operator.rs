@@ -144,6 +144,25 @@ async fn lock_task(
     Ok(())
 }
 
+/// Locks task `id` (task_lock.sql), then runs `statement` (task_requeue.sql, task_run_now.sql),
+/// which answers the status it found (`before`) and whether it moved the task (`changed`);
+/// `None` for no such task.
+async fn move_locked(
+    tx: &mut Transaction<'static, Postgres>,
+    id: TaskId,
+    statement: &'static str,
+    op: &'static str,
+) -> Result<Option<(TaskStatus, bool)>> {
+    lock_task(tx, id, op).await?;
+    let row = sqlx::query(statement)
+        .bind(id.0)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(StoreError::db(op))?;
+    row.map(|row| Ok((backend::status(&row.text("before")?)?, row.flag("changed")?)))
+        .transpose()
+}
+
 /// Runs `statement` (task_requeue_dead.sql, task_purge_dead.sql) over the dead tasks `f`
 /// matches; the count it returns.
 async fn dead_count(
@@ -199,27 +218,11 @@ impl OperatorStatements for Pg<'_> {
     }
 
     async fn task_requeue(tx: &mut Self::Tx, id: TaskId) -> Result<Option<(TaskStatus, bool)>> {
-        const OP: &str = "task_requeue";
-        lock_task(tx, id, OP).await?;
-        let row = sqlx::query(sql::task_requeue)
-            .bind(id.0)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(StoreError::db(OP))?;
-        row.map(|row| Ok((backend::status(&row.text("before")?)?, row.flag("changed")?)))
-            .transpose()
+        move_locked(tx, id, sql::task_requeue, "task_requeue").await
     }
 
     async fn task_run_now(tx: &mut Self::Tx, id: TaskId) -> Result<Option<(TaskStatus, bool)>> {
-        const OP: &str = "task_run_now";
-        lock_task(tx, id, OP).await?;
-        let row = sqlx::query(sql::task_run_now)
-            .bind(id.0)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(StoreError::db(OP))?;
-        row.map(|row| Ok((backend::status(&row.text("before")?)?, row.flag("changed")?)))
-            .transpose()
+        move_locked(tx, id, sql::task_run_now, "task_run_now").await
     }
 
     async fn task_delete(
