@@ -424,6 +424,17 @@ async fn type_max_attempts(
     Ok(rows.into_iter().collect())
 }
 
+/// The bulk statement for a batch with idempotency keys `keys`: without any, nothing can
+/// conflict, and the statement only inserts (task_enqueue_many_keyless.sql: no join back, no
+/// sort by key, no look for a holder to plan).
+fn bulk_statement(keys: &[Option<&str>]) -> &'static str {
+    if keys.iter().all(Option::is_none) {
+        sql::task_enqueue_many_keyless
+    } else {
+        sql::task_enqueue_many
+    }
+}
+
 async fn enqueue_many_valid(
     conn: &mut PgConnection,
     valid: &[ValidTask],
@@ -459,7 +470,7 @@ async fn enqueue_many_valid(
         keys.push(v.idempotency_key.as_deref());
         concurrency_keys.push(v.concurrency_key.as_deref());
     }
-    let rows = sqlx::query(sql::task_enqueue_many)
+    let rows = sqlx::query(bulk_statement(&keys))
         .bind(types)
         .bind(payloads)
         .bind(priorities)
@@ -492,4 +503,20 @@ async fn enqueue_many_valid(
         });
     }
     Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_without_keys_takes_the_statement_that_only_inserts() {
+        assert_eq!(
+            bulk_statement(&[None, None]),
+            sql::task_enqueue_many_keyless
+        );
+        assert_eq!(bulk_statement(&[]), sql::task_enqueue_many_keyless);
+        assert_eq!(bulk_statement(&[None, Some("k")]), sql::task_enqueue_many);
+        assert_ne!(sql::task_enqueue_many_keyless, sql::task_enqueue_many);
+    }
 }

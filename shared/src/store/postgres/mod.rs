@@ -76,6 +76,7 @@ pub(crate) mod sql {
             task_enqueue_release,
             task_enqueue_replace,
             task_enqueue_many,
+            task_enqueue_many_keyless,
             task_enqueue_max_attempts,
             task_claim_lock,
             task_key_walk,
