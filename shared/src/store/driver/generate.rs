@@ -47,9 +47,10 @@ macro_rules! impl_driver {
                     .await
                 }
                 async fn task_claim(&self, p: &ClaimParams) -> Result<ClaimBatch> {
-                    $crate::store::error::retry_partition_race(|| {
-                        ops::task_claim(&self.pool, p, &self.key_cursors)
-                    })
+                    $crate::store::error::retry_partition_race_runs(
+                        $crate::store::error::CLAIM_PARTITION_RACE_RUNS,
+                        || ops::task_claim(&self.pool, p, &self.key_cursors),
+                    )
                     .await
                 }
                 async fn lease_renew_many(&self, p: &RenewParams) -> Result<RenewOutcome> {
