@@ -545,21 +545,31 @@ fn plan_node<'p>(plan: &'p serde_json::Value, name: &str) -> Option<&'p serde_js
 async fn a_bulk_enqueue_reads_the_sequence_once_per_row_and_its_name_once() {
     const ROWS: usize = 2_000;
     let db = TestDb::new().await.unwrap();
-    let sql = include_str!("../../shared/src/store/postgres/sql/task_enqueue_many.sql");
+    // Both bulk statements draw the ids the same way: with keys, and without.
+    for sql in [
+        include_str!("../../shared/src/store/postgres/sql/task_enqueue_many.sql"),
+        include_str!("../../shared/src/store/postgres/sql/task_enqueue_many_keyless.sql"),
+    ] {
+        bulk_enqueue_sequence_reads(&db, sql, ROWS).await;
+    }
+    db.drop_db().await.unwrap();
+}
+
+async fn bulk_enqueue_sequence_reads(db: &TestDb, sql: &str, rows: usize) {
     let mut tx = db.pool.begin().await.unwrap();
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"
     )))
-    .bind(vec!["bulk.a"; ROWS])
-    .bind(vec!["{}"; ROWS])
-    .bind(vec![0i16; ROWS])
-    .bind(vec![0i64; ROWS])
-    .bind(vec![None::<chrono::DateTime<chrono::Utc>>; ROWS])
-    .bind(vec![None::<chrono::DateTime<chrono::Utc>>; ROWS])
-    .bind(vec![None::<i64>; ROWS])
-    .bind(vec![25i32; ROWS])
-    .bind(vec![None::<String>; ROWS])
-    .bind(vec![None::<String>; ROWS])
+    .bind(vec!["bulk.a"; rows])
+    .bind(vec!["{}"; rows])
+    .bind(vec![0i16; rows])
+    .bind(vec![0i64; rows])
+    .bind(vec![None::<chrono::DateTime<chrono::Utc>>; rows])
+    .bind(vec![None::<chrono::DateTime<chrono::Utc>>; rows])
+    .bind(vec![None::<i64>; rows])
+    .bind(vec![25i32; rows])
+    .bind(vec![None::<String>; rows])
+    .bind(vec![None::<String>; rows])
     .fetch_one(&mut *tx)
     .await
     .unwrap();
@@ -567,13 +577,155 @@ async fn a_bulk_enqueue_reads_the_sequence_once_per_row_and_its_name_once() {
     let sqlx::types::Json(plan): sqlx::types::Json<serde_json::Value> = row.get(0);
     let input = plan_node(&plan[0]["Plan"], "CTE input")
         .unwrap_or_else(|| panic!("no CTE input in the plan: {plan}"));
-    assert_eq!(input["Actual Rows"].as_f64(), Some(ROWS as f64), "{input}");
+    assert_eq!(input["Actual Rows"].as_f64(), Some(rows as f64), "{input}");
     let hits = input["Shared Hit Blocks"].as_u64().unwrap()
         + input["Shared Read Blocks"].as_u64().unwrap();
     assert!(
-        hits < ROWS as u64 * 3 / 2,
-        "drawing {ROWS} ids read {hits} buffers: the sequence is looked up per row"
+        hits < rows as u64 * 3 / 2,
+        "drawing {rows} ids read {hits} buffers: the sequence is looked up per row"
     );
+}
+
+// PostgreSQL only: reads the plan of the bulk statement without keys.
+#[tokio::test]
+async fn a_bulk_enqueue_without_keys_plans_no_read_of_tasks_and_keeps_input_order() {
+    let db = TestDb::new().await.unwrap();
+    // A queue the planner has no statistics for (as right after a bulk load): the keyed
+    // statement plans a sort or a scan of all of it to look for existing holders, and with
+    // custom plans took a second for 10,000 rows here.
+    sqlx::query("INSERT INTO tasks (task_type) SELECT 'bulk.old' FROM generate_series(1, 50000)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let sql = include_str!("../../shared/src/store/postgres/sql/task_enqueue_many_keyless.sql");
+    const ROWS: usize = 500;
+    let mut tx = db.pool.begin().await.unwrap();
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN (FORMAT JSON) {sql}")))
+        .bind(vec!["bulk.a"; ROWS])
+        .bind(vec!["{}"; ROWS])
+        .bind(vec![0i16; ROWS])
+        .bind(vec![0i64; ROWS])
+        .bind(vec![None::<chrono::DateTime<chrono::Utc>>; ROWS])
+        .bind(vec![None::<chrono::DateTime<chrono::Utc>>; ROWS])
+        .bind(vec![None::<i64>; ROWS])
+        .bind(vec![25i32; ROWS])
+        .bind(vec![None::<String>; ROWS])
+        .bind(vec![None::<String>; ROWS])
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let sqlx::types::Json(plan): sqlx::types::Json<serde_json::Value> = row.get(0);
+    let mut nodes = Vec::new();
+    plan_nodes(&plan[0]["Plan"], &mut nodes);
+    let reads: Vec<&(String, String)> = nodes
+        .iter()
+        .filter(|(kind, relation)| kind != "ModifyTable" && relation.starts_with("tasks"))
+        .collect();
+    assert!(
+        reads.is_empty(),
+        "the keyless bulk enqueue reads tasks: {reads:?}\n{plan}"
+    );
+    // Through the store: every task created, ids in input order, each row the task it says.
+    let limits = leasehold_shared::InputLimits::default();
+    let tasks: Vec<NewTask> = (0..3_000)
+        .map(|n| NewTask::new(tt("bulk.new"), json!({ "n": n })))
+        .collect();
+    let mut tx = db.pool.begin().await.unwrap();
+    let out =
+        leasehold_shared::store::postgres::enqueue::task_enqueue_many(&mut *tx, &tasks, &limits)
+            .await
+            .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(out.len(), tasks.len());
+    assert!(out.iter().all(|e| e.created));
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT id, (payload->>'n')::bigint FROM tasks WHERE task_type = 'bulk.new' ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let expected: Vec<(i64, i64)> = out.iter().zip(0..).map(|(e, n)| (e.id.0, n)).collect();
+    assert_eq!(rows, expected, "ids follow input order");
+    // With a key in the batch the keyed statement still finds the holder.
+    let keyed = vec![
+        NewTask::new(tt("bulk.new"), json!({})).with_idempotency_key("bulk-k"),
+        NewTask::new(tt("bulk.new"), json!({})),
+        NewTask::new(tt("bulk.new"), json!({})).with_idempotency_key("bulk-k"),
+    ];
+    let mut tx = db.pool.begin().await.unwrap();
+    let out =
+        leasehold_shared::store::postgres::enqueue::task_enqueue_many(&mut *tx, &keyed, &limits)
+            .await
+            .unwrap();
+    tx.commit().await.unwrap();
+    assert!(out[0].created && out[1].created && !out[2].created);
+    assert_eq!(out[0].id, out[2].id);
+    db.drop_db().await.unwrap();
+}
+
+// PostgreSQL only: reads the leased index's definition and plans.
+#[tokio::test]
+async fn the_leased_index_keys_a_types_running_tasks_by_id_and_still_serves_counts() {
+    let db = TestDb::new().await.unwrap();
+    // Every claim adds an entry to this index. Keyed by type (and concurrency key) alone, all
+    // running tasks of a keyless type share one key: a posting list each claim splits in the
+    // middle. With the id last a claim appends at the right edge (issue 22: about a tenth of
+    // the database's CPU a task in the bench).
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT a.attname::text
+         FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n), pg_attribute a
+         WHERE i.indexrelid = 'tasks_leased_type_idx'::regclass
+           AND a.attrelid = i.indrelid AND a.attnum = k.attnum
+         ORDER BY k.n",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(columns, ["task_type", "concurrency_key", "id"]);
+    let store = db.store();
+    for n in 0..40 {
+        store
+            .task_enqueue(NewTask::new(tt("leased.a"), json!({ "n": n })))
+            .await
+            .unwrap();
+    }
+    let claimed = store
+        .task_claim(claim("leased#1", &["leased.a"], 40))
+        .await
+        .unwrap();
+    assert_eq!(claimed.tasks.len(), 40);
+    // Most of the table is waiting work of another type.
+    sqlx::query("INSERT INTO tasks (task_type) SELECT 'leased.b' FROM generate_series(1, 20000)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query("ANALYZE tasks_live")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // The readers keep the prefix: a type's running count (a claim under a type limit) and a
+    // key's (per-key limits) read the index, not the table.
+    for (filter, running) in [
+        ("r.task_type = 'leased.a'", 40i64),
+        ("r.task_type = 'leased.a' AND r.concurrency_key IS NULL", 40),
+    ] {
+        let count = format!(
+            "SELECT count(*) FROM tasks r WHERE r.done_on = 'infinity'
+               AND r.status IN ('running', 'cancel_requested') AND {filter}"
+        );
+        let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {count}")))
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("tasks_leased_type_idx"), "{filter}:\n{plan}");
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(n, running, "{filter}");
+    }
     db.drop_db().await.unwrap();
 }
 
