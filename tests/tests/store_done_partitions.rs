@@ -698,3 +698,76 @@ async fn a_keyed_enqueue_outside_read_committed_is_refused_and_changes_nothing()
     assert_eq!(keyed, 0);
     db.drop_db().await.unwrap();
 }
+
+#[tokio::test]
+async fn retention_row_by_row_looks_tasks_live_up_by_id_under_either_plan() {
+    let db = TestDb::new().await.unwrap();
+    // The whole queue lives in tasks_live: retention must not read it to find the few finished
+    // rows a plain UPDATE left there. Its generic plan (what a prepared statement settles on
+    // after five runs) used to scan tasks_live filtered by status: 0.4 s a million queued
+    // tasks, every housekeeping pass.
+    // No ANALYZE: a queue loaded faster than autovacuum samples it (from about a million
+    // rows on, the old statement's generic plan scanned it).
+    sqlx::query("INSERT INTO tasks (task_type) SELECT 'ret.q' FROM generate_series(1, 1000000)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE tasks SET status = 'succeeded', finished_at = now() - interval '30 days'
+         WHERE id IN (SELECT id FROM tasks_live ORDER BY id LIMIT 3)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let sql = include_str!("../../shared/src/store/postgres/sql/task_purge_finished_undivided.sql");
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        let mut tx = db.pool.begin().await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SET LOCAL plan_cache_mode = {mode}"
+        )))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        // A prepared statement, as the store runs it (an EXPLAIN with bound values would
+        // always plan for the values).
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "PREPARE retention(text[], float8, bigint) AS {sql}"
+        )))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN EXECUTE retention(ARRAY['succeeded', 'partially_succeeded', 'cancelled'], 604800, 1000)",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            !plan.contains("Seq Scan on tasks_live"),
+            "{mode}: retention reads the whole of tasks_live:\n{plan}"
+        );
+    }
+    // And it still deletes those three (a week's retention; they finished a month ago).
+    let store = db.store();
+    let purged = store
+        .task_purge_finished(leasehold_shared::store::PurgeParams {
+            statuses: vec![
+                TaskStatus::Succeeded,
+                TaskStatus::PartiallySucceeded,
+                TaskStatus::Cancelled,
+            ],
+            older_than: Duration::from_secs(7 * 86_400),
+            limit: 1000,
+        })
+        .await
+        .unwrap();
+    assert_eq!(purged, 3);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 1_000_000 - 3);
+    db.drop_db().await.unwrap();
+}
