@@ -8,8 +8,8 @@
 -- the id last, a claim's entries go to the right edge in id order and the dead ones gather on
 -- the left, where index scans mark them dead for reuse. Measured with `leasehold-agent bench`
 -- (200,000 tasks, three alternating rounds on one server): the database's CPU a task
--- 35.0 -> 31.7 us, the drain 36.6k -> 40.1k tasks/s (median). Every reader of the index keeps
--- its prefix (type; type and key).
+-- 35.0 -> 31.7 us (mean), the drain 36.6k -> 40.1k tasks/s (median). Every reader of the index
+-- keeps its prefix (type; type and key).
 --
 -- A plain (not CONCURRENTLY) rebuild inside the migration's transaction: it scans tasks_live
 -- once and blocks writes to it meanwhile; run it with the agents stopped, as every migration.
