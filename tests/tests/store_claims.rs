@@ -555,26 +555,31 @@ async fn a_bulk_enqueue_reads_the_sequence_once_per_row_and_its_name_once() {
     db.drop_db().await.unwrap();
 }
 
-async fn bulk_enqueue_sequence_reads(db: &TestDb, sql: &str, rows: usize) {
+/// `explain` (an EXPLAIN with options) of the bulk enqueue statement `sql` over `rows` plain
+/// tasks without keys, in a transaction rolled back after: the plan as JSON.
+async fn explain_bulk(db: &TestDb, explain: &str, sql: &str, rows: usize) -> serde_json::Value {
     let mut tx = db.pool.begin().await.unwrap();
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"
-    )))
-    .bind(vec!["bulk.a"; rows])
-    .bind(vec!["{}"; rows])
-    .bind(vec![0i16; rows])
-    .bind(vec![0i64; rows])
-    .bind(vec![None::<chrono::DateTime<chrono::Utc>>; rows])
-    .bind(vec![None::<chrono::DateTime<chrono::Utc>>; rows])
-    .bind(vec![None::<i64>; rows])
-    .bind(vec![25i32; rows])
-    .bind(vec![None::<String>; rows])
-    .bind(vec![None::<String>; rows])
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!("{explain} {sql}")))
+        .bind(vec!["bulk.a"; rows])
+        .bind(vec!["{}"; rows])
+        .bind(vec![0i16; rows])
+        .bind(vec![0i64; rows])
+        .bind(vec![None::<chrono::DateTime<chrono::Utc>>; rows])
+        .bind(vec![None::<chrono::DateTime<chrono::Utc>>; rows])
+        .bind(vec![None::<i64>; rows])
+        .bind(vec![25i32; rows])
+        .bind(vec![None::<String>; rows])
+        .bind(vec![None::<String>; rows])
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
     tx.rollback().await.unwrap();
     let sqlx::types::Json(plan): sqlx::types::Json<serde_json::Value> = row.get(0);
+    plan
+}
+
+async fn bulk_enqueue_sequence_reads(db: &TestDb, sql: &str, rows: usize) {
+    let plan = explain_bulk(db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)", sql, rows).await;
     let input = plan_node(&plan[0]["Plan"], "CTE input")
         .unwrap_or_else(|| panic!("no CTE input in the plan: {plan}"));
     assert_eq!(input["Actual Rows"].as_f64(), Some(rows as f64), "{input}");
@@ -598,24 +603,7 @@ async fn a_bulk_enqueue_without_keys_plans_no_read_of_tasks_and_keeps_input_orde
         .await
         .unwrap();
     let sql = include_str!("../../shared/src/store/postgres/sql/task_enqueue_many_keyless.sql");
-    const ROWS: usize = 500;
-    let mut tx = db.pool.begin().await.unwrap();
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN (FORMAT JSON) {sql}")))
-        .bind(vec!["bulk.a"; ROWS])
-        .bind(vec!["{}"; ROWS])
-        .bind(vec![0i16; ROWS])
-        .bind(vec![0i64; ROWS])
-        .bind(vec![None::<chrono::DateTime<chrono::Utc>>; ROWS])
-        .bind(vec![None::<chrono::DateTime<chrono::Utc>>; ROWS])
-        .bind(vec![None::<i64>; ROWS])
-        .bind(vec![25i32; ROWS])
-        .bind(vec![None::<String>; ROWS])
-        .bind(vec![None::<String>; ROWS])
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    tx.rollback().await.unwrap();
-    let sqlx::types::Json(plan): sqlx::types::Json<serde_json::Value> = row.get(0);
+    let plan = explain_bulk(&db, "EXPLAIN (FORMAT JSON)", sql, 500).await;
     let mut nodes = Vec::new();
     plan_nodes(&plan[0]["Plan"], &mut nodes);
     let reads: Vec<&(String, String)> = nodes
