@@ -720,7 +720,10 @@ async fn retention_row_by_row_looks_tasks_live_up_by_id_under_either_plan() {
     .await
     .unwrap();
     let sql = include_str!("../../shared/src/store/postgres/sql/task_purge_finished_undivided.sql");
-    for mode in ["force_custom_plan", "force_generic_plan"] {
+    for (n, mode) in ["force_custom_plan", "force_generic_plan"]
+        .into_iter()
+        .enumerate()
+    {
         let mut tx = db.pool.begin().await.unwrap();
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "SET LOCAL plan_cache_mode = {mode}"
@@ -731,14 +734,15 @@ async fn retention_row_by_row_looks_tasks_live_up_by_id_under_either_plan() {
         // A prepared statement, as the store runs it (an EXPLAIN with bound values would
         // always plan for the values).
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "PREPARE retention(text[], float8, bigint) AS {sql}"
+            "PREPARE retention_{n}(text[], float8, bigint) AS {sql}"
         )))
         .execute(&mut *tx)
         .await
         .unwrap();
-        let plan: Vec<String> = sqlx::query_scalar(
-            "EXPLAIN EXECUTE retention(ARRAY['succeeded', 'partially_succeeded', 'cancelled'], 604800, 1000)",
-        )
+        // A prepared statement outlives the transaction: one name per mode.
+        let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN EXECUTE retention_{n}(ARRAY['succeeded', 'partially_succeeded', 'cancelled'], 604800, 1000)"
+        )))
         .fetch_all(&mut *tx)
         .await
         .unwrap();
@@ -747,6 +751,11 @@ async fn retention_row_by_row_looks_tasks_live_up_by_id_under_either_plan() {
         assert!(
             !plan.contains("Seq Scan on tasks_live"),
             "{mode}: retention reads the whole of tasks_live:\n{plan}"
+        );
+        // The delete finds its rows in tasks_live by their ids.
+        assert!(
+            plan.contains("Index Cond: ((id = ANY ($") || plan.contains("Index Cond: (id = ANY ($"),
+            "{mode}: retention looks tasks_live up by id:\n{plan}"
         );
     }
     // And it still deletes those three (a week's retention; they finished a month ago).
