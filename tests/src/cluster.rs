@@ -489,7 +489,7 @@ fn connect_options(url: &str) -> anyhow::Result<PgConnectOptions> {
 }
 
 /// A port of 127.0.0.1 that was free a moment ago.
-pub(crate) fn free_port() -> anyhow::Result<u16> {
+pub fn free_port() -> anyhow::Result<u16> {
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0 to find a port")?;
     Ok(listener

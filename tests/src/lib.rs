@@ -51,6 +51,7 @@ pub mod inspect;
 pub mod ledger;
 pub mod limits;
 pub mod local_access;
+pub mod metrics;
 pub mod operator;
 pub mod pgbouncer;
 pub mod procstat;

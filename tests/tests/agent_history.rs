@@ -9,38 +9,17 @@
 //! without waiting for the first mark's minute. The minute is written 10 s after it ends, so
 //! the test waits up to 70 s for it.
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
 use leasehold_tests::calls::grpc::start;
 use leasehold_tests::grpc::connect;
+use leasehold_tests::metrics::{free_port, scrape_metrics};
 use leasehold_tests::{TestDb, wait_until};
 use tonic::Code;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn scrape(port: u16) -> String {
-    tokio::task::spawn_blocking(move || {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .await
-    .unwrap()
+    scrape_metrics(port).await.unwrap()
 }
 
 fn sample(body: &str, name: &str) -> Option<f64> {
@@ -58,7 +37,7 @@ async fn the_leader_records_history_that_get_history_and_the_counter_report_as_s
     .execute(&db.pool)
     .await
     .unwrap();
-    let ports = [free_port(), free_port()];
+    let ports = [free_port().unwrap(), free_port().unwrap()];
     let mut agents = Vec::new();
     for (i, port) in ports.iter().enumerate() {
         let listen = format!("127.0.0.1:{port}");

@@ -6,38 +6,19 @@
 //! the next leader exports them.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use leasehold_tests::fleet::start_agent;
+use leasehold_tests::metrics::{free_port, scrape_metrics};
 use leasehold_tests::{TestDb, wait_until};
 use sqlx::PgPool;
 
 /// One refresh (15 s), the election after a lease is gone, and a loaded machine.
 const WAIT: Duration = Duration::from_secs(45);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The backlog samples of the agent serving metrics on `port`: (metric, task type) → value.
 async fn backlog(port: u16) -> anyhow::Result<Samples> {
-    let body = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-        )?;
-        let mut out = String::new();
-        s.read_to_string(&mut out)?;
-        Ok(out)
-    })
-    .await??;
+    let body = scrape_metrics(port).await?;
     let mut samples = BTreeMap::new();
     for line in body.lines() {
         for metric in [
@@ -158,7 +139,7 @@ async fn only_the_leader_exports_the_backlog_gauges_and_they_follow_leadership()
         .await
         .unwrap();
     }
-    let ports = [free_port(), free_port()];
+    let ports = [free_port().unwrap(), free_port().unwrap()];
     let names = ["gauges-1", "gauges-2"];
     let mut agents = Vec::new();
     for (name, port) in names.iter().zip(ports) {

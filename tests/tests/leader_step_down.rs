@@ -9,12 +9,12 @@
 //! as its backends are signalled.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use leasehold_tests::fleet::{TTL, spawn_test_agent};
+use leasehold_tests::metrics::{free_port, scrape_metrics};
 use leasehold_tests::{PgCluster, wait_until};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -24,28 +24,9 @@ const REGISTER: Duration = Duration::from_secs(20);
 const SLACK: Duration = Duration::from_secs(3);
 const STEPPED_DOWN: &str = "leadership not provable: stepping down";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The `leasehold_leader` gauge of the agent serving metrics on `port`.
 async fn leader_gauge(port: u16) -> anyhow::Result<i64> {
-    let body = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-        )?;
-        let mut out = String::new();
-        s.read_to_string(&mut out)?;
-        Ok(out)
-    })
-    .await??;
+    let body = scrape_metrics(port).await?;
     body.lines()
         .find_map(|l| l.strip_prefix("leasehold_leader ")?.trim().parse().ok())
         .ok_or_else(|| anyhow::anyhow!("no leasehold_leader sample in\n{body}"))
@@ -98,7 +79,7 @@ async fn a_leader_whose_renewal_hangs_steps_down_by_its_safe_deadline() {
         .connect(&url)
         .await
         .unwrap();
-    let port = free_port();
+    let port = free_port().unwrap();
     let listen = format!("127.0.0.1:{port}");
     let agent = spawn_test_agent(&url, "solo", "noop", &["--metrics-listen", &listen])
         .await

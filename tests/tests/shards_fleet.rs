@@ -18,7 +18,6 @@
 //! timings, and a 2-core machine running them side by side would measure the machine.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -28,6 +27,7 @@ use leasehold_shared::store::HolderWrite;
 use leasehold_shared::store::postgres::resource_fence;
 use leasehold_tests::fleet::{ConfigToken, GRACE, TTL, spawn_agent, start_agent, tokens_config};
 use leasehold_tests::grpc::{Client, WatchView, agent_address, connect, connect_with};
+use leasehold_tests::metrics::{free_port, scrape_metrics};
 use leasehold_tests::{AgentHandle, TestDb, wait_until};
 use sqlx::PgPool;
 use tonic::Code;
@@ -441,29 +441,8 @@ async fn db_now(pool: &PgPool) -> DateTime<Utc> {
         .unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn metrics(port: u16) -> String {
-    tokio::task::spawn_blocking(move || {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .await
-    .unwrap()
+    scrape_metrics(port).await.unwrap()
 }
 
 /// The value of one sample line (`name{labels}`) of a metrics page, 0 when absent.
@@ -773,7 +752,7 @@ async fn a_stale_owner_is_fenced_after_takeover() {
         .await
         .unwrap();
     create_group(&mut admin_client, GROUP, 8).await;
-    let port = free_port();
+    let port = free_port().unwrap();
     let listen = format!("127.0.0.1:{port}");
     let a = start_member(
         &db,
