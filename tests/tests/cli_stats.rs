@@ -55,20 +55,7 @@ impl Db {
     }
 
     async fn count(&self, sql: &str) -> i64 {
-        match self {
-            Db::Pg(pool) => {
-                sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned()))
-                    .fetch_one(pool)
-                    .await
-            }
-            Db::Lite(pool) => {
-                sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(sql.to_owned()))
-                    .fetch_one(pool)
-                    .await
-            }
-        }
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .unwrap_or(0)
+        self.opt(sql).await.unwrap_or(0)
     }
 
     async fn opt(&self, sql: &str) -> Option<i64> {
