@@ -588,3 +588,185 @@ async fn on_sqlite_the_counts_search_indexes_and_scan_no_table() {
     }
     db.drop_db().await.unwrap();
 }
+
+/// `EXPLAIN (ANALYZE)` of the leader's unserved-type check (task_dead_letter_unserved.sql) with
+/// `due_for_secs`, in a transaction rolled back, as text.
+async fn explain_unserved(pool: &sqlx::PgPool, due_for_secs: f64) -> String {
+    let mut tx = pool.begin().await.unwrap();
+    let sql = include_str!("../../shared/src/store/postgres/sql/task_dead_letter_unserved.sql");
+    let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"
+    )))
+    .bind(due_for_secs)
+    .bind(30.0_f64)
+    .bind(1000_i64)
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    rows.join("\n")
+}
+
+// PostgreSQL only: the leader's unserved-type check trusts the last depth sample of the history
+// (the sampler's, once a minute) instead of walking every waiting task each pass — 100,000
+// waiting tasks of a served type, and the walk never starts; a type the sample saw waiting or
+// running that no agent serves is still found; without a sample recent enough for `due_for`,
+// every waiting task is looked at, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample_saw_unserved() {
+    use leasehold_shared::store::{AgentRegisterParams, UnservedParams};
+    use leasehold_shared::{Store, TaskId};
+    use leasehold_tests::helpers::tt;
+    use std::time::Duration;
+
+    let db = leasehold_tests::TestDb::new().await.unwrap();
+    let store = db.store();
+    let status = |id: i64| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT status::text FROM tasks WHERE id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let register = |name: &str, task_type: &str| AgentRegisterParams {
+        name: name.into(),
+        host: "host-a".into(),
+        pid: 1,
+        grpc_address: None,
+        version: "0.1.0".into(),
+        task_types: vec![tt(task_type)],
+        local_concurrency: 4,
+        alive_for: Duration::from_secs(300),
+    };
+    store
+        .agent_register(register("worker", "served"))
+        .await
+        .unwrap();
+    let other = store
+        .agent_register(register("other", "comeback"))
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO tasks (task_type, available_at, created_at) \
+         SELECT 'served', now() - interval '1 hour', now() - interval '1 hour' \
+         FROM generate_series(1, 100000)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let insert = |task_type: &'static str, status: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "INSERT INTO tasks (task_type, status, available_at, created_at, lease_owner, \
+                                    lease_until, heartbeat_at, lease_epoch, attempt) \
+                 SELECT $1, $2, now() - interval '1 hour', now() - interval '1 hour', l.owner, \
+                        l.until, l.beat, l.epoch, l.epoch \
+                 FROM (SELECT CASE WHEN $2 = 'running' THEN 'other' END AS owner, \
+                              CASE WHEN $2 = 'running' THEN now() + interval '1 minute' END AS until, \
+                              CASE WHEN $2 = 'running' THEN now() END AS beat, \
+                              CASE WHEN $2 = 'running' THEN 1 ELSE 0 END AS epoch) l \
+                 RETURNING id",
+            )
+            .bind(task_type)
+            .bind(status)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // A type whose only task runs now (it may come back to wait), served by the other agent.
+    let comeback = insert("comeback", "running").await;
+    sqlx::query("ANALYZE tasks")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    // The sampler's pass (a mark half an hour back, the depth of the minute just ended).
+    let now = store.db_now().await.unwrap();
+    sqlx::query("INSERT INTO queue_history_minutes (minute, id_mark) VALUES ($1, 0)")
+        .bind(minute_of(now) - TimeDelta::minutes(30))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let sample = store
+        .queue_history_sample(HistorySampleParams {
+            settle: std::time::Duration::ZERO,
+            depth_within: std::time::Duration::from_secs(60),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(sample.depth_minute.is_some(), "{sample:?}");
+
+    let params = |due_for: u64| UnservedParams {
+        due_for: Duration::from_secs(due_for),
+        legacy_stale_after: Duration::from_secs(30),
+        limit: 1000,
+    };
+    // Every type the sample saw is served: no waiting task is read.
+    let plan = explain_unserved(&db.pool, 900.0).await;
+    let reads: Vec<&str> = plan
+        .lines()
+        .filter(|l| l.contains("Scan") && l.contains(" on tasks_live"))
+        .filter(|l| !l.contains("never executed"))
+        .collect();
+    assert!(
+        reads.is_empty(),
+        "the check read tasks_live: {reads:?}\n{plan}"
+    );
+    assert!(
+        store
+            .task_dead_letter_unserved(params(900))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The other agent stops; its running task failed and waits to retry, overdue. Its type was
+    // in the sample (running) and no live agent serves it now.
+    store.agent_mark_stopped(other.id.clone()).await.unwrap();
+    sqlx::query(
+        "UPDATE tasks SET status = 'retry_wait', available_at = now() - interval '1 hour' \
+         WHERE id = $1",
+    )
+    .bind(comeback)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        store.task_dead_letter_unserved(params(900)).await.unwrap(),
+        vec![(TaskId(comeback), tt("comeback"))]
+    );
+    assert_eq!(status(comeback).await, "dead");
+
+    // An orphan enqueued after the sample with an available time an hour back: the sample did
+    // not see it, so the check (trusting the sample for 15 minutes' due) leaves it to the next
+    // sample...
+    let orphan = insert("orphan", "queued").await;
+    assert!(
+        store
+            .task_dead_letter_unserved(params(900))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(status(orphan).await, "queued");
+    // ...but with `due_for` shorter than the sample's age the sample proves nothing and every
+    // waiting task is looked at.
+    assert_eq!(
+        store.task_dead_letter_unserved(params(1)).await.unwrap(),
+        vec![(TaskId(orphan), tt("orphan"))]
+    );
+    assert_eq!(status(orphan).await, "dead");
+    let plan = explain_unserved(&db.pool, 1.0).await;
+    assert!(
+        plan.lines()
+            .any(|l| l.contains("Scan on tasks_live") && !l.contains("never executed")),
+        "{plan}"
+    );
+    db.drop_db().await.unwrap();
+}

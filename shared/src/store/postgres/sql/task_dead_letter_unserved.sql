@@ -4,6 +4,16 @@
 -- one (an agent from before it existed) is live while its registry heartbeat is younger than
 -- $2 seconds. Does nothing while no agent is live: an empty fleet is an outage, not a verdict
 -- on the tasks. Database time throughout.
+--
+-- No index finds waiting keyless tasks by type, so the search walks the waiting queue; the
+-- leader's history sampler (queue_history, once a minute) says which types had tasks waiting or
+-- running, and the walk is skipped, or kept to those types, when that word is good enough.
+-- The depth of minute M is sampled after M + 1 minute, so every task it missed was created
+-- after M + 1 minute; once M + 1 minute >= now - $1, such a task has not been due for $1
+-- unless it was enqueued with an available time in the past, or its enqueue committed after
+-- the sample though it began before (either is judged on the next sample, a minute on). With
+-- no such sample (no sampler, a failing one, or $1 below the sampler's lag) every waiting task
+-- is looked at, as before.
 WITH live AS (
     SELECT task_types FROM agents
     WHERE state <> 'stopped'
@@ -12,11 +22,28 @@ WITH live AS (
 served AS (
     SELECT DISTINCT unnest(task_types) AS task_type FROM live
 ),
+sampled AS (
+    SELECT max(minute) AS minute FROM queue_history_minutes WHERE depth_sampled
+),
+-- trusted: the last depth sample covers every task due for $1; suspects: the types it saw
+-- waiting or running (a running task may come back to wait) that no live agent serves now.
+gate AS (
+    SELECT coalesce(s.minute + interval '1 minute' >= now() - make_interval(secs => $1), false)
+               AS trusted,
+           (SELECT array_agg(h.task_type) FROM queue_history h
+            WHERE h.minute = s.minute AND (h.waiting > 0 OR h.running > 0)
+              AND NOT EXISTS (SELECT 1 FROM served v WHERE v.task_type = h.task_type))
+               AS suspects
+    FROM sampled s
+),
 unserved AS (
     SELECT t.id FROM tasks t
     WHERE t.done_on = 'infinity' AND t.status IN ('queued', 'retry_wait')
       AND t.available_at < now() - make_interval(secs => $1)
       AND EXISTS (SELECT 1 FROM live)
+      -- Without a suspect the walk does not start (a one-time filter).
+      AND (NOT (SELECT trusted FROM gate) OR (SELECT suspects FROM gate) IS NOT NULL)
+      AND (NOT (SELECT trusted FROM gate) OR t.task_type = ANY((SELECT suspects FROM gate)::text[]))
       AND NOT EXISTS (SELECT 1 FROM served s WHERE s.task_type = t.task_type)
     ORDER BY t.priority DESC, t.available_at, t.id
     LIMIT $3
