@@ -702,10 +702,13 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
         .unwrap();
     assert!(sample.depth_minute.is_some(), "{sample:?}");
 
-    let params = |due_for: u64| UnservedParams {
-        due_for: Duration::from_secs(due_for),
-        legacy_stale_after: Duration::from_secs(30),
-        limit: 1000,
+    // The check as the leader runs it, with `--unserved-after` `due_for` seconds.
+    let check = |due_for: u64| {
+        store.task_dead_letter_unserved(UnservedParams {
+            due_for: Duration::from_secs(due_for),
+            legacy_stale_after: Duration::from_secs(30),
+            limit: 1000,
+        })
     };
     // Every type the sample saw is served: no waiting task is read.
     let plan = explain_unserved(&db.pool, 900.0).await;
@@ -718,13 +721,7 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
         reads.is_empty(),
         "the check read tasks_live: {reads:?}\n{plan}"
     );
-    assert!(
-        store
-            .task_dead_letter_unserved(params(900))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(check(900).await.unwrap().is_empty());
 
     // The other agent stops; its running task failed and waits to retry, overdue. Its type was
     // in the sample (running) and no live agent serves it now.
@@ -738,7 +735,7 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
     .await
     .unwrap();
     assert_eq!(
-        store.task_dead_letter_unserved(params(900)).await.unwrap(),
+        check(900).await.unwrap(),
         vec![(TaskId(comeback), tt("comeback"))]
     );
     assert_eq!(status(comeback).await, "dead");
@@ -747,18 +744,16 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
     // not see it, so the check (trusting the sample for 15 minutes' due) leaves it to the next
     // sample...
     let orphan = insert("orphan", "queued").await;
-    assert!(
-        store
-            .task_dead_letter_unserved(params(900))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(check(900).await.unwrap().is_empty());
     assert_eq!(status(orphan).await, "queued");
     // ...but with `due_for` shorter than the sample's age the sample proves nothing and every
-    // waiting task is looked at.
+    // waiting task is looked at (1 s: once the sampled minute ended more than a second ago).
+    let sampled_minute_ended = sample.depth_minute.unwrap() + TimeDelta::minutes(1);
+    while store.db_now().await.unwrap() - sampled_minute_ended < TimeDelta::seconds(2) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_eq!(
-        store.task_dead_letter_unserved(params(1)).await.unwrap(),
+        check(1).await.unwrap(),
         vec![(TaskId(orphan), tt("orphan"))]
     );
     assert_eq!(status(orphan).await, "dead");
