@@ -631,22 +631,22 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
                 .unwrap()
         }
     };
-    let register = |name: &str, task_type: &str| AgentRegisterParams {
+    let register = |name: &str, task_types: &[&str]| AgentRegisterParams {
         name: name.into(),
         host: "host-a".into(),
         pid: 1,
         grpc_address: None,
         version: "0.1.0".into(),
-        task_types: vec![tt(task_type)],
+        task_types: task_types.iter().map(|t| tt(t)).collect(),
         local_concurrency: 4,
         alive_for: Duration::from_secs(300),
     };
     store
-        .agent_register(register("worker", "served"))
+        .agent_register(register("worker", &["served"]))
         .await
         .unwrap();
     let other = store
-        .agent_register(register("other", "comeback"))
+        .agent_register(register("other", &["comeback", "left"]))
         .await
         .unwrap();
     sqlx::query(
@@ -678,8 +678,10 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
             .unwrap()
         }
     };
-    // A type whose only task runs now (it may come back to wait), served by the other agent.
+    // Served by the other agent: a type whose only task runs now (it may come back to wait),
+    // and one with a task waiting, overdue.
     let comeback = insert("comeback", "running").await;
+    let left = insert("left", "queued").await;
     sqlx::query("ANALYZE tasks")
         .execute(&db.pool)
         .await
@@ -722,9 +724,11 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
         "the check read tasks_live: {reads:?}\n{plan}"
     );
     assert!(check(900).await.unwrap().is_empty());
+    assert_eq!(status(left).await, "queued");
 
-    // The other agent stops; its running task failed and waits to retry, overdue. Its type was
-    // in the sample (running) and no live agent serves it now.
+    // The other agent stops; its running task failed and waits to retry, overdue. Both its
+    // types were in the sample (one running, one waiting) and no live agent serves them now:
+    // the walk runs, and finds both.
     store.agent_mark_stopped(other.id.clone()).await.unwrap();
     sqlx::query(
         "UPDATE tasks SET status = 'retry_wait', available_at = now() - interval '1 hour' \
@@ -734,11 +738,23 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
     .execute(&db.pool)
     .await
     .unwrap();
+    let plan = explain_unserved(&db.pool, 900.0).await;
+    assert!(
+        plan.lines()
+            .any(|l| l.contains("Scan on tasks_live") && !l.contains("never executed")),
+        "{plan}"
+    );
+    let mut found = check(900).await.unwrap();
+    found.sort();
     assert_eq!(
-        check(900).await.unwrap(),
-        vec![(TaskId(comeback), tt("comeback"))]
+        found,
+        vec![
+            (TaskId(comeback), tt("comeback")),
+            (TaskId(left), tt("left"))
+        ]
     );
     assert_eq!(status(comeback).await, "dead");
+    assert_eq!(status(left).await, "dead");
 
     // An orphan enqueued after the sample with an available time an hour back: the sample did
     // not see it, so the check (trusting the sample for 15 minutes' due) leaves it to the next
@@ -762,6 +778,20 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
         plan.lines()
             .any(|l| l.contains("Scan on tasks_live") && !l.contains("never executed")),
         "{plan}"
+    );
+
+    // A sampled minute without rows (an empty queue's, or a pruning that stopped between the
+    // two tables) proves nothing either.
+    let stray = insert("stray", "queued").await;
+    assert!(check(900).await.unwrap().is_empty());
+    sqlx::query("DELETE FROM queue_history WHERE minute = $1")
+        .bind(sample.depth_minute.unwrap())
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        check(900).await.unwrap(),
+        vec![(TaskId(stray), tt("stray"))]
     );
     db.drop_db().await.unwrap();
 }

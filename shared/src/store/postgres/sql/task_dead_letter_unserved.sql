@@ -11,9 +11,12 @@
 -- The depth of minute M is sampled after M + 1 minute, so every task it missed was created
 -- after M + 1 minute; once M + 1 minute >= now - $1, such a task has not been due for $1
 -- unless it was enqueued with an available time in the past, or its enqueue committed after
--- the sample though it began before (either is judged on the next sample, a minute on). With
--- no such sample (no sampler, a failing one, or $1 below the sampler's lag) every waiting task
--- is looked at, as before.
+-- the sample though it began before (either is judged on the next sample, a minute on; if the
+-- sampler has stopped, once its last sample is older than $1). With no such sample (no
+-- sampler, a failing one, $1 shorter than the sample's age — 10 to 70 s and more — or a
+-- sampled minute with no rows, as an empty queue leaves, or a pruning that stopped half-way)
+-- every waiting task is looked at, as before. A type that sample saw waiting and no agent
+-- serves brings that walk back for as long as it has waiting tasks, due or not.
 WITH live AS (
     SELECT task_types FROM agents
     WHERE state <> 'stopped'
@@ -29,7 +32,7 @@ sampled AS (
 -- waiting or running (a running task may come back to wait) that no live agent serves now.
 gate AS (
     SELECT coalesce(s.minute + interval '1 minute' >= now() - make_interval(secs => $1), false)
-               AS trusted,
+           AND EXISTS (SELECT 1 FROM queue_history h WHERE h.minute = s.minute) AS trusted,
            (SELECT array_agg(h.task_type) FROM queue_history h
             WHERE h.minute = s.minute AND (h.waiting > 0 OR h.running > 0)
               AND NOT EXISTS (SELECT 1 FROM served v WHERE v.task_type = h.task_type))
