@@ -4,10 +4,11 @@
 //! Phases, on tasks of a task type unique to this run (deleted at the end, so the bench can
 //! share a database with real work without touching it):
 //! 0. **backlog** (untimed, with `--backlog N`) — `N` more tasks of the same type, so the drain
-//!    runs on a queue of `tasks + N`; on PostgreSQL then a CHECKPOINT (after the enqueue below,
-//!    before the drain): loading millions of rows in minutes starts a checkpoint by WAL volume,
-//!    and a drain inside it measures the load's write-out, not the depth of the queue
-//!    (`checkpoint_before_drain` in the report);
+//!    runs on a queue of `tasks + N`; on PostgreSQL then a CHECKPOINT, and another after the
+//!    enqueue below: loading millions of rows in minutes starts a checkpoint by WAL volume, and
+//!    an enqueue or a drain inside it measures the load's write-out, not the depth of the queue;
+//!    the second starts the drain at a checkpoint at every depth (`checkpoint_after_backlog` in
+//!    the report);
 //! 1. **enqueue** — `tasks` no-op tasks in bulk statements of 10,000 → `enqueue_per_s`;
 //! 2. **drain** — `agents` full agent runtimes (each with its own pool, heartbeat, completer and
 //!    LISTEN connection, default settings unless `--concurrency`/`--batch` are given) run them
@@ -109,9 +110,9 @@ pub struct BenchReport {
     pub pickup_p50_ms: f64,
     pub pickup_p99_ms: f64,
     pub pickup_samples: u32,
-    /// Whether the bench ran a CHECKPOINT between loading `--backlog` and the drain (false:
-    /// not allowed to); `None` (null) without a backlog and on SQLite.
-    pub checkpoint_before_drain: Option<bool>,
+    /// Whether the bench ran a CHECKPOINT after loading `--backlog` and another before the
+    /// drain (false: not allowed to); `None` (null) without a backlog and on SQLite.
+    pub checkpoint_after_backlog: Option<bool>,
 }
 
 struct Noop;
@@ -342,16 +343,15 @@ impl Fleet {
     }
 }
 
-/// After a backlog was loaded (PostgreSQL): a CHECKPOINT, so the timed drain does not start
+/// After a backlog was loaded (PostgreSQL): a CHECKPOINT, so the timed phases do not run
 /// inside the checkpoint that the load's WAL triggered, writing out gigabytes of the load while
-/// every page the drain touches first pays a full-page image in the WAL. A steady queue of the
-/// same depth has no such load behind it. Untimed; without the right to checkpoint (superuser
-/// or `pg_checkpoint`) the bench says so and goes on. `Some(done)` on PostgreSQL, `None` on
+/// every page they touch first pays a full-page image in the WAL. A steady queue of the same
+/// depth has no such load behind it. Untimed; without the right to checkpoint (superuser or
+/// `pg_checkpoint`) the bench says so and goes on. `Some(done)` on PostgreSQL, `None` on
 /// SQLite.
-async fn settle(main: &AnyStore) -> Option<bool> {
-    let pool = main.pg_pool()?;
-    match sqlx::query("CHECKPOINT").execute(pool).await {
-        Ok(_) => Some(true),
+async fn checkpoint(main: &AnyStore) -> Option<bool> {
+    match main.server_checkpoint().await? {
+        Ok(()) => Some(true),
         Err(error) => {
             eprintln!(
                 "backlog: no CHECKPOINT after loading it ({error}); the drain may start inside \
@@ -372,16 +372,23 @@ async fn run_phases(
     // 0. Backlog, untimed.
     let loading = loader.store();
     enqueue(loading.as_ref(), task_type, config.backlog, true).await?;
+    let checkpoint_after_backlog = if config.backlog > 0 {
+        checkpoint(main).await
+    } else {
+        None
+    };
     // 1. Enqueue.
     let started = Instant::now();
     enqueue(loading.as_ref(), task_type, config.tasks, false).await?;
     let enqueue_per_s = config.tasks as f64 / started.elapsed().as_secs_f64();
     drop(loading);
     loader.close().await;
-    let checkpoint_before_drain = if config.backlog > 0 {
-        settle(main).await
-    } else {
-        None
+    // Again before the drain, so that at every depth the drain starts at a checkpoint and pays
+    // the same full-page images (else the pages of a small queue, written by the enqueue since
+    // the first, would be spared them and a deep queue's not).
+    let checkpoint_after_backlog = match checkpoint_after_backlog {
+        Some(true) => checkpoint(main).await,
+        other => other,
     };
     let before = counters_when_gone(main, &names.loader).await?;
 
@@ -500,7 +507,7 @@ async fn run_phases(
         pickup_p50_ms: percentile(&latencies, 0.50),
         pickup_p99_ms: percentile(&latencies, 0.99),
         pickup_samples: config.latency_samples,
-        checkpoint_before_drain,
+        checkpoint_after_backlog,
     })
 }
 
@@ -620,7 +627,7 @@ mod tests {
             pickup_p50_ms: 1.0,
             pickup_p99_ms: 2.0,
             pickup_samples: 200,
-            checkpoint_before_drain: None,
+            checkpoint_after_backlog: None,
         }
     }
 

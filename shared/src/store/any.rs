@@ -120,6 +120,16 @@ impl AnyStore {
         }
     }
 
+    /// A checkpoint of the server, for the bench: `None` on SQLite (nothing to do there), else
+    /// whether it ran.
+    pub async fn server_checkpoint(&self) -> Option<Result<()>> {
+        match self {
+            AnyStore::Postgres(s) => Some(s.server_checkpoint().await),
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(_) => None,
+        }
+    }
+
     /// Whether the store runs as behind a transaction pooler (PostgreSQL through PgBouncer).
     pub fn behind_pooler(&self) -> bool {
         match self {

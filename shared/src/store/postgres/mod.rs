@@ -171,6 +171,7 @@ pub(crate) mod sql {
             migrations_count_applied,
             migrations_applied_list,
             task_delete_of_type,
+            server_checkpoint,
             server_counters,
             server_statement_calls,
             task_stats,
@@ -636,6 +637,16 @@ impl PgStore {
             notify.close().await;
         }
         self.pool.pool.close().await;
+    }
+
+    /// A CHECKPOINT (needs superuser or `pg_checkpoint`): for the bench, after loading a
+    /// backlog.
+    pub async fn server_checkpoint(&self) -> Result<()> {
+        sqlx::query(sql::server_checkpoint)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::db("server_checkpoint"))?;
+        Ok(())
     }
 
     /// The server's counters now (see [`ServerCounters`]), counting the connections whose
