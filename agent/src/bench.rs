@@ -354,8 +354,8 @@ async fn checkpoint(main: &AnyStore) -> Option<bool> {
         Ok(()) => Some(true),
         Err(error) => {
             eprintln!(
-                "backlog: no CHECKPOINT after loading it ({error}); the drain may start inside \
-                 the checkpoint the load triggered"
+                "backlog: CHECKPOINT refused ({error}); the enqueue and the drain may run \
+                 inside the checkpoint the load started"
             );
             Some(false)
         }
