@@ -80,3 +80,23 @@ pub async fn complete_all(store: &dyn Store, owner: &str, tasks: &[Task]) {
         "a completion of a held task did not apply: {outcomes:?}"
     );
 }
+
+/// The two plans a prepared statement can run with: the custom plans PostgreSQL makes for its
+/// first executions and the generic plan it may settle on after five.
+pub const PLAN_MODES: [&str; 2] = ["force_custom_plan", "force_generic_plan"];
+
+/// A transaction on `pool` whose statements are planned in `mode` (one of [`PLAN_MODES`]), for
+/// EXPLAINs of a statement as the store runs it.
+pub async fn tx_planning(
+    pool: &sqlx::PgPool,
+    mode: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.expect("begin a transaction");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SET LOCAL plan_cache_mode = {mode}"
+    )))
+    .execute(&mut *tx)
+    .await
+    .expect("set plan_cache_mode");
+    tx
+}

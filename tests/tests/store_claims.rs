@@ -769,14 +769,8 @@ async fn with_a_million_queued_tasks_the_claim_plan_uses_the_claim_index() {
                 .await
                 .unwrap();
         }
-        for mode in ["force_custom_plan", "force_generic_plan"] {
-            let mut tx = db.pool.begin().await.unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SET LOCAL plan_cache_mode = {mode}"
-            )))
-            .execute(&mut *tx)
-            .await
-            .unwrap();
+        for mode in leasehold_tests::helpers::PLAN_MODES {
+            let mut tx = leasehold_tests::helpers::tx_planning(&db.pool, mode).await;
             sqlx::query(lock_sql)
                 .bind(vec!["big.a", "big.b"])
                 .fetch_all(&mut *tx)

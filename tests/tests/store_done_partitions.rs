@@ -720,17 +720,8 @@ async fn retention_row_by_row_looks_tasks_live_up_by_id_under_either_plan() {
     .await
     .unwrap();
     let sql = include_str!("../../shared/src/store/postgres/sql/task_purge_finished_undivided.sql");
-    for (n, mode) in ["force_custom_plan", "force_generic_plan"]
-        .into_iter()
-        .enumerate()
-    {
-        let mut tx = db.pool.begin().await.unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SET LOCAL plan_cache_mode = {mode}"
-        )))
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    for (n, mode) in leasehold_tests::helpers::PLAN_MODES.into_iter().enumerate() {
+        let mut tx = leasehold_tests::helpers::tx_planning(&db.pool, mode).await;
         // A prepared statement, as the store runs it (an EXPLAIN with bound values would
         // always plan for the values).
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(

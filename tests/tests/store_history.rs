@@ -490,16 +490,10 @@ async fn with_150k_tasks_the_counts_read_only_the_last_minutes_through_indexes()
             ),
         ),
     ];
-    for mode in ["force_custom_plan", "force_generic_plan"] {
+    for mode in leasehold_tests::helpers::PLAN_MODES {
         for (what, sql) in statements {
-            let mut tx = db.pool.begin().await.unwrap();
+            let mut tx = leasehold_tests::helpers::tx_planning(&db.pool, mode).await;
             sqlx::query(plan_indexed).execute(&mut *tx).await.unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SET LOCAL plan_cache_mode = {mode}"
-            )))
-            .execute(&mut *tx)
-            .await
-            .unwrap();
             let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}");
             let q = sqlx::query(sqlx::AssertSqlSafe(explain));
             let q = if what == "enqueued" {

@@ -948,14 +948,8 @@ async fn listing_relations(
     due: Option<bool>,
 ) -> Vec<BTreeSet<String>> {
     let mut all = Vec::new();
-    for mode in ["force_custom_plan", "force_generic_plan"] {
-        let mut tx = pool.begin().await.unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SET LOCAL plan_cache_mode = {mode}"
-        )))
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    for mode in leasehold_tests::helpers::PLAN_MODES {
+        let mut tx = leasehold_tests::helpers::tx_planning(pool, mode).await;
         let row: (sqlx::types::Json<serde_json::Value>,) = sqlx::query_as(sqlx::AssertSqlSafe(
             format!("EXPLAIN (FORMAT JSON) {statement}"),
         ))
