@@ -294,6 +294,21 @@ async fn recounts_late_enqueues_and_samples_the_depth_of_the_minute_just_ended(d
     db.insert_task(TaskSpec::new("mail", "running"))
         .await
         .unwrap();
+    db.insert_task(TaskSpec {
+        available_in_secs: 600.0,
+        ..TaskSpec::new("mail", "queued")
+    })
+    .await
+    .unwrap();
+    db.insert_task(TaskSpec {
+        available_in_secs: -30.0,
+        ..TaskSpec::new("mail", "running")
+    })
+    .await
+    .unwrap();
+    db.insert_task(TaskSpec::new("busy", "running"))
+        .await
+        .unwrap();
     let first = store.queue_history_sample(params.clone()).await.unwrap();
     let last = minute_of(first.now.unwrap()) - TimeDelta::minutes(1);
     assert_eq!(first.depth_minute, Some(last));
@@ -311,8 +326,39 @@ async fn recounts_late_enqueues_and_samples_the_depth_of_the_minute_just_ended(d
         .await
         .unwrap();
     let p = h.points.iter().find(|p| p.minute == last).unwrap();
-    // Sampled after the minute: depth of the queue now (the two tasks above).
-    assert_eq!((p.waiting, p.running), (Some(1), Some(1)));
+    // Sampled after the minute: depth of the queue now (the mail tasks above).
+    assert_eq!((p.waiting, p.running), (Some(2), Some(2)));
+    // With it, the available time of the longest-due waiting task: of "mail", its queued one
+    // (the earlier of two queued; a running one available earlier does not count); of a type
+    // with nothing waiting, none.
+    let oldest = |task_type: &'static str| {
+        let sql = Sql {
+            postgres: format!(
+                "SELECT count(*) FROM queue_history h WHERE h.task_type = $2 AND h.minute = {} \
+                 AND h.oldest_waiting_at IS NOT DISTINCT FROM (SELECT min(available_at) \
+                 FROM tasks WHERE task_type = $2 AND status = 'queued')",
+                MINUTE_ARG.postgres
+            )
+            .into(),
+            sqlite:
+                "SELECT count(*) FROM queue_history h WHERE h.task_type = $2 AND h.minute = $1 \
+                     AND h.oldest_waiting_at IS (SELECT min(available_at) FROM tasks \
+                     WHERE task_type = $2 AND status = 'queued')"
+                    .into(),
+        };
+        let db = &db;
+        async move {
+            db.fetch_int(sql, &[Arg::Int(micros(last)), Arg::Text(task_type.into())])
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(oldest("mail").await, 1);
+    assert_eq!(
+        oldest("busy").await,
+        1,
+        "a type with nothing waiting has no oldest time"
+    );
     let other = h
         .points
         .iter()
@@ -338,7 +384,8 @@ async fn recounts_late_enqueues_and_samples_the_depth_of_the_minute_just_ended(d
             .await
             .unwrap();
         let p = h.points.iter().find(|p| p.minute == last).unwrap();
-        assert_eq!(p.waiting, Some(1), "the depth sampled is kept");
+        assert_eq!(p.waiting, Some(2), "the depth sampled is kept");
+        assert_eq!(oldest("mail").await, 1, "and its oldest waiting time");
     }
 }
 
@@ -585,6 +632,31 @@ async fn on_sqlite_the_counts_search_indexes_and_scan_no_table() {
 
 /// `EXPLAIN (ANALYZE)` of the leader's unserved-type check (task_dead_letter_unserved.sql) with
 /// `due_for_secs`, in a transaction rolled back, as text.
+/// An agent named `name`, live for five minutes, serving `task_types`.
+fn register(name: &str, task_types: &[&str]) -> leasehold_shared::store::AgentRegisterParams {
+    leasehold_shared::store::AgentRegisterParams {
+        name: name.into(),
+        host: "host-a".into(),
+        pid: 1,
+        grpc_address: None,
+        version: "0.1.0".into(),
+        task_types: task_types
+            .iter()
+            .map(|t| leasehold_tests::helpers::tt(t))
+            .collect(),
+        local_concurrency: 4,
+        alive_for: std::time::Duration::from_secs(300),
+    }
+}
+
+/// The scans of tasks_live `plan` ran.
+fn executed_scans(plan: &str) -> Vec<&str> {
+    plan.lines()
+        .filter(|l| l.contains("Scan") && l.contains(" on tasks_live"))
+        .filter(|l| !l.contains("never executed"))
+        .collect()
+}
+
 async fn explain_unserved(pool: &sqlx::PgPool, due_for_secs: f64) -> String {
     let mut tx = pool.begin().await.unwrap();
     let sql = include_str!("../../shared/src/store/postgres/sql/task_dead_letter_unserved.sql");
@@ -608,7 +680,7 @@ async fn explain_unserved(pool: &sqlx::PgPool, due_for_secs: f64) -> String {
 // every waiting task is looked at, as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample_saw_unserved() {
-    use leasehold_shared::store::{AgentRegisterParams, UnservedParams};
+    use leasehold_shared::store::UnservedParams;
     use leasehold_shared::{Store, TaskId};
     use leasehold_tests::helpers::tt;
     use std::time::Duration;
@@ -624,16 +696,6 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
                 .await
                 .unwrap()
         }
-    };
-    let register = |name: &str, task_types: &[&str]| AgentRegisterParams {
-        name: name.into(),
-        host: "host-a".into(),
-        pid: 1,
-        grpc_address: None,
-        version: "0.1.0".into(),
-        task_types: task_types.iter().map(|t| tt(t)).collect(),
-        local_concurrency: 4,
-        alive_for: Duration::from_secs(300),
     };
     store
         .agent_register(register("worker", &["served"]))
@@ -708,11 +770,7 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
     };
     // Every type the sample saw is served: no waiting task is read.
     let plan = explain_unserved(&db.pool, 900.0).await;
-    let reads: Vec<&str> = plan
-        .lines()
-        .filter(|l| l.contains("Scan") && l.contains(" on tasks_live"))
-        .filter(|l| !l.contains("never executed"))
-        .collect();
+    let reads = executed_scans(&plan);
     assert!(
         reads.is_empty(),
         "the check read tasks_live: {reads:?}\n{plan}"
@@ -733,11 +791,7 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
     .await
     .unwrap();
     let plan = explain_unserved(&db.pool, 900.0).await;
-    assert!(
-        plan.lines()
-            .any(|l| l.contains("Scan on tasks_live") && !l.contains("never executed")),
-        "{plan}"
-    );
+    assert!(!executed_scans(&plan).is_empty(), "{plan}");
     let mut found = check(900).await.unwrap();
     found.sort();
     assert_eq!(
@@ -768,11 +822,7 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
     );
     assert_eq!(status(orphan).await, "dead");
     let plan = explain_unserved(&db.pool, 1.0).await;
-    assert!(
-        plan.lines()
-            .any(|l| l.contains("Scan on tasks_live") && !l.contains("never executed")),
-        "{plan}"
-    );
+    assert!(!executed_scans(&plan).is_empty(), "{plan}");
 
     // A sampled minute without rows (an empty queue's, or a pruning that stopped between the
     // two tables) proves nothing either.
@@ -787,5 +837,106 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
         check(900).await.unwrap(),
         vec![(TaskId(stray), tt("stray"))]
     );
+    db.drop_db().await.unwrap();
+}
+
+// PostgreSQL only: a type no agent serves whose waiting tasks all fall due later (a future
+// run_at) does not send the check walking the waiting queue every pass — the depth sample keeps
+// each type's longest-due waiting time; once one of its tasks has been due for `due_for`, the
+// type is suspect again and its due tasks are found, the later ones left waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unserved_check_does_not_walk_for_an_unserved_type_whose_tasks_fall_due_later() {
+    use leasehold_shared::Store;
+    use leasehold_shared::store::UnservedParams;
+    use leasehold_tests::helpers::tt;
+    use std::time::Duration;
+
+    let db = leasehold_tests::TestDb::new().await.unwrap();
+    let store = db.store();
+    store
+        .agent_register(register("worker", &["served"]))
+        .await
+        .unwrap();
+    // 100,000 served tasks waiting, overdue; no agent serves "later" (1,000 tasks, available
+    // five minutes ago) nor "future" (1,000, available in an hour).
+    sqlx::query(
+        "INSERT INTO tasks (task_type, available_at, created_at) \
+         SELECT 'served', now() - interval '1 hour', now() - interval '1 hour' \
+         FROM generate_series(1, 100000) \
+         UNION ALL SELECT 'later', now() - interval '5 minutes', now() - interval '1 hour' \
+         FROM generate_series(1, 1000) \
+         UNION ALL SELECT 'future', now() + interval '1 hour', now() - interval '1 hour' \
+         FROM generate_series(1, 1000)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE tasks")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let now = store.db_now().await.unwrap();
+    sqlx::query("INSERT INTO queue_history_minutes (minute, id_mark) VALUES ($1, 0)")
+        .bind(minute_of(now) - TimeDelta::minutes(30))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let sample = store
+        .queue_history_sample(HistorySampleParams {
+            settle: std::time::Duration::ZERO,
+            depth_within: std::time::Duration::from_secs(60),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(sample.depth_minute.is_some(), "{sample:?}");
+    let check = |due_for: u64| {
+        store.task_dead_letter_unserved(UnservedParams {
+            due_for: Duration::from_secs(due_for),
+            legacy_stale_after: Duration::from_secs(30),
+            limit: 5000,
+        })
+    };
+    let waiting = |task_type: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM tasks WHERE task_type = $1 AND status = 'queued'",
+            )
+            .bind(task_type)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+
+    // Due for 15 minutes: neither unserved type has a task due that long; no walk.
+    let plan = explain_unserved(&db.pool, 900.0).await;
+    let reads = executed_scans(&plan);
+    assert!(
+        reads.is_empty(),
+        "the check read tasks_live: {reads:?}\n{plan}"
+    );
+    assert!(check(900).await.unwrap().is_empty());
+    assert_eq!(waiting("later").await, 1000);
+
+    // Due for 200 s (the sample still recent enough to trust): "later"'s tasks are, and only
+    // they are dead-lettered; "future"'s wait on.
+    let found = check(200).await.unwrap();
+    assert_eq!(found.len(), 1000, "{found:?}");
+    assert!(found.iter().all(|(_, t)| *t == tt("later")), "{found:?}");
+    assert_eq!(waiting("later").await, 0);
+    assert_eq!(waiting("future").await, 1000);
+
+    // A sample row from before the oldest time was kept (NULL) keeps its type suspect: the walk
+    // runs, and finds nothing due.
+    sqlx::query("UPDATE queue_history SET oldest_waiting_at = NULL WHERE task_type = 'future'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let plan = explain_unserved(&db.pool, 900.0).await;
+    assert!(!executed_scans(&plan).is_empty(), "{plan}");
+    assert!(check(900).await.unwrap().is_empty());
+    assert_eq!(waiting("future").await, 1000);
     db.drop_db().await.unwrap();
 }

@@ -188,6 +188,9 @@ pub struct HistoryRow {
     pub counts: HistoryCounts,
     pub waiting: Option<u64>,
     pub running: Option<u64>,
+    /// With the depth: the available time of the longest-due task waiting then (`None`: none
+    /// waited, or no depth).
+    pub oldest_waiting_at: Option<DateTime<Utc>>,
 }
 
 /// A stored minute (backends decode to this).
@@ -288,7 +291,16 @@ pub(crate) fn mark_minute(read_at: DateTime<Utc>) -> DateTime<Utc> {
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
     rows: BTreeMap<(TaskType, DateTime<Utc>), HistoryCounts>,
-    depth: BTreeMap<TaskType, (u64, u64)>,
+    depth: BTreeMap<TaskType, Depth>,
+}
+
+/// One type's depth as the sampler read it.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Depth {
+    pub(crate) waiting: u64,
+    pub(crate) running: u64,
+    /// The available time of the longest-due waiting task (`None` when none waits).
+    pub(crate) oldest_waiting_at: Option<DateTime<Utc>>,
 }
 
 impl Tally {
@@ -300,8 +312,8 @@ impl Tally {
         self.rows.entry((task_type, minute)).or_default()
     }
 
-    pub(crate) fn depth(&mut self, task_type: TaskType, waiting: u64, running: u64) {
-        self.depth.insert(task_type, (waiting, running));
+    pub(crate) fn depth(&mut self, task_type: TaskType, depth: Depth) {
+        self.depth.insert(task_type, depth);
     }
 
     /// The rows to upsert for `plan`: every (type, minute) of a planned minute with a count,
@@ -324,11 +336,11 @@ impl Tally {
         self.rows
             .into_iter()
             .map(|((task_type, minute), counts)| {
-                let (waiting, running) = if Some(minute) == plan.depth_minute {
-                    let (w, r) = self.depth.get(&task_type).copied().unwrap_or((0, 0));
-                    (Some(w), Some(r))
+                let (waiting, running, oldest_waiting_at) = if Some(minute) == plan.depth_minute {
+                    let d = self.depth.get(&task_type).copied().unwrap_or_default();
+                    (Some(d.waiting), Some(d.running), d.oldest_waiting_at)
                 } else {
-                    (None, None)
+                    (None, None, None)
                 };
                 HistoryRow {
                     task_type,
@@ -336,6 +348,7 @@ impl Tally {
                     counts,
                     waiting,
                     running,
+                    oldest_waiting_at,
                 }
             })
             .collect()
@@ -500,6 +513,7 @@ mod tests {
             },
             waiting: Some(4),
             running: None,
+            oldest_waiting_at: None,
         }];
         let minutes = [
             known(at(10, 1, 0), None, true),

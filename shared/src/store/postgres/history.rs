@@ -14,8 +14,8 @@ use super::db::Db;
 use super::rows::{get, task_type};
 use super::{secs, sql};
 use crate::store::queue_history::{
-    self as qh, HistoryCounts, HistoryMinute, HistoryPruneParams, HistoryReadParams, HistoryRow,
-    HistorySample, HistorySampleParams, QueueHistory, Tally,
+    self as qh, Depth, HistoryCounts, HistoryMinute, HistoryPruneParams, HistoryReadParams,
+    HistoryRow, HistorySample, HistorySampleParams, QueueHistory, Tally,
 };
 use crate::store::{Result, StoreError};
 
@@ -49,6 +49,7 @@ fn history_row(row: &PgRow) -> Result<HistoryRow> {
         },
         waiting: opt_count(row, "waiting")?,
         running: opt_count(row, "running")?,
+        oldest_waiting_at: get(row, "oldest_waiting_at")?,
     })
 }
 
@@ -142,8 +143,11 @@ pub(super) async fn queue_history_sample(
             {
                 tally.depth(
                     task_type(get(&row, "task_type")?)?,
-                    count(&row, "waiting")?,
-                    count(&row, "running")?,
+                    Depth {
+                        waiting: count(&row, "waiting")?,
+                        running: count(&row, "running")?,
+                        oldest_waiting_at: get(&row, "oldest_waiting_at")?,
+                    },
                 );
             }
         }
@@ -201,6 +205,7 @@ pub(super) async fn queue_history_sample(
                     .map(|r| r.running.map(signed))
                     .collect::<Vec<_>>(),
             )
+            .bind(rows.iter().map(|r| r.oldest_waiting_at).collect::<Vec<_>>())
             .execute(&mut *tx)
             .await
             .map_err(StoreError::db(OP))?;

@@ -6,11 +6,11 @@
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteRow;
 
-use super::rows::{get, get_time, micros, span, task_type, time};
+use super::rows::{get, get_opt_time, get_time, micros, span, task_type, time};
 use super::{commit, read_tx, sql, write_tx};
 use crate::store::queue_history::{
-    self as qh, HistoryCounts, HistoryMinute, HistoryPruneParams, HistoryReadParams, HistoryRow,
-    HistorySample, HistorySampleParams, QueueHistory, Tally,
+    self as qh, Depth, HistoryCounts, HistoryMinute, HistoryPruneParams, HistoryReadParams,
+    HistoryRow, HistorySample, HistorySampleParams, QueueHistory, Tally,
 };
 use crate::store::{Result, StoreError};
 
@@ -44,6 +44,7 @@ fn history_row(row: &SqliteRow) -> Result<HistoryRow> {
         },
         waiting: opt_count(row, "waiting")?,
         running: opt_count(row, "running")?,
+        oldest_waiting_at: get_opt_time(row, "oldest_waiting_at")?,
     })
 }
 
@@ -139,8 +140,11 @@ pub(super) async fn queue_history_sample(
             {
                 tally.depth(
                     task_type(get(&row, "task_type")?)?,
-                    count(&row, "waiting")?,
-                    count(&row, "running")?,
+                    Depth {
+                        waiting: count(&row, "waiting")?,
+                        running: count(&row, "running")?,
+                        oldest_waiting_at: get_opt_time(&row, "oldest_waiting_at")?,
+                    },
                 );
             }
         }
@@ -167,6 +171,7 @@ pub(super) async fn queue_history_sample(
                 .bind(signed(r.counts.cancelled))
                 .bind(r.waiting.map(signed))
                 .bind(r.running.map(signed))
+                .bind(r.oldest_waiting_at.map(micros))
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::db(OP))?;

@@ -15,8 +15,12 @@
 -- sampler has stopped, once its last sample is older than $1). With no such sample (no
 -- sampler, a failing one, $1 shorter than the sample's age — 10 to 70 s and more — or a
 -- sampled minute with no rows, as an empty queue leaves, or a pruning that stopped half-way)
--- every waiting task is looked at, as before. A type that sample saw waiting and no agent
--- serves brings that walk back for as long as it has waiting tasks, due or not.
+-- every waiting task is looked at, as before. A type that sample saw waiting, whose
+-- longest-due waiting task then (oldest_waiting_at) is due for $1 now, or saw running, and
+-- that no agent serves brings the walk back; one whose waiting tasks all fall due later
+-- (future run_at) does not until one of them is due for $1 (a sample's oldest_waiting_at
+-- bounds the available time of every task waiting then; a task that was running then may come
+-- back with any, so a running one keeps its type suspect).
 WITH live AS (
     SELECT task_types FROM agents
     WHERE state <> 'stopped'
@@ -29,12 +33,16 @@ sampled AS (
     SELECT max(minute) AS minute FROM queue_history_minutes WHERE depth_sampled
 ),
 -- trusted: the last depth sample covers every task due for $1; suspects: the types it saw
--- waiting or running (a running task may come back to wait) that no live agent serves now.
+-- running (a running task may come back to wait) or waiting with one due for $1 by now (no
+-- oldest time: a row sampled before it was kept) that no live agent serves now.
 gate AS (
     SELECT coalesce(s.minute + interval '1 minute' >= now() - make_interval(secs => $1), false)
            AND EXISTS (SELECT 1 FROM queue_history h WHERE h.minute = s.minute) AS trusted,
            (SELECT array_agg(h.task_type) FROM queue_history h
-            WHERE h.minute = s.minute AND (h.waiting > 0 OR h.running > 0)
+            WHERE h.minute = s.minute
+              AND (h.running > 0
+                   OR (h.waiting > 0
+                       AND coalesce(h.oldest_waiting_at < now() - make_interval(secs => $1), true)))
               AND NOT EXISTS (SELECT 1 FROM served v WHERE v.task_type = h.task_type))
                AS suspects
     FROM sampled s
