@@ -135,6 +135,25 @@ fn types_without_room_for_the_rates_leave_the_column_out() {
     assert!(!text.contains("rate limited"), "{text}");
 }
 
+/// An overview the agent kept serving for a while (a slow read, a deep queue: it serves one
+/// ten times as long as it took) says in the title how old its counts are; fresh ones do not.
+#[test]
+fn types_say_how_old_their_counts_are() {
+    let mut app = at(View::Types);
+    let text = screen(&mut app, 80, 24);
+    assert!(!text.contains(" old"), "{text}");
+    let mut overview = app.state.live.overview.clone().unwrap();
+    overview.now_ms = app.state.live.now_ms - 34_000;
+    app.on_event(leasehold_console::event::Event::Overview(overview.clone()));
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains("counts 34s old"), "{text}");
+    insta::assert_snapshot!("types_old_counts_80x24", text);
+    overview.now_ms = app.state.live.now_ms - 4_000;
+    app.on_event(leasehold_console::event::Event::Overview(overview));
+    let text = screen(&mut app, 80, 24);
+    assert!(!text.contains(" old"), "{text}");
+}
+
 /// A shedding type (`mail`: over 5m, 6 shed in the last minute) brings the SHED/M column;
 /// narrower, RATE gives way first, then SHED/M, and the counts stay whole. Without any
 /// shedding there is no SHED/M column; a type that no longer sheds but shed in the last

@@ -195,3 +195,73 @@ async fn counts_and_due_pages_over_grpc() {
     stop(agent).await.unwrap();
     db.drop_db().await.unwrap();
 }
+
+// The overview a console polls counts every waiting task (0.35 s a million): an agent serves
+// one read for ten times as long as it took (at least a second), so the reads take at most a
+// tenth of a connection's time however deep the queue. A read made slow (it waits 700 ms on a
+// lock) is served unchanged 1.5 s later, though the queue changed; ten times as long as it
+// took after it, it is read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_overview_is_served_ten_times_as_long_as_it_took() {
+    use std::time::{Duration, Instant};
+
+    let db = TestDb::new().await.unwrap();
+    let (agent, addr) = start(&db, "overview", &[]).await.unwrap();
+    let mut client = connect_with(&addr, None, None).await.unwrap();
+    let types = |o: &pb::GetOverviewResponse| -> Vec<String> {
+        o.types.iter().map(|t| t.task_type.clone()).collect()
+    };
+
+    let mut lock = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE policies IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let mut reader = client.clone();
+    let slow = tokio::spawn(async move {
+        let started = Instant::now();
+        let o = reader
+            .get_overview(pb::GetOverviewRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        (o, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    lock.commit().await.unwrap();
+    let (first, took) = slow.await.unwrap();
+    let read_at = Instant::now();
+    assert!(took >= Duration::from_millis(700), "{took:?}");
+    assert!(!types(&first).contains(&"late.type".to_string()));
+
+    insert_task(&db.pool, TaskSpec::new("late.type", "queued"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let again = client
+        .get_overview(pb::GetOverviewRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(read_at.elapsed() < Duration::from_secs(6));
+    assert_eq!(again.now_ms, first.now_ms, "served from the cache");
+    assert!(!types(&again).contains(&"late.type".to_string()));
+
+    // Ten times as long as the read took on (the agent's measure of it is within the client's):
+    // a new read, which sees the new type.
+    tokio::time::sleep((took * 10 + Duration::from_millis(300)).saturating_sub(read_at.elapsed()))
+        .await;
+    let fresh = client
+        .get_overview(pb::GetOverviewRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(fresh.now_ms > first.now_ms);
+    assert!(
+        types(&fresh).contains(&"late.type".to_string()),
+        "{fresh:?}"
+    );
+
+    stop(agent).await.unwrap();
+    db.drop_db().await.unwrap();
+}

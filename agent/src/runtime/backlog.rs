@@ -10,7 +10,8 @@
 //!
 //! Runs only when the agent serves `/metrics` (`--metrics-listen`). One overview query per
 //! refresh on the leader alone: the query reads the claim, lease and dead-letter indexes, as
-//! `leasehold types` does.
+//! `leasehold types` does; it counts every waiting task, so with a deep queue the refresh
+//! waits ten times as long as the read took when that is longer than [`BACKLOG_REFRESH`].
 //!
 //! When things fail: a failed or timed-out read is logged and leaves the last values; the
 //! next refresh tries again.
@@ -24,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
 use super::metrics::BacklogRow;
+use crate::grpc::overview::OVERVIEW_COST_FACTOR;
 
 /// How often the leader reads the overview for the gauges.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(15);
@@ -37,8 +39,14 @@ impl Backlog {
         let core = &self.core;
         let limit = (core.settings.lease_ttl / 2).max(Duration::from_secs(1));
         loop {
+            // The next read waits BACKLOG_REFRESH, or ten times as long as this one took (the
+            // overview counts every waiting task: see grpc/overview.rs).
+            let mut pause = BACKLOG_REFRESH;
             if core.leading.load(Ordering::Relaxed) {
-                match tokio::time::timeout(limit, core.store.task_overview()).await {
+                let started = tokio::time::Instant::now();
+                let read = tokio::time::timeout(limit, core.store.task_overview()).await;
+                pause = pause.max(started.elapsed().saturating_mul(OVERVIEW_COST_FACTOR));
+                match read {
                     // Leadership may have gone while the query ran: the gauges are only ever
                     // set by an agent that leads after reading them.
                     Ok(Ok(overview)) if core.leading.load(Ordering::Relaxed) => {
@@ -53,7 +61,7 @@ impl Backlog {
             }
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(BACKLOG_REFRESH) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
         core.metrics.clear_backlog();

@@ -2,8 +2,9 @@
 //! waiting task has been due (OLDEST), running against its limit,
 //! its per-key limit, starts against its rate limit, dead, shed, its circuit breaker, paused —
 //! then the global limit and rate limit. The
-//! same counts as the console's Types view, at most `OVERVIEW_MAX_AGE` (1 s) old, read by the
-//! agent from the database.
+//! same counts as the console's Types view, read by the agent from the database and served
+//! from its cache: at most a second old, or ten times as long as the read took when that is
+//! longer (a deep queue); the JSON's `now` is when they were read.
 
 use crate::client::Agent;
 use crate::convert::overview::{TypeList, TypeView};
