@@ -308,6 +308,20 @@ fn tasks() {
     check("tasks", || at(View::Tasks));
 }
 
+/// Counts the agent kept serving for a while (a slow count, a deep queue) say in the title how
+/// old they are.
+#[test]
+fn tasks_say_how_old_their_counts_are() {
+    let mut app = at(View::Tasks);
+    let text = screen(&mut app, 80, 24);
+    assert!(!text.contains(" old"), "{text}");
+    let now = app.state.live.now_ms;
+    app.state.live.tasks.counts.as_mut().unwrap().now_ms = now - 34_000;
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains("counts 34s old"), "{text}");
+    insta::assert_snapshot!("tasks_old_counts_80x24", text);
+}
+
 /// The dead tab after `[`, a row marked, and the delete to confirm: the verb, the count, the
 /// ids and what it does.
 #[test]

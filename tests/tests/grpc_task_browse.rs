@@ -196,13 +196,14 @@ async fn counts_and_due_pages_over_grpc() {
     db.drop_db().await.unwrap();
 }
 
-// The overview a console polls counts every waiting task (0.35 s a million): an agent serves
-// one read for ten times as long as it took (at least a second), so the reads take at most a
-// tenth of a connection's time however deep the queue. A read made slow (it waits 700 ms on a
-// lock) is served unchanged 1.5 s later, though the queue changed; ten times as long as it
-// took after it, it is read again.
+// The overview and the Tasks view's counts, which consoles poll, count every waiting task
+// (0.35 s a million): an agent serves a read for ten times as long as it took (the overview at
+// least a second; a count only when it took 100 ms or more), so those reads take at most a tenth
+// of a connection's time however deep the queue. Reads made slow (they wait 700 ms on a lock)
+// are served unchanged 1.5 s later, though the queue changed; ten times as long as they took
+// after, they are read again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_overview_is_served_ten_times_as_long_as_it_took() {
+async fn slow_reads_are_served_ten_times_as_long_as_they_took() {
     use std::time::{Duration, Instant};
 
     let db = TestDb::new().await.unwrap();
@@ -211,28 +212,37 @@ async fn a_slow_overview_is_served_ten_times_as_long_as_it_took() {
     let types = |o: &pb::GetOverviewResponse| -> Vec<String> {
         o.types.iter().map(|t| t.task_type.clone()).collect()
     };
+    let counts = pb::CountTasksRequest {
+        task_type: "late.type".into(),
+        ..Default::default()
+    };
 
     let mut lock = db.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE policies IN ACCESS EXCLUSIVE MODE")
+    sqlx::query("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *lock)
         .await
         .unwrap();
-    let mut reader = client.clone();
+    let (mut a, mut b) = (client.clone(), client.clone());
+    let request = counts.clone();
     let slow = tokio::spawn(async move {
         let started = Instant::now();
-        let o = reader
-            .get_overview(pb::GetOverviewRequest {})
-            .await
-            .unwrap()
-            .into_inner();
-        (o, started.elapsed())
+        let (o, c) = tokio::join!(
+            a.get_overview(pb::GetOverviewRequest {}),
+            b.count_tasks(request)
+        );
+        (
+            o.unwrap().into_inner(),
+            c.unwrap().into_inner(),
+            started.elapsed(),
+        )
     });
     tokio::time::sleep(Duration::from_millis(700)).await;
     lock.commit().await.unwrap();
-    let (first, took) = slow.await.unwrap();
+    let (first, first_counts, took) = slow.await.unwrap();
     let read_at = Instant::now();
     assert!(took >= Duration::from_millis(700), "{took:?}");
     assert!(!types(&first).contains(&"late.type".to_string()));
+    assert_eq!(first_counts.queued, 0);
 
     insert_task(&db.pool, TaskSpec::new("late.type", "queued"))
         .await
@@ -243,12 +253,18 @@ async fn a_slow_overview_is_served_ten_times_as_long_as_it_took() {
         .await
         .unwrap()
         .into_inner();
+    let again_counts = client
+        .count_tasks(counts.clone())
+        .await
+        .unwrap()
+        .into_inner();
     assert!(read_at.elapsed() < Duration::from_secs(6));
     assert_eq!(again.now_ms, first.now_ms, "served from the cache");
     assert!(!types(&again).contains(&"late.type".to_string()));
+    assert_eq!(again_counts, first_counts, "served from the cache");
 
-    // Ten times as long as the read took on (the agent's measure of it is within the client's):
-    // a new read, which sees the new type.
+    // Ten times as long as the reads took on (the agent's measure of each is within the
+    // client's): new reads, which see the new task.
     tokio::time::sleep((took * 10 + Duration::from_millis(300)).saturating_sub(read_at.elapsed()))
         .await;
     let fresh = client
@@ -261,6 +277,18 @@ async fn a_slow_overview_is_served_ten_times_as_long_as_it_took() {
         types(&fresh).contains(&"late.type".to_string()),
         "{fresh:?}"
     );
+    let fresh_counts = client
+        .count_tasks(counts.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(fresh_counts.queued, 1, "{fresh_counts:?}");
+    // A fast count is not kept: a task added now shows at once.
+    insert_task(&db.pool, TaskSpec::new("late.type", "queued"))
+        .await
+        .unwrap();
+    let now_counts = client.count_tasks(counts).await.unwrap().into_inner();
+    assert_eq!(now_counts.queued, 2, "{now_counts:?}");
 
     stop(agent).await.unwrap();
     db.drop_db().await.unwrap();

@@ -31,6 +31,7 @@ pub mod page;
 pub mod peer;
 mod policy;
 mod policy_settings;
+pub mod read_cache;
 mod reads;
 pub mod resources;
 pub mod schedules;
@@ -247,6 +248,10 @@ pub(crate) fn start(core: &Arc<Core>, options: GrpcOptions) -> Result<Running> {
         auth: Arc::new(options.auth),
         overview: Arc::default(),
         stats: Arc::default(),
+        counts: Arc::new(reads::CountCache::new(
+            std::time::Duration::ZERO,
+            reads::COUNTS_SLOW,
+        )),
         denials: Arc::clone(&denials),
     };
     let agent = AgentServiceServer::new(service)

@@ -1,60 +1,50 @@
 //! `GetOverview`: counts per task type for consoles, served from a cache.
 //!
 //! Invariant: the database answers at most one overview query (and one read of the small
-//! `policies` table, for each type's settings in force) per [`max_age`] per agent, however many
-//! consoles ask — the callers of one refresh wait on the same query (the lock is held across it)
-//! and share its answer. Polling `count(*)` from every dashboard is what hurts other queues at
-//! scale; this keeps the cost flat in the number of consoles. The query counts every waiting
-//! task (about 0.35 s per million on one core), so the cache also keeps it flat in the depth of
-//! the queue: an answer is served for [`OVERVIEW_MAX_AGE`] or [`OVERVIEW_COST_FACTOR`] times as
-//! long as it took to read, whichever is longer — the overview's reads take at most a tenth of
-//! one database connection's time, at 10 million waiting tasks as at 10. The answer carries the
-//! database time it was read at (`now_ms`), so a console can tell how old its counts are.
+//! `policies` table, for each type's settings in force) per agent per [`OVERVIEW_MAX_AGE`], or
+//! per ten times as long as the last one took when that is longer (`read_cache.rs`), however
+//! many consoles ask. Polling `count(*)` from every dashboard is what hurts other queues at
+//! scale; this keeps the cost flat in the number of consoles and in the depth of the queue.
 //!
 //! When things fail: a failed query is not cached; each waiting caller gets the error and the
 //! next call tries again.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
 use leasehold_shared::domain::{Policy, PolicyScope};
 use leasehold_shared::store::{BreakerStatus, Overview, RateFill, Store, StoreError};
-use tokio::sync::Mutex;
 
 use super::convert::{ms, opt_ms};
+use super::read_cache::ReadCache;
 
 /// How old a served overview may be at least.
 pub const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(1);
-/// A served overview may be this many times as old as its read took.
-pub const OVERVIEW_COST_FACTOR: u32 = 10;
 
-/// How long an overview whose read took `took` is served.
-pub fn max_age(took: Duration) -> Duration {
-    OVERVIEW_MAX_AGE.max(took.saturating_mul(OVERVIEW_COST_FACTOR))
+/// The last overview.
+pub struct OverviewCache {
+    last: ReadCache<(), Arc<pb::GetOverviewResponse>>,
 }
 
-/// The last overview, when it was read and how long that took.
-#[derive(Default)]
-pub struct OverviewCache {
-    last: Mutex<Option<(Instant, Duration, Arc<pb::GetOverviewResponse>)>>,
+impl Default for OverviewCache {
+    fn default() -> Self {
+        OverviewCache {
+            last: ReadCache::new(OVERVIEW_MAX_AGE, Duration::ZERO),
+        }
+    }
 }
 
 impl OverviewCache {
     /// The cached overview if fresh, else a new one from `store`.
     pub async fn get(&self, store: &dyn Store) -> Result<Arc<pb::GetOverviewResponse>, StoreError> {
-        let mut last = self.last.lock().await;
-        if let Some((at, took, overview)) = last.as_ref()
-            && at.elapsed() < max_age(*took)
-        {
-            return Ok(Arc::clone(overview));
-        }
-        let started = Instant::now();
-        let overview = store.task_overview().await?;
-        let policies = store.policy_list().await?;
-        let fresh = Arc::new(to_wire(overview, &policies));
-        *last = Some((Instant::now(), started.elapsed(), Arc::clone(&fresh)));
-        Ok(fresh)
+        self.last
+            .get((), || async {
+                let overview = store.task_overview().await?;
+                let policies = store.policy_list().await?;
+                Ok(Arc::new(to_wire(overview, &policies)))
+            })
+            .await
     }
 }
 
@@ -125,22 +115,5 @@ fn rate_fill(f: RateFill) -> pb::RateFill {
     pb::RateFill {
         limit: Some(super::policy::rate_to_wire(f.limit)),
         used: f.used,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slow_read_is_served_ten_times_as_long_as_it_took() {
-        assert_eq!(max_age(Duration::ZERO), OVERVIEW_MAX_AGE);
-        assert_eq!(max_age(Duration::from_millis(100)), OVERVIEW_MAX_AGE);
-        assert_eq!(
-            max_age(Duration::from_millis(340)),
-            Duration::from_millis(3400)
-        );
-        assert_eq!(max_age(Duration::from_secs(3)), Duration::from_secs(30));
-        assert_eq!(max_age(Duration::MAX), Duration::MAX);
     }
 }

@@ -1,4 +1,4 @@
-//! The read RPCs (ListTasks, GetTask, ListAgents, GetOverview): any authenticated caller, the
+//! The read RPCs (ListTasks, CountTasks, GetTask, ListAgents, GetOverview): any authenticated caller, the
 //! request validated into a store query, the answer converted with the database's `now`.
 
 use std::time::Duration;
@@ -8,7 +8,7 @@ use leasehold_proto::wire;
 use leasehold_shared::store::{
     ExplainParams, TASK_COUNT_FINISHED_CAP, TaskCountParams, TaskListParams,
 };
-use leasehold_shared::{Role, TaskId, TaskStatus};
+use leasehold_shared::{Role, TaskId, TaskStatus, TaskType};
 use tonic::{Request, Response, Status};
 
 use super::convert::{
@@ -16,8 +16,17 @@ use super::convert::{
     status_from_wire, task_id_from_wire, task_to_wire, text_without_nul, time_from_wire,
 };
 use super::page::{fit_page, page_from_wire};
+use super::read_cache::ReadCache;
 use super::service::{Need, Service};
 use super::status::from_store;
+
+/// A `CountTasks` read at least this slow is served again (for ten times as long as it took);
+/// a faster one is not, so a count shows what just changed.
+pub const COUNTS_SLOW: Duration = Duration::from_millis(100);
+
+/// `CountTasks` answers by filter (type, text, error code).
+pub type CountCache =
+    ReadCache<(Option<TaskType>, Option<String>, Option<String>), pb::CountTasksResponse>;
 
 impl Service {
     fn stale_after(&self) -> Duration {
@@ -78,23 +87,33 @@ impl Service {
             error_code: opt_error_code("error_code", &r.error_code)?,
         };
         params.validate().map_err(invalid)?;
-        let counts = self
-            .core
-            .store
-            .task_count_states(params)
+        // Counted afresh unless the last count of this filter was slow: then it is served for
+        // ten times as long as it took (`read_cache.rs`; the reply's now_ms says when).
+        let key = (
+            params.task_type.clone(),
+            params.text.clone(),
+            params.error_code.clone(),
+        );
+        let store = &self.core.store;
+        let reply = self
+            .counts
+            .get(key, || async move {
+                let counts = store.task_count_states(params).await?;
+                Ok(pb::CountTasksResponse {
+                    queued: counts.queued,
+                    scheduled: counts.scheduled,
+                    retrying: counts.retrying,
+                    running: counts.running,
+                    succeeded: counts.succeeded,
+                    cancelled: counts.cancelled,
+                    dead: counts.dead,
+                    finished_cap: TASK_COUNT_FINISHED_CAP,
+                    now_ms: ms(counts.now),
+                })
+            })
             .await
             .map_err(|e| from_store("count_tasks", e))?;
-        Ok(Response::new(pb::CountTasksResponse {
-            queued: counts.queued,
-            scheduled: counts.scheduled,
-            retrying: counts.retrying,
-            running: counts.running,
-            succeeded: counts.succeeded,
-            cancelled: counts.cancelled,
-            dead: counts.dead,
-            finished_cap: TASK_COUNT_FINISHED_CAP,
-            now_ms: ms(counts.now),
-        }))
+        Ok(Response::new(reply))
     }
 
     pub(super) async fn get_task_rpc(

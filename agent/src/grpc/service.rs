@@ -29,6 +29,7 @@ use super::denials::{Denials, UNKNOWN_PEER};
 use super::hub::HubHandle;
 use super::overview::OverviewCache;
 use super::peer::Peer;
+use super::reads::CountCache;
 use super::stats::StatsCache;
 use super::status::from_store;
 use crate::runtime::core::Core;
@@ -67,6 +68,8 @@ pub struct Service {
     pub(crate) overview: Arc<OverviewCache>,
     /// The last `GetStats` answer (at most one stats query a second).
     pub(crate) stats: Arc<StatsCache>,
+    /// The last `CountTasks` answer of each filter, kept while its read was slow (a deep queue).
+    pub(crate) counts: Arc<CountCache>,
     /// Where refused actions are counted and audited.
     pub(crate) denials: Arc<Denials>,
 }

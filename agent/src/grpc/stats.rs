@@ -3,46 +3,50 @@
 //! from a cache.
 //!
 //! Invariant: as the overview ([`super::overview`]), the database answers at most one stats
-//! query per [`STATS_MAX_AGE`] per agent however many callers ask: the callers of one refresh
-//! wait on the same query and share its answer. The query reads only indexes, but the hour's
-//! finished rows are many on a busy queue: dashboards polling it must not multiply that.
+//! query per agent per [`STATS_MAX_AGE`], or per ten times as long as the last one took when
+//! that is longer (`read_cache.rs`), however many callers ask: the callers of one refresh wait
+//! on the same query and share its answer. The query counts the waiting tasks and the hour's
+//! finished rows, many on a busy or deep queue: dashboards polling it must not multiply that.
 //!
 //! When things fail: a failed query is not cached; each waiting caller gets the error and the
 //! next call tries again.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
 use leasehold_shared::store::{QueueStats, Store, StoreError};
-use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
 
 use super::convert::ms;
+use super::read_cache::ReadCache;
 use super::service::{Need, Service};
 use super::status::from_store;
 
-/// How old a served answer may be.
+/// How old a served answer may be at least.
 pub const STATS_MAX_AGE: Duration = Duration::from_secs(1);
 
-/// The last stats and when they were read.
-#[derive(Default)]
+/// The last stats.
 pub struct StatsCache {
-    last: Mutex<Option<(Instant, Arc<pb::GetStatsResponse>)>>,
+    last: ReadCache<(), Arc<pb::GetStatsResponse>>,
+}
+
+impl Default for StatsCache {
+    fn default() -> Self {
+        StatsCache {
+            last: ReadCache::new(STATS_MAX_AGE, Duration::ZERO),
+        }
+    }
 }
 
 impl StatsCache {
     /// The cached stats if fresh, else new ones from `store`.
     pub async fn get(&self, store: &dyn Store) -> Result<Arc<pb::GetStatsResponse>, StoreError> {
-        let mut last = self.last.lock().await;
-        if let Some((at, stats)) = last.as_ref()
-            && at.elapsed() < STATS_MAX_AGE
-        {
-            return Ok(Arc::clone(stats));
-        }
-        let fresh = Arc::new(to_wire(&store.task_stats().await?));
-        *last = Some((Instant::now(), Arc::clone(&fresh)));
-        Ok(fresh)
+        self.last
+            .get((), || async {
+                Ok(Arc::new(to_wire(&store.task_stats().await?)))
+            })
+            .await
     }
 }
 

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::core::Core;
 use super::metrics::BacklogRow;
-use crate::grpc::overview::OVERVIEW_COST_FACTOR;
+use crate::grpc::read_cache::COST_FACTOR;
 
 /// How often the leader reads the overview for the gauges.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(15);
@@ -45,7 +45,7 @@ impl Backlog {
             if core.leading.load(Ordering::Relaxed) {
                 let started = tokio::time::Instant::now();
                 let read = tokio::time::timeout(limit, core.store.task_overview()).await;
-                pause = pause.max(started.elapsed().saturating_mul(OVERVIEW_COST_FACTOR));
+                pause = pause.max(started.elapsed().saturating_mul(COST_FACTOR));
                 match read {
                     // Leadership may have gone while the query ran: the gauges are only ever
                     // set by an agent that leads after reading them.

@@ -13,7 +13,7 @@ use ratatui::widgets::{Cell, Paragraph};
 
 use super::empty_text;
 use super::table::{self, Fit, Spec};
-use super::text::{dur, untrusted};
+use super::text::{dur, stale_counts, untrusted};
 use super::theme::Theme;
 use crate::output::text::width;
 use crate::state::tasks::{TaskTab, count_text};
@@ -82,6 +82,14 @@ fn title(state: &State, rows: usize, theme: Theme) -> Line<'static> {
     }
     if tasks.asked.is_some() {
         spans.push(Span::styled("loading… ", theme.dim()));
+    }
+    if let Some(old) = tasks
+        .counts
+        .as_ref()
+        .filter(|_| tasks.counts_filter == state.tables[View::Tasks.index()].filter)
+        .and_then(|c| stale_counts(state.data().now_ms, c.now_ms))
+    {
+        spans.push(Span::styled(old, theme.warn()));
     }
     if let Some(e) = tasks.error.as_ref().filter(|_| !tasks.rows.is_empty()) {
         spans.push(Span::styled(

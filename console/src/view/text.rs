@@ -14,6 +14,16 @@ pub fn dur(ms: i64) -> String {
     text::short_duration(ms)
 }
 
+/// Counts at least this old (database time) say how old they are.
+const STALE_COUNTS_MS: i64 = 5_000;
+
+/// `counts 34s old ` for counts read at `read_ms` that are [`STALE_COUNTS_MS`] or more old at
+/// `now_ms` (an agent serves a slow count — a deep queue — ten times as long as it took).
+pub fn stale_counts(now_ms: i64, read_ms: i64) -> Option<String> {
+    let age = now_ms.saturating_sub(read_ms);
+    (read_ms > 0 && age >= STALE_COUNTS_MS).then(|| format!("counts {} old ", dur(age)))
+}
+
 /// How long ago `then_ms` was at `now_ms`; `-` when `then_ms` is unset.
 pub fn ago(now_ms: i64, then_ms: i64) -> String {
     if then_ms <= 0 {

@@ -30,7 +30,7 @@ use ratatui::widgets::{Cell, Paragraph};
 use leasehold_proto::v1 as pb;
 
 use super::table::{self, Fit, Spec};
-use super::text::{dur, untrusted};
+use super::text::{stale_counts, untrusted};
 use super::theme::Theme;
 use super::{empty_text, title};
 use crate::convert::breaker;
@@ -38,9 +38,6 @@ use crate::convert::overview::TypeState;
 use crate::convert::rate::FillView;
 use crate::convert::shed::{after_text, shed_after_ms};
 use crate::state::{State, View};
-
-/// Counts at least this old (database time) say how old they are in the title.
-const STALE_COUNTS_MS: i64 = 5_000;
 
 /// A rate cell: `12/50/1s` (12 started of 50/1s), `-` without a rate limit, `?` for one the wire breaks; and
 /// whether its window is full.
@@ -247,17 +244,15 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &State, theme: Theme) -> u
             .spans
             .push(Span::styled(format!("global rate {text} "), style));
     }
-    // An agent serves a slow overview (a deep queue) for ten times as long as it took to read.
-    if let Some(o) = &data.overview
-        && data.now_ms.saturating_sub(o.now_ms) >= STALE_COUNTS_MS
+    if let Some(old) = data
+        .overview
+        .as_ref()
+        .and_then(|o| stale_counts(data.now_ms, o.now_ms))
     {
         title
             .spans
             .push(Span::styled(theme.sep().trim_start(), theme.dim()));
-        title.spans.push(Span::styled(
-            format!("counts {} old ", dur(data.now_ms - o.now_ms)),
-            theme.warn(),
-        ));
+        title.spans.push(Span::styled(old, theme.warn()));
     }
     let spec = Spec {
         title,

@@ -1,0 +1,203 @@
+//! Answers of slow reads, kept per request so that consoles polling them cost the database a
+//! bounded share of one connection, however deep the queue (the overview and the Tasks view's
+//! counts each count every waiting task: about 0.35 s a million).
+//!
+//! Invariant: for each key, the database answers at most one read per [`max_age`] of the last
+//! one — callers of one key wait on the same read (its slot's lock is held across it) and share
+//! its answer; keys do not wait on each other. An answer is served for `floor` or
+//! [`COST_FACTOR`] times as long as its read took, whichever is longer, so the reads of one key
+//! take at most a tenth of a connection's time — or, with no floor, only when its read took at
+//! least `slow` (a fast read is read again, so what just changed shows at once). The answers
+//! carry the database time they were read at, so a console can tell how old they are.
+//!
+//! When things fail: a failed read is not kept; each waiting caller gets the error and the next
+//! call reads again. At most [`MAX_KEYS`] keys are kept: a new key drops the answers no caller
+//! is waiting on, stale ones first.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// An answer may be served this many times as long as its read took.
+pub const COST_FACTOR: u32 = 10;
+/// Keys kept at most.
+pub const MAX_KEYS: usize = 64;
+
+/// How long an answer whose read took `took` is served, at least `floor`.
+pub fn max_age(floor: Duration, took: Duration) -> Duration {
+    floor.max(took.saturating_mul(COST_FACTOR))
+}
+
+struct Answer<V> {
+    at: Instant,
+    took: Duration,
+    value: V,
+}
+
+type Slot<V> = Arc<tokio::sync::Mutex<Option<Answer<V>>>>;
+
+/// The last answer of each key.
+pub struct ReadCache<K, V> {
+    floor: Duration,
+    slow: Duration,
+    slots: std::sync::Mutex<HashMap<K, Slot<V>>>,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> ReadCache<K, V> {
+    /// Serves each answer for at least `floor`, and for ten times as long as its read took when
+    /// that took at least `slow`.
+    pub fn new(floor: Duration, slow: Duration) -> Self {
+        ReadCache {
+            floor,
+            slow,
+            slots: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn fresh(&self, answer: &Answer<V>) -> bool {
+        let took = if answer.took >= self.slow {
+            answer.took
+        } else {
+            Duration::ZERO
+        };
+        answer.at.elapsed() < max_age(self.floor, took)
+    }
+
+    fn slot(&self, key: &K) -> Slot<V> {
+        // A panic while the map was held cannot leave it half-changed: use it as it is.
+        let mut slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(slot) = slots.get(key) {
+            return Arc::clone(slot);
+        }
+        if slots.len() >= MAX_KEYS {
+            // Nobody waits on a slot only the map holds; a slot whose lock is taken is in use.
+            let idle = |slot: &Slot<V>| Arc::strong_count(slot) == 1;
+            slots.retain(|_, slot| {
+                !idle(slot)
+                    || slot
+                        .try_lock()
+                        .is_ok_and(|a| a.as_ref().is_some_and(|a| self.fresh(a)))
+            });
+            if slots.len() >= MAX_KEYS {
+                slots.retain(|_, slot| !idle(slot));
+            }
+        }
+        Arc::clone(slots.entry(key.clone()).or_default())
+    }
+
+    /// The answer of `key` if fresh, else a new one from `read`.
+    pub async fn get<E, F, Fut>(&self, key: K, read: F) -> Result<V, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+    {
+        let slot = self.slot(&key);
+        let mut answer = slot.lock().await;
+        if let Some(a) = answer.as_ref()
+            && self.fresh(a)
+        {
+            return Ok(a.value.clone());
+        }
+        let started = Instant::now();
+        let value = read().await?;
+        *answer = Some(Answer {
+            at: Instant::now(),
+            took: started.elapsed(),
+            value: value.clone(),
+        });
+        Ok(value)
+    }
+
+    /// Keys kept now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn a_slow_read_is_served_ten_times_as_long_as_it_took() {
+        let second = Duration::from_secs(1);
+        assert_eq!(max_age(second, Duration::ZERO), second);
+        assert_eq!(max_age(second, Duration::from_millis(100)), second);
+        assert_eq!(
+            max_age(second, Duration::from_millis(340)),
+            Duration::from_millis(3400)
+        );
+        assert_eq!(
+            max_age(Duration::ZERO, Duration::from_millis(2)),
+            Duration::from_millis(20)
+        );
+        assert_eq!(max_age(second, Duration::MAX), Duration::MAX);
+    }
+
+    #[tokio::test]
+    async fn one_read_per_key_while_fresh_and_a_failed_read_is_not_kept() {
+        let cache: ReadCache<u32, u32> = ReadCache::new(Duration::from_secs(60), Duration::ZERO);
+        let reads = AtomicU32::new(0);
+        let read = |v: u32| {
+            reads.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<u32, String>(v) }
+        };
+        assert_eq!(cache.get(1, || read(10)).await, Ok(10));
+        assert_eq!(
+            cache.get(1, || read(11)).await,
+            Ok(10),
+            "served from the cache"
+        );
+        assert_eq!(cache.get(2, || read(20)).await, Ok(20), "another key reads");
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        let failed = cache
+            .get(3, || async { Err::<u32, String>("down".into()) })
+            .await;
+        assert_eq!(failed, Err("down".to_string()));
+        assert_eq!(
+            cache.get(3, || read(30)).await,
+            Ok(30),
+            "a failure is not kept"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_floor_only_a_slow_read_is_kept() {
+        let cache: ReadCache<u32, u32> = ReadCache::new(Duration::ZERO, Duration::from_millis(50));
+        assert_eq!(cache.get(1, || async { Ok::<u32, ()>(1) }).await, Ok(1));
+        assert_eq!(
+            cache.get(1, || async { Ok::<u32, ()>(2) }).await,
+            Ok(2),
+            "fast: read again"
+        );
+        let slow = || async {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            Ok::<u32, ()>(3)
+        };
+        assert_eq!(cache.get(1, slow).await, Ok(3));
+        assert_eq!(
+            cache.get(1, || async { Ok::<u32, ()>(4) }).await,
+            Ok(3),
+            "slow: kept"
+        );
+    }
+
+    #[tokio::test]
+    async fn keys_beyond_the_bound_drop_idle_answers() {
+        let cache: ReadCache<usize, usize> = ReadCache::new(Duration::ZERO, Duration::ZERO);
+        for k in 0..MAX_KEYS * 2 {
+            assert_eq!(cache.get(k, || async { Ok::<usize, ()>(k) }).await, Ok(k));
+        }
+        assert!(cache.len() <= MAX_KEYS, "{}", cache.len());
+    }
+}
