@@ -201,7 +201,7 @@ async fn counts_and_due_pages_over_grpc() {
 // least a second; a count only when it took 100 ms or more), so those reads take at most a tenth
 // of a connection's time however deep the queue. Reads made slow (they wait 700 ms on a lock)
 // are served unchanged 1.5 s later, though the queue changed; ten times as long as they took
-// after, they are read again.
+// after, they are read again; an action through the agent drops what it kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_reads_are_served_ten_times_as_long_as_they_took() {
     use std::time::{Duration, Instant};
@@ -283,12 +283,36 @@ async fn slow_reads_are_served_ten_times_as_long_as_they_took() {
         .unwrap()
         .into_inner();
     assert_eq!(fresh_counts.queued, 1, "{fresh_counts:?}");
-    // A fast count is not kept: a task added now shows at once.
-    insert_task(&db.pool, TaskSpec::new("late.type", "queued"))
+    // Slow again, and kept; then an action through this agent (an enqueue) drops what it
+    // kept: the next reads count the new task at once.
+    let mut lock = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
         .await
         .unwrap();
-    let now_counts = client.count_tasks(counts).await.unwrap().into_inner();
-    assert_eq!(now_counts.queued, 2, "{now_counts:?}");
+    let mut a = client.clone();
+    let request = counts.clone();
+    let slow = tokio::spawn(async move { a.count_tasks(request).await.unwrap().into_inner() });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    lock.commit().await.unwrap();
+    assert_eq!(slow.await.unwrap().queued, 1);
+    client
+        .enqueue(pb::EnqueueRequest {
+            task_type: "late.type".into(),
+            delay_ms: 3_600_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let after = client.count_tasks(counts).await.unwrap().into_inner();
+    assert_eq!((after.queued, after.scheduled), (1, 1), "{after:?}");
+    let overview = client
+        .get_overview(pb::GetOverviewRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let late = overview.types.iter().find(|t| t.task_type == "late.type");
+    assert_eq!(late.map(|t| t.scheduled), Some(1), "{overview:?}");
 
     stop(agent).await.unwrap();
     db.drop_db().await.unwrap();

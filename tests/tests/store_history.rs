@@ -630,8 +630,6 @@ async fn on_sqlite_the_counts_search_indexes_and_scan_no_table() {
     db.drop_db().await.unwrap();
 }
 
-/// `EXPLAIN (ANALYZE)` of the leader's unserved-type check (task_dead_letter_unserved.sql) with
-/// `due_for_secs`, in a transaction rolled back, as text.
 /// An agent named `name`, live for five minutes, serving `task_types`.
 fn register(name: &str, task_types: &[&str]) -> leasehold_shared::store::AgentRegisterParams {
     leasehold_shared::store::AgentRegisterParams {
@@ -657,6 +655,8 @@ fn executed_scans(plan: &str) -> Vec<&str> {
         .collect()
 }
 
+/// `EXPLAIN (ANALYZE)` of the leader's unserved-type check (task_dead_letter_unserved.sql) with
+/// `due_for_secs`, in a transaction rolled back, as text.
 async fn explain_unserved(pool: &sqlx::PgPool, due_for_secs: f64) -> String {
     let mut tx = pool.begin().await.unwrap();
     let sql = include_str!("../../shared/src/store/postgres/sql/task_dead_letter_unserved.sql");

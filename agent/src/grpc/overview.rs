@@ -36,6 +36,11 @@ impl Default for OverviewCache {
 }
 
 impl OverviewCache {
+    /// Drops the answer (what it counted has changed).
+    pub fn clear(&self) {
+        self.last.clear();
+    }
+
     /// The cached overview if fresh, else a new one from `store`.
     pub async fn get(&self, store: &dyn Store) -> Result<Arc<pb::GetOverviewResponse>, StoreError> {
         self.last

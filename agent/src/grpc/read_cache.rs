@@ -10,9 +10,14 @@
 //! least `slow` (a fast read is read again, so what just changed shows at once). The answers
 //! carry the database time they were read at, so a console can tell how old they are.
 //!
-//! When things fail: a failed read is not kept; each waiting caller gets the error and the next
-//! call reads again. At most [`MAX_KEYS`] keys are kept: a new key drops the answers no caller
-//! is waiting on, stale ones first.
+//! An action that changes tasks or policies through this agent clears every answer
+//! ([`ReadCache::clear`]), so the console that acted sees it at its next poll.
+//!
+//! When things fail: a failed read is not kept. The callers that waited on it then read each on
+//! its own, at once and side by side (as without a cache), rather than one after another behind
+//! the lock, so a database that times reads out never makes the last of them wait for all.
+//! A new key beyond [`MAX_KEYS`] drops the answers no caller is using, stale ones first (keys in
+//! use stay, so the map holds at most [`MAX_KEYS`] idle keys).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,7 +41,22 @@ struct Answer<V> {
     value: V,
 }
 
-type Slot<V> = Arc<tokio::sync::Mutex<Option<Answer<V>>>>;
+/// One key's last answer, and when its last read failed.
+struct Kept<V> {
+    answer: Option<Answer<V>>,
+    failed_at: Option<Instant>,
+}
+
+impl<V> Default for Kept<V> {
+    fn default() -> Self {
+        Kept {
+            answer: None,
+            failed_at: None,
+        }
+    }
+}
+
+type Slot<V> = Arc<tokio::sync::Mutex<Kept<V>>>;
 
 /// The last answer of each key.
 pub struct ReadCache<K, V> {
@@ -81,7 +101,7 @@ impl<K: Eq + Hash + Clone, V: Clone> ReadCache<K, V> {
                 !idle(slot)
                     || slot
                         .try_lock()
-                        .is_ok_and(|a| a.as_ref().is_some_and(|a| self.fresh(a)))
+                        .is_ok_and(|k| k.answer.as_ref().is_some_and(|a| self.fresh(a)))
             });
             if slots.len() >= MAX_KEYS {
                 slots.retain(|_, slot| !idle(slot));
@@ -96,21 +116,42 @@ impl<K: Eq + Hash + Clone, V: Clone> ReadCache<K, V> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, E>>,
     {
+        let arrived = Instant::now();
         let slot = self.slot(&key);
-        let mut answer = slot.lock().await;
-        if let Some(a) = answer.as_ref()
+        let mut kept = slot.lock().await;
+        if let Some(a) = kept.answer.as_ref()
             && self.fresh(a)
         {
             return Ok(a.value.clone());
         }
+        if kept.failed_at.is_some_and(|at| at > arrived) {
+            // The read this caller waited on failed: its own, unkept and unserialised.
+            drop(kept);
+            return read().await;
+        }
         let started = Instant::now();
-        let value = read().await?;
-        *answer = Some(Answer {
-            at: Instant::now(),
-            took: started.elapsed(),
-            value: value.clone(),
-        });
-        Ok(value)
+        match read().await {
+            Ok(value) => {
+                kept.answer = Some(Answer {
+                    at: Instant::now(),
+                    took: started.elapsed(),
+                    value: value.clone(),
+                });
+                Ok(value)
+            }
+            Err(e) => {
+                kept.failed_at = Some(Instant::now());
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops every answer (what they counted has changed).
+    pub fn clear(&self) {
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 
     /// Keys kept now.
@@ -190,6 +231,83 @@ mod tests {
             Ok(3),
             "slow: kept"
         );
+    }
+
+    #[tokio::test]
+    async fn callers_share_one_read_and_after_a_failure_read_side_by_side() {
+        let cache: Arc<ReadCache<u32, u32>> =
+            Arc::new(ReadCache::new(Duration::from_secs(60), Duration::ZERO));
+        let reads = Arc::new(AtomicU32::new(0));
+        let slow = |v: u32, ok: bool| {
+            let reads = Arc::clone(&reads);
+            move || async move {
+                reads.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if ok { Ok(v) } else { Err(format!("down {v}")) }
+            }
+        };
+        // Three callers at once: one read, one answer for all.
+        let (a, b, c) = tokio::join!(
+            cache.get(1, slow(1, true)),
+            cache.get(1, slow(2, true)),
+            cache.get(1, slow(3, true))
+        );
+        assert_eq!((a, b, c), (Ok(1), Ok(1), Ok(1)));
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        // A failing read: the two that waited on it then read side by side (200 ms each, not
+        // one after the other), and nothing is kept.
+        let started = Instant::now();
+        let (a, b, c) = tokio::join!(
+            cache.get(2, slow(1, false)),
+            cache.get(2, slow(2, false)),
+            cache.get(2, slow(3, false))
+        );
+        assert_eq!(a, Err("down 1".to_string()));
+        assert_eq!(
+            (b, c),
+            (Err("down 2".to_string()), Err("down 3".to_string()))
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(550),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(cache.get(2, slow(4, true)).await, Ok(4));
+        // An action cleared the answers: read again.
+        cache.clear();
+        assert_eq!(cache.get(1, slow(5, true)).await, Ok(5));
+    }
+
+    #[tokio::test]
+    async fn a_key_in_use_is_kept_and_fresh_answers_outlast_stale_ones() {
+        // No floor: an answer is fresh for ten times as long as its read took.
+        let cache: ReadCache<usize, usize> = ReadCache::new(Duration::ZERO, Duration::ZERO);
+        let held = cache.slot(&0);
+        for k in 1..MAX_KEYS {
+            let read = || async move {
+                if k <= 3 {
+                    // Slow reads: fresh for two seconds.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Ok::<usize, ()>(k)
+            };
+            assert_eq!(cache.get(k, read).await, Ok(k));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Full: a new key drops the idle keys with stale answers; key 0 (no answer) stays, a
+        // caller holds it; the fresh answers of keys 1 to 3 stay.
+        assert_eq!(
+            cache.get(MAX_KEYS, || async { Ok::<usize, ()>(0) }).await,
+            Ok(0)
+        );
+        assert_eq!(cache.len(), 5);
+        assert!(
+            Arc::ptr_eq(&held, &cache.slot(&0)),
+            "the slot in use was dropped"
+        );
+        for k in 1..=3 {
+            assert_eq!(cache.get(k, || async { Ok::<usize, ()>(99) }).await, Ok(k));
+        }
     }
 
     #[tokio::test]

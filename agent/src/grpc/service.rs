@@ -74,6 +74,18 @@ pub struct Service {
     pub(crate) denials: Arc<Denials>,
 }
 
+impl Service {
+    /// After an action that may change tasks or policies: the cached answers of the overview,
+    /// the stats and the Tasks view's counts are dropped, so the caller's next poll reads what it
+    /// did (however slow the read, see `read_cache.rs`). Other agents' caches keep theirs until
+    /// they expire.
+    fn reads_changed(&self) {
+        self.overview.clear();
+        self.stats.clear();
+        self.counts.clear();
+    }
+}
+
 /// What a call needs.
 pub(super) enum Need<'a> {
     View,
@@ -191,35 +203,45 @@ impl AgentService for Service {
         &self,
         request: Request<pb::EnqueueRequest>,
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
-        self.enqueue_rpc(request).await
+        let reply = self.enqueue_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn cancel(
         &self,
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
-        self.cancel_rpc(request).await
+        let reply = self.cancel_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn requeue(
         &self,
         request: Request<pb::RequeueRequest>,
     ) -> Result<Response<pb::RequeueResponse>, Status> {
-        self.requeue_rpc(request).await
+        let reply = self.requeue_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn run_now(
         &self,
         request: Request<pb::RunNowRequest>,
     ) -> Result<Response<pb::RunNowResponse>, Status> {
-        self.run_now_rpc(request).await
+        let reply = self.run_now_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn delete_task(
         &self,
         request: Request<pb::DeleteTaskRequest>,
     ) -> Result<Response<pb::DeleteTaskResponse>, Status> {
-        self.delete_task_rpc(request).await
+        let reply = self.delete_task_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn count_tasks(
@@ -233,63 +255,81 @@ impl AgentService for Service {
         &self,
         request: Request<pb::RequeueDeadRequest>,
     ) -> Result<Response<pb::RequeueDeadResponse>, Status> {
-        self.requeue_dead_rpc(request).await
+        let reply = self.requeue_dead_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn purge_dead(
         &self,
         request: Request<pb::PurgeDeadRequest>,
     ) -> Result<Response<pb::PurgeDeadResponse>, Status> {
-        self.purge_dead_rpc(request).await
+        let reply = self.purge_dead_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn set_concurrency(
         &self,
         request: Request<pb::SetConcurrencyRequest>,
     ) -> Result<Response<pb::SetConcurrencyResponse>, Status> {
-        self.set_concurrency_rpc(request).await
+        let reply = self.set_concurrency_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn set_rate_limit(
         &self,
         request: Request<pb::SetRateLimitRequest>,
     ) -> Result<Response<pb::SetRateLimitResponse>, Status> {
-        self.set_rate_limit_rpc(request).await
+        let reply = self.set_rate_limit_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn set_shed_after(
         &self,
         request: Request<pb::SetShedAfterRequest>,
     ) -> Result<Response<pb::SetShedAfterResponse>, Status> {
-        self.set_shed_after_rpc(request).await
+        let reply = self.set_shed_after_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn set_breaker(
         &self,
         request: Request<pb::SetBreakerRequest>,
     ) -> Result<Response<pb::SetBreakerResponse>, Status> {
-        self.set_breaker_rpc(request).await
+        let reply = self.set_breaker_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn pause_type(
         &self,
         request: Request<pb::PauseTypeRequest>,
     ) -> Result<Response<pb::PauseTypeResponse>, Status> {
-        self.pause_type_rpc(request).await
+        let reply = self.pause_type_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn resume_type(
         &self,
         request: Request<pb::ResumeTypeRequest>,
     ) -> Result<Response<pb::ResumeTypeResponse>, Status> {
-        self.resume_type_rpc(request).await
+        let reply = self.resume_type_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn drain(
         &self,
         request: Request<pb::DrainRequest>,
     ) -> Result<Response<pb::DrainResponse>, Status> {
-        self.drain_rpc(request).await
+        let reply = self.drain_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn list_schedules(
@@ -324,7 +364,9 @@ impl AgentService for Service {
         &self,
         request: Request<pb::TriggerScheduleRequest>,
     ) -> Result<Response<pb::TriggerScheduleResponse>, Status> {
-        self.trigger_schedule_rpc(request).await
+        let reply = self.trigger_schedule_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn list_locks(
@@ -401,7 +443,9 @@ impl AgentService for Service {
         &self,
         request: Request<pb::SetPolicyRequest>,
     ) -> Result<Response<pb::SetPolicyResponse>, Status> {
-        self.set_policy_rpc(request).await
+        let reply = self.set_policy_rpc(request).await;
+        self.reads_changed();
+        reply
     }
 
     async fn get_stats(

@@ -40,6 +40,11 @@ impl Default for StatsCache {
 }
 
 impl StatsCache {
+    /// Drops the answer (what it counted has changed).
+    pub fn clear(&self) {
+        self.last.clear();
+    }
+
     /// The cached stats if fresh, else new ones from `store`.
     pub async fn get(&self, store: &dyn Store) -> Result<Arc<pb::GetStatsResponse>, StoreError> {
         self.last

@@ -39,13 +39,16 @@ impl Backlog {
         let core = &self.core;
         let limit = (core.settings.lease_ttl / 2).max(Duration::from_secs(1));
         loop {
-            // The next read waits BACKLOG_REFRESH, or ten times as long as this one took (the
-            // overview counts every waiting task: see grpc/overview.rs).
+            // The next read waits BACKLOG_REFRESH, or ten times as long as this one took when it
+            // answered (the overview counts every waiting task: see grpc/read_cache.rs); after a
+            // failure or a timeout, BACKLOG_REFRESH.
             let mut pause = BACKLOG_REFRESH;
             if core.leading.load(Ordering::Relaxed) {
                 let started = tokio::time::Instant::now();
                 let read = tokio::time::timeout(limit, core.store.task_overview()).await;
-                pause = pause.max(started.elapsed().saturating_mul(COST_FACTOR));
+                if matches!(read, Ok(Ok(_))) {
+                    pause = pause.max(started.elapsed().saturating_mul(COST_FACTOR));
+                }
                 match read {
                     // Leadership may have gone while the query ran: the gauges are only ever
                     // set by an agent that leads after reading them.

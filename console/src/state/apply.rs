@@ -31,10 +31,14 @@ pub enum Pending {
 }
 
 impl State {
+    /// A database time heard in an update or a reply. Only one at or past the clock moves it:
+    /// an agent serves a slow read (a deep queue) from its cache, and that answer's older time
+    /// would otherwise become the base the local clock advances from, holding the clock still
+    /// until it caught up.
     fn heard_db_time(&mut self, db_ms: i64) {
-        if db_ms > 0 {
+        if db_ms > 0 && db_ms >= self.live.now_ms {
             self.db_heard = Some((db_ms, self.local_ms));
-            self.live.now_ms = self.live.now_ms.max(db_ms);
+            self.live.now_ms = db_ms;
         }
     }
 
@@ -298,5 +302,38 @@ impl State {
                 self.log_result(log, result);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_proto::v1 as pb;
+
+    use super::*;
+
+    // An answer served from an agent's cache carries the older time it was read at: the clock
+    // keeps advancing from the newest time heard.
+    #[test]
+    fn an_older_database_time_does_not_hold_the_clock_still() {
+        let mut state = State::default();
+        state.set_local_time(0);
+        state.apply(Event::Overview(pb::GetOverviewResponse {
+            now_ms: 100_000,
+            ..Default::default()
+        }));
+        state.set_local_time(5_000);
+        assert_eq!(state.live.now_ms, 105_000);
+        state.apply(Event::Overview(pb::GetOverviewResponse {
+            now_ms: 70_000,
+            ..Default::default()
+        }));
+        state.set_local_time(6_000);
+        assert_eq!(state.live.now_ms, 106_000);
+        state.apply(Event::Overview(pb::GetOverviewResponse {
+            now_ms: 110_000,
+            ..Default::default()
+        }));
+        state.set_local_time(7_000);
+        assert_eq!(state.live.now_ms, 111_000);
     }
 }

@@ -11,16 +11,17 @@
 -- The depth of minute M is sampled after M + 1 minute, so every task it missed was created
 -- after M + 1 minute; once M + 1 minute >= now - $1, such a task has not been due for $1
 -- unless it was enqueued with an available time in the past, or its enqueue committed after
--- the sample though it began before (either is judged on the next sample, a minute on; if the
--- sampler has stopped, once its last sample is older than $1). With no such sample (no
+-- the sample though it began before, or it was waiting then and its available time was moved
+-- earlier since (run now, an enqueue that replaced it) — each judged on the next sample, a
+-- minute on (if the sampler has stopped, once its last sample is older than $1). With no such sample (no
 -- sampler, a failing one, $1 shorter than the sample's age — 10 to 70 s and more — or a
 -- sampled minute with no rows, as an empty queue leaves, or a pruning that stopped half-way)
 -- every waiting task is looked at, as before. A type that sample saw waiting, whose
 -- longest-due waiting task then (oldest_waiting_at) is due for $1 now, or saw running, and
 -- that no agent serves brings the walk back; one whose waiting tasks all fall due later
 -- (future run_at) does not until one of them is due for $1 (a sample's oldest_waiting_at
--- bounds the available time of every task waiting then; a task that was running then may come
--- back with any, so a running one keeps its type suspect).
+-- bounds the available time every task waiting then had; a task that was running then may
+-- come back with any, so a running one keeps its type suspect).
 WITH live AS (
     SELECT task_types FROM agents
     WHERE state <> 'stopped'
