@@ -655,6 +655,44 @@ fn executed_scans(plan: &str) -> Vec<&str> {
         .collect()
 }
 
+/// ANALYZE, then the sampler's pass as the leader runs it (a mark half an hour back, the depth
+/// of the minute just ended).
+async fn analyze_and_sample(
+    db: &leasehold_tests::TestDb,
+) -> leasehold_shared::store::HistorySample {
+    use leasehold_shared::Store;
+    sqlx::query("ANALYZE tasks")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let store = db.store();
+    let now = store.db_now().await.unwrap();
+    sqlx::query("INSERT INTO queue_history_minutes (minute, id_mark) VALUES ($1, 0)")
+        .bind(minute_of(now) - TimeDelta::minutes(30))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let sample = store
+        .queue_history_sample(HistorySampleParams {
+            settle: std::time::Duration::ZERO,
+            depth_within: std::time::Duration::from_secs(60),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(sample.depth_minute.is_some(), "{sample:?}");
+    sample
+}
+
+/// The unserved check as the leader runs it with `--unserved-after` `due_for` seconds.
+fn unserved(due_for: u64) -> leasehold_shared::store::UnservedParams {
+    leasehold_shared::store::UnservedParams {
+        due_for: std::time::Duration::from_secs(due_for),
+        legacy_stale_after: std::time::Duration::from_secs(30),
+        limit: 5000,
+    }
+}
+
 /// `EXPLAIN (ANALYZE)` of the leader's unserved-type check (task_dead_letter_unserved.sql) with
 /// `due_for_secs`, in a transaction rolled back, as text.
 async fn explain_unserved(pool: &sqlx::PgPool, due_for_secs: f64) -> String {
@@ -680,7 +718,6 @@ async fn explain_unserved(pool: &sqlx::PgPool, due_for_secs: f64) -> String {
 // every waiting task is looked at, as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample_saw_unserved() {
-    use leasehold_shared::store::UnservedParams;
     use leasehold_shared::{Store, TaskId};
     use leasehold_tests::helpers::tt;
     use std::time::Duration;
@@ -738,36 +775,10 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
     // and one with a task waiting, overdue.
     let comeback = insert("comeback", "running").await;
     let left = insert("left", "queued").await;
-    sqlx::query("ANALYZE tasks")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-
-    // The sampler's pass (a mark half an hour back, the depth of the minute just ended).
-    let now = store.db_now().await.unwrap();
-    sqlx::query("INSERT INTO queue_history_minutes (minute, id_mark) VALUES ($1, 0)")
-        .bind(minute_of(now) - TimeDelta::minutes(30))
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let sample = store
-        .queue_history_sample(HistorySampleParams {
-            settle: std::time::Duration::ZERO,
-            depth_within: std::time::Duration::from_secs(60),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert!(sample.depth_minute.is_some(), "{sample:?}");
+    let sample = analyze_and_sample(&db).await;
 
     // The check as the leader runs it, with `--unserved-after` `due_for` seconds.
-    let check = |due_for: u64| {
-        store.task_dead_letter_unserved(UnservedParams {
-            due_for: Duration::from_secs(due_for),
-            legacy_stale_after: Duration::from_secs(30),
-            limit: 1000,
-        })
-    };
+    let check = |due_for: u64| store.task_dead_letter_unserved(unserved(due_for));
     // Every type the sample saw is served: no waiting task is read.
     let plan = explain_unserved(&db.pool, 900.0).await;
     let reads = executed_scans(&plan);
@@ -847,9 +858,7 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unserved_check_does_not_walk_for_an_unserved_type_whose_tasks_fall_due_later() {
     use leasehold_shared::Store;
-    use leasehold_shared::store::UnservedParams;
     use leasehold_tests::helpers::tt;
-    use std::time::Duration;
 
     let db = leasehold_tests::TestDb::new().await.unwrap();
     let store = db.store();
@@ -871,32 +880,8 @@ async fn the_unserved_check_does_not_walk_for_an_unserved_type_whose_tasks_fall_
     .execute(&db.pool)
     .await
     .unwrap();
-    sqlx::query("ANALYZE tasks")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let now = store.db_now().await.unwrap();
-    sqlx::query("INSERT INTO queue_history_minutes (minute, id_mark) VALUES ($1, 0)")
-        .bind(minute_of(now) - TimeDelta::minutes(30))
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let sample = store
-        .queue_history_sample(HistorySampleParams {
-            settle: std::time::Duration::ZERO,
-            depth_within: std::time::Duration::from_secs(60),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert!(sample.depth_minute.is_some(), "{sample:?}");
-    let check = |due_for: u64| {
-        store.task_dead_letter_unserved(UnservedParams {
-            due_for: Duration::from_secs(due_for),
-            legacy_stale_after: Duration::from_secs(30),
-            limit: 5000,
-        })
-    };
+    analyze_and_sample(&db).await;
+    let check = |due_for: u64| store.task_dead_letter_unserved(unserved(due_for));
     let waiting = |task_type: &'static str| {
         let pool = db.pool.clone();
         async move {
