@@ -6,8 +6,8 @@
 //! many consoles ask. Polling `count(*)` from every dashboard is what hurts other queues at
 //! scale; this keeps the cost flat in the number of consoles and in the depth of the queue.
 //!
-//! When things fail: a failed query is not cached; each waiting caller gets the error and the
-//! next call tries again.
+//! When things fail: a failed query is not cached; the callers that waited on it each query on
+//! their own, side by side (`read_cache.rs`), and the next call tries again.
 
 use std::sync::Arc;
 use std::time::Duration;

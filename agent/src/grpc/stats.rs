@@ -8,8 +8,8 @@
 //! on the same query and share its answer. The query counts the waiting tasks and the hour's
 //! finished rows, many on a busy or deep queue: dashboards polling it must not multiply that.
 //!
-//! When things fail: a failed query is not cached; each waiting caller gets the error and the
-//! next call tries again.
+//! When things fail: a failed query is not cached; the callers that waited on it each query on
+//! their own, side by side (`read_cache.rs`), and the next call tries again.
 
 use std::sync::Arc;
 use std::time::Duration;
