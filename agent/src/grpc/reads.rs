@@ -1,5 +1,6 @@
-//! The read RPCs (ListTasks, CountTasks, GetTask, ListAgents, GetOverview): any authenticated caller, the
-//! request validated into a store query, the answer converted with the database's `now`.
+//! The read RPCs (ListTasks, CountTasks, GetTask, ListAgents, GetOverview): any authenticated
+//! caller, the request validated into a store query, the answer converted with the database's
+//! `now`.
 
 use std::time::Duration;
 
