@@ -693,6 +693,16 @@ fn unserved(due_for: u64) -> leasehold_shared::store::UnservedParams {
     }
 }
 
+/// The unserved check with `due_for_secs` reads no row of tasks_live.
+async fn assert_no_walk(pool: &sqlx::PgPool, due_for_secs: f64) {
+    let plan = explain_unserved(pool, due_for_secs).await;
+    let reads = executed_scans(&plan);
+    assert!(
+        reads.is_empty(),
+        "the check read tasks_live: {reads:?}\n{plan}"
+    );
+}
+
 /// `EXPLAIN (ANALYZE)` of the leader's unserved-type check (task_dead_letter_unserved.sql) with
 /// `due_for_secs`, in a transaction rolled back, as text.
 async fn explain_unserved(pool: &sqlx::PgPool, due_for_secs: f64) -> String {
@@ -780,12 +790,7 @@ async fn the_unserved_check_walks_the_queue_only_for_types_the_last_depth_sample
     // The check as the leader runs it, with `--unserved-after` `due_for` seconds.
     let check = |due_for: u64| store.task_dead_letter_unserved(unserved(due_for));
     // Every type the sample saw is served: no waiting task is read.
-    let plan = explain_unserved(&db.pool, 900.0).await;
-    let reads = executed_scans(&plan);
-    assert!(
-        reads.is_empty(),
-        "the check read tasks_live: {reads:?}\n{plan}"
-    );
+    assert_no_walk(&db.pool, 900.0).await;
     assert!(check(900).await.unwrap().is_empty());
     assert_eq!(status(left).await, "queued");
 
@@ -896,12 +901,7 @@ async fn the_unserved_check_does_not_walk_for_an_unserved_type_whose_tasks_fall_
     };
 
     // Due for 15 minutes: neither unserved type has a task due that long; no walk.
-    let plan = explain_unserved(&db.pool, 900.0).await;
-    let reads = executed_scans(&plan);
-    assert!(
-        reads.is_empty(),
-        "the check read tasks_live: {reads:?}\n{plan}"
-    );
+    assert_no_walk(&db.pool, 900.0).await;
     assert!(check(900).await.unwrap().is_empty());
     assert_eq!(waiting("later").await, 1000);
 
