@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# bench/claim-write.sh — how much of the drain the claim's write of each task row costs (issue 22).
+#
+#   bench/claim-write.sh [ROUNDS] [TASKS]          (defaults 3 and 200000)
+#
+# Builds four agents from this checkout (in a temporary git worktree, so the checkout is left
+# as it is) and runs `leasehold-agent bench --tasks TASKS --latency-samples 0 --output json`
+# with each, alternating with the peer (`gwrs_bench bulk TASKS 24 500 0`), every run on a fresh
+# database after a CHECKPOINT:
+#
+#   today       the claim and completion as shipped;
+#   range+write today's per-row claim UPDATE (status, owner, epoch, lease times), but the rows
+#               found by a shared cursor's id range: no walk of tasks_claim_idx, no FOR UPDATE
+#               SKIP LOCKED, no policy CTEs (claim-write/range_claim_update.sql);
+#   range+HOT   the same write without `status`, the one column it sets that an index reads, so
+#               PostgreSQL updates the row in place (HOT, no new index entries); the rows stay
+#               'queued' and this variant's completion accepts them (claim-write/range_claim_hot.sql);
+#   range only  a claim that writes no task row: the cursor's range read as it is
+#               (claim-write/range_claim_no_write.sql); its completion checks no fence, since
+#               the lease it hands out is written nowhere.
+#
+# The three range variants are DIAGNOSES, never to ship: correct only for the bench (one type, no
+# limits, no priorities or delays, ids claimed in order, one agent). They split today's claim into
+# finding the rows and writing them, and so tell which of the two a redesign has to remove.
+#
+# Environment: LEASEHOLD_BENCH_URL (a PostgreSQL URL without the database, default
+# postgres://postgres@127.0.0.1:5432; the role must create databases and run CHECKPOINT),
+# PEER_BIN (default /tmp/gwrs-target/release/gwrs_bench, see /work/shared/bench-peers),
+# CLAIM_WRITE_TARGET (a cargo target directory to build in and keep between runs; default a
+# temporary one, a cold release build of ~6 minutes, then three incremental ones).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROUNDS=${1:-3}
+TASKS=${2:-200000}
+BASE=${LEASEHOLD_BENCH_URL:-postgres://postgres@127.0.0.1:5432}
+PEER=${PEER_BIN:-/tmp/gwrs-target/release/gwrs_bench}
+die() { echo "claim-write.sh: $*" >&2; exit 1; }
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, not $ROUNDS"
+[[ $TASKS =~ ^[1-9][0-9]*$ ]] || die "TASKS must be a positive integer, not $TASKS"
+[[ -x $PEER ]] || die "peer binary $PEER not found (see /work/shared/bench-peers/gwrs_bench)"
+command -v python3 >/dev/null || die "needs python3"
+psql -X -q -d "$BASE/postgres" -c 'SELECT 1' >/dev/null 2>&1 || die "no PostgreSQL answers at $BASE"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/leasehold-claim-write-XXXXXX")
+TREE=$WORK/tree
+TARGET=${CLAIM_WRITE_TARGET:-$WORK/target}
+VARIANTS=(today update hot nowrite)
+DBS=(claim_write_peer claim_write_today claim_write_update claim_write_hot claim_write_nowrite)
+cleanup() {
+    for db in "${DBS[@]}"; do psql -X -q -d "$BASE/postgres" -c "DROP DATABASE IF EXISTS $db" 2>/dev/null || true; done
+    git -C "$ROOT" worktree remove --force "$TREE" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT; trap 'exit 130' INT TERM
+
+git -C "$ROOT" worktree add -q --detach "$TREE" HEAD
+SQL=$TREE/shared/src/store/postgres/sql
+build() { # build the worktree as it is now and keep the agent as $WORK/$1
+    echo "building $1 …" >&2
+    (cd "$TREE" && CARGO_TARGET_DIR=$TARGET cargo build -q --release -p leasehold-agent) || die "build of $1 failed"
+    cp "$TARGET/release/leasehold-agent" "$WORK/$1"
+}
+build today
+cp "$ROOT/bench/claim-write/range_claim_update.sql" "$SQL/task_claim.sql"
+build update
+cp "$ROOT/bench/claim-write/range_claim_hot.sql" "$SQL/task_claim.sql"
+cp "$SQL/task_complete_many.sql" "$WORK/task_complete_many.sql"
+# The completion of a row the HOT claim left 'queued'.
+python3 - "$SQL/task_complete_many.sql" <<'EOF2' || die "task_complete_many.sql changed: update this script"
+import sys
+path = sys.argv[1]
+s = open(path).read()
+old = "AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END"
+if old not in s:
+    sys.exit(1)
+open(path, "w").write(s.replace(old, "AND CASE WHEN t.status IN ('running', 'cancel_requested', 'queued') THEN true ELSE false END"))
+EOF2
+build hot
+cp "$WORK/task_complete_many.sql" "$SQL/task_complete_many.sql"
+cp "$ROOT/bench/claim-write/range_claim_no_write.sql" "$SQL/task_claim.sql"
+# The completion of a lease written nowhere: no owner, epoch or status test (the row is still
+# 'queued'); it returns the attempt the agent was told of.
+python3 - "$SQL/task_complete_many.sql" <<'EOF' || die "task_complete_many.sql changed: update this script"
+import sys
+path = sys.argv[1]
+s = open(path).read()
+edits = [
+    ("""    WHERE t.id = i.id AND t.done_on = 'infinity' AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
+      AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END""",
+     "    WHERE t.id = i.id AND t.done_on = 'infinity'"),
+    ("RETURNING t.id, t.status, t.available_at, t.lease_epoch,",
+     "RETURNING t.id, t.status, t.available_at, i.epoch AS lease_epoch,"),
+    ("t.attempt + CASE WHEN i.snoozed THEN 1 ELSE 0 END AS attempt, t.lease_owner,",
+     "t.attempt + 1 AS attempt, i.owner AS lease_owner,"),
+]
+for old, new in edits:
+    if old not in s:
+        sys.exit(1)
+    s = s.replace(old, new)
+open(path, "w").write(s)
+EOF
+build nowrite
+
+q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$BASE/$1" -c "$2"; }
+fresh() { q postgres "DROP DATABASE IF EXISTS $1" 2>/dev/null; q postgres "CREATE DATABASE $1"; }
+checkpoint() { q postgres CHECKPOINT; }
+field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
+declare -A drain db agent
+peer_drain=()
+for ((r = 1; r <= ROUNDS; r++)); do
+    fresh claim_write_peer; checkpoint
+    out=$(DATABASE_URL=$BASE/claim_write_peer "$PEER" bulk "$TASKS" 24 500 0)
+    p=$(sed -n 's/.*process n=.*= \([0-9]*\) jobs\/s.*/\1/p' <<<"$out")
+    [[ -n $p ]] || die "no drain figure from the peer: $out"
+    peer_drain+=("$p")
+    line="round $r: peer $p"
+    for v in "${VARIANTS[@]}"; do
+        name=claim_write_$v
+        fresh "$name"
+        "$WORK/$v" migrate --database-url "$BASE/$name" >/dev/null
+        [[ $v == today ]] || q "$name" "CREATE TABLE claim_write_cursor (pos bigint NOT NULL); INSERT INTO claim_write_cursor VALUES (0)"
+        checkpoint
+        json=$("$WORK/$v" bench --database-url "$BASE/$name" --tasks "$TASKS" --latency-samples 0 --output json 2>/dev/null) ||
+            die "$v: bench failed"
+        d=$(field processed_per_s <<<"$json")
+        drain[$v]+="$d "; db[$v]+="$(field db_cpu_us_per_task <<<"$json") "; agent[$v]+="$(field agent_cpu_us_per_task <<<"$json") "
+        line+=" | $v $(printf '%.0f (%.2f×)' "$d" "$(python3 -c "print($d / $p)")")"
+        q postgres "DROP DATABASE $name"
+    done
+    q postgres "DROP DATABASE claim_write_peer"
+    echo "$line" >&2
+done
+
+median() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x != 'None']; print('%.1f' % statistics.median(v) if v else '-')" "$@"; }
+ratios() { python3 -c "import statistics,sys; n=len(sys.argv)//2; a=sys.argv[1:n+1]; b=sys.argv[n+1:]; print('%.2f×' % statistics.median(float(x)/float(y) for x,y in zip(a,b)))" "$@"; }
+printf '\n| %s rounds, %s tasks, medians | drain, tasks/s | drain / peer | database CPU µs a task | agent CPU µs a task |\n|---|---:|---:|---:|---:|\n' "$ROUNDS" "$TASKS"
+printf '| peer (gwrs_bench) | %s | 1.00× | | |\n' "$(median "${peer_drain[@]}")"
+for v in "${VARIANTS[@]}"; do
+    # shellcheck disable=SC2086
+    printf '| %s | %s | %s | %s | %s |\n' "$v" "$(median ${drain[$v]})" "$(ratios ${drain[$v]} "${peer_drain[@]}")" \
+        "$(median ${db[$v]})" "$(median ${agent[$v]})"
+done
