@@ -46,6 +46,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/leasehold-claim-write-XXXXXX")
 TREE=$WORK/tree
 TARGET=${CLAIM_WRITE_TARGET:-$WORK/target}
 VARIANTS=(today update hot nowrite)
+declare -A LABEL=([today]=today [update]=range+write [hot]=range+HOT [nowrite]="range only")
 DBS=(claim_write_peer claim_write_today claim_write_update claim_write_hot claim_write_nowrite)
 cleanup() {
     for db in "${DBS[@]}"; do psql -X -q -d "$BASE/postgres" -c "DROP DATABASE IF EXISTS $db" 2>/dev/null || true; done
@@ -125,7 +126,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
             die "$v: bench failed"
         d=$(field processed_per_s <<<"$json")
         drain[$v]+="$d "; db[$v]+="$(field db_cpu_us_per_task <<<"$json") "; agent[$v]+="$(field agent_cpu_us_per_task <<<"$json") "
-        line+=" | $v $(printf '%.0f (%.2f×)' "$d" "$(python3 -c "print($d / $p)")")"
+        line+=" | ${LABEL[$v]} $(printf '%.0f (%.2f×)' "$d" "$(python3 -c "print($d / $p)")")"
         q postgres "DROP DATABASE $name"
     done
     q postgres "DROP DATABASE claim_write_peer"
@@ -138,6 +139,6 @@ printf '\n| %s rounds, %s tasks, medians | drain, tasks/s | drain / peer | datab
 printf '| peer (gwrs_bench) | %s | 1.00× | | |\n' "$(median "${peer_drain[@]}")"
 for v in "${VARIANTS[@]}"; do
     # shellcheck disable=SC2086
-    printf '| %s | %s | %s | %s | %s |\n' "$v" "$(median ${drain[$v]})" "$(ratios ${drain[$v]} "${peer_drain[@]}")" \
+    printf '| %s | %s | %s | %s | %s |\n' "${LABEL[$v]}" "$(median ${drain[$v]})" "$(ratios ${drain[$v]} "${peer_drain[@]}")" \
         "$(median ${db[$v]})" "$(median ${agent[$v]})"
 done
