@@ -10,14 +10,15 @@
 #
 #   today       the claim and completion as shipped;
 #   range+write today's per-row claim UPDATE (status, owner, epoch, lease times), but the rows
-#               found by a shared cursor's id range: no walk of tasks_claim_idx, no FOR UPDATE
-#               SKIP LOCKED, no policy CTEs (claim-write/range_claim_update.sql);
+#               found by a shared cursor's id range (claim-write/range.sql): no walk of
+#               tasks_claim_idx, no FOR UPDATE SKIP LOCKED, no policy CTEs;
 #   range+HOT   the same write without `status`, the one column it sets that an index reads, so
 #               PostgreSQL updates the row in place (HOT, no new index entries); the rows stay
-#               'queued' and this variant's completion accepts them (claim-write/range_claim_hot.sql);
+#               'queued' and this variant's completion accepts them;
 #   range only  a claim that writes no task row: the cursor's range read as it is
-#               (claim-write/range_claim_no_write.sql); its completion checks no fence, since
-#               the lease it hands out is written nowhere.
+#               (claim-write/no_write_end.sql); its completion checks no fence, since the lease
+#               it hands out is written nowhere.
+# claim-write/variant.py writes each variant into the worktree from the shipped statements.
 #
 # The three range variants are DIAGNOSES, never to ship: correct only for the bench (one type, no
 # limits, no priorities or delays, ids claimed in order, one agent). They split today's claim into
@@ -62,46 +63,13 @@ build() { # build the worktree as it is now and keep the agent as $WORK/$1
     (cd "$TREE" && CARGO_TARGET_DIR=$TARGET cargo build -q --release -p leasehold-agent) || die "build of $1 failed"
     cp "$TARGET/release/leasehold-agent" "$WORK/$1"
 }
-build today
-cp "$ROOT/bench/claim-write/range_claim_update.sql" "$SQL/task_claim.sql"
-build update
-cp "$ROOT/bench/claim-write/range_claim_hot.sql" "$SQL/task_claim.sql"
-cp "$SQL/task_complete_many.sql" "$WORK/task_complete_many.sql"
-# The completion of a row the HOT claim left 'queued'.
-python3 - "$SQL/task_complete_many.sql" <<'EOF2' || die "task_complete_many.sql changed: update this script"
-import sys
-path = sys.argv[1]
-s = open(path).read()
-old = "AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END"
-if old not in s:
-    sys.exit(1)
-open(path, "w").write(s.replace(old, "AND CASE WHEN t.status IN ('running', 'cancel_requested', 'queued') THEN true ELSE false END"))
-EOF2
-build hot
-cp "$WORK/task_complete_many.sql" "$SQL/task_complete_many.sql"
-cp "$ROOT/bench/claim-write/range_claim_no_write.sql" "$SQL/task_claim.sql"
-# The completion of a lease written nowhere: no owner, epoch or status test (the row is still
-# 'queued'); it returns the attempt the agent was told of.
-python3 - "$SQL/task_complete_many.sql" <<'EOF' || die "task_complete_many.sql changed: update this script"
-import sys
-path = sys.argv[1]
-s = open(path).read()
-edits = [
-    ("""    WHERE t.id = i.id AND t.done_on = 'infinity' AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch
-      AND CASE WHEN t.status IN ('running', 'cancel_requested') THEN true ELSE false END""",
-     "    WHERE t.id = i.id AND t.done_on = 'infinity'"),
-    ("RETURNING t.id, t.status, t.available_at, t.lease_epoch,",
-     "RETURNING t.id, t.status, t.available_at, i.epoch AS lease_epoch,"),
-    ("t.attempt + CASE WHEN i.snoozed THEN 1 ELSE 0 END AS attempt, t.lease_owner,",
-     "t.attempt + 1 AS attempt, i.owner AS lease_owner,"),
-]
-for old, new in edits:
-    if old not in s:
-        sys.exit(1)
-    s = s.replace(old, new)
-open(path, "w").write(s)
-EOF
-build nowrite
+for v in "${VARIANTS[@]}"; do
+    if [[ $v != today ]]; then
+        git -C "$TREE" checkout -q -- "$SQL"
+        python3 "$ROOT/bench/claim-write/variant.py" "$v" "$SQL" || die "the shipped statements changed: update bench/claim-write"
+    fi
+    build "$v"
+done
 
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$BASE/$1" -c "$2"; }
 fresh() { q postgres "DROP DATABASE IF EXISTS $1" 2>/dev/null; q postgres "CREATE DATABASE $1"; }
