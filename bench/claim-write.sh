@@ -3,8 +3,8 @@
 #
 #   bench/claim-write.sh [ROUNDS] [TASKS]          (defaults 3 and 200000)
 #
-# Builds four agents from this checkout (in a temporary git worktree, so the checkout is left
-# as it is) and runs `leasehold-agent bench --tasks TASKS --latency-samples 0 --output json`
+# Builds four agents from this checkout's HEAD (in a temporary git worktree, so the checkout
+# is left as it is) and runs `leasehold-agent bench --tasks TASKS --latency-samples 0 --output json`
 # with each, alternating with the peer (`gwrs_bench bulk TASKS 24 500 0`), every run on a fresh
 # database after a CHECKPOINT:
 #
@@ -18,7 +18,8 @@
 #   range only  a claim that writes no task row: the cursor's range read as it is
 #               (claim-write/no_write_end.sql); its completion checks no fence, since the lease
 #               it hands out is written nowhere.
-# claim-write/variant.py writes each variant into the worktree from the shipped statements.
+# claim-write/variant.py writes each variant into the worktree from the shipped statements. The
+# run order of the four rotates from round to round; the peer runs first in each.
 #
 # The three range variants are DIAGNOSES, never to ship: correct only for the bench (one type, no
 # limits, no priorities or delays, ids claimed in order, one agent). They split today's claim into
@@ -30,6 +31,7 @@
 # CLAIM_WRITE_TARGET (a cargo target directory to build in and keep between runs; default a
 # temporary one, a cold release build of ~6 minutes, then three incremental ones).
 set -euo pipefail
+export LC_ALL=C
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROUNDS=${1:-3}
@@ -48,13 +50,17 @@ TREE=$WORK/tree
 TARGET=${CLAIM_WRITE_TARGET:-$WORK/target}
 VARIANTS=(today update hot nowrite)
 declare -A LABEL=([today]=today [update]=range+write [hot]=range+HOT [nowrite]="range only")
-DBS=(claim_write_peer claim_write_today claim_write_update claim_write_hot claim_write_nowrite)
+# Databases named for this run, so two runs (or other databases) are never dropped by mistake.
+DB=claim_write_$$
 cleanup() {
-    for db in "${DBS[@]}"; do psql -X -q -d "$BASE/postgres" -c "DROP DATABASE IF EXISTS $db" 2>/dev/null || true; done
+    for db in peer "${VARIANTS[@]}"; do
+        psql -X -q -d "$BASE/postgres" -c "DROP DATABASE IF EXISTS ${DB}_$db WITH (FORCE)" 2>/dev/null || true
+    done
     git -C "$ROOT" worktree remove --force "$TREE" 2>/dev/null || true
     rm -rf "$WORK"
+    git -C "$ROOT" worktree prune 2>/dev/null || true
 }
-trap cleanup EXIT; trap 'exit 130' INT TERM
+trap cleanup EXIT; trap 'exit 130' INT; trap 'exit 143' TERM
 
 git -C "$ROOT" worktree add -q --detach "$TREE" HEAD
 SQL=$TREE/shared/src/store/postgres/sql
@@ -66,42 +72,52 @@ build() { # build the worktree as it is now and keep the agent as $WORK/$1
 for v in "${VARIANTS[@]}"; do
     if [[ $v != today ]]; then
         git -C "$TREE" checkout -q -- "$SQL"
-        python3 "$ROOT/bench/claim-write/variant.py" "$v" "$SQL" || die "the shipped statements changed: update bench/claim-write"
+        python3 "$TREE/bench/claim-write/variant.py" "$v" "$SQL" || die "the shipped statements changed: update bench/claim-write"
     fi
     build "$v"
 done
 
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$BASE/$1" -c "$2"; }
-fresh() { q postgres "DROP DATABASE IF EXISTS $1" 2>/dev/null; q postgres "CREATE DATABASE $1"; }
+fresh() { q postgres "DROP DATABASE IF EXISTS $1 WITH (FORCE)"; q postgres "CREATE DATABASE $1"; }
 checkpoint() { q postgres CHECKPOINT; }
-field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
+# A field of the bench's JSON line: a number, or `-` when the bench reports none (null).
+field() {
+    python3 -c 'import json, sys
+v = json.loads(sys.stdin.read().strip().splitlines()[-1]).get(sys.argv[1])
+print("-" if v is None else v)' "$1"
+}
+number='^[0-9]+([.][0-9]+)?$'
+
 declare -A drain db agent
 peer_drain=()
 for ((r = 1; r <= ROUNDS; r++)); do
-    fresh claim_write_peer; checkpoint
-    out=$(DATABASE_URL=$BASE/claim_write_peer "$PEER" bulk "$TASKS" 24 500 0)
-    p=$(sed -n 's/.*process n=.*= \([0-9]*\) jobs\/s.*/\1/p' <<<"$out")
-    [[ -n $p ]] || die "no drain figure from the peer: $out"
+    fresh "${DB}_peer"; checkpoint
+    out=$(DATABASE_URL=$BASE/${DB}_peer "$PEER" bulk "$TASKS" 24 500 0)
+    # Only a drain that finished (left=0): after its 170 s limit the peer reports a partial one.
+    p=$(sed -n 's/.*process n=.*= \([0-9][0-9]*\) jobs\/s (left=0)$/\1/p' <<<"$out")
+    [[ -n $p ]] || die "no finished drain from the peer: $out"
     peer_drain+=("$p")
     line="round $r: peer $p"
-    for v in "${VARIANTS[@]}"; do
-        name=claim_write_$v
+    order=("${VARIANTS[@]:$(((r - 1) % ${#VARIANTS[@]}))}" "${VARIANTS[@]:0:$(((r - 1) % ${#VARIANTS[@]}))}")
+    for v in "${order[@]}"; do
+        name=${DB}_$v
         fresh "$name"
         "$WORK/$v" migrate --database-url "$BASE/$name" >/dev/null
         [[ $v == today ]] || q "$name" "CREATE TABLE claim_write_cursor (pos bigint NOT NULL); INSERT INTO claim_write_cursor VALUES (0)"
         checkpoint
-        json=$("$WORK/$v" bench --database-url "$BASE/$name" --tasks "$TASKS" --latency-samples 0 --output json 2>/dev/null) ||
-            die "$v: bench failed"
+        json=$("$WORK/$v" bench --database-url "$BASE/$name" --tasks "$TASKS" --latency-samples 0 --output json 2>"$WORK/$v.err") ||
+            die "$v: bench failed: $(tail -n 5 "$WORK/$v.err")"
         d=$(field processed_per_s <<<"$json")
+        [[ $d =~ $number ]] || die "$v: no drain figure in $json"
         drain[$v]+="$d "; db[$v]+="$(field db_cpu_us_per_task <<<"$json") "; agent[$v]+="$(field agent_cpu_us_per_task <<<"$json") "
-        line+=" | ${LABEL[$v]} $(printf '%.0f (%.2f×)' "$d" "$(python3 -c "print($d / $p)")")"
+        line+=" | ${LABEL[$v]} $(python3 -c 'import sys; d, p = map(float, sys.argv[1:]); print("%.0f (%.2f×)" % (d, d / p))' "$d" "$p")"
         q postgres "DROP DATABASE $name"
     done
-    q postgres "DROP DATABASE claim_write_peer"
+    q postgres "DROP DATABASE ${DB}_peer"
     echo "$line" >&2
 done
 
-median() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x != 'None']; print('%.1f' % statistics.median(v) if v else '-')" "$@"; }
+median() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x != '-']; print('%.1f' % statistics.median(v) if v else '-')" "$@"; }
 ratios() { python3 -c "import statistics,sys; n=len(sys.argv)//2; a=sys.argv[1:n+1]; b=sys.argv[n+1:]; print('%.2f×' % statistics.median(float(x)/float(y) for x,y in zip(a,b)))" "$@"; }
 printf '\n| %s rounds, %s tasks, medians | drain, tasks/s | drain / peer | database CPU µs a task | agent CPU µs a task |\n|---|---:|---:|---:|---:|\n' "$ROUNDS" "$TASKS"
 printf '| peer (gwrs_bench) | %s | 1.00× | | |\n' "$(median "${peer_drain[@]}")"

@@ -36,16 +36,19 @@ if variant in ("update", "hot"):
         sys.exit("variant.py: the claim's UPDATE not found")
     end = edit(claim[start:], "(SELECT array_agg(scope) FROM rate) AS rated", "NULL::text[] AS rated")
     if variant == "hot":
-        # Without `status`, the one column it sets that an index reads (the predicates of
-        # tasks_claim_idx and tasks_leased_type_idx), the write can be HOT. The row stays
-        # 'queued': the completion accepts that.
+        # Without `status`, the one column it sets that an index reads (the partial indexes'
+        # predicates), the write can be HOT. The row stays 'queued': the completion accepts that.
+        # Renewals (lease_renew_many.sql, which tests the status) find none of these leases,
+        # nor of the nowrite variant's: their gains include the renewals' writes, a few hundred
+        # rows a heartbeat in a drain of no-op tasks against 200,000 claims.
         end = edit(end, "SET status = 'running',\n    lease_owner", "SET lease_owner")
         complete = edit(complete, fenced,
                         "AND CASE WHEN t.status IN ('running', 'cancel_requested', 'queued') THEN true ELSE false END")
     claim = head + end
 elif variant == "nowrite":
     claim = head + read(os.path.join(here, "no_write_end.sql"))
-    # No lease was written: no owner, epoch or status test; the attempt the agent was told of.
+    # No lease was written: no owner, epoch or status test; the attempt the agent was told of
+    # (one too low after a snooze, which the bench's no-op tasks never do).
     complete = edit(complete,
                     "AND t.lease_owner = i.owner AND t.lease_epoch = i.epoch\n      " + fenced, "")
     complete = edit(complete, "RETURNING t.id, t.status, t.available_at, t.lease_epoch,",
