@@ -32,6 +32,8 @@
 # temporary one, a cold release build of ~6 minutes, then three incremental ones).
 set -euo pipefail
 export LC_ALL=C
+# psql without the NOTICEs of DROP … IF EXISTS (only psql: the agents and the peer read PGOPTIONS too)
+psql() { PGOPTIONS="-c client_min_messages=warning" command psql "$@"; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROUNDS=${1:-3}
